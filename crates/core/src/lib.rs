@@ -1,0 +1,19 @@
+//! quorum-core: the domain and the pure decision function.
+//!
+//! Architecture invariant: this crate performs no I/O and reads no clock. It knows
+//! nothing of etcd-client, SQLite, processes or tokio; everything it needs arrives as
+//! data (`ControlPlane`, `Machine` records, an `Observation`) and everything it wants
+//! done leaves as data (`Decision`).
+
+pub mod decide;
+pub mod model;
+pub mod validate;
+pub mod version;
+
+pub use decide::{
+    decide, Action, ClusterState, Condition, ConditionKind, Decision, DeleteReason, InitialMember,
+    Operation,
+};
+pub use model::*;
+pub use validate::{validate_name, validate_spec, validate_spec_change, SpecError};
+pub use version::{check_version_change, Version, VersionChangeError};

