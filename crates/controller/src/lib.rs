@@ -1,1 +1,528 @@
+//! quorum-controller: the runtime loop around the pure core.
+//!
+//! For every control plane in the store: observe (provider + etcd) -> decide (core) ->
+//! perform the decision's actions in order, store writes first when they are intent ->
+//! observe again. An action is performed only right after a fresh observation decided
+//! it; after any action the loop observes again at once, and while it waits for a
+//! condition it looks again every `busy_poll_ms`.
+//!
+//! Architecture invariant: the controller makes no decision of its own. It translates
+//! observations into `quorum_core::Observation` and `Action`s into calls; the only
+//! policy it holds is timing (poll intervals, retry backoff).
 
+use quorum_core::{
+    decide, Action, ControlPlane, Decision, Machine, MachineObservation, Observation, ProcessState,
+    CLIENT_PORT, PEER_PORT,
+};
+use quorum_etcd::{ClusterView, Etcd, EtcdError};
+use quorum_provider::{etcd_binary, LocalProvider, ProviderError, StartRequest};
+use quorum_store::{NewEvent, PublishedStatus, Store, StoreError};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Poll interval while a step waits for a condition (a learner catching up, a refusal
+/// clearing): a condition that becomes true is acted on within this plus one observation.
+pub const BUSY_POLL_MS: u64 = 50;
+/// Poll interval when every control plane is converged; a write to the store by the CLI
+/// wakes the loop earlier (checked every `BUSY_POLL_MS`).
+pub const IDLE_POLL_MS: u64 = 1_000;
+/// First retry delay after a failed action, doubled per failure up to the cap.
+const RETRY_BASE_MS: u64 = 50;
+/// Retry cap for refusals (they clear by themselves within seconds: retry often).
+const RETRY_CAP_REFUSAL_MS: u64 = 250;
+/// Retry cap for failures.
+const RETRY_CAP_FAILURE_MS: u64 = 5_000;
+/// The published status is rewritten at least this often even if nothing changed, so
+/// readers can tell a live controller from a dead one.
+const PUBLISH_EVERY_MS: i64 = 1_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
+    #[error("no leader to send the change to")]
+    NoLeader,
+    #[error("background task failed: {0}")]
+    Join(String),
+}
+
+impl ActionError {
+    fn is_refusal(&self) -> bool {
+        match self {
+            ActionError::Etcd(e) => e.is_refusal() || matches!(e, EtcdError::Timeout { .. }),
+            ActionError::NoLeader => true,
+            _ => false,
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Settings of a controller.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub home: PathBuf,
+    pub etcd_dir: PathBuf,
+    /// Name this controller publishes under (host and pid by default).
+    pub identity: String,
+    pub busy_poll_ms: u64,
+    pub idle_poll_ms: u64,
+}
+
+impl Config {
+    pub fn new(home: &Path, etcd_dir: PathBuf) -> Self {
+        Config {
+            home: home.to_path_buf(),
+            etcd_dir,
+            identity: format!("pid-{}", std::process::id()),
+            busy_poll_ms: BUSY_POLL_MS,
+            idle_poll_ms: IDLE_POLL_MS,
+        }
+    }
+}
+
+/// An observation of one control plane, with what the adapters need to act on it.
+pub struct Observed {
+    pub observation: Observation,
+    pub view: ClusterView,
+    pub pids: HashMap<String, i32>,
+}
+
+/// Observes a control plane: every machine through the provider, every running
+/// machine's endpoint through etcd, the member list from the leader.
+pub async fn observe(provider: &LocalProvider, etcd: &Etcd, machines: &[Machine]) -> Observed {
+    let mut obs = Observation::default();
+    let mut pids = HashMap::new();
+    let mut endpoints = Vec::new();
+    for m in machines {
+        let st = provider.observe(&m.name);
+        if let Some(pid) = st.pid {
+            pids.insert(m.name.clone(), pid);
+        }
+        if st.process == ProcessState::Running {
+            endpoints.push(m.client_url());
+        }
+        obs.machines.insert(
+            m.name.clone(),
+            MachineObservation {
+                process: st.process,
+                has_data: st.has_data,
+                status: None,
+            },
+        );
+    }
+    let view = etcd.observe(&endpoints).await;
+    for m in machines {
+        if let Some(Ok(st)) = view.statuses.get(&m.client_url()) {
+            if let Some(o) = obs.machines.get_mut(&m.name) {
+                o.status = Some(st.clone());
+            }
+        }
+    }
+    obs.members = view.members.clone();
+    obs.cluster_version = view.cluster_version;
+    Observed {
+        observation: obs,
+        view,
+        pids,
+    }
+}
+
+/// The status a controller publishes (and `quorum status` prints).
+#[derive(Clone, Debug, Serialize)]
+pub struct StatusDoc<'a> {
+    pub decision: &'a Decision,
+    pub cluster_version: Option<String>,
+}
+
+#[derive(Default)]
+struct CpState {
+    /// When the previous reconcile of this control plane ended, if it left work pending
+    /// (it acted or waited). After an idle (converged) pass this is `None`: the time
+    /// spent idle is not a reaction delay.
+    last_end: Option<Instant>,
+    /// Failed actions: (failures, not before).
+    retry: HashMap<String, (u32, Instant)>,
+    /// Last error message recorded, to record each distinct error once.
+    last_error: Option<String>,
+    last_published: Option<(String, i64)>,
+    converged_recorded: bool,
+}
+
+/// What a reconcile of one control plane did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Performed at least one action: observe again at once.
+    Acted,
+    /// Waiting for a condition or a retry: look again soon.
+    Waiting,
+    /// Nothing to do.
+    Converged,
+}
+
+pub struct Controller {
+    cfg: Config,
+    store: Store,
+    provider: LocalProvider,
+    etcd: Etcd,
+    state: HashMap<String, CpState>,
+}
+
+impl Controller {
+    pub fn new(cfg: Config) -> Result<Self, StoreError> {
+        let store = Store::open(&cfg.home)?;
+        let provider = LocalProvider::new(&cfg.home, cfg.etcd_dir.clone());
+        Ok(Controller {
+            cfg,
+            store,
+            provider,
+            etcd: Etcd::default(),
+            state: HashMap::new(),
+        })
+    }
+
+    /// Runs until `stop` is set. Errors reading the store are reported and retried.
+    pub async fn run(&mut self, stop: Arc<AtomicBool>) {
+        tracing::info!(home = %self.cfg.home.display(), "controller running");
+        while !stop.load(Ordering::Relaxed) {
+            let outcome = match self.reconcile_all().await {
+                Ok(o) => o,
+                Err(e) => {
+                    tracing::error!("reconcile: {e}");
+                    Outcome::Waiting
+                }
+            };
+            match outcome {
+                Outcome::Acted => {}
+                Outcome::Waiting => sleep_unless(&stop, self.cfg.busy_poll_ms).await,
+                Outcome::Converged => self.idle(&stop).await,
+            }
+        }
+        tracing::info!("controller stopped");
+    }
+
+    /// Sleeps up to the idle interval, waking early if the store changes.
+    async fn idle(&self, stop: &AtomicBool) {
+        let start = Instant::now();
+        let before = self.store.data_version().ok();
+        while start.elapsed() < Duration::from_millis(self.cfg.idle_poll_ms) {
+            sleep_unless(stop, self.cfg.busy_poll_ms).await;
+            if stop.load(Ordering::Relaxed) || self.store.data_version().ok() != before {
+                return;
+            }
+        }
+    }
+
+    /// One pass over every control plane; the most urgent outcome wins.
+    pub async fn reconcile_all(&mut self) -> Result<Outcome, StoreError> {
+        let cps = self.store.control_planes()?;
+        self.state.retain(|k, _| cps.iter().any(|c| &c.name == k));
+        let mut overall = Outcome::Converged;
+        for cp in cps {
+            let o = self.reconcile(&cp).await?;
+            overall = match (overall, o) {
+                (Outcome::Acted, _) | (_, Outcome::Acted) => Outcome::Acted,
+                (Outcome::Waiting, _) | (_, Outcome::Waiting) => Outcome::Waiting,
+                _ => Outcome::Converged,
+            };
+        }
+        Ok(overall)
+    }
+
+    /// Observe, decide, act for one control plane.
+    pub async fn reconcile(&mut self, cp: &ControlPlane) -> Result<Outcome, StoreError> {
+        let machines = self.store.machines(&cp.name)?;
+        let observed = observe(&self.provider, &self.etcd, &machines).await;
+        let decision = decide(cp, &machines, &observed.observation);
+        self.publish(cp, &decision, &observed)?;
+        let started = Instant::now();
+        let waited_ms = self
+            .state
+            .get(&cp.name)
+            .and_then(|s| s.last_end)
+            .map(|t| started.duration_since(t).as_millis() as i64);
+        let mut outcome = if decision.converged {
+            Outcome::Converged
+        } else {
+            Outcome::Waiting
+        };
+        if decision.converged {
+            let st = self.state.entry(cp.name.clone()).or_default();
+            if !st.converged_recorded {
+                st.converged_recorded = true;
+                let msg = format!(
+                    "{} machines at etcd {}, every member healthy",
+                    machines.len(),
+                    cp.spec.version
+                );
+                self.event(cp, "converged", None, &msg, true, None, None);
+            }
+        } else {
+            self.state
+                .entry(cp.name.clone())
+                .or_default()
+                .converged_recorded = false;
+        }
+        for action in &decision.actions {
+            let key = retry_key(action);
+            let now = Instant::now();
+            let due = self
+                .state
+                .get(&cp.name)
+                .and_then(|s| s.retry.get(&key))
+                .is_none_or(|(_, at)| *at <= now);
+            if !due {
+                break;
+            }
+            let t0 = Instant::now();
+            let res = self.perform(cp, &machines, &observed, action).await;
+            let took_ms = t0.elapsed().as_millis() as i64;
+            let machine = action_machine(action);
+            match res {
+                Ok(()) => {
+                    let st = self.state.entry(cp.name.clone()).or_default();
+                    st.retry.remove(&key);
+                    st.last_error = None;
+                    self.event(
+                        cp,
+                        action.kind(),
+                        machine.as_deref(),
+                        &action.to_string(),
+                        true,
+                        waited_ms,
+                        Some(took_ms),
+                    );
+                    outcome = Outcome::Acted;
+                }
+                Err(e) => {
+                    let refusal = e.is_refusal();
+                    let msg = format!("{action}: {e}");
+                    let st = self.state.entry(cp.name.clone()).or_default();
+                    let failures = st.retry.get(&key).map(|(n, _)| n + 1).unwrap_or(1);
+                    let cap = if refusal {
+                        RETRY_CAP_REFUSAL_MS
+                    } else {
+                        RETRY_CAP_FAILURE_MS
+                    };
+                    let delay = RETRY_BASE_MS.saturating_mul(1 << failures.min(16)).min(cap);
+                    st.retry.insert(
+                        key,
+                        (failures, Instant::now() + Duration::from_millis(delay)),
+                    );
+                    let repeat = st.last_error.as_deref() == Some(msg.as_str());
+                    st.last_error = Some(msg.clone());
+                    if !repeat {
+                        if refusal {
+                            tracing::info!(cp = %cp.name, "{msg}");
+                        } else {
+                            tracing::warn!(cp = %cp.name, "{msg}");
+                        }
+                        self.event(
+                            cp,
+                            "error",
+                            machine.as_deref(),
+                            &msg,
+                            false,
+                            None,
+                            Some(took_ms),
+                        );
+                    }
+                    break;
+                }
+            }
+        }
+        self.state.entry(cp.name.clone()).or_default().last_end =
+            (outcome != Outcome::Converged).then(Instant::now);
+        Ok(outcome)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn event(
+        &self,
+        cp: &ControlPlane,
+        kind: &str,
+        machine: Option<&str>,
+        message: &str,
+        ok: bool,
+        waited_ms: Option<i64>,
+        took_ms: Option<i64>,
+    ) {
+        let e = NewEvent {
+            kind,
+            machine,
+            message,
+            ok,
+            waited_ms,
+            took_ms,
+        };
+        if let Err(err) = self.store.record_event(&cp.name, now_ms(), &e) {
+            tracing::warn!("recording an event failed: {err}");
+        }
+    }
+
+    fn publish(&mut self, cp: &ControlPlane, d: &Decision, o: &Observed) -> Result<(), StoreError> {
+        let doc = StatusDoc {
+            decision: d,
+            cluster_version: o.observation.cluster_version.map(|v| v.to_string()),
+        };
+        let status = serde_json::to_value(&doc).unwrap_or(serde_json::Value::Null);
+        let text = status.to_string();
+        let now = now_ms();
+        let st = self.state.entry(cp.name.clone()).or_default();
+        if let Some((prev, at)) = &st.last_published {
+            if *prev == text && now - at < PUBLISH_EVERY_MS {
+                return Ok(());
+            }
+        }
+        st.last_published = Some((text, now));
+        self.store.publish_status(
+            &cp.name,
+            &PublishedStatus {
+                updated_at_ms: now,
+                controller: self.cfg.identity.clone(),
+                status,
+            },
+        )
+    }
+
+    async fn perform(
+        &mut self,
+        cp: &ControlPlane,
+        machines: &[Machine],
+        observed: &Observed,
+        action: &Action,
+    ) -> Result<(), ActionError> {
+        let find = |name: &str| machines.iter().find(|m| m.name == name);
+        let leader = || {
+            observed
+                .view
+                .leader_url
+                .clone()
+                .ok_or(ActionError::NoLeader)
+        };
+        match action {
+            Action::AllocateMachine { bootstrap, version } => {
+                // Refuse to record a machine that could never start.
+                etcd_binary(self.provider.etcd_dir(), *version)?;
+                let m = self.store.allocate_machine(
+                    &cp.name,
+                    *bootstrap,
+                    *version,
+                    &address_is_free,
+                )?;
+                tracing::info!(cp = %cp.name, machine = %m.name, address = %m.address, "allocated");
+                Ok(())
+            }
+            Action::StartMachine {
+                machine,
+                state,
+                initial_cluster,
+            } => {
+                let Some(m) = find(machine) else {
+                    return Ok(());
+                };
+                let req = StartRequest {
+                    machine: m,
+                    cluster_token: &cp.name,
+                    state: *state,
+                    initial_cluster,
+                };
+                self.provider.start(&req)?;
+                Ok(())
+            }
+            Action::AddLearner { peer_url, .. } => {
+                self.etcd.add_learner(&leader()?, peer_url).await?;
+                Ok(())
+            }
+            Action::Promote { member_id, .. } => {
+                self.etcd.promote(&leader()?, *member_id).await?;
+                Ok(())
+            }
+            Action::MarkDeleting { machine, .. } => {
+                self.store.mark_machine_deleting(&cp.name, machine)?;
+                Ok(())
+            }
+            Action::MoveLeader { to_member, .. } => {
+                self.etcd.move_leader(&leader()?, *to_member).await?;
+                Ok(())
+            }
+            Action::RemoveMember { member_id, .. } => {
+                self.etcd.remove(&leader()?, *member_id).await?;
+                Ok(())
+            }
+            Action::StopMachine { machine } => {
+                let p = self.provider.clone();
+                let name = machine.clone();
+                tokio::task::spawn_blocking(move || p.stop(&name))
+                    .await
+                    .map_err(|e| ActionError::Join(e.to_string()))??;
+                if let Some(m) = find(machine) {
+                    self.etcd.forget(&m.client_url());
+                }
+                Ok(())
+            }
+            Action::DeleteMachine { machine } => {
+                let p = self.provider.clone();
+                let name = machine.clone();
+                tokio::task::spawn_blocking(move || p.delete(&name))
+                    .await
+                    .map_err(|e| ActionError::Join(e.to_string()))??;
+                self.store.delete_machine(&cp.name, machine)?;
+                if let Some(m) = find(machine) {
+                    self.etcd.forget(&m.client_url());
+                }
+                Ok(())
+            }
+            Action::ForgetControlPlane => {
+                self.store.forget_control_plane(&cp.name)?;
+                Ok(())
+            }
+        }
+    }
+}
+
+fn retry_key(a: &Action) -> String {
+    format!("{}:{}", a.kind(), action_machine(a).unwrap_or_default())
+}
+
+/// The machine an action is about, for events.
+pub fn action_machine(a: &Action) -> Option<String> {
+    match a {
+        Action::StartMachine { machine, .. }
+        | Action::AddLearner { machine, .. }
+        | Action::Promote { machine, .. }
+        | Action::MarkDeleting { machine, .. }
+        | Action::StopMachine { machine }
+        | Action::DeleteMachine { machine } => Some(machine.clone()),
+        Action::MoveLeader { to_machine, .. } => Some(to_machine.clone()),
+        Action::RemoveMember { machine, .. } => machine.clone(),
+        Action::AllocateMachine { .. } | Action::ForgetControlPlane => None,
+    }
+}
+
+/// An address is free for a new machine when nothing listens on its client or peer port.
+pub fn address_is_free(a: Ipv4Addr) -> bool {
+    [CLIENT_PORT, PEER_PORT]
+        .iter()
+        .all(|p| TcpListener::bind(SocketAddrV4::new(a, *p)).is_ok())
+}
+
+async fn sleep_unless(stop: &AtomicBool, ms: u64) {
+    if !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}

@@ -7,7 +7,7 @@
 //! 3. with no leader to ask: restart stopped members, else wait;
 //! 4. restart a machine whose member exists but whose process is down;
 //! 5. finish an add: start and promote a learner;
-//! 6. finish a removal: a machine marked deleting loses leadership, then its member,
+//! 6. finish a removal: a machine marked deleting hands off leadership, then its member,
 //!    then its process, then its record;
 //! 7. remove orphan members (no machine);
 //! 8. a machine without a member: join it as a learner (never started) or replace it
@@ -133,7 +133,11 @@ impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Action::AllocateMachine { bootstrap, version } => {
-                let what = if *bootstrap { "initial machine" } else { "machine" };
+                let what = if *bootstrap {
+                    "initial machine"
+                } else {
+                    "machine"
+                };
                 write!(f, "allocate a new {what} (etcd {version})")
             }
             Action::StartMachine { machine, state, .. } => match state {
@@ -251,7 +255,11 @@ pub fn decide(cp: &ControlPlane, machines: &[Machine], observed: &Observation) -
     let view = View::new(cp, machines, observed);
     let mut step = view.next_step();
     debug_assert!(
-        step.actions.iter().filter(|a| a.is_membership_change()).count() <= 1,
+        step.actions
+            .iter()
+            .filter(|a| a.is_membership_change())
+            .count()
+            <= 1,
         "a decision proposes at most one membership change"
     );
     let conditions = view.conditions(&step);
@@ -384,10 +392,7 @@ impl<'a> View<'a> {
     }
 
     fn voters(&self) -> impl Iterator<Item = &'a Member> + '_ {
-        self.members
-            .into_iter()
-            .flatten()
-            .filter(|m| !m.is_learner)
+        self.members.into_iter().flatten().filter(|m| !m.is_learner)
     }
 
     fn seen_of(&self, member: &Member) -> Option<&Seen<'a>> {
@@ -401,7 +406,9 @@ impl<'a> View<'a> {
     fn healthy(&self, member: &Member) -> bool {
         self.seen_of(member)
             .and_then(|s| s.status())
-            .is_some_and(|st| st.member_id == member.id && st.leader_id != 0 && st.alarms.is_empty())
+            .is_some_and(|st| {
+                st.member_id == member.id && st.leader_id != 0 && st.alarms.is_empty()
+            })
     }
 
     fn healthy_voters_except(&self, except: Option<u64>) -> usize {
@@ -449,7 +456,10 @@ impl<'a> View<'a> {
             }
             if let Some(st) = self.seen_of(m).and_then(|s| s.status()) {
                 if !st.alarms.is_empty() {
-                    return Err(format!("member {name} has alarms: {}", st.alarms.join(", ")));
+                    return Err(format!(
+                        "member {name} has alarms: {}",
+                        st.alarms.join(", ")
+                    ));
                 }
             }
             if !self.healthy(m) {
@@ -667,7 +677,11 @@ impl<'a> View<'a> {
 
     /// What adding a member is for: a rollout if anything is outdated, else scaling up.
     fn growth_operation(&self) -> Operation {
-        if self.seen.iter().any(|s| s.machine.version != self.spec().version) {
+        if self
+            .seen
+            .iter()
+            .any(|s| s.machine.version != self.spec().version)
+        {
             Operation::RollingOut
         } else {
             Operation::ScalingUp
@@ -675,7 +689,11 @@ impl<'a> View<'a> {
     }
 
     fn shrink_operation(&self) -> Operation {
-        if self.seen.iter().any(|s| s.machine.version != self.spec().version) {
+        if self
+            .seen
+            .iter()
+            .any(|s| s.machine.version != self.spec().version)
+        {
             Operation::RollingOut
         } else {
             Operation::ScalingDown
@@ -728,14 +746,19 @@ impl<'a> View<'a> {
             .find(|st| st.member_id == id)
     }
 
-    /// The voter to hand leadership to: healthy, not leaving, the newest.
+    /// The voter to hand leadership to: healthy, not leaving; one at the spec's version
+    /// first (it will not have to hand leadership on again), and among those the oldest.
+    /// The oldest has been connected to its peers longest: a leader whose connection to
+    /// a voter is younger than etcd's 5 s health interval refuses membership changes
+    /// ("unhealthy cluster"), so the newest member would stall the next step.
     fn transferee(&self, from: u64) -> Option<(&Member, &Machine)> {
+        let version = self.spec().version;
         self.seen
             .iter()
-            .rev()
             .filter(|s| !s.machine.deleting)
             .filter_map(|s| s.member.map(|m| (m, s.machine)))
-            .find(|(m, _)| !m.is_learner && m.id != from && self.healthy(m))
+            .filter(|(m, _)| !m.is_learner && m.id != from && self.healthy(m))
+            .min_by_key(|(_, machine)| (machine.version != version, machine.serial))
     }
 
     fn move_leader_off(&self, op: Operation, member: &Member, label: &str) -> Step {
@@ -910,7 +933,10 @@ impl<'a> View<'a> {
             return Step::wait(op, format!("{} has no member yet", victim.machine.name));
         };
         if let Err(why) = self.preflight() {
-            return Step::wait(op, format!("before removing {}: {why}", victim.machine.name));
+            return Step::wait(
+                op,
+                format!("before removing {}: {why}", victim.machine.name),
+            );
         }
         if let Err(why) = self.safe_to_remove_voter(member.id) {
             let hint = if spec.rollout.max_surge == 0 && self.seen.len() <= spec.replicas as usize {
@@ -941,7 +967,8 @@ impl<'a> View<'a> {
         let spec = self.spec();
         let voters = self.voters().count();
         let healthy_voters = self.healthy_voters_except(None);
-        let available = self.members.is_some() && voters > 0 && healthy_voters >= quorum_size(voters);
+        let available =
+            self.members.is_some() && voters > 0 && healthy_voters >= quorum_size(voters);
         let unhealthy: Vec<String> = self
             .members
             .into_iter()
@@ -955,7 +982,12 @@ impl<'a> View<'a> {
             .filter(|s| s.machine.version != spec.version)
             .map(|s| format!("{} ({})", s.machine.name, s.machine.version))
             .collect();
-        let learners = self.members.into_iter().flatten().filter(|m| m.is_learner).count();
+        let learners = self
+            .members
+            .into_iter()
+            .flatten()
+            .filter(|m| m.is_learner)
+            .count();
         let leaving = self.seen.iter().filter(|s| s.machine.deleting).count();
         let scaled = voters == spec.replicas as usize
             && self.seen.len() == spec.replicas as usize

@@ -41,7 +41,7 @@ pub fn validate_spec(spec: &ControlPlaneSpec, allow_even: bool) -> Result<(), Sp
     if spec.replicas == 0 || spec.replicas > MAX_REPLICAS {
         return Err(SpecError::ReplicasRange(spec.replicas));
     }
-    if spec.replicas % 2 == 0 && !allow_even {
+    if spec.replicas.is_multiple_of(2) && !allow_even {
         return Err(SpecError::EvenReplicas(spec.replicas));
     }
     if spec.rollout.max_surge > 1 {
@@ -89,7 +89,17 @@ mod tests {
         for ok in ["a", "demo", "prod-eu-1", "x9"] {
             assert!(validate_name(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "Demo", "1abc", "a_b", "a-", "a b", "a/b", "..", &"a".repeat(41)] {
+        for bad in [
+            "",
+            "Demo",
+            "1abc",
+            "a_b",
+            "a-",
+            "a b",
+            "a/b",
+            "..",
+            &"a".repeat(41),
+        ] {
             assert!(validate_name(bad).is_err(), "{bad}");
         }
     }
@@ -97,12 +107,27 @@ mod tests {
     #[test]
     fn specs() {
         assert!(validate_spec(&spec(3, "3.4.23", 1), false).is_ok());
-        assert_eq!(validate_spec(&spec(0, "3.4.23", 1), false), Err(SpecError::ReplicasRange(0)));
-        assert_eq!(validate_spec(&spec(9, "3.4.23", 1), false), Err(SpecError::ReplicasRange(9)));
-        assert_eq!(validate_spec(&spec(4, "3.4.23", 1), false), Err(SpecError::EvenReplicas(4)));
+        assert_eq!(
+            validate_spec(&spec(0, "3.4.23", 1), false),
+            Err(SpecError::ReplicasRange(0))
+        );
+        assert_eq!(
+            validate_spec(&spec(9, "3.4.23", 1), false),
+            Err(SpecError::ReplicasRange(9))
+        );
+        assert_eq!(
+            validate_spec(&spec(4, "3.4.23", 1), false),
+            Err(SpecError::EvenReplicas(4))
+        );
         assert!(validate_spec(&spec(4, "3.4.23", 1), true).is_ok());
-        assert_eq!(validate_spec(&spec(3, "3.4.23", 2), false), Err(SpecError::MaxSurge(2)));
-        assert_eq!(validate_spec(&spec(1, "3.4.23", 0), false), Err(SpecError::SurgeZeroTooSmall));
+        assert_eq!(
+            validate_spec(&spec(3, "3.4.23", 2), false),
+            Err(SpecError::MaxSurge(2))
+        );
+        assert_eq!(
+            validate_spec(&spec(1, "3.4.23", 0), false),
+            Err(SpecError::SurgeZeroTooSmall)
+        );
         let msg = SpecError::EvenReplicas(4).to_string();
         assert!(msg.contains("use 3 or 5"), "{msg}");
     }
@@ -111,15 +136,30 @@ mod tests {
     fn changes() {
         let old = spec(3, "3.4.23", 1);
         let v = |s: &str| s.parse::<Version>().unwrap();
-        assert!(validate_spec_change(&old, &spec(3, "3.5.1", 1), Some(v("3.4.23")), Some(v("3.4.0")), false).is_ok());
+        assert!(validate_spec_change(
+            &old,
+            &spec(3, "3.5.1", 1),
+            Some(v("3.4.23")),
+            Some(v("3.4.0")),
+            false
+        )
+        .is_ok());
         assert!(matches!(
             validate_spec_change(&old, &spec(3, "3.6.0", 1), Some(v("3.4.23")), None, false),
             Err(SpecError::Version(VersionChangeError::SkipsMinor { .. }))
         ));
         let new = spec(3, "3.5.1", 1);
         assert!(matches!(
-            validate_spec_change(&new, &spec(3, "3.4.23", 1), Some(v("3.5.1")), Some(v("3.5.0")), false),
-            Err(SpecError::Version(VersionChangeError::BelowClusterVersion { .. }))
+            validate_spec_change(
+                &new,
+                &spec(3, "3.4.23", 1),
+                Some(v("3.5.1")),
+                Some(v("3.5.0")),
+                false
+            ),
+            Err(SpecError::Version(
+                VersionChangeError::BelowClusterVersion { .. }
+            ))
         ));
         // Changing only replicas never trips the version rules.
         assert!(validate_spec_change(&old, &spec(5, "3.4.23", 1), None, None, false).is_ok());

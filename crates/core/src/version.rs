@@ -58,7 +58,9 @@ impl FromStr for Version {
         let mut parts = t.split('.');
         let mut next = |required: bool| -> Result<u32, ParseVersionError> {
             match parts.next() {
-                Some(p) if !p.is_empty() && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_digit()) => {
+                Some(p)
+                    if !p.is_empty() && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_digit()) =>
+                {
                     p.parse().map_err(|_| err())
                 }
                 None if !required => Ok(0),
@@ -129,9 +131,21 @@ mod tests {
         let v: Version = "3.5.1".parse().unwrap();
         assert_eq!(v, Version::new(3, 5, 1));
         assert_eq!(v.to_string(), "3.5.1");
-        assert_eq!("v3.4.23".parse::<Version>().unwrap(), Version::new(3, 4, 23));
+        assert_eq!(
+            "v3.4.23".parse::<Version>().unwrap(),
+            Version::new(3, 4, 23)
+        );
         assert_eq!("3.5".parse::<Version>().unwrap(), Version::new(3, 5, 0));
-        for bad in ["", "3", "3.x.1", "3.5.1.2", "three", "3..1", "-3.5.1", "3.5.1 beta"] {
+        for bad in [
+            "",
+            "3",
+            "3.x.1",
+            "3.5.1.2",
+            "three",
+            "3..1",
+            "-3.5.1",
+            "3.5.1 beta",
+        ] {
             assert!(bad.parse::<Version>().is_err(), "{bad:?} parsed");
         }
     }

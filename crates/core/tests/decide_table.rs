@@ -196,26 +196,39 @@ impl Sit {
                 let started = f.has_data;
                 members.push(Member {
                     id: member_id(f.serial),
-                    name: if started { mach.name.clone() } else { String::new() },
+                    name: if started {
+                        mach.name.clone()
+                    } else {
+                        String::new()
+                    },
                     peer_urls: vec![mach.peer_url()],
-                    client_urls: if started { vec![mach.client_url()] } else { vec![] },
+                    client_urls: if started {
+                        vec![mach.client_url()]
+                    } else {
+                        vec![]
+                    },
                     is_learner: f.member == Mem::Learner,
                 });
             }
-            let status = (f.reachable && f.running && self.members_visible).then(|| EndpointStatus {
-                member_id: member_id(f.serial),
-                leader_id,
-                raft_term: 2,
-                raft_index: 1000,
-                raft_applied_index: f.applied,
-                version: Some(f.version.parse().unwrap()),
-                is_learner: f.member == Mem::Learner,
-                alarms: f.alarms.clone(),
-            });
+            let status =
+                (f.reachable && f.running && self.members_visible).then(|| EndpointStatus {
+                    member_id: member_id(f.serial),
+                    leader_id,
+                    raft_term: 2,
+                    raft_index: 1000,
+                    raft_applied_index: f.applied,
+                    version: Some(f.version.parse().unwrap()),
+                    is_learner: f.member == Mem::Learner,
+                    alarms: f.alarms.clone(),
+                });
             obs.insert(
                 mach.name.clone(),
                 MachineObservation {
-                    process: if f.running { ProcessState::Running } else { ProcessState::Stopped },
+                    process: if f.running {
+                        ProcessState::Running
+                    } else {
+                        ProcessState::Stopped
+                    },
                     has_data: f.has_data,
                     status,
                 },
@@ -266,9 +279,20 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
         })
         .collect();
     let got = actions.join(" ");
-    let ctx = format!("case '{case}': got actions [{got}], waiting {:?}, blocked {}", d.waiting_for, d.is_blocked());
+    let ctx = format!(
+        "case '{case}': got actions [{got}], waiting {:?}, blocked {}",
+        d.waiting_for,
+        d.is_blocked()
+    );
     // Invariant of every decision: at most one membership change.
-    assert!(d.actions.iter().filter(|a| a.is_membership_change()).count() <= 1, "{ctx}");
+    assert!(
+        d.actions
+            .iter()
+            .filter(|a| a.is_membership_change())
+            .count()
+            <= 1,
+        "{ctx}"
+    );
     if let Some(text) = expect.strip_prefix("wait: ") {
         assert!(d.actions.is_empty(), "{ctx}");
         assert!(!d.is_blocked(), "{ctx}");
@@ -278,7 +302,10 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
         assert!(d.actions.is_empty(), "{ctx}");
         assert!(d.is_blocked(), "{ctx}");
         let msg = &d.condition(ConditionKind::Blocked).unwrap().message;
-        assert!(msg.contains(text), "{ctx}: expected refusal with '{text}', got '{msg}'");
+        assert!(
+            msg.contains(text),
+            "{ctx}: expected refusal with '{text}', got '{msg}'"
+        );
     } else if expect == "converged" {
         assert!(d.converged, "{ctx}, conditions {:?}", d.conditions);
         assert!(d.actions.is_empty(), "{ctx}");
@@ -286,7 +313,13 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
         let want: Vec<&str> = expect.split_whitespace().collect();
         let got: Vec<&str> = actions.iter().map(|s| s.as_str()).collect();
         let matches = want.len() == got.len()
-            && want.iter().zip(&got).all(|(w, g)| if w.contains(':') { w == g } else { g.split(':').next() == Some(*w) });
+            && want.iter().zip(&got).all(|(w, g)| {
+                if w.contains(':') {
+                    w == g
+                } else {
+                    g.split(':').next() == Some(*w)
+                }
+            });
         assert!(matches, "{ctx}: expected [{expect}]");
         assert!(!d.converged, "{ctx}");
     }
@@ -301,180 +334,543 @@ fn old3() -> Vec<Fx> {
 fn decision_table() {
     let cases: Vec<(&str, Sit, &str)> = vec![
         // --- bootstrap
-        ("empty: allocate the initial machines",
+        (
+            "empty: allocate the initial machines",
             sit(3, OLD, vec![]).no_leader(),
-            "allocate-machine allocate-machine allocate-machine"),
-        ("allocated, none started: start all as a new cluster",
-            sit(3, OLD, vec![m(1, OLD).fresh().no_member(), m(2, OLD).fresh().no_member(), m(3, OLD).fresh().no_member()]).no_leader(),
-            "start-machine:cp-1 start-machine:cp-2 start-machine:cp-3"),
-        ("crash during allocation: allocate the rest",
-            sit(3, OLD, vec![m(1, OLD).fresh().no_member(), m(2, OLD).fresh().no_member()]).no_leader(),
-            "allocate-machine"),
-        ("crash during start: start the others, same initial cluster",
-            sit(3, OLD, vec![m(1, OLD).no_member().unreachable(), m(2, OLD).fresh().no_member(), m(3, OLD).fresh().no_member()]).no_leader(),
-            "start-machine:cp-2 start-machine:cp-3"),
-        ("all started, no leader yet: wait",
-            sit(3, OLD, vec![m(1, OLD).no_member().unreachable(), m(2, OLD).no_member().unreachable(), m(3, OLD).no_member().unreachable()]).no_leader(),
-            "wait: elect a leader"),
-        ("bootstrap member formed without one machine: start it as new",
+            "allocate-machine allocate-machine allocate-machine",
+        ),
+        (
+            "allocated, none started: start all as a new cluster",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).fresh().no_member(),
+                    m(2, OLD).fresh().no_member(),
+                    m(3, OLD).fresh().no_member(),
+                ],
+            )
+            .no_leader(),
+            "start-machine:cp-1 start-machine:cp-2 start-machine:cp-3",
+        ),
+        (
+            "crash during allocation: allocate the rest",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD).fresh().no_member(), m(2, OLD).fresh().no_member()],
+            )
+            .no_leader(),
+            "allocate-machine",
+        ),
+        (
+            "crash during start: start the others, same initial cluster",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).no_member().unreachable(),
+                    m(2, OLD).fresh().no_member(),
+                    m(3, OLD).fresh().no_member(),
+                ],
+            )
+            .no_leader(),
+            "start-machine:cp-2 start-machine:cp-3",
+        ),
+        (
+            "all started, no leader yet: wait",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).no_member().unreachable(),
+                    m(2, OLD).no_member().unreachable(),
+                    m(3, OLD).no_member().unreachable(),
+                ],
+            )
+            .no_leader(),
+            "wait: elect a leader",
+        ),
+        (
+            "bootstrap member formed without one machine: start it as new",
             sit(3, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).fresh()]),
-            "start-machine:cp-3"),
-        ("single-member bootstrap",
+            "start-machine:cp-3",
+        ),
+        (
+            "single-member bootstrap",
             sit(1, OLD, vec![]).no_leader(),
-            "allocate-machine"),
+            "allocate-machine",
+        ),
         // --- steady state
-        ("healthy and up to date: converged",
+        (
+            "healthy and up to date: converged",
             sit(3, OLD, old3()),
-            "converged"),
-        ("paused: nothing, even if outdated",
-            { let mut s = sit(3, NEW, old3()); s.paused = true; s },
-            "wait: paused"),
+            "converged",
+        ),
+        (
+            "paused: nothing, even if outdated",
+            {
+                let mut s = sit(3, NEW, old3());
+                s.paused = true;
+                s
+            },
+            "wait: paused",
+        ),
         // --- scale up
-        ("scale 3 -> 5: allocate",
+        (
+            "scale 3 -> 5: allocate",
             sit(5, OLD, old3()),
-            "allocate-machine"),
-        ("allocated machine: add it as a learner",
-            sit(5, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).fresh().no_member()]),
-            "add-learner:cp-4"),
-        ("learner added, not started: start it joining the existing cluster",
-            sit(5, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().fresh()]),
-            "start-machine:cp-4"),
-        ("learner behind: wait for it to catch up",
-            sit(5, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().applied(100)]),
-            "wait: catch up"),
-        ("learner caught up: promote",
-            sit(5, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().applied(950)]),
-            "promote:cp-4"),
-        ("learner started but not answering: wait",
-            sit(5, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().unreachable()]),
-            "wait: learner cp-4 to answer"),
-        ("scale up with an unhealthy member: do not allocate",
+            "allocate-machine",
+        ),
+        (
+            "allocated machine: add it as a learner",
+            sit(
+                5,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, OLD).fresh().no_member(),
+                ],
+            ),
+            "add-learner:cp-4",
+        ),
+        (
+            "learner added, not started: start it joining the existing cluster",
+            sit(
+                5,
+                OLD,
+                vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().fresh()],
+            ),
+            "start-machine:cp-4",
+        ),
+        (
+            "learner behind: wait for it to catch up",
+            sit(
+                5,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, OLD).learner().applied(100),
+                ],
+            ),
+            "wait: catch up",
+        ),
+        (
+            "learner caught up: promote",
+            sit(
+                5,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, OLD).learner().applied(950),
+                ],
+            ),
+            "promote:cp-4",
+        ),
+        (
+            "learner started but not answering: wait",
+            sit(
+                5,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, OLD).learner().unreachable(),
+                ],
+            ),
+            "wait: learner cp-4 to answer",
+        ),
+        (
+            "scale up with an unhealthy member: do not allocate",
             sit(5, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()]),
-            "wait: member cp-3 is not healthy"),
-        ("add refused while a member has an alarm",
-            sit(5, OLD, vec![m(1, OLD), m(2, OLD).alarm("NOSPACE"), m(3, OLD), m(4, OLD).fresh().no_member()]),
-            "wait: alarms: NOSPACE"),
-        ("scale 1 -> 3: allocate",
+            "wait: member cp-3 is not healthy",
+        ),
+        (
+            "add refused while a member has an alarm",
+            sit(
+                5,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD).alarm("NOSPACE"),
+                    m(3, OLD),
+                    m(4, OLD).fresh().no_member(),
+                ],
+            ),
+            "wait: alarms: NOSPACE",
+        ),
+        (
+            "scale 1 -> 3: allocate",
             sit(3, OLD, vec![m(1, OLD)]),
-            "allocate-machine"),
-        ("scale 1 -> 3: second member promoted with 1 voter",
+            "allocate-machine",
+        ),
+        (
+            "scale 1 -> 3: second member promoted with 1 voter",
             sit(3, OLD, vec![m(1, OLD), m(4, OLD).learner()]),
-            "promote:cp-4"),
+            "promote:cp-4",
+        ),
         // --- scale down
-        ("scale 5 -> 3: mark the oldest follower",
-            sit(3, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD), m(5, OLD)]).leader(5),
-            "mark-deleting:cp-1"),
-        ("scale down: the leader goes last",
-            sit(3, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD), m(5, OLD)]).leader(1),
-            "mark-deleting:cp-2"),
-        ("deleting the leader: move leadership to the newest healthy voter first",
-            sit(3, OLD, vec![m(1, OLD).deleting(), m(2, OLD), m(3, OLD), m(4, OLD)]).leader(1),
-            "move-leader:cp-4"),
-        ("deleting a follower: remove its member",
-            sit(3, OLD, vec![m(1, OLD).deleting(), m(2, OLD), m(3, OLD), m(4, OLD)]).leader(2),
-            "remove-member:cp-1"),
-        ("member removed, process still up: stop it",
-            sit(3, OLD, vec![m(1, OLD).deleting().no_member(), m(2, OLD), m(3, OLD), m(4, OLD)]).leader(2),
-            "stop-machine:cp-1"),
-        ("member removed, process stopped: delete the machine",
-            sit(3, OLD, vec![m(1, OLD).deleting().no_member().stopped(), m(2, OLD), m(3, OLD), m(4, OLD)]).leader(2),
-            "delete-machine:cp-1"),
-        ("removal that would lose quorum: refuse",
-            sit(1, OLD, vec![m(1, OLD).deleting(), m(2, OLD), m(3, OLD).unreachable()]).leader(2),
-            "refuse: below the quorum"),
-        ("deleting a learner: remove it without projection",
-            sit(3, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().deleting()]),
-            "remove-member:cp-4"),
-        ("deleting the leader with no healthy transferee: refuse",
+        (
+            "scale 5 -> 3: mark the oldest follower",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD), m(5, OLD)],
+            )
+            .leader(5),
+            "mark-deleting:cp-1",
+        ),
+        (
+            "scale down: the leader goes last",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD), m(5, OLD)],
+            )
+            .leader(1),
+            "mark-deleting:cp-2",
+        ),
+        (
+            "deleting the leader: move leadership first, to the oldest healthy voter",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD).deleting(), m(2, OLD), m(3, OLD), m(4, OLD)],
+            )
+            .leader(1),
+            "move-leader:cp-2",
+        ),
+        (
+            "rollout, deleting the outdated leader: leadership goes to an up-to-date voter",
+            sit(
+                3,
+                NEW,
+                vec![m(1, OLD).deleting(), m(2, OLD), m(5, NEW), m(6, NEW)],
+            )
+            .leader(1),
+            "move-leader:cp-5",
+        ),
+        (
+            "no transferee among the unhealthy: the healthy one is chosen",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, OLD).deleting(),
+                    m(5, NEW).unreachable(),
+                    m(6, NEW),
+                    m(7, NEW),
+                ],
+            )
+            .leader(1),
+            "move-leader:cp-6",
+        ),
+        (
+            "deleting a follower: remove its member",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD).deleting(), m(2, OLD), m(3, OLD), m(4, OLD)],
+            )
+            .leader(2),
+            "remove-member:cp-1",
+        ),
+        (
+            "member removed, process still up: stop it",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).deleting().no_member(),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, OLD),
+                ],
+            )
+            .leader(2),
+            "stop-machine:cp-1",
+        ),
+        (
+            "member removed, process stopped: delete the machine",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).deleting().no_member().stopped(),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, OLD),
+                ],
+            )
+            .leader(2),
+            "delete-machine:cp-1",
+        ),
+        (
+            "removal that would lose quorum: refuse",
+            sit(
+                1,
+                OLD,
+                vec![m(1, OLD).deleting(), m(2, OLD), m(3, OLD).unreachable()],
+            )
+            .leader(2),
+            "refuse: below the quorum",
+        ),
+        (
+            "deleting a learner: remove it without projection",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, OLD).learner().deleting(),
+                ],
+            ),
+            "remove-member:cp-4",
+        ),
+        (
+            "deleting the leader with no healthy transferee: refuse",
             sit(1, OLD, vec![m(1, OLD).deleting(), m(2, OLD).unreachable()]).leader(1),
-            "refuse: no healthy voter can take over"),
-        ("scale 3 -> 1 with an unhealthy member: wait",
+            "refuse: no healthy voter can take over",
+        ),
+        (
+            "scale 3 -> 1 with an unhealthy member: wait",
             sit(1, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()]),
-            "wait: cp-3 is not healthy"),
+            "wait: cp-3 is not healthy",
+        ),
         // --- rollout, maxSurge 1
-        ("rollout: surge a new machine",
+        (
+            "rollout: surge a new machine",
             sit(3, NEW, old3()),
-            "allocate-machine"),
-        ("rollout: new machine promoted, mark the oldest outdated",
+            "allocate-machine",
+        ),
+        (
+            "rollout: new machine promoted, mark the oldest outdated",
             sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, NEW)]).leader(2),
-            "mark-deleting:cp-1"),
-        ("rollout: followers before the leader",
+            "mark-deleting:cp-1",
+        ),
+        (
+            "rollout: followers before the leader",
             sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, NEW)]).leader(1),
-            "mark-deleting:cp-2"),
-        ("rollout: a pending learner is promoted before anything else",
-            sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, NEW).learner()]),
-            "promote:cp-4"),
-        ("rollout finished: converged",
+            "mark-deleting:cp-2",
+        ),
+        (
+            "rollout: a pending learner is promoted before anything else",
+            sit(
+                3,
+                NEW,
+                vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, NEW).learner()],
+            ),
+            "promote:cp-4",
+        ),
+        (
+            "rollout finished: converged",
             sit(3, NEW, vec![m(4, NEW), m(5, NEW), m(6, NEW)]),
-            "converged"),
-        ("rollout: the outdated leader is the last to go",
+            "converged",
+        ),
+        (
+            "rollout: the outdated leader is the last to go",
             sit(3, NEW, vec![m(1, OLD), m(5, NEW), m(6, NEW), m(7, NEW)]).leader(1),
-            "mark-deleting:cp-1"),
+            "mark-deleting:cp-1",
+        ),
         // --- rollout, maxSurge 0
-        ("maxSurge 0: remove first",
+        (
+            "maxSurge 0: remove first",
             sit(3, NEW, old3()).surge(0).leader(3),
-            "mark-deleting:cp-1"),
-        ("maxSurge 0: after the removal, allocate the replacement",
+            "mark-deleting:cp-1",
+        ),
+        (
+            "maxSurge 0: after the removal, allocate the replacement",
             sit(3, NEW, vec![m(2, OLD), m(3, OLD)]).surge(0),
-            "allocate-machine"),
-        ("maxSurge 0 with an unhealthy member: wait",
-            sit(3, NEW, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)]).surge(0).leader(3),
-            "wait: cp-2 is not healthy"),
-        ("maxSurge 0 on one replica: refuse and say why",
+            "allocate-machine",
+        ),
+        (
+            "maxSurge 0 with an unhealthy member: wait",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)])
+                .surge(0)
+                .leader(3),
+            "wait: cp-2 is not healthy",
+        ),
+        (
+            "maxSurge 0 on one replica: refuse and say why",
             sit(1, NEW, vec![m(1, OLD)]).surge(0),
-            "refuse: use maxSurge 1"),
+            "refuse: use maxSurge 1",
+        ),
         // --- quorum projection on promote
-        ("promote that cannot keep quorum: refuse",
-            sit(5, OLD, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD).unreachable(), m(4, OLD).learner()]),
-            "refuse: below the quorum"),
+        (
+            "promote that cannot keep quorum: refuse",
+            sit(
+                5,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD).unreachable(),
+                    m(3, OLD).unreachable(),
+                    m(4, OLD).learner(),
+                ],
+            ),
+            "refuse: below the quorum",
+        ),
         // --- orphans
-        ("orphan voter: remove it",
+        (
+            "orphan voter: remove it",
             sit(3, OLD, old3()).orphan(0x999, "ghost", false),
-            "remove-member:999"),
-        ("orphan unstarted learner (empty name): remove it",
+            "remove-member:999",
+        ),
+        (
+            "orphan unstarted learner (empty name): remove it",
             sit(3, OLD, old3()).orphan(0x998, "", true),
-            "remove-member:998"),
-        ("orphan leader: move leadership first",
-            { let mut s = sit(3, OLD, old3()).orphan(0x999, "ghost", false); s.orphan_leader = Some(0x999); s },
-            "move-leader:cp-3"),
-        ("orphan whose removal would lose quorum: refuse",
+            "remove-member:998",
+        ),
+        (
+            "orphan leader: move leadership first",
+            {
+                let mut s = sit(3, OLD, old3()).orphan(0x999, "ghost", false);
+                s.orphan_leader = Some(0x999);
+                s
+            },
+            "move-leader:cp-1",
+        ),
+        (
+            "orphan whose removal would lose quorum: refuse",
             sit(3, OLD, vec![m(1, OLD), m(2, OLD).unreachable()]).orphan(0x999, "ghost", false),
-            "refuse: not removing orphan member ghost"),
+            "refuse: not removing orphan member ghost",
+        ),
         // --- the origin bug report: 4 machines, 3 members, the removed one unreachable
-        ("bug report: removed member's machine unreachable: stop it and go on",
-            sit(3, NEW, vec![m(1, OLD).deleting().no_member().unreachable(), m(2, OLD), m(3, OLD), m(4, NEW)]).leader(2),
-            "stop-machine:cp-1"),
-        ("bug report: removed member's process gone: delete the machine",
-            sit(3, NEW, vec![m(1, OLD).deleting().no_member().stopped(), m(2, OLD), m(3, OLD), m(4, NEW)]).leader(2),
-            "delete-machine:cp-1"),
-        ("bug report without intent: a started machine lost its member: replace it",
-            sit(3, NEW, vec![m(1, OLD).no_member().unreachable(), m(2, OLD), m(3, OLD), m(4, NEW)]).leader(2),
-            "mark-deleting:cp-1"),
-        ("bug report recovered: the rollout continues",
+        (
+            "bug report: removed member's machine unreachable: stop it and go on",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, OLD).deleting().no_member().unreachable(),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, NEW),
+                ],
+            )
+            .leader(2),
+            "stop-machine:cp-1",
+        ),
+        (
+            "bug report: removed member's process gone: delete the machine",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, OLD).deleting().no_member().stopped(),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, NEW),
+                ],
+            )
+            .leader(2),
+            "delete-machine:cp-1",
+        ),
+        (
+            "bug report without intent: a started machine lost its member: replace it",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, OLD).no_member().unreachable(),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, NEW),
+                ],
+            )
+            .leader(2),
+            "mark-deleting:cp-1",
+        ),
+        (
+            "bug report recovered: the rollout continues",
             sit(3, NEW, vec![m(2, OLD), m(3, OLD), m(4, NEW)]).leader(2),
-            "allocate-machine"),
+            "allocate-machine",
+        ),
         // --- repair
-        ("a member's process died: restart it",
+        (
+            "a member's process died: restart it",
             sit(3, OLD, vec![m(1, OLD), m(2, OLD).stopped(), m(3, OLD)]),
-            "start-machine:cp-2"),
-        ("no quorum: restart the stopped members",
-            sit(3, OLD, vec![m(1, OLD).stopped(), m(2, OLD).stopped(), m(3, OLD).unreachable()]).no_leader(),
-            "start-machine:cp-1 start-machine:cp-2"),
-        ("no quorum, everything running: wait",
-            sit(3, OLD, vec![m(4, OLD).unreachable(), m(5, OLD).unreachable(), m(6, OLD).unreachable()]).no_leader(),
-            "wait: no member answered as leader"),
-        ("a process without member nor data: stop it before joining",
-            sit(3, OLD, vec![m(1, OLD), m(2, OLD), m(4, OLD).no_member().unreachable().boot(false).fresh_running()]),
-            "stop-machine:cp-4"),
+            "start-machine:cp-2",
+        ),
+        (
+            "no quorum: restart the stopped members",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).stopped(),
+                    m(2, OLD).stopped(),
+                    m(3, OLD).unreachable(),
+                ],
+            )
+            .no_leader(),
+            "start-machine:cp-1 start-machine:cp-2",
+        ),
+        (
+            "no quorum, everything running: wait",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(4, OLD).unreachable(),
+                    m(5, OLD).unreachable(),
+                    m(6, OLD).unreachable(),
+                ],
+            )
+            .no_leader(),
+            "wait: no member answered as leader",
+        ),
+        (
+            "a process without member nor data: stop it before joining",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD),
+                    m(4, OLD)
+                        .no_member()
+                        .unreachable()
+                        .boot(false)
+                        .fresh_running(),
+                ],
+            ),
+            "stop-machine:cp-4",
+        ),
         // --- teardown
-        ("delete the control plane: stop running machines, delete stopped ones",
-            { let mut s = sit(3, OLD, vec![m(1, OLD), m(2, OLD).stopped(), m(3, OLD)]); s.deleting_cp = true; s },
-            "stop-machine:cp-1 delete-machine:cp-2 stop-machine:cp-3"),
-        ("teardown done: forget the control plane",
-            { let mut s = sit(3, OLD, vec![]); s.deleting_cp = true; s },
-            "forget-control-plane"),
+        (
+            "delete the control plane: stop running machines, delete stopped ones",
+            {
+                let mut s = sit(3, OLD, vec![m(1, OLD), m(2, OLD).stopped(), m(3, OLD)]);
+                s.deleting_cp = true;
+                s
+            },
+            "stop-machine:cp-1 delete-machine:cp-2 stop-machine:cp-3",
+        ),
+        (
+            "teardown done: forget the control plane",
+            {
+                let mut s = sit(3, OLD, vec![]);
+                s.deleting_cp = true;
+                s
+            },
+            "forget-control-plane",
+        ),
     ];
-    assert!(cases.len() >= 50, "the table keeps at least 50 cases, has {}", cases.len());
+    assert!(
+        cases.len() >= 50,
+        "the table keeps at least 50 cases, has {}",
+        cases.len()
+    );
     for (name, s, expect) in &cases {
         check(name, s, expect);
     }
@@ -491,10 +887,24 @@ impl Fx {
 
 #[test]
 fn endpoints_exclude_learners_leavers_and_unhealthy() {
-    let s = sit(3, NEW, vec![m(1, OLD).deleting(), m(2, OLD), m(3, OLD).unreachable(), m(4, NEW), m(5, NEW).learner()]).leader(2);
+    let s = sit(
+        3,
+        NEW,
+        vec![
+            m(1, OLD).deleting(),
+            m(2, OLD),
+            m(3, OLD).unreachable(),
+            m(4, NEW),
+            m(5, NEW).learner(),
+        ],
+    )
+    .leader(2);
     let (cp, machines, observed) = s.build();
     let d = decide(&cp, &machines, &observed);
-    assert_eq!(d.endpoints, vec![machines[1].client_url(), machines[3].client_url()]);
+    assert_eq!(
+        d.endpoints,
+        vec![machines[1].client_url(), machines[3].client_url()]
+    );
 }
 
 #[test]
@@ -516,7 +926,14 @@ fn a_status_from_another_member_does_not_prove_health() {
     // The address answered, but as a different member (a stale process): not healthy.
     let s = sit(5, OLD, old3());
     let (cp, machines, mut observed) = s.build();
-    observed.machines.get_mut("cp-3").unwrap().status.as_mut().unwrap().member_id = 0x777;
+    observed
+        .machines
+        .get_mut("cp-3")
+        .unwrap()
+        .status
+        .as_mut()
+        .unwrap()
+        .member_id = 0x777;
     let d = decide(&cp, &machines, &observed);
     assert!(d.actions.is_empty());
     assert!(d.waiting_for.unwrap().contains("cp-3 is not healthy"));
@@ -524,10 +941,21 @@ fn a_status_from_another_member_does_not_prove_health() {
 
 #[test]
 fn start_of_a_joining_member_lists_the_cluster_and_itself() {
-    let s = sit(5, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().fresh()]);
+    let s = sit(
+        5,
+        OLD,
+        vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().fresh()],
+    );
     let (cp, machines, observed) = s.build();
     let d = decide(&cp, &machines, &observed);
-    let Action::StartMachine { state, initial_cluster, .. } = &d.actions[0] else { panic!("{d:?}") };
+    let Action::StartMachine {
+        state,
+        initial_cluster,
+        ..
+    } = &d.actions[0]
+    else {
+        panic!("{d:?}")
+    };
     assert_eq!(*state, ClusterState::Existing);
     let names: Vec<&str> = initial_cluster.iter().map(|m| m.name.as_str()).collect();
     assert_eq!(names, ["cp-1", "cp-2", "cp-3", "cp-4"]);
@@ -545,12 +973,23 @@ fn a_full_rollout_replays_to_convergence() {
             assert!(steps < 200, "no convergence with maxSurge {surge}");
             let (cp, machines, observed) = world.build();
             let d = decide(&cp, &machines, &observed);
-            let voters = world.machines.iter().filter(|f| f.member == Mem::Voter).count();
-            assert!(voters >= 2, "fewer than 2 voters during the rollout (surge {surge})");
+            let voters = world
+                .machines
+                .iter()
+                .filter(|f| f.member == Mem::Voter)
+                .count();
+            assert!(
+                voters >= 2,
+                "fewer than 2 voters during the rollout (surge {surge})"
+            );
             if d.converged {
                 break;
             }
-            let action = d.actions.first().cloned().unwrap_or_else(|| panic!("stuck: {d:?}"));
+            let action = d
+                .actions
+                .first()
+                .cloned()
+                .unwrap_or_else(|| panic!("stuck: {d:?}"));
             apply_ideal(&mut world, &action);
         }
         assert!(world.machines.iter().all(|f| f.version == NEW));
@@ -564,30 +1003,58 @@ fn apply_ideal(w: &mut Sit, a: &Action) {
         Action::AllocateMachine { version, .. } => {
             let serial = w.machines.iter().map(|f| f.serial).max().unwrap_or(0) + 1;
             let v: &'static str = if version.to_string() == NEW { NEW } else { OLD };
-            w.machines.push(m(serial, v).fresh().no_member().boot(false));
+            w.machines
+                .push(m(serial, v).fresh().no_member().boot(false));
         }
         Action::AddLearner { machine, .. } => {
-            let f = w.machines.iter_mut().find(|f| f.serial == serial_of(machine)).unwrap();
+            let f = w
+                .machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap();
             f.member = Mem::Learner;
         }
         Action::StartMachine { machine, .. } => {
-            let f = w.machines.iter_mut().find(|f| f.serial == serial_of(machine)).unwrap();
+            let f = w
+                .machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap();
             f.running = true;
             f.has_data = true;
             f.reachable = true;
         }
         Action::Promote { machine, .. } => {
-            w.machines.iter_mut().find(|f| f.serial == serial_of(machine)).unwrap().member = Mem::Voter;
+            w.machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap()
+                .member = Mem::Voter;
         }
         Action::MarkDeleting { machine, .. } => {
-            w.machines.iter_mut().find(|f| f.serial == serial_of(machine)).unwrap().deleting = true;
+            w.machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap()
+                .deleting = true;
         }
         Action::MoveLeader { to_machine, .. } => w.leader = serial_of(to_machine),
-        Action::RemoveMember { machine: Some(machine), .. } => {
-            w.machines.iter_mut().find(|f| f.serial == serial_of(machine)).unwrap().member = Mem::None;
+        Action::RemoveMember {
+            machine: Some(machine),
+            ..
+        } => {
+            w.machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap()
+                .member = Mem::None;
         }
         Action::StopMachine { machine } => {
-            let f = w.machines.iter_mut().find(|f| f.serial == serial_of(machine)).unwrap();
+            let f = w
+                .machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap();
             f.running = false;
             f.reachable = false;
         }

@@ -1,1 +1,465 @@
+//! quorum-etcd: the etcd adapter. Observes members (per-member status through each
+//! member's own endpoint; the member list asked of the leader) and changes membership
+//! (add learner, promote, move leader, remove), always with a timeout, always treating
+//! "already done" as success.
+//!
+//! Architecture invariant: this crate decides nothing. It translates between etcd's
+//! API and `quorum-core`'s data; the only judgement it makes is classifying etcd's
+//! answers (done, already done, refused for now, failed).
 
+use etcd_client::{AlarmAction, AlarmType, Client, ConnectOptions, MemberAddOptions};
+use quorum_core::{EndpointStatus, Member, Version};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Time limits for every kind of call. Loopback etcd answers in milliseconds; the limits
+/// bound how long an unreachable member can hold an observation.
+#[derive(Clone, Copy, Debug)]
+pub struct Timeouts {
+    pub connect_ms: u64,
+    /// Status, member list, alarms, version: the observation.
+    pub observe_ms: u64,
+    /// Membership changes and leader moves.
+    pub change_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect_ms: 500,
+            observe_ms: 1_000,
+            change_ms: 5_000,
+        }
+    }
+}
+
+/// What went wrong talking to etcd.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum EtcdError {
+    #[error("{op} at {endpoint}: no answer within {timeout_ms} ms")]
+    Timeout {
+        op: &'static str,
+        endpoint: String,
+        timeout_ms: u64,
+    },
+    #[error("{op} at {endpoint}: unreachable: {message}")]
+    Unreachable {
+        op: &'static str,
+        endpoint: String,
+        message: String,
+    },
+    /// etcd said no for now (strict reconfiguration check, learner not in sync, no
+    /// leader, ...): try again after a backoff.
+    #[error("{op} at {endpoint}: refused for now: {message}")]
+    Refused {
+        op: &'static str,
+        endpoint: String,
+        message: String,
+    },
+    #[error("{op} at {endpoint}: {message}")]
+    Failed {
+        op: &'static str,
+        endpoint: String,
+        message: String,
+    },
+}
+
+impl EtcdError {
+    /// A refusal that clears by itself (retry soon), as opposed to a failure.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, EtcdError::Refused { .. })
+    }
+}
+
+/// Answers that mean "try again shortly".
+const TRANSIENT: &[&str] = &[
+    "unhealthy cluster",
+    "in sync with leader",
+    "too many learner",
+    "no leader",
+    "leader changed",
+    "not leader",
+    "not enough started members",
+    "timed out",
+    "request timed out",
+    "learner",
+];
+
+fn classify(op: &'static str, endpoint: &str, err: etcd_client::Error) -> EtcdError {
+    let endpoint = endpoint.to_string();
+    match err {
+        etcd_client::Error::GRpcStatus(status) => {
+            let message = status.message().to_string();
+            if status.code() == tonic::Code::Unavailable && !message.contains("etcdserver") {
+                return EtcdError::Unreachable {
+                    op,
+                    endpoint,
+                    message,
+                };
+            }
+            if TRANSIENT.iter().any(|t| message.contains(t)) {
+                EtcdError::Refused {
+                    op,
+                    endpoint,
+                    message,
+                }
+            } else {
+                EtcdError::Failed {
+                    op,
+                    endpoint,
+                    message,
+                }
+            }
+        }
+        etcd_client::Error::TransportError(e) => EtcdError::Unreachable {
+            op,
+            endpoint,
+            message: e.to_string(),
+        },
+        other => EtcdError::Failed {
+            op,
+            endpoint,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// Talks to the members of any number of control planes; keeps one client per endpoint.
+pub struct Etcd {
+    clients: Mutex<HashMap<String, Client>>,
+    timeouts: Timeouts,
+}
+
+impl Default for Etcd {
+    fn default() -> Self {
+        Etcd::new(Timeouts::default())
+    }
+}
+
+/// What the member list and statuses said, before matching to machines.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterView {
+    /// By endpoint (client URL): the status or why there is none.
+    pub statuses: HashMap<String, Result<EndpointStatus, EtcdError>>,
+    /// From the leader, when one could be found and asked.
+    pub members: Option<Vec<Member>>,
+    /// The client URL the member list came from (the leader's).
+    pub leader_url: Option<String>,
+    pub cluster_version: Option<Version>,
+}
+
+impl Etcd {
+    pub fn new(timeouts: Timeouts) -> Self {
+        Etcd {
+            clients: Mutex::new(HashMap::new()),
+            timeouts,
+        }
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// A client for exactly one endpoint (never balanced across members: a status must
+    /// come from the member asked, and a membership change must go to the leader).
+    async fn client(&self, endpoint: &str) -> Result<Client, EtcdError> {
+        if let Some(c) = self.lock().get(endpoint) {
+            return Ok(c.clone());
+        }
+        let opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_millis(self.timeouts.connect_ms))
+            .with_timeout(Duration::from_millis(self.timeouts.change_ms))
+            .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        let fut = Client::connect([endpoint], Some(opts));
+        let client = bounded("connect", endpoint, self.timeouts.connect_ms, fut).await?;
+        self.lock().insert(endpoint.to_string(), client.clone());
+        Ok(client)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
+        // A panic while holding this lock leaves a plain map behind: still usable.
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Drops the cached client of an endpoint (after a failure, or when a machine goes).
+    pub fn forget(&self, endpoint: &str) {
+        self.lock().remove(endpoint);
+    }
+
+    /// The status a member reports about itself, with its alarms.
+    pub async fn status(&self, endpoint: &str) -> Result<EndpointStatus, EtcdError> {
+        let mut c = self.client(endpoint).await?;
+        let t = self.timeouts.observe_ms;
+        let res = bounded("status", endpoint, t, async { c.status().await }).await;
+        let st = match res {
+            Ok(st) => st,
+            Err(e) => {
+                self.forget(endpoint);
+                return Err(e);
+            }
+        };
+        let member_id = st.header().map(|h| h.member_id()).unwrap_or(0);
+        Ok(EndpointStatus {
+            member_id,
+            leader_id: st.leader(),
+            raft_term: st.raft_term(),
+            raft_index: st.raft_index(),
+            raft_applied_index: st.raft_applied_index(),
+            version: st.version().parse().ok(),
+            is_learner: st.is_learner(),
+            alarms: st.errors().to_vec(),
+        })
+    }
+
+    pub async fn member_list(&self, endpoint: &str) -> Result<Vec<Member>, EtcdError> {
+        let mut c = self.client(endpoint).await?;
+        let t = self.timeouts.observe_ms;
+        let res = bounded("member list", endpoint, t, async { c.member_list().await }).await?;
+        Ok(res
+            .members()
+            .iter()
+            .map(|m| Member {
+                id: m.id(),
+                name: m.name().to_string(),
+                peer_urls: m.peer_urls().to_vec(),
+                client_urls: m.client_urls().to_vec(),
+                is_learner: m.is_learner(),
+            })
+            .collect())
+    }
+
+    /// Active alarms by member id, as the asked member knows them.
+    pub async fn alarms(&self, endpoint: &str) -> Result<Vec<(u64, String)>, EtcdError> {
+        let mut c = self.client(endpoint).await?;
+        let t = self.timeouts.observe_ms;
+        let res = bounded("alarm list", endpoint, t, async {
+            c.alarm(AlarmAction::Get, AlarmType::None, None).await
+        })
+        .await?;
+        Ok(res
+            .alarms()
+            .iter()
+            .map(|a| (a.member_id(), format!("{:?}", a.alarm()).to_uppercase()))
+            .collect())
+    }
+
+    /// The cluster version (`etcdcluster` of the `/version` endpoint): the version the
+    /// whole cluster speaks, which moves up only when every member runs the new one.
+    pub async fn cluster_version(&self, endpoint: &str) -> Result<Option<Version>, EtcdError> {
+        let t = self.timeouts.observe_ms;
+        let body = bounded_io("version", endpoint, t, http_get(endpoint, "/version")).await?;
+        // {"etcdserver":"3.5.1","etcdcluster":"3.5.0"}
+        let v = body
+            .split("\"etcdcluster\":\"")
+            .nth(1)
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|v| v.parse().ok());
+        Ok(v)
+    }
+
+    /// Observes a cluster through the given client URLs: every status in parallel, then
+    /// the member list, alarms and cluster version from the leader.
+    pub async fn observe(&self, endpoints: &[String]) -> ClusterView {
+        let statuses = futures::future::join_all(endpoints.iter().map(|e| self.status(e))).await;
+        let mut view = ClusterView {
+            statuses: endpoints.iter().cloned().zip(statuses).collect(),
+            ..ClusterView::default()
+        };
+        // The leader as the members see it (highest term wins).
+        let leader_id = view
+            .statuses
+            .values()
+            .filter_map(|r| r.as_ref().ok())
+            .filter(|s| s.leader_id != 0)
+            .max_by_key(|s| s.raft_term)
+            .map(|s| s.leader_id);
+        let Some(leader_id) = leader_id else {
+            return view;
+        };
+        let mut leader_url = view.statuses.iter().find_map(|(url, r)| {
+            r.as_ref()
+                .ok()
+                .filter(|s| s.member_id == leader_id)
+                .map(|_| url.clone())
+        });
+        if leader_url.is_none() {
+            // The leader is not one of our endpoints (an orphan member): find its URL in
+            // a follower's member list, then ask it.
+            for (url, r) in &view.statuses {
+                if r.is_err() {
+                    continue;
+                }
+                if let Ok(ms) = self.member_list(url).await {
+                    leader_url = ms
+                        .iter()
+                        .find(|m| m.id == leader_id)
+                        .and_then(|m| m.client_urls.first().cloned());
+                    break;
+                }
+            }
+        }
+        let Some(url) = leader_url else {
+            return view;
+        };
+        match self.member_list(&url).await {
+            Ok(ms) => view.members = Some(ms),
+            Err(_) => return view,
+        }
+        if let Ok(alarms) = self.alarms(&url).await {
+            for (member, alarm) in alarms {
+                for st in view.statuses.values_mut().flatten() {
+                    if st.member_id == member && !st.alarms.contains(&alarm) {
+                        st.alarms.push(alarm.clone());
+                    }
+                }
+            }
+        }
+        view.cluster_version = self.cluster_version(&url).await.ok().flatten();
+        view.leader_url = Some(url);
+        view
+    }
+
+    /// MemberAdd as a learner; returns the new member's id. A member already holding
+    /// these peer URLs (an earlier add whose answer was lost) is success.
+    pub async fn add_learner(&self, leader: &str, peer_url: &str) -> Result<u64, EtcdError> {
+        let mut c = self.client(leader).await?;
+        let t = self.timeouts.change_ms;
+        let urls = [peer_url.to_string()];
+        let res = bounded("member add", leader, t, async {
+            c.member_add(urls, Some(MemberAddOptions::new().with_is_learner()))
+                .await
+        })
+        .await;
+        match res {
+            Ok(r) => r.member().map(|m| m.id()).ok_or_else(|| EtcdError::Failed {
+                op: "member add",
+                endpoint: leader.to_string(),
+                message: "answer without the new member".into(),
+            }),
+            Err(EtcdError::Failed { message, .. })
+                if message.contains("Peer URLs already exists") =>
+            {
+                let members = self.member_list(leader).await?;
+                members
+                    .iter()
+                    .find(|m| m.peer_urls.iter().any(|u| u == peer_url))
+                    .map(|m| m.id)
+                    .ok_or_else(|| EtcdError::Failed {
+                        op: "member add",
+                        endpoint: leader.to_string(),
+                        message: format!("{peer_url} exists but is not in the member list"),
+                    })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Promotes a learner. A member that already votes is success.
+    pub async fn promote(&self, leader: &str, member_id: u64) -> Result<(), EtcdError> {
+        let mut c = self.client(leader).await?;
+        let t = self.timeouts.change_ms;
+        let res = bounded("member promote", leader, t, async {
+            c.member_promote(member_id).await
+        })
+        .await;
+        match res {
+            Ok(_) => Ok(()),
+            // "can only promote a learner member" without "which is in sync": it votes.
+            Err(EtcdError::Failed { message, .. })
+                if message.ends_with("can only promote a learner member") =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Moves leadership to `to_member`; sent to the current leader.
+    pub async fn move_leader(&self, leader: &str, to_member: u64) -> Result<(), EtcdError> {
+        let mut c = self.client(leader).await?;
+        let t = self.timeouts.change_ms;
+        bounded("move leader", leader, t, async {
+            c.move_leader(to_member).await
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// Removes a member. A member that is already gone is success.
+    pub async fn remove(&self, leader: &str, member_id: u64) -> Result<(), EtcdError> {
+        let mut c = self.client(leader).await?;
+        let t = self.timeouts.change_ms;
+        let res = bounded("member remove", leader, t, async {
+            c.member_remove(member_id).await
+        })
+        .await;
+        match res {
+            Ok(_) => Ok(()),
+            Err(EtcdError::Failed { message, .. }) if message.contains("member not found") => {
+                Ok(())
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+async fn bounded<T>(
+    op: &'static str,
+    endpoint: &str,
+    timeout_ms: u64,
+    fut: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, EtcdError> {
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(classify(op, endpoint, e)),
+        Err(_) => Err(EtcdError::Timeout {
+            op,
+            endpoint: endpoint.to_string(),
+            timeout_ms,
+        }),
+    }
+}
+
+async fn bounded_io<T>(
+    op: &'static str,
+    endpoint: &str,
+    timeout_ms: u64,
+    fut: impl Future<Output = std::io::Result<T>>,
+) -> Result<T, EtcdError> {
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(EtcdError::Unreachable {
+            op,
+            endpoint: endpoint.to_string(),
+            message: e.to_string(),
+        }),
+        Err(_) => Err(EtcdError::Timeout {
+            op,
+            endpoint: endpoint.to_string(),
+            timeout_ms,
+        }),
+    }
+}
+
+/// Largest HTTP answer read from `/version` (it is a few dozen bytes).
+const MAX_HTTP_BODY_BYTES: u64 = 64 * 1024;
+
+/// A minimal HTTP/1.0 GET for etcd's plain-text endpoints (`/version`, `/health`).
+async fn http_get(endpoint: &str, path: &str) -> std::io::Result<String> {
+    let hostport = endpoint
+        .strip_prefix("http://")
+        .ok_or_else(|| std::io::Error::other(format!("{endpoint} is not an http:// URL")))?;
+    let mut s = tokio::net::TcpStream::connect(hostport).await?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {hostport}\r\n\r\n").as_bytes())
+        .await?;
+    let mut buf = Vec::new();
+    s.take(MAX_HTTP_BODY_BYTES).read_to_end(&mut buf).await?;
+    let text = String::from_utf8_lossy(&buf);
+    Ok(text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
+}

@@ -1,1 +1,388 @@
+//! quorum-provider: machines. The `local` provider runs each machine as a real etcd
+//! process of the machine's version, on the machine's own loopback address, with its own
+//! data directory and log file under `<home>/machines/<name>/`.
+//!
+//! Processes are started in their own session (detached), so they outlive the
+//! controller as virtual machines would; a later controller finds them again through the
+//! pid file, checked against `/proc` so a recycled pid is never mistaken for a machine.
+//!
+//! Architecture invariant: the provider never talks to etcd's API and knows nothing of
+//! membership; it starts, stops, observes and deletes processes and directories.
 
+use quorum_core::{ClusterState, InitialMember, Machine, ProcessState, Version};
+use std::fs;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Default time a stopping etcd gets between SIGTERM and SIGKILL.
+pub const STOP_GRACE_MS: u64 = 10_000;
+/// How often a stop polls for the process to be gone.
+const STOP_POLL_MS: u64 = 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    #[error("etcd {version} is not installed in {dir} (installed: {installed}); run scripts/install.sh or set QUORUM_ETCD_DIR")]
+    VersionNotInstalled {
+        version: Version,
+        dir: PathBuf,
+        installed: String,
+    },
+    #[error("machine {machine}: {what}: {source}")]
+    Io {
+        machine: String,
+        what: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("machine {machine}: process {pid} did not exit after SIGKILL within {waited_ms} ms")]
+    Unkillable {
+        machine: String,
+        pid: i32,
+        waited_ms: u64,
+    },
+}
+
+pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
+
+/// Where quorum looks for etcd binaries: `$QUORUM_ETCD_DIR`, else
+/// `$XDG_DATA_HOME/quorum/etcd`, else `~/.local/share/quorum/etcd`. Each version is a
+/// directory `<dir>/<version>/` holding `etcd` (and `etcdctl`).
+pub fn default_etcd_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("QUORUM_ETCD_DIR") {
+        return PathBuf::from(d);
+    }
+    data_home().join("quorum").join("etcd")
+}
+
+/// `$XDG_DATA_HOME`, else `~/.local/share`.
+pub fn data_home() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_DATA_HOME") {
+        return PathBuf::from(d);
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    PathBuf::from(home).join(".local").join("share")
+}
+
+/// Installed etcd versions in `dir`, oldest first.
+pub fn installed_versions(dir: &Path) -> Vec<Version> {
+    let mut out: Vec<Version> = fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("etcd").exists())
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect();
+    out.sort();
+    out
+}
+
+/// Checks that `version` is installed in `dir` and returns its `etcd` binary.
+pub fn etcd_binary(dir: &Path, version: Version) -> Result<PathBuf> {
+    let bin = dir.join(version.to_string()).join("etcd");
+    if bin.exists() {
+        return Ok(bin);
+    }
+    let installed = installed_versions(dir)
+        .iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>();
+    Err(ProviderError::VersionNotInstalled {
+        version,
+        dir: dir.to_path_buf(),
+        installed: if installed.is_empty() {
+            "none".into()
+        } else {
+            installed.join(", ")
+        },
+    })
+}
+
+/// What the provider sees of a machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MachineState {
+    pub process: ProcessState,
+    pub pid: Option<i32>,
+    pub has_data: bool,
+}
+
+/// How to start a machine's etcd.
+#[derive(Clone, Debug)]
+pub struct StartRequest<'a> {
+    pub machine: &'a Machine,
+    /// The cluster token: the control plane's name keeps members of different control
+    /// planes from ever joining each other.
+    pub cluster_token: &'a str,
+    pub state: ClusterState,
+    /// Empty when the machine has data (etcd then ignores the initial cluster).
+    pub initial_cluster: &'a [InitialMember],
+}
+
+#[derive(Clone, Debug)]
+pub struct LocalProvider {
+    machines_dir: PathBuf,
+    etcd_dir: PathBuf,
+    stop_grace: Duration,
+}
+
+impl LocalProvider {
+    pub fn new(home: &Path, etcd_dir: PathBuf) -> Self {
+        LocalProvider {
+            machines_dir: home.join("machines"),
+            etcd_dir,
+            stop_grace: Duration::from_millis(STOP_GRACE_MS),
+        }
+    }
+
+    pub fn with_stop_grace(mut self, grace: Duration) -> Self {
+        self.stop_grace = grace;
+        self
+    }
+
+    pub fn etcd_dir(&self) -> &Path {
+        &self.etcd_dir
+    }
+
+    pub fn machine_dir(&self, name: &str) -> PathBuf {
+        self.machines_dir.join(name)
+    }
+
+    pub fn data_dir(&self, name: &str) -> PathBuf {
+        self.machine_dir(name).join("data")
+    }
+
+    pub fn log_path(&self, name: &str) -> PathBuf {
+        self.machine_dir(name).join("etcd.log")
+    }
+
+    fn pid_path(&self, name: &str) -> PathBuf {
+        self.machine_dir(name).join("pid")
+    }
+
+    /// Observes a machine: is its process alive, has it ever written member data.
+    pub fn observe(&self, name: &str) -> MachineState {
+        let pid = self.live_pid(name);
+        MachineState {
+            process: if pid.is_some() {
+                ProcessState::Running
+            } else {
+                ProcessState::Stopped
+            },
+            pid,
+            has_data: self.data_dir(name).join("member").join("wal").is_dir(),
+        }
+    }
+
+    /// The pid from the pid file, if that process is alive and is this machine's etcd.
+    fn live_pid(&self, name: &str) -> Option<i32> {
+        let pid: i32 = fs::read_to_string(self.pid_path(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        let data_dir = self.data_dir(name);
+        process_is(pid, &data_dir).then_some(pid)
+    }
+
+    /// Starts the machine's etcd, detached. Already running is success.
+    pub fn start(&self, req: &StartRequest<'_>) -> Result<i32> {
+        let m = req.machine;
+        if let Some(pid) = self.live_pid(&m.name) {
+            return Ok(pid);
+        }
+        let io_err = |what, source| ProviderError::Io {
+            machine: m.name.clone(),
+            what,
+            source,
+        };
+        let bin = etcd_binary(&self.etcd_dir, m.version)?;
+        let dir = self.machine_dir(&m.name);
+        fs::create_dir_all(&dir).map_err(|e| io_err("create machine directory", e))?;
+        let data_dir = self.data_dir(&m.name);
+        let mut args: Vec<String> = vec![
+            format!("--name={}", m.name),
+            format!("--data-dir={}", data_dir.display()),
+            format!("--listen-client-urls={}", m.client_url()),
+            format!("--advertise-client-urls={}", m.client_url()),
+            format!("--listen-peer-urls={}", m.peer_url()),
+            format!("--initial-advertise-peer-urls={}", m.peer_url()),
+            format!("--initial-cluster-token={}", req.cluster_token),
+            "--logger=zap".into(),
+            "--log-outputs=stderr".into(),
+        ];
+        if !req.initial_cluster.is_empty() {
+            let cluster = req
+                .initial_cluster
+                .iter()
+                .map(|im| format!("{}={}", im.name, im.peer_url))
+                .collect::<Vec<_>>()
+                .join(",");
+            args.push(format!("--initial-cluster={cluster}"));
+            args.push(format!(
+                "--initial-cluster-state={}",
+                match req.state {
+                    ClusterState::New => "new",
+                    ClusterState::Existing => "existing",
+                }
+            ));
+        }
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(&m.name))
+            .map_err(|e| io_err("open log file", e))?;
+        let log2 = log.try_clone().map_err(|e| io_err("open log file", e))?;
+        let mut cmd = Command::new(&bin);
+        cmd.args(&args)
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        // etcd reads ETCD_* variables as flags and refuses a flag given twice.
+        for (k, _) in std::env::vars_os() {
+            if k.to_string_lossy().starts_with("ETCD_") {
+                cmd.env_remove(k);
+            }
+        }
+        // SAFETY: setsid is async-signal-safe; it detaches etcd into its own session so
+        // a signal to the controller's process group does not reach the machines.
+        unsafe {
+            cmd.pre_exec(|| {
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().map_err(|e| io_err("spawn etcd", e))?;
+        let pid = child.id() as i32;
+        // Write the pid file atomically: a reader never sees a partial pid.
+        let tmp = dir.join("pid.tmp");
+        fs::write(&tmp, pid.to_string())
+            .and_then(|_| fs::rename(&tmp, self.pid_path(&m.name)))
+            .map_err(|e| io_err("write pid file", e))?;
+        // Reap the child when it exits so it does not linger as a zombie while this
+        // process lives; if this process dies first, init adopts and reaps it.
+        std::thread::Builder::new()
+            .name(format!("reap-{pid}"))
+            .spawn(move || {
+                let _ = child.wait();
+            })
+            .map_err(|e| io_err("spawn reaper thread", e))?;
+        Ok(pid)
+    }
+
+    /// Stops the machine's etcd: SIGTERM, then SIGKILL after the grace period. A machine
+    /// that is not running is success.
+    pub fn stop(&self, name: &str) -> Result<()> {
+        let Some(pid) = self.live_pid(name) else {
+            return Ok(());
+        };
+        let data_dir = self.data_dir(name);
+        signal(pid, libc::SIGTERM);
+        if wait_gone(pid, &data_dir, self.stop_grace) {
+            return Ok(());
+        }
+        signal(pid, libc::SIGKILL);
+        let kill_wait = Duration::from_secs(5);
+        if wait_gone(pid, &data_dir, kill_wait) {
+            return Ok(());
+        }
+        Err(ProviderError::Unkillable {
+            machine: name.to_string(),
+            pid,
+            waited_ms: kill_wait.as_millis() as u64,
+        })
+    }
+
+    /// Kills the machine's etcd at once (SIGKILL): for tests and teardown of a machine
+    /// that is leaving anyway.
+    pub fn kill(&self, name: &str) -> Result<()> {
+        let Some(pid) = self.live_pid(name) else {
+            return Ok(());
+        };
+        signal(pid, libc::SIGKILL);
+        if wait_gone(pid, &self.data_dir(name), Duration::from_secs(5)) {
+            Ok(())
+        } else {
+            Err(ProviderError::Unkillable {
+                machine: name.to_string(),
+                pid,
+                waited_ms: 5_000,
+            })
+        }
+    }
+
+    /// Deletes the machine: stops it if needed, then removes its directory. An absent
+    /// machine is success.
+    pub fn delete(&self, name: &str) -> Result<()> {
+        self.stop(name)?;
+        match fs::remove_dir_all(self.machine_dir(name)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(ProviderError::Io {
+                machine: name.to_string(),
+                what: "remove machine directory",
+                source: e,
+            }),
+        }
+    }
+
+    /// Names of the machine directories present (for finding leftovers).
+    pub fn list(&self) -> Vec<String> {
+        let mut out: Vec<String> = fs::read_dir(&self.machines_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .collect();
+        out.sort();
+        out
+    }
+}
+
+fn signal(pid: i32, sig: i32) {
+    assert!(pid > 0, "never signal a process group or every process");
+    // SAFETY: plain syscall on a positive pid; errors (already gone) are ignored.
+    unsafe {
+        libc::kill(pid, sig);
+    }
+}
+
+/// Is `pid` alive (not a zombie) and an etcd using `data_dir`?
+fn process_is(pid: i32, data_dir: &Path) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state is the first field after the parenthesised command name.
+    let state = stat
+        .rsplit_once(')')
+        .and_then(|(_, rest)| rest.split_whitespace().next());
+    if matches!(state, Some("Z") | Some("X") | None) {
+        return false;
+    }
+    let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let want = format!("--data-dir={}", data_dir.display());
+    cmdline.split(|b| *b == 0).any(|arg| arg == want.as_bytes())
+}
+
+fn wait_gone(pid: i32, data_dir: &Path, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if !process_is(pid, data_dir) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(STOP_POLL_MS));
+    }
+}

@@ -1,0 +1,323 @@
+//! `quorum demo`: the whole product in two minutes, in a throwaway home.
+
+use crate::{change, create, status, teardown, wait, Ctx};
+use anyhow::{bail, Context, Result};
+use etcd_client::{Client, GetOptions};
+use quorum_controller::{now_ms, Config, Controller};
+use quorum_core::{ControlPlaneSpec, RolloutStrategy, Version};
+use quorum_provider::default_etcd_dir;
+use quorum_store::Event;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const NAME: &str = "demo";
+const KEY_PREFIX: &str = "demo/key-";
+/// Writes in flight at once while loading keys.
+const WRITE_CONCURRENCY: usize = 32;
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Keys to write before the upgrade (each verified after it).
+    #[arg(long, default_value_t = 5000)]
+    keys: u32,
+    #[arg(long, default_value = "3.4.23")]
+    from: Version,
+    #[arg(long, default_value = "3.5.1")]
+    to: Version,
+    #[arg(long, default_value_t = 3)]
+    replicas: u32,
+    /// 1: add each new member before removing an old one; 0: remove first.
+    #[arg(long, default_value_t = 1)]
+    max_surge: u32,
+    /// Give up after this long: 90s, 10m.
+    #[arg(long, default_value = "10m", value_parser = wait::parse_duration)]
+    timeout: Duration,
+    /// Keep the temporary home (logs, data) for inspection; processes are stopped anyway.
+    #[arg(long)]
+    keep: bool,
+}
+
+pub async fn run(args: DemoArgs) -> Result<()> {
+    let home =
+        std::env::temp_dir().join(format!("quorum-demo-{}-{}", std::process::id(), now_ms()));
+    println!("quorum demo: home {}", home.display());
+    let stop = Arc::new(AtomicBool::new(false));
+    let controller = start_controller(&home, stop.clone())?;
+    let result = tokio::select! {
+        r = body(&home, &args) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
+    println!("\ncleaning up: stopping every machine the demo started");
+    let cleanup = teardown(&home, NAME).await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = controller.join();
+    // Whatever happened above, no process of the demo outlives it.
+    let provider = quorum_provider::LocalProvider::new(&home, default_etcd_dir());
+    for m in provider.list() {
+        if let Err(e) = provider.kill(&m) {
+            eprintln!("warning: {e}");
+        }
+    }
+    if args.keep {
+        println!("kept {}", home.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&home);
+    }
+    cleanup?;
+    result
+}
+
+/// The controller runs on its own thread and runtime, as it would in its own process.
+fn start_controller(home: &Path, stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
+    let mut c = Controller::new(Config {
+        identity: "demo-controller".into(),
+        ..Config::new(home, default_etcd_dir())
+    })?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(std::thread::Builder::new()
+        .name("controller".into())
+        .spawn(move || rt.block_on(c.run(stop)))?)
+}
+
+async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
+    let mut ctx = Ctx::open(PathBuf::from(home))?;
+    let spec = ControlPlaneSpec {
+        replicas: args.replicas,
+        version: args.from,
+        rollout: RolloutStrategy {
+            max_surge: args.max_surge,
+        },
+        paused: false,
+    };
+    println!(
+        "\n== 1. create {} members at etcd {}",
+        args.replicas, args.from
+    );
+    let t_create = Instant::now();
+    create(&mut ctx, NAME, spec, false)?;
+    wait::wait(
+        &ctx.store,
+        &ctx.provider,
+        &ctx.etcd,
+        NAME,
+        wait::Goal::Converged,
+        args.timeout,
+        0,
+    )
+    .await?;
+    println!("created in {:.1}s", t_create.elapsed().as_secs_f64());
+
+    let cp = ctx.store.get_control_plane(NAME)?;
+    let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
+    println!(
+        "\n== 2. write {} keys through the published endpoints {}",
+        args.keys,
+        s.endpoints.join(",")
+    );
+    let t_write = Instant::now();
+    let values = write_keys(&s.endpoints, args.keys).await?;
+    println!(
+        "wrote {} keys in {:.1}s",
+        args.keys,
+        t_write.elapsed().as_secs_f64()
+    );
+
+    println!("\n== 3. upgrade to etcd {}", args.to);
+    let after = ctx.store.last_event_id(NAME)?;
+    let t_up = Instant::now();
+    change(&mut ctx, NAME, false, |s| ControlPlaneSpec {
+        version: args.to,
+        ..s.clone()
+    })
+    .await?;
+    wait::wait(
+        &ctx.store,
+        &ctx.provider,
+        &ctx.etcd,
+        NAME,
+        wait::Goal::Converged,
+        args.timeout,
+        after,
+    )
+    .await?;
+    let total = t_up.elapsed();
+
+    println!("\n== 4. verify");
+    let cp = ctx.store.get_control_plane(NAME)?;
+    let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
+    verify_keys(&s.endpoints, &values).await?;
+    println!("✓ all {} keys read back intact", values.len());
+    for m in &s.machines {
+        if m.running_version.as_deref() != Some(&args.to.to_string()) {
+            bail!(
+                "{} runs {:?}, expected {}",
+                m.name,
+                m.running_version,
+                args.to
+            );
+        }
+    }
+    println!(
+        "✓ every member runs etcd {} ({})",
+        args.to,
+        s.machines
+            .iter()
+            .map(|m| m.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let want_cluster = format!("{}.{}", args.to.major, args.to.minor);
+    // The cluster version follows a moment after the last member runs the new version.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut cluster = s.cluster_version.clone();
+    while cluster.as_deref() != Some(&want_cluster) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        cluster = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp)
+            .await?
+            .cluster_version;
+    }
+    if cluster.as_deref() != Some(&want_cluster) {
+        bail!("cluster version is {cluster:?}, expected {want_cluster}");
+    }
+    println!("✓ cluster version {want_cluster}");
+
+    let events = ctx.store.events_after(NAME, after, 10_000)?;
+    print_report(&events, total);
+    Ok(())
+}
+
+async fn write_keys(endpoints: &[String], n: u32) -> Result<Vec<(String, String)>> {
+    let client = Client::connect(endpoints, None)
+        .await
+        .context("connecting to the control plane")?;
+    let nonce = now_ms();
+    let values: Vec<(String, String)> = (0..n)
+        .map(|i| (format!("{KEY_PREFIX}{i:06}"), format!("value-{i}-{nonce}")))
+        .collect();
+    for chunk in values.chunks(WRITE_CONCURRENCY) {
+        let puts = chunk.iter().map(|(k, v)| {
+            let mut c = client.clone();
+            let (k, v) = (k.clone(), v.clone());
+            async move { tokio::time::timeout(Duration::from_secs(5), c.put(k, v, None)).await }
+        });
+        for r in futures::future::join_all(puts).await {
+            r.context("a write timed out")?.context("a write failed")?;
+        }
+    }
+    Ok(values)
+}
+
+async fn verify_keys(endpoints: &[String], values: &[(String, String)]) -> Result<()> {
+    let mut client = Client::connect(endpoints, None)
+        .await
+        .context("connecting to the control plane")?;
+    let resp = tokio::time::timeout(
+        Duration::from_secs(10),
+        client.get(KEY_PREFIX, Some(GetOptions::new().with_prefix())),
+    )
+    .await
+    .context("reading the keys timed out")??;
+    let got: std::collections::HashMap<&[u8], &[u8]> =
+        resp.kvs().iter().map(|kv| (kv.key(), kv.value())).collect();
+    let missing = values
+        .iter()
+        .filter(|(k, v)| got.get(k.as_bytes()) != Some(&v.as_bytes()))
+        .count();
+    if missing > 0 || got.len() != values.len() {
+        bail!(
+            "{missing} of {} keys missing or changed ({} read)",
+            values.len(),
+            got.len()
+        );
+    }
+    Ok(())
+}
+
+/// One member replacement, from allocating the new machine to deleting the old one.
+#[derive(Default)]
+struct Replacement {
+    allocated_ms: i64,
+    new_machine: Option<String>,
+    learner_added_ms: Option<i64>,
+    old_machine: Option<String>,
+    marked_ms: Option<i64>,
+    deleted_ms: Option<i64>,
+}
+
+fn replacements(events: &[Event]) -> Vec<Replacement> {
+    let mut done = Vec::new();
+    let mut open: Option<Replacement> = None;
+    for e in events.iter().filter(|e| e.ok) {
+        match (e.kind.as_str(), open.as_mut()) {
+            ("allocate-machine", _) => {
+                open = Some(Replacement {
+                    allocated_ms: e.at_ms,
+                    ..Default::default()
+                })
+            }
+            ("add-learner", Some(r)) => {
+                r.learner_added_ms = Some(e.at_ms);
+                r.new_machine = e.machine.clone();
+            }
+            ("mark-deleting", Some(r)) => {
+                r.marked_ms = Some(e.at_ms);
+                r.old_machine = e.machine.clone();
+            }
+            ("delete-machine", Some(r)) => {
+                r.deleted_ms = Some(e.at_ms);
+                done.extend(open.take());
+            }
+            _ => {}
+        }
+    }
+    done
+}
+
+fn print_report(events: &[Event], total: Duration) {
+    println!("\n== report");
+    let secs = |a: Option<i64>, b: Option<i64>| match (a, b) {
+        (Some(a), Some(b)) => format!("{:.2}s", (b - a) as f64 / 1000.0),
+        _ => "-".to_string(),
+    };
+    let mut rows = vec![[
+        "REPLACEMENT",
+        "NEW",
+        "OLD",
+        "ADD WAIT",
+        "JOIN+PROMOTE",
+        "REMOVAL",
+        "TOTAL",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for (i, r) in replacements(events).iter().enumerate() {
+        rows.push(vec![
+            format!("#{}", i + 1),
+            r.new_machine.clone().unwrap_or_default(),
+            r.old_machine.clone().unwrap_or_default(),
+            secs(Some(r.allocated_ms), r.learner_added_ms),
+            secs(r.learner_added_ms, r.marked_ms),
+            secs(r.marked_ms, r.deleted_ms),
+            secs(Some(r.allocated_ms), r.deleted_ms),
+        ]);
+    }
+    print!("{}", status::columns(&rows));
+    println!("(ADD WAIT is mostly etcd's strict reconfiguration check: a learner add is refused until the leader has been connected to every voter for 5 s)");
+    let mut waits: Vec<i64> = events
+        .iter()
+        .filter(|e| e.ok)
+        .filter_map(|e| e.waited_ms)
+        .collect();
+    waits.sort_unstable();
+    if let (Some(median), Some(max)) = (waits.get(waits.len() / 2), waits.last()) {
+        println!(
+            "controller reaction (end of the previous reconcile -> next action) over {} actions: median {median} ms, max {max} ms",
+            waits.len()
+        );
+    }
+    println!("total upgrade time: {:.1}s", total.as_secs_f64());
+}

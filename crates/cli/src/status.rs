@@ -1,0 +1,309 @@
+//! A control plane's status: observed live (the same observation and decision the
+//! controller makes), plus what the controller last published.
+
+use anyhow::Result;
+use quorum_controller::{now_ms, observe};
+use quorum_core::{decide, Condition, ControlPlane, Decision, Machine, ProcessState};
+use quorum_etcd::Etcd;
+use quorum_provider::LocalProvider;
+use quorum_store::Store;
+use serde::Serialize;
+
+/// A published status older than this means no controller is working on it.
+pub const CONTROLLER_STALE_MS: i64 = 5_000;
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub name: String,
+    pub spec: quorum_core::ControlPlaneSpec,
+    pub deleting: bool,
+    /// The version the whole cluster speaks (etcd's cluster version).
+    pub cluster_version: Option<String>,
+    pub operation: String,
+    pub waiting_for: Option<String>,
+    pub converged: bool,
+    /// Client URLs to use: voting, healthy, not leaving.
+    pub endpoints: Vec<String>,
+    pub machines: Vec<MachineRow>,
+    pub conditions: Vec<Condition>,
+    pub controller: Option<ControllerInfo>,
+    #[serde(skip)]
+    pub decision: Decision,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineRow {
+    pub name: String,
+    pub address: String,
+    /// The version the machine was created with.
+    pub version: String,
+    /// The version its etcd reports (absent when it does not answer).
+    pub running_version: Option<String>,
+    /// Hex, as etcdctl prints it.
+    pub member_id: Option<String>,
+    /// leader, follower, learner, or none (no member).
+    pub role: String,
+    pub healthy: bool,
+    pub raft_index: Option<u64>,
+    pub process: String,
+    pub pid: Option<i32>,
+    pub deleting: bool,
+    pub alarms: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ControllerInfo {
+    pub identity: String,
+    pub last_seen_ms_ago: i64,
+    pub active: bool,
+}
+
+pub async fn live(
+    store: &Store,
+    provider: &LocalProvider,
+    etcd: &Etcd,
+    cp: &ControlPlane,
+) -> Result<Status> {
+    let machines = store.machines(&cp.name)?;
+    let observed = observe(provider, etcd, &machines).await;
+    let decision = decide(cp, &machines, &observed.observation);
+    let obs = &observed.observation;
+    let leader = obs
+        .machines
+        .values()
+        .filter_map(|o| o.status.as_ref())
+        .filter(|s| s.leader_id != 0)
+        .max_by_key(|s| s.raft_term)
+        .map(|s| s.leader_id);
+    let rows = machines
+        .iter()
+        .map(|m| machine_row(m, &observed, leader, &decision))
+        .collect();
+    let controller = store.published_status(&cp.name)?.map(|p| {
+        let ago = now_ms() - p.updated_at_ms;
+        ControllerInfo {
+            identity: p.controller,
+            last_seen_ms_ago: ago,
+            active: ago < CONTROLLER_STALE_MS,
+        }
+    });
+    Ok(Status {
+        name: cp.name.clone(),
+        spec: cp.spec.clone(),
+        deleting: cp.deleting,
+        cluster_version: obs
+            .cluster_version
+            .map(|v| format!("{}.{}", v.major, v.minor)),
+        operation: decision.operation.to_string(),
+        waiting_for: decision.waiting_for.clone(),
+        converged: decision.converged,
+        endpoints: decision.endpoints.clone(),
+        machines: rows,
+        conditions: decision.conditions.clone(),
+        controller,
+        decision,
+    })
+}
+
+fn machine_row(
+    m: &Machine,
+    observed: &quorum_controller::Observed,
+    leader: Option<u64>,
+    decision: &Decision,
+) -> MachineRow {
+    let o = observed.observation.machines.get(&m.name);
+    let st = o.and_then(|o| o.status.as_ref());
+    let member = observed
+        .observation
+        .members
+        .iter()
+        .flatten()
+        .find(|mb| mb.peer_urls.contains(&m.peer_url()));
+    let role = match member {
+        None => "none",
+        Some(mb) if mb.is_learner => "learner",
+        Some(mb) if Some(mb.id) == leader => "leader",
+        Some(_) => "follower",
+    };
+    let healthy = decision.endpoints.contains(&m.client_url())
+        || (member.is_some_and(|mb| mb.is_learner)
+            && st.is_some_and(|s| s.leader_id != 0 && s.alarms.is_empty()));
+    MachineRow {
+        name: m.name.clone(),
+        address: m.address.to_string(),
+        version: m.version.to_string(),
+        running_version: st.and_then(|s| s.version).map(|v| v.to_string()),
+        member_id: member.map(|mb| format!("{:x}", mb.id)),
+        role: role.into(),
+        healthy,
+        raft_index: st.map(|s| s.raft_index),
+        process: match o.map(|o| o.process) {
+            Some(ProcessState::Running) => "running".into(),
+            _ => "stopped".into(),
+        },
+        pid: observed.pids.get(&m.name).copied(),
+        deleting: m.deleting,
+        alarms: st.map(|s| s.alarms.clone()).unwrap_or_default(),
+    }
+}
+
+/// The human-readable form.
+pub fn render_table(s: &Status) -> String {
+    let mut out = String::new();
+    let push = |out: &mut String, k: &str, v: &str| out.push_str(&format!("{k:<15}{v}\n"));
+    push(&mut out, "Control plane", &s.name);
+    push(
+        &mut out,
+        "Spec",
+        &format!(
+            "{} replicas, etcd {}, maxSurge {}{}",
+            s.spec.replicas,
+            s.spec.version,
+            s.spec.rollout.max_surge,
+            if s.spec.paused { ", paused" } else { "" }
+        ),
+    );
+    push(
+        &mut out,
+        "Cluster version",
+        s.cluster_version
+            .as_deref()
+            .unwrap_or("unknown (no leader answered)"),
+    );
+    let op = match &s.waiting_for {
+        Some(w) if s.decision.is_blocked() => format!("{} — BLOCKED: {w}", s.operation),
+        Some(w) => format!("{} — waiting for {w}", s.operation),
+        None if s.converged => "idle (converged)".to_string(),
+        None => format!(
+            "{} — next: {}",
+            s.operation,
+            s.decision
+                .actions
+                .iter()
+                .map(|a| a.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    push(&mut out, "Operation", &op);
+    let ctl = match &s.controller {
+        Some(c) if c.active => format!(
+            "{} (seen {:.1}s ago)",
+            c.identity,
+            c.last_seen_ms_ago as f64 / 1000.0
+        ),
+        Some(c) => format!(
+            "none active (last: {}, {}s ago) — start one with `quorum controller`",
+            c.identity,
+            c.last_seen_ms_ago / 1000
+        ),
+        None => "none has seen it yet — start one with `quorum controller`".into(),
+    };
+    push(&mut out, "Controller", &ctl);
+    push(
+        &mut out,
+        "Endpoints",
+        &if s.endpoints.is_empty() {
+            "none healthy".to_string()
+        } else {
+            s.endpoints.join(",")
+        },
+    );
+    out.push('\n');
+    let header = [
+        "MACHINE",
+        "ADDRESS",
+        "VERSION",
+        "MEMBER",
+        "ROLE",
+        "HEALTH",
+        "RAFT INDEX",
+        "PROCESS",
+    ];
+    let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
+    for m in &s.machines {
+        let version = match &m.running_version {
+            Some(v) if *v != m.version => format!("{} (runs {v})", m.version),
+            _ => m.version.clone(),
+        };
+        let mut health = if m.healthy {
+            "healthy".to_string()
+        } else {
+            "unhealthy".to_string()
+        };
+        if !m.alarms.is_empty() {
+            health = format!("alarm: {}", m.alarms.join(","));
+        }
+        rows.push(vec![
+            if m.deleting {
+                format!("{} (leaving)", m.name)
+            } else {
+                m.name.clone()
+            },
+            m.address.clone(),
+            version,
+            m.member_id.clone().unwrap_or_else(|| "-".into()),
+            m.role.clone(),
+            health,
+            m.raft_index
+                .map(|i| i.to_string())
+                .unwrap_or_else(|| "-".into()),
+            match m.pid {
+                Some(pid) => format!("{} (pid {pid})", m.process),
+                None => m.process.clone(),
+            },
+        ]);
+    }
+    out.push_str(&columns(&rows));
+    out.push('\n');
+    let crow: Vec<Vec<String>> =
+        std::iter::once(vec!["CONDITION".into(), "STATUS".into(), "MESSAGE".into()])
+            .chain(s.conditions.iter().map(|c| {
+                vec![
+                    format!("{:?}", c.kind),
+                    if c.status {
+                        "True".into()
+                    } else {
+                        "False".into()
+                    },
+                    c.message.clone(),
+                ]
+            }))
+            .collect();
+    out.push_str(&columns(&crow));
+    out
+}
+
+/// Left-aligned columns separated by two spaces.
+pub fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(|r| r.len()).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..n)
+        .map(|i| {
+            rows.iter()
+                .filter_map(|r| r.get(i))
+                .map(|c| c.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                if i + 1 == r.len() {
+                    c.clone()
+                } else {
+                    format!("{c:<w$}", w = widths[i])
+                }
+            })
+            .collect();
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,126 @@
+//! Bad input: a one-line error saying what is wrong and what to do, a non-zero exit,
+//! and the stored state unchanged.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+fn spec_of(env: &Env, name: &str) -> serde_json::Value {
+    env.status(name)["spec"].clone()
+}
+
+fn one_line(err: &str) -> &str {
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line expected:\n{err}");
+    lines[0]
+}
+
+#[test]
+fn offline_refusals_change_nothing() {
+    let env = Env::new("bad-offline");
+    env.ok(&["create", "a", "--replicas", "3", "--version", OLD]);
+    let before = spec_of(&env, "a");
+
+    let e = env.fails(&["create", "a", "--replicas", "3", "--version", OLD]);
+    assert!(one_line(&e).contains("already exists"), "{e}");
+    let e = env.fails(&["create", "b", "--replicas", "4", "--version", OLD]);
+    assert!(one_line(&e).contains("use 3 or 5, or pass --force"), "{e}");
+    let e = env.fails(&["create", "c", "--version", "3.9.9"]);
+    assert!(one_line(&e).contains("not installed"), "{e}");
+    let e = env.fails(&["create", "Bad_Name", "--version", OLD]);
+    assert!(one_line(&e).contains("invalid name"), "{e}");
+    let e = env.fails(&["create", "d", "--version", "banana"]);
+    assert!(e.contains("not an etcd version"), "{e}");
+    let e = env.fails(&["upgrade", "a", "--version", "3.6.0"]);
+    assert!(one_line(&e).contains("one minor version at a time"), "{e}");
+    let e = env.fails(&["upgrade", "nope", "--version", NEW]);
+    assert!(one_line(&e).contains("does not exist"), "{e}");
+    let e = env.fails(&["scale", "a", "--replicas", "0"]);
+    assert!(one_line(&e).contains("between 1 and 7"), "{e}");
+    let e = env.fails(&["scale", "a", "--replicas", "2"]);
+    assert!(one_line(&e).contains("even"), "{e}");
+    let e = env.fails(&["upgrade", "a", "--version", NEW, "--timeout", "soon"]);
+    assert!(e.contains("not a duration"), "{e}");
+
+    // Manifests.
+    let dir = env.dir.path();
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let m = write("broken.yaml", "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 3, version: [}\n");
+    let e = env.fails(&["apply", "-f", &m]);
+    assert!(
+        one_line(&e).contains("not a valid ControlPlane manifest"),
+        "{e}"
+    );
+    let m = write("kind.yaml", "apiVersion: quorum.dev/v1alpha1\nkind: Deployment\nmetadata: {name: a}\nspec: {replicas: 3, version: 3.4.23}\n");
+    let e = env.fails(&["apply", "-f", &m]);
+    assert!(one_line(&e).contains("kind is 'Deployment'"), "{e}");
+    let m = write("even.yaml", "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 4, version: 3.4.23}\n");
+    let e = env.fails(&["apply", "-f", &m]);
+    assert!(one_line(&e).contains("even"), "{e}");
+    let e = env.fails(&["apply", "-f", "/nonexistent/quorum.yaml"]);
+    assert!(one_line(&e).contains("cannot read"), "{e}");
+
+    assert_eq!(spec_of(&env, "a"), before, "state changed by refused input");
+    let list = env.ok(&["list"]);
+    assert!(
+        list.contains('a') && !list.contains("b ") && !list.contains("c "),
+        "{list}"
+    );
+}
+
+#[test]
+fn an_unreachable_member_refuses_changes() {
+    let mut env = Env::new("bad-unreachable");
+    env.start_controller();
+    env.ok(&[
+        "create",
+        "u",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    // Without a controller to repair it, stop one member hard (by its PID).
+    env.kill_controller();
+    let provider =
+        quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
+    provider.kill("u-2").unwrap();
+    env.wait_status("u", "u-2 unhealthy", Duration::from_secs(30), |s| {
+        s["machines"][1]["healthy"] == false
+    });
+    let before = spec_of(&env, "u");
+    let e = env.fails(&["upgrade", "u", "--version", NEW]);
+    assert!(
+        one_line(&e).contains("u-2 not healthy or unreachable"),
+        "{e}"
+    );
+    assert!(e.contains("--force"), "{e}");
+    let e = env.fails(&["scale", "u", "--replicas", "5"]);
+    assert!(one_line(&e).contains("u-2"), "{e}");
+    assert_eq!(spec_of(&env, "u"), before);
+    // The status says which member and why.
+    let table = env.ok(&["status", "u"]);
+    assert!(table.contains("not healthy: u-2"), "{table}");
+    // A new controller repairs it (restarts the member) and the change then goes through.
+    env.start_controller();
+    env.wait_status("u", "u-2 healthy again", Duration::from_secs(60), |s| {
+        s["machines"][1]["healthy"] == true
+    });
+    env.ok(&[
+        "scale",
+        "u",
+        "--replicas",
+        "1",
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+}

@@ -1,0 +1,244 @@
+//! End to end on real etcd processes: the `quorum` binary, a controller process, real
+//! members on loopback. Every test has its own home and subnet and kills what it started.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const TIMEOUT: &str = "180s";
+
+#[test]
+fn rollout_3_4_23_to_3_5_1_keeps_every_key() {
+    let mut env = Env::new("rollout");
+    env.start_controller();
+    env.ok(&[
+        "create",
+        "r",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let keys = write_keys(&env.endpoints("r"), "k/", 2000);
+    let out = env.ok(&[
+        "upgrade",
+        "r",
+        "--version",
+        NEW,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    assert!(
+        out.contains("add r-4 as a learner"),
+        "progress lines:\n{out}"
+    );
+    let s = env.wait_status("r", "cluster version 3.5", Duration::from_secs(30), |s| {
+        s["clusterVersion"] == "3.5"
+    });
+    assert_eq!(machine_versions(&s), vec![NEW; 3]);
+    assert_eq!(s["endpoints"].as_array().unwrap().len(), 3);
+    assert_keys(&env.endpoints("r"), "k/", &keys);
+    // Every old member was replaced learner-first, and leadership was moved off before
+    // the leader's removal.
+    let kinds = env.event_kinds("r");
+    assert_eq!(kinds.iter().filter(|k| *k == "add-learner").count(), 3);
+    assert_eq!(kinds.iter().filter(|k| *k == "promote").count(), 3);
+    assert_eq!(kinds.iter().filter(|k| *k == "remove-member").count(), 3);
+    assert!(kinds.iter().any(|k| k == "move-leader"), "{kinds:?}");
+    // Going back below the cluster version is refused and changes nothing.
+    let err = env.fails(&["upgrade", "r", "--version", OLD]);
+    assert!(
+        err.contains("older than the running cluster version"),
+        "{err}"
+    );
+    assert_eq!(env.status("r")["spec"]["version"], NEW);
+    env.ok(&["delete", "r", "--wait", "--timeout", "60s"]);
+}
+
+#[test]
+fn upgrade_with_max_surge_0_removes_first() {
+    let mut env = Env::new("surge0");
+    env.start_controller();
+    env.ok(&[
+        "create",
+        "s",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--max-surge",
+        "0",
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let keys = write_keys(&env.endpoints("s"), "s/", 500);
+    env.ok(&[
+        "upgrade",
+        "s",
+        "--version",
+        NEW,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let s = env.status("s");
+    assert_eq!(machine_versions(&s), vec![NEW; 3]);
+    assert_keys(&env.endpoints("s"), "s/", &keys);
+    // Remove first: a machine is marked for deletion before any new one is allocated,
+    // so there are never more than 3 machines.
+    let kinds = env.event_kinds("s");
+    let first_mark = kinds.iter().position(|k| k == "mark-deleting").unwrap();
+    let first_new = kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| *k == "allocate-machine")
+        .map(|(i, _)| i)
+        .nth(3)
+        .unwrap();
+    assert!(first_mark < first_new, "{kinds:?}");
+}
+
+#[test]
+fn scale_3_to_5_to_3_keeps_data() {
+    let mut env = Env::new("scale35");
+    env.start_controller();
+    env.ok(&[
+        "create",
+        "c",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let keys = write_keys(&env.endpoints("c"), "c/", 500);
+    env.ok(&[
+        "scale",
+        "c",
+        "--replicas",
+        "5",
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let s = env.status("c");
+    assert_eq!(s["machines"].as_array().unwrap().len(), 5);
+    assert_eq!(s["endpoints"].as_array().unwrap().len(), 5);
+    assert_keys(&env.endpoints("c"), "c/", &keys);
+    env.ok(&[
+        "scale",
+        "c",
+        "--replicas",
+        "3",
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let s = env.status("c");
+    assert_eq!(s["machines"].as_array().unwrap().len(), 3);
+    // The oldest machines went first.
+    let names: Vec<&str> = s["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        !names.contains(&"c-1") || !names.contains(&"c-2"),
+        "{names:?}"
+    );
+    assert_keys(&env.endpoints("c"), "c/", &keys);
+}
+
+#[test]
+fn scale_1_to_3() {
+    let mut env = Env::new("scale13");
+    env.start_controller();
+    env.ok(&[
+        "create",
+        "one",
+        "--replicas",
+        "1",
+        "--version",
+        OLD,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let keys = write_keys(&env.endpoints("one"), "o/", 300);
+    env.ok(&[
+        "scale",
+        "one",
+        "--replicas",
+        "3",
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let s = env.status("one");
+    assert_eq!(s["endpoints"].as_array().unwrap().len(), 3);
+    let roles: Vec<&str> = s["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        roles.iter().filter(|r| **r == "leader").count(),
+        1,
+        "{roles:?}"
+    );
+    assert_eq!(
+        roles.iter().filter(|r| **r == "follower").count(),
+        2,
+        "{roles:?}"
+    );
+    assert_keys(&env.endpoints("one"), "o/", &keys);
+}
+
+#[test]
+fn a_controller_killed_mid_rollout_is_resumed_by_the_next() {
+    let mut env = Env::new("crash");
+    env.start_controller();
+    env.ok(&[
+        "create",
+        "x",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let keys = write_keys(&env.endpoints("x"), "x/", 500);
+    env.ok(&["upgrade", "x", "--version", NEW]);
+    // Crash (SIGKILL) the controller as soon as the first member removal is done.
+    env.wait_status("x", "a first removal", Duration::from_secs(120), |_| {
+        env.event_kinds("x").iter().any(|k| k == "remove-member")
+    });
+    env.kill_controller();
+    env.start_controller();
+    env.ok(&["status", "x"]);
+    let out = env.ok(&[
+        "upgrade",
+        "x",
+        "--version",
+        NEW,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    assert!(out.contains("unchanged"), "{out}");
+    let s = env.status("x");
+    assert_eq!(machine_versions(&s), vec![NEW; 3]);
+    assert_keys(&env.endpoints("x"), "x/", &keys);
+}

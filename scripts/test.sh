@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it (.ci/run calls exactly this).
+# Installs what it needs first (idempotent), so it passes on a fresh Debian machine.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install.sh
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo test --workspace --locked
