@@ -23,6 +23,8 @@ pub struct Status {
     pub operation: String,
     pub waiting_for: Option<String>,
     pub converged: bool,
+    /// The machine whose member leads, when a leader answered.
+    pub leader: Option<String>,
     /// Client URLs to use: voting, healthy, not leaving.
     pub endpoints: Vec<String>,
     pub machines: Vec<MachineRow>,
@@ -78,10 +80,15 @@ pub async fn live(
         .filter(|s| s.leader_id != 0)
         .max_by_key(|s| s.raft_term)
         .map(|s| s.leader_id);
-    let rows = machines
+    let rows: Vec<MachineRow> = machines
         .iter()
         .map(|m| machine_row(m, &observed, leader, &decision))
         .collect();
+    let leader_name = obs
+        .members
+        .as_ref()
+        .and_then(|_| rows.iter().find(|r| r.role == "leader"))
+        .map(|r| r.name.clone());
     let controller = store.published_status(&cp.name)?.map(|p| {
         let ago = now_ms() - p.updated_at_ms;
         ControllerInfo {
@@ -100,6 +107,7 @@ pub async fn live(
         operation: decision.operation.to_string(),
         waiting_for: decision.waiting_for.clone(),
         converged: decision.converged,
+        leader: leader_name,
         endpoints: decision.endpoints.clone(),
         machines: rows,
         conditions: decision.conditions.clone(),

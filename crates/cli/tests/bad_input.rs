@@ -93,9 +93,12 @@ fn an_unreachable_member_refuses_changes() {
     let provider =
         quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
     provider.kill("u-2").unwrap();
-    env.wait_status("u", "u-2 unhealthy", Duration::from_secs(30), |s| {
-        s["machines"][1]["healthy"] == false
-    });
+    env.wait_status(
+        "u",
+        "u-2 unhealthy, a leader elected",
+        Duration::from_secs(30),
+        |s| s["machines"][1]["healthy"] == false && s["leader"].is_string(),
+    );
     let before = spec_of(&env, "u");
     let e = env.fails(&["upgrade", "u", "--version", NEW]);
     assert!(

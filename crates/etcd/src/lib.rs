@@ -72,6 +72,16 @@ impl EtcdError {
     pub fn is_refusal(&self) -> bool {
         matches!(self, EtcdError::Refused { .. })
     }
+
+    /// What etcd (or the transport) said.
+    pub fn message(&self) -> &str {
+        match self {
+            EtcdError::Timeout { .. } => "timed out",
+            EtcdError::Unreachable { message, .. }
+            | EtcdError::Refused { message, .. }
+            | EtcdError::Failed { message, .. } => message,
+        }
+    }
 }
 
 /// Answers that mean "try again shortly".
@@ -85,7 +95,6 @@ const TRANSIENT: &[&str] = &[
     "not enough started members",
     "timed out",
     "request timed out",
-    "learner",
 ];
 
 fn classify(op: &'static str, endpoint: &str, err: etcd_client::Error) -> EtcdError {
@@ -339,8 +348,11 @@ impl Etcd {
                 endpoint: leader.to_string(),
                 message: "answer without the new member".into(),
             }),
+            // The same add again: etcd answers by peer URL or, as etcd 3.4 does when the
+            // member id derived from the same URLs collides, by id.
             Err(EtcdError::Failed { message, .. })
-                if message.contains("Peer URLs already exists") =>
+                if message.contains("Peer URLs already exists")
+                    || message.contains("member ID already exist") =>
             {
                 let members = self.member_list(leader).await?;
                 members
@@ -368,11 +380,7 @@ impl Etcd {
         match res {
             Ok(_) => Ok(()),
             // "can only promote a learner member" without "which is in sync": it votes.
-            Err(EtcdError::Failed { message, .. })
-                if message.ends_with("can only promote a learner member") =>
-            {
-                Ok(())
-            }
+            Err(e) if e.message().ends_with("can only promote a learner member") => Ok(()),
             Err(e) => Err(e),
         }
     }
