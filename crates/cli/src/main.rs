@@ -172,6 +172,14 @@ fn main() -> ExitCode {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .init();
+    match quorum_controller::failpoints::init_from_env() {
+        Ok(set) if !set.is_empty() => eprintln!("failpoints armed: {}", set.join(", ")),
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

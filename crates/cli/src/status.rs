@@ -22,6 +22,8 @@ pub struct Status {
     pub cluster_version: Option<String>,
     pub operation: String,
     pub waiting_for: Option<String>,
+    /// The steps quorum would take next, in order (what the controller is about to do).
+    pub next_actions: Vec<String>,
     pub converged: bool,
     /// The machine whose member leads, when a leader answered.
     pub leader: Option<String>,
@@ -106,6 +108,7 @@ pub async fn live(
             .map(|v| format!("{}.{}", v.major, v.minor)),
         operation: decision.operation.to_string(),
         waiting_for: decision.waiting_for.clone(),
+        next_actions: decision.actions.iter().map(|a| a.to_string()).collect(),
         converged: decision.converged,
         leader: leader_name,
         endpoints: decision.endpoints.clone(),
@@ -161,7 +164,7 @@ fn machine_row(
 /// The human-readable form.
 pub fn render_table(s: &Status) -> String {
     let mut out = String::new();
-    let push = |out: &mut String, k: &str, v: &str| out.push_str(&format!("{k:<15}{v}\n"));
+    let push = |out: &mut String, k: &str, v: &str| out.push_str(&format!("{k:<17}{v}\n"));
     push(&mut out, "Control plane", &s.name);
     push(
         &mut out,

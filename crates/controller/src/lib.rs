@@ -10,6 +10,8 @@
 //! observations into `quorum_core::Observation` and `Action`s into calls; the only
 //! policy it holds is timing (poll intervals, retry backoff).
 
+pub mod failpoints;
+
 use quorum_core::{
     decide, Action, ControlPlane, Decision, Machine, MachineObservation, Observation, ProcessState,
     CLIENT_PORT, PEER_PORT,
@@ -389,17 +391,42 @@ impl Controller {
             }
         }
         st.last_published = Some((text, now));
-        self.store.publish_status(
+        failpoints::crash_point("crash-before-publish-status");
+        let res = self.store.publish_status(
             &cp.name,
             &PublishedStatus {
                 updated_at_ms: now,
                 controller: self.cfg.identity.clone(),
                 status,
             },
-        )
+        );
+        failpoints::crash_point("crash-after-publish-status");
+        res
     }
 
+    /// Performs one action, with its failpoints around it.
     async fn perform(
+        &mut self,
+        cp: &ControlPlane,
+        machines: &[Machine],
+        observed: &Observed,
+        action: &Action,
+    ) -> Result<(), ActionError> {
+        let kind = action.kind();
+        failpoints::crash_point(&format!("crash-before-{kind}"));
+        self.perform_inner(cp, machines, observed, action).await?;
+        failpoints::crash_point(&format!("crash-after-{kind}"));
+        if failpoints::LOSABLE.contains(&kind) && failpoints::active(&format!("lose-answer-{kind}")) {
+            return Err(ActionError::Etcd(EtcdError::Timeout {
+                op: "answer (lost by failpoint)",
+                endpoint: observed.view.leader_url.clone().unwrap_or_default(),
+                timeout_ms: 0,
+            }));
+        }
+        Ok(())
+    }
+
+    async fn perform_inner(
         &mut self,
         cp: &ControlPlane,
         machines: &[Machine],
@@ -481,6 +508,7 @@ impl Controller {
                 tokio::task::spawn_blocking(move || p.delete(&name))
                     .await
                     .map_err(|e| ActionError::Join(e.to_string()))??;
+                failpoints::crash_point("crash-after-destroy-machine");
                 self.store.delete_machine(&cp.name, machine)?;
                 if let Some(m) = find(machine) {
                     self.etcd.forget(&m.client_url());

@@ -104,6 +104,21 @@ pub enum Action {
 }
 
 impl Action {
+    /// Every action kind (`Action::kind`), for enumerating side effects (failpoints,
+    /// metrics). A test checks that it lists every variant.
+    pub const KINDS: [&'static str; 10] = [
+        "allocate-machine",
+        "start-machine",
+        "add-learner",
+        "promote",
+        "mark-deleting",
+        "move-leader",
+        "remove-member",
+        "stop-machine",
+        "delete-machine",
+        "forget-control-plane",
+    ];
+
     /// A change of etcd membership (of which at most one is ever in flight).
     pub fn is_membership_change(&self) -> bool {
         matches!(

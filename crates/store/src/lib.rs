@@ -20,6 +20,8 @@ use std::time::Duration;
 pub const STATE_FILE: &str = "quorum.db";
 /// How long a writer waits for another writer's transaction (the CLI and a controller).
 const BUSY_TIMEOUT_MS: u64 = 5_000;
+/// Pause between attempts to initialise a file another process is initialising.
+const INIT_RETRY_MS: u64 = 20;
 /// Schema version this build reads and writes.
 const SCHEMA_VERSION: i64 = 1;
 /// Events kept per control plane; older ones are pruned on insert.
@@ -117,8 +119,23 @@ impl Store {
             let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
         }
         let store = Store { conn, path };
-        store.init()?;
-        Ok(store)
+        // Two processes opening a new file at once (the CLI and a controller) contend for
+        // the lock that switching to WAL and creating the schema need; SQLite does not
+        // always wait on that one, so retry, bounded.
+        let deadline = std::time::Instant::now() + Duration::from_millis(BUSY_TIMEOUT_MS);
+        loop {
+            match store.init() {
+                Err(StoreError::Sqlite {
+                    source: rusqlite::Error::SqliteFailure(e, _),
+                    ..
+                }) if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+                    && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(INIT_RETRY_MS));
+                }
+                other => return other.map(|()| store),
+            }
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -854,5 +871,27 @@ mod tests {
             .mode()
             & 0o777;
         assert_eq!(mode, 0o600);
+    }
+}
+
+#[cfg(test)]
+mod concurrency_tests {
+    use super::*;
+
+    #[test]
+    fn two_processes_opening_a_new_file_at_once_both_succeed() {
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let home = dir.path().join("home");
+            let handles: Vec<_> = (0..4)
+                .map(|_| {
+                    let h = home.clone();
+                    std::thread::spawn(move || Store::open(&h).map(|_| ()))
+                })
+                .collect();
+            for h in handles {
+                h.join().unwrap().unwrap();
+            }
+        }
     }
 }

@@ -77,14 +77,23 @@ impl Env {
     }
 
     pub fn start_controller(&mut self) {
+        self.start_controller_with(&[]);
+    }
+
+    /// Starts a controller with extra environment (for example `FAILPOINTS`).
+    pub fn start_controller_with(&mut self, vars: &[(&str, &str)]) {
         assert!(self.controller.is_none(), "one controller per test env");
         let log = std::fs::File::create(self.dir.path().join(format!(
             "controller-{}.log",
             Instant::now().elapsed().as_nanos()
         )))
         .unwrap();
-        let child = self
-            .cmd(&["controller"])
+        let mut cmd = self.cmd(&["controller"]);
+        cmd.env_remove("FAILPOINTS");
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -97,6 +106,22 @@ impl Env {
         if let Some(mut c) = self.controller.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Waits until the controller process exits by itself; returns its exit code.
+    pub fn controller_exit(&mut self, timeout: Duration) -> Option<i32> {
+        let deadline = Instant::now() + timeout;
+        let c = self.controller.as_mut()?;
+        loop {
+            if let Some(st) = c.try_wait().expect("try_wait") {
+                self.controller = None;
+                return st.code();
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 
@@ -152,6 +177,16 @@ impl Env {
 impl Drop for Env {
     fn drop(&mut self) {
         self.kill_controller();
+        if std::thread::panicking() {
+            // Show what the controller saw; the machines' logs are in the home, which is
+            // kept (machines are still stopped below).
+            let log = std::fs::read_to_string(self.dir.path().join("controller.log")).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(40).collect();
+            eprintln!("--- controller log (last 40 lines, newest first):\n{}", tail.join("\n"));
+            eprintln!("--- kept {}", self.dir.path().display());
+            let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+            let _ = dir.keep();
+        }
         // Every machine this test started, by the PID in its pid file.
         let provider =
             quorum_provider::LocalProvider::new(&self.home, quorum_provider::default_etcd_dir());
@@ -221,4 +256,90 @@ pub fn machine_versions(s: &serde_json::Value) -> Vec<String> {
         .iter()
         .map(|m| m["runningVersion"].as_str().unwrap_or("none").to_string())
         .collect()
+}
+
+/// Watches a control plane's quorum from outside, as a client would: every sample asks
+/// every machine's endpoint for its status and the leader for the member list, and
+/// records a violation when fewer voters answer than a quorum of the voters (three
+/// samples in a row, so one slow answer on a loaded machine is not a violation).
+pub struct QuorumWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<(u64, Vec<String>)>>,
+}
+
+/// Consecutive bad samples that make a violation.
+const WATCH_BAD_SAMPLES: u32 = 3;
+
+impl QuorumWatch {
+    pub fn start(home: &std::path::Path, cp: &str) -> QuorumWatch {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (home, cp, stop2) = (home.to_path_buf(), cp.to_string(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let store = quorum_store::Store::open(&home).unwrap();
+            let etcd = quorum_etcd::Etcd::new(quorum_etcd::Timeouts { connect_ms: 300, observe_ms: 1000, change_ms: 1000 });
+            let rt = rt();
+            let (mut samples, mut bad_run, mut leaderless_since) = (0u64, 0u32, None::<Instant>);
+            let mut violations = Vec::new();
+            while !stop2.load(Ordering::Relaxed) {
+                let urls: Vec<String> = store.machines(&cp).unwrap_or_default().iter().map(|m| m.client_url()).collect();
+                let view = rt.block_on(etcd.observe(&urls));
+                samples += 1;
+                match &view.members {
+                    None => {
+                        let since = *leaderless_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > Duration::from_secs(3) {
+                            violations.push(format!("no leader for {:?}", since.elapsed()));
+                            leaderless_since = None;
+                        }
+                    }
+                    Some(members) => {
+                        leaderless_since = None;
+                        let voters: Vec<u64> = members.iter().filter(|m| !m.is_learner).map(|m| m.id).collect();
+                        let answering = view
+                            .statuses
+                            .values()
+                            .filter_map(|r| r.as_ref().ok())
+                            .filter(|s| voters.contains(&s.member_id) && s.alarms.is_empty())
+                            .count();
+                        if answering < voters.len() / 2 + 1 {
+                            bad_run += 1;
+                            if bad_run == WATCH_BAD_SAMPLES {
+                                violations.push(format!("{answering} of {} voters answering", voters.len()));
+                            }
+                        } else {
+                            bad_run = 0;
+                        }
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (samples, violations)
+        });
+        QuorumWatch { stop, handle: Some(handle) }
+    }
+
+    /// Stops watching; returns (samples, violations).
+    pub fn finish(mut self) -> (u64, Vec<String>) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.take().unwrap().join().unwrap()
+    }
+}
+
+/// Requires exactly the stored machines to exist: as members (matched by peer URL, all
+/// voters), as machine directories, and nothing else.
+pub fn assert_no_orphans(env: &Env, cp: &str) {
+    let store = quorum_store::Store::open(&env.home).unwrap();
+    let machines = store.machines(cp).unwrap();
+    let urls: Vec<String> = machines.iter().map(|m| m.client_url()).collect();
+    let view = rt().block_on(quorum_etcd::Etcd::default().observe(&urls));
+    let members = view.members.expect("a leader answers");
+    assert_eq!(members.len(), machines.len(), "members {members:?} vs machines {machines:?}");
+    for m in &machines {
+        assert!(members.iter().any(|x| x.peer_urls.contains(&m.peer_url()) && !x.is_learner), "{} has no voting member", m.name);
+    }
+    let provider = quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
+    let mut names: Vec<String> = machines.iter().map(|m| m.name.clone()).collect();
+    names.sort();
+    assert_eq!(provider.list(), names, "machine directories vs records");
 }

@@ -1,0 +1,93 @@
+//! Named crash points around every side effect, for crash-safety tests.
+//!
+//! Compiled in only with the `failpoints` feature (release builds leave it off, and then
+//! every function here is a no-op). Configured from the `FAILPOINTS` environment
+//! variable, `name=return` (the `fail` crate's syntax; `1*return` fires once), for
+//! example `FAILPOINTS=crash-after-remove-member=return`.
+//!
+//! - `crash-before-<kind>` / `crash-after-<kind>` for every action kind: the process
+//!   exits at once (`_exit(CRASH_EXIT_CODE)`: no destructor, no flush), as a crash does;
+//! - `crash-before-publish-status` / `crash-after-publish-status`: around the one store
+//!   write that is not an action;
+//! - `crash-after-destroy-machine`: inside delete-machine, between destroying the
+//!   machine and forgetting its record;
+//! - `lose-answer-<kind>` for membership changes and leader moves: the call reached
+//!   etcd and took effect, but its answer is lost (the action reports a timeout).
+
+use quorum_core::Action;
+
+/// Exit code of a process that crashed at a failpoint.
+pub const CRASH_EXIT_CODE: i32 = 86;
+
+/// Action kinds whose answer can be lost after the change took effect.
+pub const LOSABLE: [&str; 4] = ["add-learner", "promote", "move-leader", "remove-member"];
+
+/// Every failpoint name, in the order a test should enumerate them.
+pub fn all() -> Vec<String> {
+    let mut out = Vec::new();
+    for kind in Action::KINDS {
+        out.push(format!("crash-before-{kind}"));
+        out.push(format!("crash-after-{kind}"));
+    }
+    out.push("crash-after-destroy-machine".into());
+    out.push("crash-before-publish-status".into());
+    out.push("crash-after-publish-status".into());
+    for kind in LOSABLE {
+        out.push(format!("lose-answer-{kind}"));
+    }
+    out
+}
+
+/// Configures failpoints from `FAILPOINTS`; returns what was configured. An invalid
+/// setting is an error (never silently ignored: a test relying on it would pass).
+pub fn init_from_env() -> Result<Vec<String>, String> {
+    let Ok(spec) = std::env::var("FAILPOINTS") else {
+        return Ok(vec![]);
+    };
+    if !cfg!(feature = "failpoints") {
+        return Err("FAILPOINTS is set but this build has no failpoints (build with --features failpoints)".into());
+    }
+    let known = all();
+    let mut set = Vec::new();
+    for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, actions) = item
+            .split_once('=')
+            .ok_or_else(|| format!("FAILPOINTS entry '{item}' is not name=actions"))?;
+        if !known.iter().any(|k| k == name) {
+            return Err(format!("FAILPOINTS names an unknown failpoint '{name}'"));
+        }
+        fail::cfg(name, actions).map_err(|e| format!("FAILPOINTS '{item}': {e}"))?;
+        set.push(name.to_string());
+    }
+    Ok(set)
+}
+
+/// Exits the process abruptly if the failpoint `name` is active.
+#[allow(unused_variables)]
+pub fn crash_point(name: &str) {
+    #[cfg(feature = "failpoints")]
+    if fail::eval(name, |_| ()).is_some() {
+        eprintln!("failpoint {name}: crashing");
+        // SAFETY: _exit ends the process without running anything else, like a crash.
+        unsafe { libc_exit(CRASH_EXIT_CODE) }
+    }
+}
+
+/// Is the failpoint `name` active (for `lose-answer-*`)?
+#[allow(unused_variables)]
+pub fn active(name: &str) -> bool {
+    #[cfg(feature = "failpoints")]
+    if fail::eval(name, |_| ()).is_some() {
+        eprintln!("failpoint {name}: firing");
+        return true;
+    }
+    false
+}
+
+#[cfg(feature = "failpoints")]
+unsafe fn libc_exit(code: i32) -> ! {
+    extern "C" {
+        fn _exit(code: i32) -> !;
+    }
+    _exit(code)
+}
