@@ -3,11 +3,12 @@
 use crate::{change, create, status, teardown, wait, Ctx};
 use anyhow::{bail, Context, Result};
 use etcd_client::{Client, GetOptions};
+use futures::FutureExt;
 use quorum_controller::{now_ms, Config, Controller};
 use quorum_core::{ControlPlaneSpec, RolloutStrategy, Version};
 use quorum_provider::default_etcd_dir;
 use quorum_store::Event;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,28 +46,47 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     println!("quorum demo: home {}", home.display());
     let stop = Arc::new(AtomicBool::new(false));
     let controller = start_controller(&home, stop.clone())?;
+    // Whatever ends the demo (success, error, a panic such as a closed stdout, Ctrl-C,
+    // SIGTERM, SIGHUP), the cleanup below runs.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
     let result = tokio::select! {
-        r = body(&home, &args) => r,
+        r = std::panic::AssertUnwindSafe(body(&home, &args)).catch_unwind() => {
+            r.unwrap_or_else(|_| Err(anyhow::anyhow!("the demo panicked (see above)")))
+        }
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        _ = term.recv() => Err(anyhow::anyhow!("terminated")),
+        _ = hup.recv() => Err(anyhow::anyhow!("hung up")),
     };
-    println!("\ncleaning up: stopping every machine the demo started");
-    let cleanup = teardown(&home, NAME).await;
+    say("\ncleaning up: stopping every machine the demo started");
+    let cleanup = teardown(&home, NAME, None).await;
     stop.store(true, Ordering::Relaxed);
     let _ = controller.join();
-    // Whatever happened above, no process of the demo outlives it.
+    // Belt and braces: no process of the demo outlives it, whatever happened above.
     let provider = quorum_provider::LocalProvider::new(&home, default_etcd_dir());
-    for m in provider.list() {
-        if let Err(e) = provider.kill(&m) {
+    let leftover = provider.list();
+    for m in &leftover {
+        if let Err(e) = provider.kill(m) {
             eprintln!("warning: {e}");
         }
     }
     if args.keep {
-        println!("kept {}", home.display());
+        say(&format!(
+            "kept {} (logs and data of every machine)",
+            home.display()
+        ));
     } else {
         let _ = std::fs::remove_dir_all(&home);
     }
     cleanup?;
+    say("done: every process the demo started has stopped");
     result
+}
+
+/// Prints a line, ignoring a closed stdout (the cleanup must go on regardless).
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }
 
 /// The controller runs on its own thread and runtime, as it would in its own process.
@@ -84,7 +104,7 @@ fn start_controller(home: &Path, stop: Arc<AtomicBool>) -> Result<std::thread::J
 }
 
 async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
-    let mut ctx = Ctx::open(PathBuf::from(home))?;
+    let mut ctx = Ctx::open(home)?;
     let spec = ControlPlaneSpec {
         replicas: args.replicas,
         version: args.from,
@@ -107,6 +127,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         wait::Goal::Converged,
         args.timeout,
         0,
+        now_ms(),
     )
     .await?;
     println!("created in {:.1}s", t_create.elapsed().as_secs_f64());
@@ -142,6 +163,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         wait::Goal::Converged,
         args.timeout,
         after,
+        now_ms(),
     )
     .await?;
     let total = t_up.elapsed();

@@ -8,7 +8,7 @@ mod wait;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use quorum_controller::{Config, Controller};
+use quorum_controller::{now_ms, Config, Controller};
 use quorum_core::{
     validate_name, validate_spec, validate_spec_change, ControlPlane, ControlPlaneSpec,
     RolloutStrategy, Version,
@@ -16,7 +16,8 @@ use quorum_core::{
 use quorum_etcd::Etcd;
 use quorum_provider::{default_etcd_dir, etcd_binary, installed_versions, LocalProvider};
 use quorum_store::Store;
-use std::path::PathBuf;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -38,13 +39,14 @@ A first session:
 
 State lives in --home (or QUORUM_HOME), default ~/.local/share/quorum/state.
 etcd binaries are looked up in QUORUM_ETCD_DIR (default ~/.local/share/quorum/etcd/<version>/etcd);
-scripts/install.sh puts them there.";
+scripts/install.sh puts them there. QUORUM_LOG sets the log filter (for example debug).
+Exit status: 0 done, 1 refused or failed (one line on stderr says why), 2 malformed command line.";
 
 #[derive(Parser)]
 #[command(name = "quorum", version, about = ABOUT, after_help = AFTER_HELP)]
 struct Cli {
-    /// State directory (the store and the local machines).
-    #[arg(long, global = true, env = "QUORUM_HOME", value_name = "DIR")]
+    /// State directory: the store and the local machines [env: QUORUM_HOME]
+    #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
@@ -72,15 +74,15 @@ enum Command {
     /// Create a control plane.
     #[command(after_help = "Example: quorum create prod --replicas 3 --version 3.4.23 --wait")]
     Create {
-        /// Lowercase letters, digits and '-'.
+        /// Name of the new control plane: lowercase letters, digits and '-'.
         name: String,
         /// Number of etcd members: 1, 3, 5 or 7.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
         replicas: u32,
-        /// etcd version; must be installed (see `quorum versions`).
+        /// etcd version, installed (see `quorum versions`); 3.4 means the newest installed 3.4.x.
         #[arg(long)]
-        version: Version,
-        /// 1: add a new member before removing an old one (default); 0: remove first.
+        version: String,
+        /// 1: add each new member before removing an old one; 0: remove first (3+ replicas).
         #[arg(long, default_value_t = 1)]
         max_surge: u32,
         /// Accept an even replica count.
@@ -107,9 +109,11 @@ enum Command {
 etcd moves one minor version at a time, and never below the running cluster version."
     )]
     Upgrade {
+        /// The control plane.
         name: String,
+        /// The etcd version to roll to (installed; 3.5 means the newest installed 3.5.x).
         #[arg(long)]
-        version: Version,
+        version: String,
         /// Record the change even if a member is unreachable (quorum still refuses every unsafe step).
         #[arg(long)]
         force: bool,
@@ -119,8 +123,10 @@ etcd moves one minor version at a time, and never below the running cluster vers
     /// Change the number of members.
     #[command(after_help = "Example: quorum scale prod --replicas 5 --wait")]
     Scale {
+        /// The control plane.
         name: String,
-        #[arg(long)]
+        /// The new number of etcd members: 1, 3, 5 or 7.
+        #[arg(long, allow_negative_numbers = true)]
         replicas: u32,
         /// Accept an even count, or a change while a member is unreachable.
         #[arg(long)]
@@ -129,8 +135,11 @@ etcd moves one minor version at a time, and never below the running cluster vers
         wait: WaitArgs,
     },
     /// Show machines, members, health, conditions and client endpoints.
+    #[command(after_help = "The fields of -o json and -o yaml are described in the README.")]
     Status {
+        /// The control plane.
         name: String,
+        /// Output format.
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: Output,
     },
@@ -138,6 +147,7 @@ etcd moves one minor version at a time, and never below the running cluster vers
     List,
     /// Delete a control plane: stop and remove every machine and its data.
     Delete {
+        /// The control plane.
         name: String,
         #[command(flatten)]
         wait: WaitArgs,
@@ -147,6 +157,7 @@ etcd moves one minor version at a time, and never below the running cluster vers
     Controller,
     /// Pause or resume the reconciliation of one control plane.
     Pause {
+        /// The control plane.
         name: String,
         /// Resume instead of pausing.
         #[arg(long)]
@@ -171,6 +182,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match quorum_controller::failpoints::init_from_env() {
         Ok(set) if !set.is_empty() => eprintln!("failpoints armed: {}", set.join(", ")),
@@ -200,26 +212,34 @@ fn main() -> ExitCode {
     }
 }
 
+/// `--home`, else `QUORUM_HOME`, else the user's data directory.
 fn home(cli_home: Option<PathBuf>) -> PathBuf {
-    cli_home.unwrap_or_else(|| quorum_provider::data_home().join("quorum").join("state"))
+    cli_home
+        .or_else(|| {
+            std::env::var_os("QUORUM_HOME")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        })
+        .unwrap_or_else(|| quorum_provider::data_home().join("quorum").join("state"))
 }
 
 struct Ctx {
-    home: PathBuf,
     store: Store,
     provider: LocalProvider,
     etcd: Etcd,
+    /// When the command started (progress times count from here).
+    started_ms: i64,
 }
 
 impl Ctx {
-    fn open(home: PathBuf) -> Result<Ctx> {
-        let store = Store::open(&home)?;
-        let provider = LocalProvider::new(&home, default_etcd_dir());
+    fn open(home: &Path) -> Result<Ctx> {
+        let store = Store::open(home)?;
+        let provider = LocalProvider::new(home, default_etcd_dir());
         Ok(Ctx {
-            home,
             store,
             provider,
             etcd: Etcd::default(),
+            started_ms: now_ms(),
         })
     }
 
@@ -239,11 +259,45 @@ impl Ctx {
                 goal,
                 w.timeout,
                 after_event,
+                self.started_ms,
             )
             .await?;
+        } else if !wait::controller_active(&self.store) {
+            println!("note: no controller is running on this home; nothing happens until one runs: `quorum controller`");
         }
         Ok(())
     }
+
+    /// Resolves a user's version: `3.5.1` as is, `3.5` to the newest installed 3.5.x.
+    fn version(&self, s: &str) -> Result<Version> {
+        let installed = installed_versions(self.provider.etcd_dir());
+        let t = s.trim().trim_start_matches('v');
+        if t.split('.').count() == 2 {
+            let line: Version = t.parse()?;
+            return installed
+                .iter()
+                .rev()
+                .find(|v| v.minor_line() == line.minor_line())
+                .copied()
+                .ok_or_else(|| {
+                    anyhow!(
+                        "no etcd {t}.x is installed (installed: {})",
+                        list_versions(&installed)
+                    )
+                });
+        }
+        Ok(t.parse()?)
+    }
+}
+
+fn list_versions(vs: &[Version]) -> String {
+    if vs.is_empty() {
+        return "none; run scripts/install.sh".into();
+    }
+    vs.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -257,13 +311,14 @@ async fn run(cli: Cli) -> Result<()> {
             force,
             wait,
         } => {
+            let mut ctx = Ctx::open(&home)?;
+            let version = ctx.version(&version)?;
             let spec = ControlPlaneSpec {
                 replicas,
                 version,
                 rollout: RolloutStrategy { max_surge },
                 paused: false,
             };
-            let mut ctx = Ctx::open(home)?;
             create(&mut ctx, &name, spec, force)?;
             ctx.wait(&name, wait::Goal::Converged, &wait, 0).await
         }
@@ -279,7 +334,7 @@ async fn run(cli: Cli) -> Result<()> {
                 (text, file.display().to_string())
             };
             let m = manifest::parse(&text, &source)?;
-            let mut ctx = Ctx::open(home)?;
+            let mut ctx = Ctx::open(&home)?;
             let name = m.metadata.name.clone();
             let after = ctx.store.last_event_id(&name)?;
             if ctx.store.control_plane(&name)?.is_some() {
@@ -295,7 +350,9 @@ async fn run(cli: Cli) -> Result<()> {
             force,
             wait,
         } => {
-            let mut ctx = Ctx::open(home)?;
+            let mut ctx = Ctx::open(&home)?;
+            ctx.store.get_control_plane(&name)?;
+            let version = ctx.version(&version)?;
             let after = ctx.store.last_event_id(&name)?;
             change(&mut ctx, &name, force, |s| ControlPlaneSpec {
                 version,
@@ -310,7 +367,7 @@ async fn run(cli: Cli) -> Result<()> {
             force,
             wait,
         } => {
-            let mut ctx = Ctx::open(home)?;
+            let mut ctx = Ctx::open(&home)?;
             let after = ctx.store.last_event_id(&name)?;
             change(&mut ctx, &name, force, |s| ControlPlaneSpec {
                 replicas,
@@ -320,22 +377,30 @@ async fn run(cli: Cli) -> Result<()> {
             ctx.wait(&name, wait::Goal::Converged, &wait, after).await
         }
         Command::Pause { name, resume } => {
-            let mut ctx = Ctx::open(home)?;
+            let mut ctx = Ctx::open(&home)?;
             let mut spec = ctx.store.get_control_plane(&name)?.spec;
+            if spec.paused != resume {
+                println!(
+                    "{name}: already {}",
+                    if resume {
+                        "running (not paused)"
+                    } else {
+                        "paused"
+                    }
+                );
+                return Ok(());
+            }
             spec.paused = !resume;
             ctx.store.update_spec(&name, &spec)?;
-            println!(
-                "{name}: {}",
-                if resume {
-                    "resumed"
-                } else {
-                    "paused: quorum takes no step on it until `quorum pause --resume`"
-                }
-            );
+            if resume {
+                println!("{name}: resumed");
+            } else {
+                println!("{name}: paused: quorum takes no step on it until `quorum pause {name} --resume`");
+            }
             Ok(())
         }
         Command::Status { name, output } => {
-            let ctx = Ctx::open(home)?;
+            let ctx = Ctx::open(&home)?;
             let cp = ctx.store.get_control_plane(&name)?;
             let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
             match output {
@@ -345,58 +410,25 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::List => {
-            let ctx = Ctx::open(home)?;
-            let cps = ctx.store.control_planes()?;
-            if cps.is_empty() {
-                println!("No control planes in {}. Create one with `quorum create NAME --version 3.4.23`.", ctx.home.display());
-                return Ok(());
-            }
-            let mut rows = vec![vec![
-                "NAME".to_string(),
-                "REPLICAS".into(),
-                "VERSION".into(),
-                "MACHINES".into(),
-                "STATE".into(),
-            ]];
-            for cp in cps {
-                let n = ctx.store.machines(&cp.name)?.len();
-                let state = if cp.deleting {
-                    "deleting".to_string()
-                } else if cp.spec.paused {
-                    "paused".into()
-                } else {
-                    ctx.store
-                        .published_status(&cp.name)?
-                        .and_then(|p| {
-                            p.status
-                                .pointer("/decision/operation")
-                                .and_then(|v| v.as_str())
-                                .map(str::to_string)
-                        })
-                        .unwrap_or_else(|| "unknown (no controller yet)".into())
-                };
-                rows.push(vec![
-                    cp.name,
-                    cp.spec.replicas.to_string(),
-                    cp.spec.version.to_string(),
-                    n.to_string(),
-                    state,
-                ]);
-            }
-            print!("{}", status::columns(&rows));
-            Ok(())
-        }
+        Command::List => list(&home),
         Command::Delete { name, wait } => {
-            let ctx = Ctx::open(home.clone())?;
+            let mut ctx = Ctx::open(&home)?;
             ctx.store.get_control_plane(&name)?;
             let after = ctx.store.last_event_id(&name)?;
-            println!("{name}: marked for deletion; stopping and removing its machines");
-            // Teardown needs no quorum: do it here, so it works without a controller (a
-            // running controller doing the same steps is harmless: each is idempotent).
-            teardown(&home, &name).await?;
-            ctx.wait(&name, wait::Goal::Gone, &wait, after).await?;
-            println!("{name}: deleted");
+            ctx.store.mark_control_plane_deleting(&name)?;
+            if wait::controller_active(&ctx.store) {
+                println!(
+                    "{name}: marked for deletion; the running controller removes its machines"
+                );
+                ctx.wait(&name, wait::Goal::Gone, &wait, after).await?;
+            } else {
+                // Teardown needs no quorum and no controller: do it here.
+                println!("{name}: marked for deletion; stopping and removing its machines");
+                teardown(&home, &name, Some(ctx.started_ms)).await?;
+            }
+            if ctx.store.control_plane(&name)?.is_none() {
+                println!("{name}: deleted");
+            }
             Ok(())
         }
         Command::Controller => {
@@ -444,6 +476,53 @@ async fn run(cli: Cli) -> Result<()> {
     }
 }
 
+fn list(home: &Path) -> Result<()> {
+    let ctx = Ctx::open(home)?;
+    let cps = ctx.store.control_planes()?;
+    if cps.is_empty() {
+        println!(
+            "No control planes in {}. Create one with `quorum create NAME --version 3.4.23`.",
+            home.display()
+        );
+        return Ok(());
+    }
+    let mut rows = vec![["NAME", "REPLICAS", "VERSION", "MACHINES", "STATE"]
+        .map(String::from)
+        .to_vec()];
+    for cp in cps {
+        let n = ctx.store.machines(&cp.name)?.len();
+        let state = if cp.deleting {
+            "deleting".to_string()
+        } else if cp.spec.paused {
+            "paused".into()
+        } else {
+            ctx.store
+                .published_status(&cp.name)?
+                .and_then(|p| {
+                    p.status
+                        .pointer("/decision/operation")
+                        .and_then(|v| v.as_str())
+                        .map(str::to_string)
+                })
+                .unwrap_or_else(|| "unknown (no controller yet)".into())
+        };
+        rows.push(vec![
+            cp.name,
+            cp.spec.replicas.to_string(),
+            cp.spec.version.to_string(),
+            n.to_string(),
+            state,
+        ]);
+    }
+    print!("{}", status::columns(&rows));
+    Ok(())
+}
+
+fn version_warning(v: Version) -> Option<String> {
+    v.has_known_data_inconsistency_bug()
+        .then(|| format!("warning: etcd {v} has a known data inconsistency bug, fixed in 3.5.3"))
+}
+
 /// Checks and stores a new control plane.
 fn create(ctx: &mut Ctx, name: &str, spec: ControlPlaneSpec, force: bool) -> Result<()> {
     validate_name(name)?;
@@ -454,18 +533,14 @@ fn create(ctx: &mut Ctx, name: &str, spec: ControlPlaneSpec, force: bool) -> Res
         spec: spec.clone(),
         deleting: false,
     };
-    ctx.store
-        .create_control_plane(&cp, quorum_controller::now_ms())?;
+    ctx.store.create_control_plane(&cp, now_ms())?;
     println!(
-        "{name}: created: {} replicas at etcd {}{}",
-        spec.replicas,
-        spec.version,
-        if spec.version.has_known_data_inconsistency_bug() {
-            " (warning: this version has a known data inconsistency bug, fixed in 3.5.3)"
-        } else {
-            ""
-        }
+        "{name}: created: {} replicas at etcd {}",
+        spec.replicas, spec.version
     );
+    if let Some(w) = version_warning(spec.version) {
+        println!("{w}");
+    }
     Ok(())
 }
 
@@ -494,16 +569,20 @@ async fn change(
     validate_spec_change(&cp.spec, &new, lowest, None, force)?;
     etcd_binary(ctx.provider.etcd_dir(), new.version)?;
     let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
+    // Members that do not answer. Without a leader every machine is suspect; with one,
+    // a machine without a member (one still joining) is not.
+    let leaderless = s.leader.is_none();
     let unhealthy: Vec<&str> = s
         .machines
         .iter()
-        .filter(|m| m.role != "none" && !m.healthy && !m.deleting)
+        .filter(|m| (leaderless || m.role != "none") && !m.healthy && !m.deleting)
         .map(|m| m.name.as_str())
         .collect();
     if !force && !s.machines.is_empty() && !unhealthy.is_empty() {
         bail!(
-            "{name}: {} not healthy or unreachable (see `quorum status {name}`); fix that first, or pass --force to record the change anyway (quorum still refuses every unsafe step)",
-            unhealthy.join(", ")
+            "{name}: {} not healthy or unreachable{} (see `quorum status {name}`); fix that first, or pass --force to record the change anyway (quorum still refuses every unsafe step)",
+            unhealthy.join(", "),
+            if leaderless { ", and no member answers as leader" } else { "" }
         );
     }
     let cluster_version = s
@@ -520,15 +599,17 @@ async fn change(
     validate_spec_change(&cp.spec, &new, lowest, cluster_version, force)?;
     ctx.store.update_spec(name, &new)?;
     if new.version != cp.spec.version {
+        let what = if new.version > cp.spec.version {
+            "upgrade"
+        } else {
+            "downgrade"
+        };
         println!(
-            "{name}: upgrade recorded: etcd {} -> {} (member by member)",
+            "{name}: {what} recorded: etcd {} -> {} (member by member)",
             cp.spec.version, new.version
         );
-        if new.version.has_known_data_inconsistency_bug() {
-            println!(
-                "warning: etcd {} has a known data inconsistency bug, fixed in 3.5.3",
-                new.version
-            );
+        if let Some(w) = version_warning(new.version) {
+            println!("{w}");
         }
     }
     if new.replicas != cp.spec.replicas {
@@ -543,12 +624,14 @@ async fn change(
     Ok(())
 }
 
-/// Drives the teardown of a control plane marked deleting until it is gone.
-async fn teardown(home: &std::path::Path, name: &str) -> Result<()> {
+/// Drives the teardown of a control plane until it is gone (marking it deleting first,
+/// idempotently). With `print_since_ms`, prints each step as it happens.
+async fn teardown(home: &Path, name: &str, print_since_ms: Option<i64>) -> Result<()> {
     // Bounded: stopping a machine takes at most its grace period plus the SIGKILL wait.
     const TEARDOWN_LIMIT: Duration = Duration::from_secs(120);
     let mut c = Controller::new(Config::new(home, default_etcd_dir()))?;
     let mut store = Store::open(home)?;
+    let mut last_event = store.last_event_id(name)?;
     match store.mark_control_plane_deleting(name) {
         Ok(()) | Err(quorum_store::StoreError::NotFound(_)) => {}
         Err(e) => return Err(e.into()),
@@ -558,7 +641,11 @@ async fn teardown(home: &std::path::Path, name: &str) -> Result<()> {
         let Some(cp) = store.control_plane(name)? else {
             return Ok(());
         };
-        if c.reconcile(&cp).await? != quorum_controller::Outcome::Acted {
+        let outcome = c.reconcile(&cp).await?;
+        if let Some(since) = print_since_ms {
+            wait::print_events(&store, name, &mut last_event, since, false)?;
+        }
+        if outcome != quorum_controller::Outcome::Acted {
             tokio::time::sleep(Duration::from_millis(quorum_controller::BUSY_POLL_MS)).await;
         }
     }

@@ -35,20 +35,51 @@ pub fn parse(text: &str, source: &str) -> Result<Manifest> {
     if text.trim().is_empty() {
         bail!("{source}: the manifest is empty; see `quorum apply --help` for an example");
     }
-    let m: Manifest = serde_yaml::from_str(text).with_context(|| {
-        format!("{source}: not a valid ControlPlane manifest (see `quorum apply --help` for an example)")
+    let value: serde_yaml::Value = serde_yaml::from_str(text).map_err(|e| {
+        if e.to_string().contains("more than one document") {
+            anyhow::anyhow!(
+                "{source}: holds several YAML documents; apply takes one ControlPlane per file"
+            )
+        } else {
+            anyhow::anyhow!("{source}: not valid YAML: {e}")
+        }
     })?;
-    if m.api_version != API_VERSION {
-        bail!(
-            "{source}: apiVersion is '{}', expected '{API_VERSION}'",
-            m.api_version
-        );
+    let Some(map) = value.as_mapping() else {
+        bail!("{source}: a manifest is a YAML mapping with apiVersion, kind, metadata and spec; see `quorum apply --help` for an example");
+    };
+    // Say what kind of document this is before complaining about its fields.
+    let field = |k: &str| map.get(k).and_then(|v| v.as_str()).map(str::to_string);
+    match field("apiVersion") {
+        Some(v) if v == API_VERSION => {}
+        Some(v) => bail!("{source}: apiVersion is '{v}', expected '{API_VERSION}'"),
+        None => bail!("{source}: apiVersion is missing, expected '{API_VERSION}'"),
     }
-    if m.kind != KIND {
-        bail!("{source}: kind is '{}', expected '{KIND}'", m.kind);
+    match field("kind") {
+        Some(k) if k == KIND => {}
+        Some(k) => bail!("{source}: kind is '{k}', expected '{KIND}'"),
+        None => bail!("{source}: kind is missing, expected '{KIND}'"),
     }
+    let m: Manifest = serde_yaml::from_str(text).map_err(|e| {
+        anyhow::anyhow!("{source}: not a valid ControlPlane manifest: {} (see `quorum apply --help` for an example)", humane(&e.to_string()))
+    })?;
     validate_name(&m.metadata.name).with_context(|| format!("{source}: metadata.name"))?;
     Ok(m)
+}
+
+/// serde's words for types, in a user's words.
+fn humane(msg: &str) -> String {
+    msg.replace("expected u32", "expected a whole number")
+        .replace(
+            "expected struct ControlPlaneSpec",
+            "expected a mapping (replicas, version, ...)",
+        )
+        .replace(
+            "expected struct RolloutStrategy",
+            "expected a mapping (maxSurge)",
+        )
+        .replace("expected struct Metadata", "expected a mapping (name)")
+        .replace("expected struct Manifest", "expected a mapping")
+        .replace("expected a boolean", "expected true or false")
 }
 
 pub const EXAMPLE: &str = "apiVersion: quorum.dev/v1alpha1
@@ -90,7 +121,11 @@ mod tests {
     fn bad_manifests_say_what_is_wrong() {
         let cases = [
             ("", "empty"),
-            ("{", "not a valid"),
+            ("{", "not valid YAML"),
+            ("hello", "a manifest is a YAML mapping"),
+            ("apiVersion: v1\nkind: Pod\nmetadata: {name: a}", "apiVersion is 'v1'"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: three, version: 3.4.23}", "expected a whole number"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23}\n---\napiVersion: x", "several YAML documents"),
             ("apiVersion: v1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23}", "apiVersion"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: Pod\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23}", "kind"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: A}\nspec: {replicas: 1, version: 3.4.23}", "metadata.name"),

@@ -9,8 +9,7 @@ use quorum_provider::LocalProvider;
 use quorum_store::Store;
 use serde::Serialize;
 
-/// A published status older than this means no controller is working on it.
-pub const CONTROLLER_STALE_MS: i64 = 5_000;
+pub use quorum_controller::CONTROLLER_STALE_MS;
 
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -188,16 +187,7 @@ pub fn render_table(s: &Status) -> String {
         Some(w) if s.decision.is_blocked() => format!("{} — BLOCKED: {w}", s.operation),
         Some(w) => format!("{} — waiting for {w}", s.operation),
         None if s.converged => "idle (converged)".to_string(),
-        None => format!(
-            "{} — next: {}",
-            s.operation,
-            s.decision
-                .actions
-                .iter()
-                .map(|a| a.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
+        None => format!("{} — next: {}", s.operation, summarize(&s.next_actions)),
     };
     push(&mut out, "Operation", &op);
     let ctl = match &s.controller {
@@ -317,4 +307,25 @@ pub fn columns(rows: &[Vec<String>]) -> String {
         out.push('\n');
     }
     out
+}
+
+/// "a, a, b" -> "a (x2), b": a decision may repeat one step for several machines.
+fn summarize(steps: &[String]) -> String {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for st in steps {
+        match out.last_mut() {
+            Some((last, n)) if last == st => *n += 1,
+            _ => out.push((st.clone(), 1)),
+        }
+    }
+    out.iter()
+        .map(|(st, n)| {
+            if *n > 1 {
+                format!("{st} (x{n})")
+            } else {
+                st.clone()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }

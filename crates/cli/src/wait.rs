@@ -20,14 +20,56 @@ pub enum Goal {
     Gone,
 }
 
+/// One progress line: seconds since the command started, a mark (✓ done, … not
+/// accepted yet and retried, ✗ failed and retried), what happened.
 pub fn format_event(e: &Event, since_ms: i64) -> String {
-    let t = (e.at_ms - since_ms) as f64 / 1000.0;
-    let mark = if e.ok { "✓" } else { "✗" };
-    format!("[{t:>7.1}s] {mark} {}", e.message)
+    let t = (e.at_ms - since_ms).max(0) as f64 / 1000.0;
+    let mark = match (e.ok, e.kind.as_str()) {
+        (true, _) => "✓",
+        (false, "refused") => "…",
+        (false, _) => "✗",
+    };
+    format!("[{t:>6.1}s] {mark} {}", e.message)
+}
+
+/// Is a controller running on this home (a recent heartbeat)?
+pub fn controller_active(store: &Store) -> bool {
+    store
+        .last_controller_heartbeat()
+        .ok()
+        .flatten()
+        .is_some_and(|(_, at)| {
+            quorum_controller::now_ms() - at < quorum_controller::CONTROLLER_STALE_MS
+        })
+}
+
+/// Prints the events of `name` after `*last_event` (updating it); returns whether the
+/// newest printed one was a refusal that is being retried.
+pub fn print_events(
+    store: &Store,
+    name: &str,
+    last_event: &mut i64,
+    since_ms: i64,
+    tty: bool,
+) -> Result<bool> {
+    let mut refused = false;
+    for e in store.events_after(name, *last_event, 1_000)? {
+        *last_event = e.id;
+        if e.kind == "converged" {
+            continue;
+        }
+        refused = e.kind == "refused";
+        if tty {
+            eprint!("\r\x1b[K");
+        }
+        println!("{}", format_event(&e, since_ms));
+    }
+    Ok(refused)
 }
 
 /// Follows `name` until `goal` or `timeout`; prints one line per step (and, on a
-/// terminal, a live line with what it waits for).
+/// terminal, a live line with what it waits for). Times count from `since_ms`.
+#[allow(clippy::too_many_arguments)]
 pub async fn wait(
     store: &Store,
     provider: &LocalProvider,
@@ -36,53 +78,68 @@ pub async fn wait(
     goal: Goal,
     timeout: Duration,
     after_event: i64,
+    since_ms: i64,
 ) -> Result<()> {
     let tty = std::io::stderr().is_terminal();
+    let clear = || {
+        if tty {
+            eprint!("\r\x1b[K");
+        }
+    };
     let start = Instant::now();
-    let start_ms = quorum_controller::now_ms();
     let mut last_event = after_event;
     let mut warned_no_controller = false;
+    let mut retrying = false;
     let mut last_reason = String::new();
     loop {
-        for e in store.events_after(name, last_event, 1_000)? {
-            last_event = e.id;
-            if tty {
-                eprint!("\r\x1b[K");
-            }
-            println!("{}", format_event(&e, start_ms));
+        if print_events(store, name, &mut last_event, since_ms, tty)? {
+            retrying = true;
         }
         let Some(cp) = store.control_plane(name)? else {
+            clear();
             if goal == Goal::Gone {
-                if tty {
-                    eprint!("\r\x1b[K");
-                }
                 return Ok(());
             }
             bail!("control plane '{name}' was deleted while waiting");
         };
         let s = live(store, provider, etcd, &cp).await?;
         if goal == Goal::Converged && s.converged {
-            if tty {
-                eprint!("\r\x1b[K");
-            }
+            clear();
+            let n = s.machines.len();
+            println!(
+                "[{:>6.1}s] ✓ {name}: {n} machine{} at etcd {}, every member healthy",
+                (quorum_controller::now_ms() - since_ms) as f64 / 1000.0,
+                if n == 1 { "" } else { "s" },
+                s.spec.version
+            );
             return Ok(());
         }
-        let reason = match (&s.waiting_for, s.decision.is_blocked()) {
-            (Some(w), true) => format!("blocked: {w}"),
-            (Some(w), false) => format!("waiting for {w}"),
-            (None, _) => s.operation.to_string(),
+        let reason = match (
+            &s.waiting_for,
+            s.decision.is_blocked(),
+            s.decision.actions.first(),
+        ) {
+            (Some(w), true, _) => format!("BLOCKED: {w}"),
+            (Some(w), false, _) => format!("waiting for {w}"),
+            (None, _, Some(a)) if retrying => {
+                format!("next: {a} (not accepted by etcd yet, retrying)")
+            }
+            (None, _, Some(a)) => format!("next: {a}"),
+            (None, _, None) => s.operation.clone(),
         };
-        if !s.controller.as_ref().is_some_and(|c| c.active)
-            && !warned_no_controller
+        if s.waiting_for.is_some() {
+            retrying = false;
+        }
+        if !warned_no_controller
             && start.elapsed() > Duration::from_millis(CONTROLLER_STALE_MS as u64)
+            && !controller_active(store)
         {
             warned_no_controller = true;
-            eprintln!("note: no controller is working on '{name}': start one with `quorum controller` (in another terminal)");
+            clear();
+            eprintln!("note: no controller is running on this home: start one with `quorum controller` (in another terminal)");
         }
         if start.elapsed() >= timeout {
-            if tty {
-                eprint!("\r\x1b[K");
-            }
+            clear();
             bail!(
                 "'{name}' did not reach its spec within {}s: {} ({reason})",
                 timeout.as_secs(),

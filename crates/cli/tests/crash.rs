@@ -26,7 +26,17 @@ fn is_teardown_point(p: &str) -> bool {
 /// and starts a controller armed with `point`.
 fn prepare(env: &mut Env, name: &str, point: &str, actions: &str) -> Vec<(String, String)> {
     env.start_controller();
-    env.ok(&["create", name, "--replicas", "3", "--version", OLD, "--wait", "--timeout", TIMEOUT]);
+    env.ok(&[
+        "create",
+        name,
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
     let keys = write_keys(&env.endpoints(name), "k/", 300);
     env.kill_controller();
     env.ok(&["upgrade", name, "--version", NEW]);
@@ -35,7 +45,15 @@ fn prepare(env: &mut Env, name: &str, point: &str, actions: &str) -> Vec<(String
 }
 
 fn finish_and_check(env: &mut Env, name: &str, keys: &[(String, String)], watch: QuorumWatch) {
-    env.ok(&["upgrade", name, "--version", NEW, "--wait", "--timeout", TIMEOUT]);
+    env.ok(&[
+        "upgrade",
+        name,
+        "--version",
+        NEW,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
     let (samples, violations) = watch.finish();
     assert!(samples > 10, "the quorum watch took only {samples} samples");
     assert!(violations.is_empty(), "quorum lost: {violations:?}");
@@ -50,7 +68,12 @@ fn rollout_scenario(point: &str) -> String {
     let mut env = Env::new(&format!("crash-{point}"));
     let name = "fp";
     let lose = point.starts_with("lose-answer-");
-    let keys = prepare(&mut env, name, point, if lose { "1*return" } else { "return" });
+    let keys = prepare(
+        &mut env,
+        name,
+        point,
+        if lose { "1*return" } else { "return" },
+    );
     let watch = QuorumWatch::start(&env.home, name);
     let t = Instant::now();
     if lose {
@@ -58,12 +81,23 @@ fn rollout_scenario(point: &str) -> String {
         // recognise it as done from its next observation.
         finish_and_check(&mut env, name, &keys, watch);
         let store = quorum_store::Store::open(&env.home).unwrap();
-        let lost = store.events_after(name, 0, 10_000).unwrap().into_iter().any(|e| !e.ok && e.message.contains("lost by failpoint"));
+        let lost = store
+            .events_after(name, 0, 10_000)
+            .unwrap()
+            .into_iter()
+            .any(|e| !e.ok && e.message.contains("lost by failpoint"));
         assert!(lost, "{point}: the answer was never lost");
-        return format!("{point}: answer lost once, rollout completed in {:.1}s", t.elapsed().as_secs_f64());
+        return format!(
+            "{point}: answer lost once, rollout completed in {:.1}s",
+            t.elapsed().as_secs_f64()
+        );
     }
     let code = env.controller_exit(Duration::from_secs(120));
-    assert_eq!(code, Some(CRASH_EXIT_CODE), "{point}: the controller did not crash there (never reached?)");
+    assert_eq!(
+        code,
+        Some(CRASH_EXIT_CODE),
+        "{point}: the controller did not crash there (never reached?)"
+    );
     let crashed_after = t.elapsed();
     env.start_controller();
     finish_and_check(&mut env, name, &keys, watch);
@@ -78,10 +112,28 @@ fn rollout_scenario(point: &str) -> String {
 fn teardown_scenario(point: &str) -> String {
     let mut env = Env::new(&format!("crash-{point}"));
     env.start_controller();
-    env.ok(&["create", "td", "--replicas", "1", "--version", OLD, "--wait", "--timeout", TIMEOUT]);
+    env.ok(&[
+        "create",
+        "td",
+        "--replicas",
+        "1",
+        "--version",
+        OLD,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
     env.kill_controller();
-    let out = env.cmd(&["delete", "td"]).env("FAILPOINTS", format!("{point}=return")).output().unwrap();
-    assert_eq!(out.status.code(), Some(CRASH_EXIT_CODE), "{point}: delete did not crash there");
+    let out = env
+        .cmd(&["delete", "td"])
+        .env("FAILPOINTS", format!("{point}=return"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(CRASH_EXIT_CODE),
+        "{point}: delete did not crash there"
+    );
     if point.starts_with("crash-after-") {
         // It crashed after forgetting the control plane: it is gone, and saying so is right.
         let e = env.fails(&["delete", "td"]);
@@ -91,8 +143,13 @@ fn teardown_scenario(point: &str) -> String {
     }
     let list = env.ok(&["list"]);
     assert!(list.contains("No control planes"), "{list}");
-    let provider = quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
-    assert!(provider.list().is_empty(), "machines left: {:?}", provider.list());
+    let provider =
+        quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
+    assert!(
+        provider.list().is_empty(),
+        "machines left: {:?}",
+        provider.list()
+    );
     format!("{point}: delete crashed, rerun completed")
 }
 
@@ -106,13 +163,22 @@ fn every_failpoint_crashes_and_the_next_controller_finishes() {
         .map(|_| {
             let (queue, results) = (queue.clone(), results.clone());
             std::thread::spawn(move || loop {
-                let Some(point) = queue.lock().unwrap().pop() else { return };
+                let Some(point) = queue.lock().unwrap().pop() else {
+                    return;
+                };
                 let p = point.clone();
                 let r = std::panic::catch_unwind(move || {
-                    if is_teardown_point(&p) { teardown_scenario(&p) } else { rollout_scenario(&p) }
+                    if is_teardown_point(&p) {
+                        teardown_scenario(&p)
+                    } else {
+                        rollout_scenario(&p)
+                    }
                 });
                 let line = r.map_err(|e| {
-                    e.downcast_ref::<String>().cloned().or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+                    e.downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_default()
                 });
                 results.lock().unwrap().push((point, line));
             })
@@ -146,19 +212,34 @@ fn bug_report_crash_after_member_removal() {
     let mut env = Env::new("bug-report");
     let keys = prepare(&mut env, "br", "crash-after-remove-member", "return");
     let watch = QuorumWatch::start(&env.home, "br");
-    assert_eq!(env.controller_exit(Duration::from_secs(120)), Some(CRASH_EXIT_CODE));
+    assert_eq!(
+        env.controller_exit(Duration::from_secs(120)),
+        Some(CRASH_EXIT_CODE)
+    );
     // No controller runs now. 4 machines, 3 members, and the removed one's machine is
     // marked for deletion: the next step is to stop or delete it, not to refuse.
     let s = env.status("br");
     let machines = s["machines"].as_array().unwrap();
     assert_eq!(machines.len(), 4, "{s:#}");
-    let leaving: Vec<&serde_json::Value> = machines.iter().filter(|m| m["deleting"] == true).collect();
+    let leaving: Vec<&serde_json::Value> =
+        machines.iter().filter(|m| m["deleting"] == true).collect();
     assert_eq!(leaving.len(), 1, "{s:#}");
     assert_eq!(leaving[0]["role"], "none", "its member is gone: {s:#}");
-    assert_eq!(s["conditions"].as_array().unwrap().iter().find(|c| c["kind"] == "Blocked").unwrap()["status"], false);
+    assert_eq!(
+        s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["kind"] == "Blocked")
+            .unwrap()["status"],
+        false
+    );
     let next = s["nextActions"][0].as_str().unwrap();
     let gone = leaving[0]["name"].as_str().unwrap();
-    assert!(next == format!("stop {gone}") || next == format!("delete {gone}"), "next: {next}\n{s:#}");
+    assert!(
+        next == format!("stop {gone}") || next == format!("delete {gone}"),
+        "next: {next}\n{s:#}"
+    );
     env.start_controller();
     finish_and_check(&mut env, "br", &keys, watch);
 }

@@ -45,7 +45,10 @@ pub fn init_from_env() -> Result<Vec<String>, String> {
         return Ok(vec![]);
     };
     if !cfg!(feature = "failpoints") {
-        return Err("FAILPOINTS is set but this build has no failpoints (build with --features failpoints)".into());
+        return Err(
+            "FAILPOINTS is set but this build has no failpoints (build with --features failpoints)"
+                .into(),
+        );
     }
     let known = all();
     let mut set = Vec::new();

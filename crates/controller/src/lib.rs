@@ -42,6 +42,10 @@ const RETRY_CAP_FAILURE_MS: u64 = 5_000;
 /// The published status is rewritten at least this often even if nothing changed, so
 /// readers can tell a live controller from a dead one.
 const PUBLISH_EVERY_MS: i64 = 1_000;
+/// How often the controller records that it is alive (home-wide).
+const HEARTBEAT_EVERY_MS: i64 = 1_000;
+/// A heartbeat older than this means no controller is running on the home.
+pub const CONTROLLER_STALE_MS: i64 = 5_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ActionError {
@@ -182,6 +186,7 @@ pub struct Controller {
     provider: LocalProvider,
     etcd: Etcd,
     state: HashMap<String, CpState>,
+    last_heartbeat_ms: i64,
 }
 
 impl Controller {
@@ -194,6 +199,7 @@ impl Controller {
             provider,
             etcd: Etcd::default(),
             state: HashMap::new(),
+            last_heartbeat_ms: 0,
         })
     }
 
@@ -231,6 +237,11 @@ impl Controller {
 
     /// One pass over every control plane; the most urgent outcome wins.
     pub async fn reconcile_all(&mut self) -> Result<Outcome, StoreError> {
+        let now = now_ms();
+        if now - self.last_heartbeat_ms >= HEARTBEAT_EVERY_MS {
+            self.store.controller_heartbeat(&self.cfg.identity, now)?;
+            self.last_heartbeat_ms = now;
+        }
         let cps = self.store.control_planes()?;
         self.state.retain(|k, _| cps.iter().any(|c| &c.name == k));
         let mut overall = Outcome::Converged;
@@ -296,6 +307,7 @@ impl Controller {
             let machine = action_machine(action);
             match res {
                 Ok(()) => {
+                    tracing::info!(cp = %cp.name, took_ms, "{action}");
                     let st = self.state.entry(cp.name.clone()).or_default();
                     st.retry.remove(&key);
                     st.last_error = None;
@@ -312,7 +324,11 @@ impl Controller {
                 }
                 Err(e) => {
                     let refusal = e.is_refusal();
-                    let msg = format!("{action}: {e}");
+                    let msg = if refusal {
+                        format!("{action}: not accepted yet, retrying ({e})")
+                    } else {
+                        format!("{action}: {e}")
+                    };
                     let st = self.state.entry(cp.name.clone()).or_default();
                     let failures = st.retry.get(&key).map(|(n, _)| n + 1).unwrap_or(1);
                     let cap = if refusal {
@@ -333,9 +349,10 @@ impl Controller {
                         } else {
                             tracing::warn!(cp = %cp.name, "{msg}");
                         }
+                        let kind = if refusal { "refused" } else { "error" };
                         self.event(
                             cp,
-                            "error",
+                            kind,
                             machine.as_deref(),
                             &msg,
                             false,
@@ -416,7 +433,8 @@ impl Controller {
         failpoints::crash_point(&format!("crash-before-{kind}"));
         self.perform_inner(cp, machines, observed, action).await?;
         failpoints::crash_point(&format!("crash-after-{kind}"));
-        if failpoints::LOSABLE.contains(&kind) && failpoints::active(&format!("lose-answer-{kind}")) {
+        if failpoints::LOSABLE.contains(&kind) && failpoints::active(&format!("lose-answer-{kind}"))
+        {
             return Err(ActionError::Etcd(EtcdError::Timeout {
                 op: "answer (lost by failpoint)",
                 endpoint: observed.view.leader_url.clone().unwrap_or_default(),

@@ -1035,8 +1035,10 @@ impl<'a> View<'a> {
             },
             Condition {
                 kind: ConditionKind::UpToDate,
-                status: outdated.is_empty(),
-                message: if outdated.is_empty() {
+                status: outdated.is_empty() && !self.seen.is_empty(),
+                message: if self.seen.is_empty() {
+                    "no machine yet".into()
+                } else if outdated.is_empty() {
                     format!("every machine runs {}", spec.version)
                 } else {
                     format!("not at {}: {}", spec.version, outdated.join(", "))

@@ -1069,13 +1069,36 @@ fn action_kinds_lists_every_variant() {
     let m = || "m".to_string();
     // A new variant fails to compile here until it is listed: the match is exhaustive.
     let all = [
-        Action::AllocateMachine { bootstrap: false, version: v },
-        Action::StartMachine { machine: m(), state: ClusterState::New, initial_cluster: vec![] },
-        Action::AddLearner { machine: m(), peer_url: m() },
-        Action::Promote { machine: m(), member_id: 1 },
-        Action::MarkDeleting { machine: m(), reason: DeleteReason::ScaleDown },
-        Action::MoveLeader { from_member: 1, to_member: 2, to_machine: m() },
-        Action::RemoveMember { member_id: 1, machine: None },
+        Action::AllocateMachine {
+            bootstrap: false,
+            version: v,
+        },
+        Action::StartMachine {
+            machine: m(),
+            state: ClusterState::New,
+            initial_cluster: vec![],
+        },
+        Action::AddLearner {
+            machine: m(),
+            peer_url: m(),
+        },
+        Action::Promote {
+            machine: m(),
+            member_id: 1,
+        },
+        Action::MarkDeleting {
+            machine: m(),
+            reason: DeleteReason::ScaleDown,
+        },
+        Action::MoveLeader {
+            from_member: 1,
+            to_member: 2,
+            to_machine: m(),
+        },
+        Action::RemoveMember {
+            member_id: 1,
+            machine: None,
+        },
         Action::StopMachine { machine: m() },
         Action::DeleteMachine { machine: m() },
         Action::ForgetControlPlane,

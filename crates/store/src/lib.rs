@@ -128,8 +128,10 @@ impl Store {
                 Err(StoreError::Sqlite {
                     source: rusqlite::Error::SqliteFailure(e, _),
                     ..
-                }) if matches!(e.code, rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
-                    && std::time::Instant::now() < deadline =>
+                }) if matches!(
+                    e.code,
+                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                ) && std::time::Instant::now() < deadline =>
                 {
                     std::thread::sleep(Duration::from_millis(INIT_RETRY_MS));
                 }
@@ -274,19 +276,63 @@ impl Store {
 
     // ---- control planes
 
+    /// Records a new control plane. The history of an earlier one of the same name is
+    /// dropped in the same transaction, so it never shows up as the new one's.
     pub fn create_control_plane(&mut self, cp: &ControlPlane, now_ms: i64) -> Result<()> {
         let doc = to_json(cp);
-        let n = self
+        let path = self.path.clone();
+        let sql = |source| StoreError::Sqlite {
+            path: path.clone(),
+            source,
+        };
+        let tx = self
             .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let n = tx
             .execute(
                 "INSERT OR IGNORE INTO control_planes(name, doc, created_at_ms) VALUES (?1, ?2, ?3)",
                 params![cp.name, doc, now_ms],
             )
-            .map_err(|e| self.err(e))?;
+            .map_err(sql)?;
         if n == 0 {
             return Err(StoreError::AlreadyExists(cp.name.clone()));
         }
+        tx.execute(
+            "DELETE FROM events WHERE control_plane = ?1",
+            params![cp.name],
+        )
+        .and_then(|_| tx.commit())
+        .map_err(sql)
+    }
+
+    /// Records that a controller is alive (`identity`, at `now_ms`).
+    pub fn controller_heartbeat(&self, identity: &str, now_ms: i64) -> Result<()> {
+        self.conn
+            .execute(
+                "INSERT INTO meta(key, value) VALUES ('controller.heartbeat', ?1)
+                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                params![format!("{now_ms} {identity}")],
+            )
+            .map_err(|e| self.err(e))?;
         Ok(())
+    }
+
+    /// The last controller heartbeat: (identity, at_ms).
+    pub fn last_controller_heartbeat(&self) -> Result<Option<(String, i64)>> {
+        let v: Option<String> = self
+            .conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'controller.heartbeat'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(v.and_then(|v| {
+            let (at, who) = v.split_once(' ')?;
+            Some((who.to_string(), at.parse().ok()?))
+        }))
     }
 
     pub fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>> {

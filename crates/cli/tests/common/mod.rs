@@ -180,9 +180,13 @@ impl Drop for Env {
         if std::thread::panicking() {
             // Show what the controller saw; the machines' logs are in the home, which is
             // kept (machines are still stopped below).
-            let log = std::fs::read_to_string(self.dir.path().join("controller.log")).unwrap_or_default();
+            let log =
+                std::fs::read_to_string(self.dir.path().join("controller.log")).unwrap_or_default();
             let tail: Vec<&str> = log.lines().rev().take(40).collect();
-            eprintln!("--- controller log (last 40 lines, newest first):\n{}", tail.join("\n"));
+            eprintln!(
+                "--- controller log (last 40 lines, newest first):\n{}",
+                tail.join("\n")
+            );
             eprintln!("--- kept {}", self.dir.path().display());
             let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
             let _ = dir.keep();
@@ -277,12 +281,21 @@ impl QuorumWatch {
         let (home, cp, stop2) = (home.to_path_buf(), cp.to_string(), stop.clone());
         let handle = std::thread::spawn(move || {
             let store = quorum_store::Store::open(&home).unwrap();
-            let etcd = quorum_etcd::Etcd::new(quorum_etcd::Timeouts { connect_ms: 300, observe_ms: 1000, change_ms: 1000 });
+            let etcd = quorum_etcd::Etcd::new(quorum_etcd::Timeouts {
+                connect_ms: 300,
+                observe_ms: 1000,
+                change_ms: 1000,
+            });
             let rt = rt();
             let (mut samples, mut bad_run, mut leaderless_since) = (0u64, 0u32, None::<Instant>);
             let mut violations = Vec::new();
             while !stop2.load(Ordering::Relaxed) {
-                let urls: Vec<String> = store.machines(&cp).unwrap_or_default().iter().map(|m| m.client_url()).collect();
+                let urls: Vec<String> = store
+                    .machines(&cp)
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|m| m.client_url())
+                    .collect();
                 let view = rt.block_on(etcd.observe(&urls));
                 samples += 1;
                 match &view.members {
@@ -295,7 +308,11 @@ impl QuorumWatch {
                     }
                     Some(members) => {
                         leaderless_since = None;
-                        let voters: Vec<u64> = members.iter().filter(|m| !m.is_learner).map(|m| m.id).collect();
+                        let voters: Vec<u64> = members
+                            .iter()
+                            .filter(|m| !m.is_learner)
+                            .map(|m| m.id)
+                            .collect();
                         let answering = view
                             .statuses
                             .values()
@@ -305,7 +322,10 @@ impl QuorumWatch {
                         if answering < voters.len() / 2 + 1 {
                             bad_run += 1;
                             if bad_run == WATCH_BAD_SAMPLES {
-                                violations.push(format!("{answering} of {} voters answering", voters.len()));
+                                violations.push(format!(
+                                    "{answering} of {} voters answering",
+                                    voters.len()
+                                ));
                             }
                         } else {
                             bad_run = 0;
@@ -316,7 +336,10 @@ impl QuorumWatch {
             }
             (samples, violations)
         });
-        QuorumWatch { stop, handle: Some(handle) }
+        QuorumWatch {
+            stop,
+            handle: Some(handle),
+        }
     }
 
     /// Stops watching; returns (samples, violations).
@@ -334,11 +357,22 @@ pub fn assert_no_orphans(env: &Env, cp: &str) {
     let urls: Vec<String> = machines.iter().map(|m| m.client_url()).collect();
     let view = rt().block_on(quorum_etcd::Etcd::default().observe(&urls));
     let members = view.members.expect("a leader answers");
-    assert_eq!(members.len(), machines.len(), "members {members:?} vs machines {machines:?}");
+    assert_eq!(
+        members.len(),
+        machines.len(),
+        "members {members:?} vs machines {machines:?}"
+    );
     for m in &machines {
-        assert!(members.iter().any(|x| x.peer_urls.contains(&m.peer_url()) && !x.is_learner), "{} has no voting member", m.name);
+        assert!(
+            members
+                .iter()
+                .any(|x| x.peer_urls.contains(&m.peer_url()) && !x.is_learner),
+            "{} has no voting member",
+            m.name
+        );
     }
-    let provider = quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
+    let provider =
+        quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
     let mut names: Vec<String> = machines.iter().map(|m| m.name.clone()).collect();
     names.sort();
     assert_eq!(provider.list(), names, "machine directories vs records");

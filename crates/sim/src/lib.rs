@@ -1,0 +1,1266 @@
+//! quorum-sim: drives the real `quorum_core::decide` against a simulated etcd cluster,
+//! a simulated machine provider and a simulated clock, all from one seed.
+//!
+//! The simulated etcd follows the rules that matter to quorum: a quorum of connected
+//! voters elects a leader and commits writes; one learner at most; learners neither vote
+//! nor lead; a learner is promoted only at 90% of the leader's log; leadership moves only
+//! from the leader to a connected voter; a removed member stops about a second later; a
+//! member must be added before its process starts; the strict reconfiguration check
+//! refuses an add unless the leader has been connected to every voter for 5 s, and a
+//! removal unless a quorum of the remaining voters has been; and the answers etcd gives
+//! ("unhealthy cluster", "Peer URLs already exists", "member not found", ...), mapped to
+//! success, refusal or failure the way `quorum-etcd` maps them.
+//!
+//! Faults, chosen by the seed during a fault window: controller crash (at any point of a
+//! decision's actions, losing everything not in the durable store), a lost answer after
+//! the change applied, a timeout before the call reached etcd, a member process dying, a
+//! member partitioned from its peers or from the controller, a slow learner, a leader
+//! change. The fault budget keeps at most one member impaired at a time, so faults alone
+//! never take quorum away: any quorum loss is quorum's own doing.
+//!
+//! After every step the invariants of DESIGN.md are checked; after the fault window the
+//! run must converge within a bounded number of steps. The same seed always gives the
+//! same trace.
+
+use quorum_core::{
+    decide, quorum_size, Action, ClusterState, ControlPlane, ControlPlaneSpec, EndpointStatus,
+    Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
+};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::net::Ipv4Addr;
+
+/// Simulated time per controller iteration (observe, decide, act).
+pub const STEP_MS: u64 = 100;
+/// etcd's strict reconfiguration health interval.
+const HEALTH_INTERVAL_MS: u64 = 5_000;
+/// A removed member's process exits this long after the removal.
+const REMOVED_EXIT_MS: u64 = 1_000;
+/// Time without a leader before a new election succeeds.
+const ELECTION_MS: u64 = 1_000;
+/// Steps after the fault window within which the run must converge.
+pub const CONVERGE_WITHIN_STEPS: u64 = 3_000;
+
+/// splitmix64: small, fast, and the same on every platform.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0, "below(0)");
+        self.next_u64() % n
+    }
+    /// True with probability `per_mille`/1000.
+    pub fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+}
+
+/// What a run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// 3 members at 3.4.23 rolled to 3.5.1 (maxSurge 1).
+    Rollout,
+    /// The same with maxSurge 0.
+    RolloutSurge0,
+    /// 1 -> 3 members.
+    ScaleUp,
+    /// 5 -> 3 members.
+    ScaleDown,
+    /// 3 members plus orphan members (a voter and an added-but-never-started learner)
+    /// that match no machine.
+    Orphans,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Rollout,
+        Scenario::RolloutSurge0,
+        Scenario::ScaleUp,
+        Scenario::ScaleDown,
+        Scenario::Orphans,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Rollout => "rollout",
+            Scenario::RolloutSurge0 => "rollout-surge0",
+            Scenario::ScaleUp => "scale-up",
+            Scenario::ScaleDown => "scale-down",
+            Scenario::Orphans => "orphans",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|x| x.name() == s)
+    }
+
+    /// The scenario a seed runs when none is named.
+    pub fn for_seed(seed: u64) -> Scenario {
+        Scenario::ALL[(seed % Scenario::ALL.len() as u64) as usize]
+    }
+}
+
+/// Knobs of a run.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub seed: u64,
+    pub scenario: Scenario,
+    /// Steps during which faults may be injected.
+    pub fault_steps: u64,
+    /// Chance of a fault per step, per mille.
+    pub fault_per_mille: u64,
+    /// Keep a human-readable trace (slower).
+    pub trace: bool,
+    /// etcd's `--strict-reconfig-check`. With it off, etcd accepts any membership change
+    /// and quorum's own projection is the only guard, which is what the simulation must
+    /// show holds; with it on, etcd's refusals and their 5 s waits are exercised.
+    pub strict_reconfig: bool,
+}
+
+impl Config {
+    pub fn new(seed: u64) -> Config {
+        Config {
+            seed,
+            scenario: Scenario::for_seed(seed),
+            fault_steps: 400,
+            fault_per_mille: 60,
+            trace: false,
+            strict_reconfig: (seed / Scenario::ALL.len() as u64).is_multiple_of(2),
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub seed: u64,
+    pub scenario: Scenario,
+    pub steps: u64,
+    pub decisions: u64,
+    pub faults: u64,
+    pub sim_ms: u64,
+    /// The first invariant violated, if any.
+    pub violation: Option<String>,
+    /// A hash of the whole trace: equal for equal seeds.
+    pub trace_hash: u64,
+    pub trace: String,
+}
+
+#[derive(Clone, Debug)]
+struct SimMember {
+    id: u64,
+    /// Empty until the member's process has started once.
+    name: String,
+    peer_url: String,
+    is_learner: bool,
+    /// Last log index this member holds.
+    log: u64,
+    /// When its peers' connections to it were last (re)established.
+    connected_since_ms: u64,
+}
+
+#[derive(Clone, Debug, Default)]
+struct Proc {
+    running: bool,
+    has_data: bool,
+    /// Exit at this time (a removed member shuts itself down).
+    exit_at_ms: Option<u64>,
+}
+
+/// A fault in force, with the step at which it heals.
+#[derive(Clone, Debug)]
+enum Impairment {
+    /// The member cannot reach its peers (and they it).
+    PartitionedFromPeers(u64),
+    /// The controller cannot reach this machine's endpoint.
+    HiddenFromController(String),
+    /// The machine is broken: its process is down and exits at once when started.
+    Down(String),
+}
+
+/// One simulated control plane with its controller.
+pub struct World {
+    cfg: Config,
+    rng: Rng,
+    pub now_ms: u64,
+    step: u64,
+    // -- etcd
+    members: Vec<SimMember>,
+    leader: Option<u64>,
+    leaderless_since_ms: u64,
+    term: u64,
+    /// The leader's log index (every acknowledged write is at or below it).
+    commit: u64,
+    acked: u64,
+    next_member_id: u64,
+    /// Orphan members that run outside quorum's machines (reachable by peers only).
+    external_running: BTreeSet<u64>,
+    slow_learners: BTreeSet<u64>,
+    impairment: Option<(Impairment, u64)>,
+    // -- provider (by machine name)
+    procs: BTreeMap<String, Proc>,
+    // -- durable store
+    cp: ControlPlane,
+    machines: Vec<Machine>,
+    next_serial: u64,
+    next_address: u32,
+    // -- controller memory (lost on a crash)
+    retry_not_before_ms: BTreeMap<String, u64>,
+    // -- bookkeeping
+    decisions: u64,
+    /// What the controller's last decision said (a converged decision takes no action).
+    last_converged: bool,
+    faults: u64,
+    trace: String,
+    hash: u64,
+    violation: Option<String>,
+}
+
+const OLD: Version = Version::new(3, 4, 23);
+const NEW: Version = Version::new(3, 5, 1);
+
+/// What the simulated etcd (through the adapter's classification) answered.
+enum Answer {
+    Done,
+    /// Transient: retry soon.
+    Refused(&'static str),
+    Failed(&'static str),
+}
+
+impl World {
+    pub fn new(cfg: Config) -> World {
+        let mut w = World {
+            cfg,
+            rng: Rng::new(cfg.seed),
+            now_ms: 0,
+            step: 0,
+            members: vec![],
+            leader: None,
+            leaderless_since_ms: 0,
+            term: 1,
+            commit: 100,
+            acked: 100,
+            next_member_id: 0x1000,
+            external_running: BTreeSet::new(),
+            slow_learners: BTreeSet::new(),
+            impairment: None,
+            procs: BTreeMap::new(),
+            cp: ControlPlane {
+                name: "sim".into(),
+                spec: ControlPlaneSpec {
+                    replicas: 3,
+                    version: OLD,
+                    rollout: RolloutStrategy::default(),
+                    paused: false,
+                },
+                deleting: false,
+            },
+            machines: vec![],
+            next_serial: 1,
+            next_address: 1,
+            retry_not_before_ms: BTreeMap::new(),
+            decisions: 0,
+            last_converged: false,
+            faults: 0,
+            trace: String::new(),
+            hash: 0xcbf2_9ce4_8422_2325,
+            violation: None,
+        };
+        let (start, spec_replicas, version, surge) = match cfg.scenario {
+            Scenario::Rollout => (3, 3, NEW, 1),
+            Scenario::RolloutSurge0 => (3, 3, NEW, 0),
+            Scenario::ScaleUp => (1, 3, OLD, 1),
+            Scenario::ScaleDown => (5, 3, OLD, 1),
+            Scenario::Orphans => (3, 3, OLD, 1),
+        };
+        for _ in 0..start {
+            w.seed_member(OLD);
+        }
+        if cfg.scenario == Scenario::Orphans {
+            // A voter whose machine record was lost, running outside quorum's machines,
+            // and a learner that was added but never started.
+            let id = w.new_member_id();
+            w.members.push(SimMember {
+                id,
+                name: "ghost".into(),
+                peer_url: "http://127.250.0.1:2380".into(),
+                is_learner: false,
+                log: w.commit,
+                connected_since_ms: 0,
+            });
+            w.external_running.insert(id);
+            let id = w.new_member_id();
+            w.members.push(SimMember {
+                id,
+                name: String::new(),
+                peer_url: "http://127.250.0.2:2380".into(),
+                is_learner: true,
+                log: 0,
+                connected_since_ms: 0,
+            });
+        }
+        w.leader = w.members.first().map(|m| m.id);
+        w.cp.spec.replicas = spec_replicas;
+        w.cp.spec.version = version;
+        w.cp.spec.rollout.max_surge = surge;
+        // The cluster has been up a while: the first change need not wait.
+        w.now_ms = HEALTH_INTERVAL_MS;
+        w.note(format!(
+            "start {} with {start} members, strict reconfig {}",
+            cfg.scenario.name(),
+            if cfg.strict_reconfig { "on" } else { "off" }
+        ));
+        w
+    }
+
+    fn new_member_id(&mut self) -> u64 {
+        self.next_member_id += 1 + self.rng.below(7);
+        self.next_member_id
+    }
+
+    fn alloc_machine(&mut self, bootstrap: bool, version: Version) -> Machine {
+        let serial = self.next_serial;
+        self.next_serial += 1;
+        let n = self.next_address;
+        self.next_address += 1;
+        let m = Machine {
+            name: format!("sim-{serial}"),
+            serial,
+            address: Ipv4Addr::new(127, 200, (n / 250) as u8, (n % 250 + 2) as u8),
+            version,
+            bootstrap,
+            deleting: false,
+        };
+        self.machines.push(m.clone());
+        self.procs.insert(m.name.clone(), Proc::default());
+        m
+    }
+
+    /// A healthy running member with its machine, as the scenario's starting point.
+    fn seed_member(&mut self, version: Version) {
+        let m = self.alloc_machine(true, version);
+        let id = self.new_member_id();
+        self.members.push(SimMember {
+            id,
+            name: m.name.clone(),
+            peer_url: m.peer_url(),
+            is_learner: false,
+            log: self.commit,
+            connected_since_ms: 0,
+        });
+        let p = self.procs.get_mut(&m.name).expect("just allocated");
+        p.running = true;
+        p.has_data = true;
+    }
+
+    // ---------------------------------------------------------------- trace
+
+    fn note(&mut self, line: String) {
+        for b in line.bytes().chain([b'\n']) {
+            self.hash = (self.hash ^ u64::from(b)).wrapping_mul(0x100_0000_01b3);
+        }
+        if self.cfg.trace {
+            let _ = writeln!(
+                self.trace,
+                "[{:>7}ms #{:<4}] {line}",
+                self.now_ms, self.step
+            );
+        }
+    }
+
+    fn violate(&mut self, what: String) {
+        if self.violation.is_none() {
+            self.note(format!("VIOLATION: {what}"));
+            self.violation = Some(what);
+        }
+    }
+
+    // ---------------------------------------------------------------- etcd model
+
+    fn machine_of_member(&self, m: &SimMember) -> Option<&Machine> {
+        self.machines.iter().find(|x| x.peer_url() == m.peer_url)
+    }
+
+    /// Is the member's process running?
+    fn member_running(&self, m: &SimMember) -> bool {
+        if self.external_running.contains(&m.id) {
+            return true;
+        }
+        self.machine_of_member(m)
+            .and_then(|x| self.procs.get(&x.name))
+            .is_some_and(|p| p.running)
+    }
+
+    /// Running and able to reach its peers.
+    fn member_connected(&self, m: &SimMember) -> bool {
+        self.member_running(m)
+            && !matches!(&self.impairment, Some((Impairment::PartitionedFromPeers(id), _)) if *id == m.id)
+    }
+
+    fn voters(&self) -> impl Iterator<Item = &SimMember> {
+        self.members.iter().filter(|m| !m.is_learner)
+    }
+
+    fn connected_voters(&self) -> usize {
+        self.voters().filter(|m| self.member_connected(m)).count()
+    }
+
+    fn has_quorum(&self) -> bool {
+        let voters = self.voters().count();
+        voters > 0 && self.connected_voters() >= quorum_size(voters)
+    }
+
+    /// One tick of the cluster: elections, replication, client writes, exits.
+    fn tick_etcd(&mut self) {
+        // Removed members shut down by themselves.
+        let now = self.now_ms;
+        for p in self.procs.values_mut() {
+            if p.exit_at_ms.is_some_and(|t| t <= now) {
+                p.running = false;
+                p.exit_at_ms = None;
+            }
+        }
+        // Leadership.
+        let leader_ok = self
+            .leader
+            .and_then(|id| self.members.iter().find(|m| m.id == id))
+            .is_some_and(|m| !m.is_learner && self.member_connected(m))
+            && self.has_quorum();
+        if !leader_ok {
+            if self.leader.is_some() {
+                self.leader = None;
+                self.leaderless_since_ms = now;
+                self.note("leader lost".into());
+            }
+            if self.has_quorum() && now - self.leaderless_since_ms >= ELECTION_MS {
+                // The connected voter with the longest log wins.
+                let winner = self
+                    .voters()
+                    .filter(|m| self.member_connected(m))
+                    .max_by_key(|m| (m.log, m.id))
+                    .map(|m| m.id);
+                if let Some(w) = winner {
+                    self.leader = Some(w);
+                    self.term += 1;
+                    self.note(format!("elected {w:x} in term {}", self.term));
+                }
+            }
+        }
+        // A client write per tick while there is a leader: committed on a quorum of
+        // connected voters, and replicated to every connected member.
+        if let Some(l) = self.leader {
+            self.commit += 1;
+            self.acked = self.commit;
+            let commit = self.commit;
+            let connected: Vec<bool> = self
+                .members
+                .iter()
+                .map(|m| self.member_connected(m))
+                .collect();
+            let slow = self.slow_learners.clone();
+            for (m, conn) in self.members.iter_mut().zip(connected) {
+                if !conn {
+                    continue;
+                }
+                if m.is_learner && m.log + 50 < commit {
+                    // A learner catches up by snapshot in a few ticks (slowly if slow).
+                    let step = if slow.contains(&m.id) {
+                        commit / 40 + 1
+                    } else {
+                        commit / 2 + 1
+                    };
+                    m.log = (m.log + step).min(commit);
+                } else {
+                    m.log = commit;
+                }
+            }
+            debug_assert!(self.members.iter().any(|m| m.id == l && m.log == commit));
+        }
+    }
+
+    fn connected_for_interval(&self, m: &SimMember) -> bool {
+        self.member_connected(m) && self.now_ms >= m.connected_since_ms + HEALTH_INTERVAL_MS
+    }
+
+    fn add_learner(&mut self, peer: &str) -> Answer {
+        if self.leader.is_none() {
+            return Answer::Refused("etcdserver: no leader");
+        }
+        if self.members.iter().any(|m| m.peer_url == peer) {
+            return Answer::Done; // "Peer URLs already exists": the earlier add took effect
+        }
+        if self.members.iter().any(|m| m.is_learner) {
+            return Answer::Refused("etcdserver: too many learner members in cluster");
+        }
+        if self.cfg.strict_reconfig && !self.voters().all(|m| self.connected_for_interval(m)) {
+            return Answer::Refused("etcdserver: unhealthy cluster");
+        }
+        let id = self.new_member_id();
+        self.members.push(SimMember {
+            id,
+            name: String::new(),
+            peer_url: peer.to_string(),
+            is_learner: true,
+            log: 0,
+            connected_since_ms: self.now_ms,
+        });
+        Answer::Done
+    }
+
+    fn promote(&mut self, id: u64) -> Answer {
+        if self.leader.is_none() {
+            return Answer::Refused("etcdserver: no leader");
+        }
+        let commit = self.commit;
+        let Some(m) = self.members.iter().find(|m| m.id == id) else {
+            return Answer::Failed("etcdserver: member not found");
+        };
+        if !m.is_learner {
+            return Answer::Done; // "can only promote a learner member": it votes already
+        }
+        if !self.member_connected(m) || m.log * 10 < commit * 9 {
+            return Answer::Refused(
+                "etcdserver: can only promote a learner member which is in sync with leader",
+            );
+        }
+        let m = self
+            .members
+            .iter_mut()
+            .find(|m| m.id == id)
+            .expect("found above");
+        m.is_learner = false;
+        Answer::Done
+    }
+
+    fn move_leader(&mut self, to: u64) -> Answer {
+        let Some(l) = self.leader else {
+            return Answer::Refused("etcdserver: no leader");
+        };
+        if l == to {
+            return Answer::Done;
+        }
+        let Some(t) = self.members.iter().find(|m| m.id == to) else {
+            return Answer::Failed("etcdserver: bad leader transferee");
+        };
+        if t.is_learner || !self.member_connected(t) {
+            return Answer::Failed("etcdserver: bad leader transferee");
+        }
+        self.leader = Some(to);
+        self.term += 1;
+        Answer::Done
+    }
+
+    fn remove_member(&mut self, id: u64) -> Answer {
+        if self.leader.is_none() {
+            return Answer::Refused("etcdserver: no leader");
+        }
+        let Some(idx) = self.members.iter().position(|m| m.id == id) else {
+            return Answer::Done; // "member not found": removed already
+        };
+        if self.cfg.strict_reconfig && !self.members[idx].is_learner {
+            // Strict check: a quorum of the remaining voters connected for the interval.
+            let remaining: Vec<&SimMember> = self.voters().filter(|m| m.id != id).collect();
+            let ok = remaining
+                .iter()
+                .filter(|m| self.connected_for_interval(m))
+                .count();
+            if remaining.is_empty() || ok < quorum_size(remaining.len()) {
+                return Answer::Refused("etcdserver: unhealthy cluster");
+            }
+        }
+        let m = self.members.remove(idx);
+        self.external_running.remove(&m.id);
+        let exit_at = self.now_ms + REMOVED_EXIT_MS;
+        if let Some(mach) = self.machines.iter().find(|x| x.peer_url() == m.peer_url) {
+            if let Some(p) = self.procs.get_mut(&mach.name) {
+                if p.running {
+                    p.exit_at_ms = Some(exit_at);
+                }
+            }
+        }
+        if self.leader == Some(id) {
+            self.leader = None;
+            self.leaderless_since_ms = self.now_ms;
+        }
+        Answer::Done
+    }
+
+    fn start_machine(&mut self, name: &str, state: ClusterState) -> Answer {
+        let Some(mach) = self.machines.iter().find(|m| m.name == name).cloned() else {
+            return Answer::Done;
+        };
+        let now = self.now_ms;
+        let member = self
+            .members
+            .iter()
+            .position(|m| m.peer_url == mach.peer_url());
+        let broken = matches!(&self.impairment, Some((Impairment::Down(n), _)) if n == name);
+        let p = self.procs.entry(name.to_string()).or_default();
+        if p.running || broken {
+            // A broken machine's etcd exits at once: the start "succeeds", nothing runs.
+            return Answer::Done;
+        }
+        match member {
+            Some(i) => {
+                p.running = true;
+                p.has_data = true;
+                let m = &mut self.members[i];
+                m.name = name.to_string();
+                m.connected_since_ms = now;
+                Answer::Done
+            }
+            // Not a member: etcd exits at start ("member not found in cluster").
+            None if state == ClusterState::Existing || p.has_data => Answer::Done,
+            None => Answer::Done,
+        }
+    }
+
+    // ---------------------------------------------------------------- observation
+
+    fn observe(&self) -> Observation {
+        let hidden = match &self.impairment {
+            Some((Impairment::HiddenFromController(n), _)) => Some(n.as_str()),
+            _ => None,
+        };
+        let mut obs = Observation::default();
+        for mach in &self.machines {
+            let p = self.procs.get(&mach.name).cloned().unwrap_or_default();
+            let member = self.members.iter().find(|m| m.peer_url == mach.peer_url());
+            let status = match member {
+                Some(m) if p.running && hidden != Some(mach.name.as_str()) => {
+                    Some(EndpointStatus {
+                        member_id: m.id,
+                        leader_id: if self.member_connected(m) {
+                            self.leader.unwrap_or(0)
+                        } else {
+                            0
+                        },
+                        raft_term: self.term,
+                        raft_index: m.log,
+                        raft_applied_index: m.log,
+                        version: Some(mach.version),
+                        is_learner: m.is_learner,
+                        alarms: vec![],
+                    })
+                }
+                _ => None,
+            };
+            obs.machines.insert(
+                mach.name.clone(),
+                MachineObservation {
+                    process: if p.running {
+                        ProcessState::Running
+                    } else {
+                        ProcessState::Stopped
+                    },
+                    has_data: p.has_data,
+                    status,
+                },
+            );
+        }
+        // The member list comes from the leader, if the controller can reach it.
+        let leader_visible = self.leader.is_some_and(|l| {
+            self.members
+                .iter()
+                .find(|m| m.id == l)
+                .and_then(|m| self.machine_of_member(m))
+                .is_some_and(|mach| hidden != Some(mach.name.as_str()))
+                || self.external_running.contains(&l)
+        });
+        if leader_visible {
+            obs.members = Some(
+                self.members
+                    .iter()
+                    .map(|m| Member {
+                        id: m.id,
+                        name: m.name.clone(),
+                        peer_urls: vec![m.peer_url.clone()],
+                        client_urls: if m.name.is_empty() {
+                            vec![]
+                        } else {
+                            vec![m.peer_url.replace("2380", "2379")]
+                        },
+                        is_learner: m.is_learner,
+                    })
+                    .collect(),
+            );
+        }
+        obs
+    }
+
+    // ---------------------------------------------------------------- controller
+
+    /// Performs an action against the simulated world; the invariants that concern the
+    /// action itself are checked here, against the ground truth.
+    fn perform(&mut self, a: &Action) -> Answer {
+        let before_quorum = self.has_quorum();
+        let answer = match a {
+            Action::AllocateMachine { bootstrap, version } => {
+                let m = self.alloc_machine(*bootstrap, *version);
+                self.note(format!("  allocated {}", m.name));
+                Answer::Done
+            }
+            Action::StartMachine { machine, state, .. } => self.start_machine(machine, *state),
+            Action::AddLearner { peer_url, .. } => self.add_learner(peer_url),
+            Action::Promote { member_id, .. } => self.promote(*member_id),
+            Action::MarkDeleting { machine, .. } => {
+                if let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) {
+                    m.deleting = true;
+                }
+                Answer::Done
+            }
+            Action::MoveLeader { to_member, .. } => self.move_leader(*to_member),
+            Action::RemoveMember { member_id, .. } => self.remove_member(*member_id),
+            Action::StopMachine { machine } => {
+                if let Some(p) = self.procs.get_mut(machine) {
+                    p.running = false;
+                    p.exit_at_ms = None;
+                }
+                Answer::Done
+            }
+            Action::DeleteMachine { machine } => {
+                let url = self
+                    .machines
+                    .iter()
+                    .find(|m| &m.name == machine)
+                    .map(|m| m.peer_url());
+                if let Some(url) = url {
+                    if self
+                        .members
+                        .iter()
+                        .any(|m| m.peer_url == url && !m.is_learner)
+                    {
+                        self.violate(format!("{machine} deleted while its member still votes"));
+                    }
+                }
+                self.procs.remove(machine);
+                self.machines.retain(|m| &m.name != machine);
+                Answer::Done
+            }
+            Action::ForgetControlPlane => Answer::Done,
+        };
+        if before_quorum && !self.has_quorum() {
+            let (v, c) = (self.voters().count(), self.connected_voters());
+            self.violate(format!(
+                "quorum lost by quorum's action '{a}': {c} of {v} voters connected"
+            ));
+        }
+        answer
+    }
+
+    /// One controller iteration: observe, decide, perform the actions in order until one
+    /// fails (or the controller crashes).
+    fn controller_step(&mut self, faults_on: bool) {
+        let obs = self.observe();
+        let d = decide(&self.cp, &self.machines, &obs);
+        self.decisions += 1;
+        self.last_converged = d.converged;
+        if d.actions
+            .iter()
+            .filter(|a| a.is_membership_change())
+            .count()
+            > 1
+        {
+            self.violate(format!(
+                "several membership changes in one decision: {:?}",
+                d.actions
+            ));
+        }
+        for a in &d.actions {
+            let key = format!("{}:{a}", a.kind());
+            if self
+                .retry_not_before_ms
+                .get(&key)
+                .is_some_and(|t| *t > self.now_ms)
+            {
+                return;
+            }
+            // Faults around the call.
+            if faults_on && self.rng.chance(self.cfg.fault_per_mille / 3) {
+                self.faults += 1;
+                match self.rng.below(3) {
+                    0 => {
+                        self.note(format!("CRASH before '{a}'"));
+                        self.crash_controller();
+                        return;
+                    }
+                    1 => {
+                        self.note(format!("TIMEOUT before '{a}' reached etcd"));
+                        self.backoff(key, true);
+                        return;
+                    }
+                    _ => {
+                        let ans = self.perform(a);
+                        let applied = matches!(ans, Answer::Done);
+                        if self.rng.chance(500) {
+                            self.note(format!("CRASH after '{a}' (applied: {applied})"));
+                            self.crash_controller();
+                        } else {
+                            self.note(format!("LOST ANSWER of '{a}' (applied: {applied})"));
+                            self.backoff(key, true);
+                        }
+                        return;
+                    }
+                }
+            }
+            match self.perform(a) {
+                Answer::Done => {
+                    self.note(format!("did '{a}'"));
+                    self.retry_not_before_ms.remove(&key);
+                }
+                Answer::Refused(why) => {
+                    self.note(format!("'{a}' refused: {why}"));
+                    self.backoff(key, true);
+                    return;
+                }
+                Answer::Failed(why) => {
+                    self.note(format!("'{a}' failed: {why}"));
+                    self.backoff(key, false);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The controller's retry policy (as quorum-controller's): 50 ms doubling, capped.
+    fn backoff(&mut self, key: String, refusal: bool) {
+        let cap = if refusal { 250 } else { 5_000 };
+        let prev = self
+            .retry_not_before_ms
+            .get(&key)
+            .copied()
+            .unwrap_or(self.now_ms);
+        let last_delay = prev.saturating_sub(self.now_ms).max(25);
+        let delay = (last_delay * 2).min(cap);
+        self.retry_not_before_ms.insert(key, self.now_ms + delay);
+    }
+
+    fn crash_controller(&mut self) {
+        // Everything not in the durable store is gone.
+        self.retry_not_before_ms.clear();
+    }
+
+    // ---------------------------------------------------------------- faults
+
+    fn maybe_fault(&mut self) {
+        if !self.rng.chance(self.cfg.fault_per_mille) {
+            return;
+        }
+        // One impairment at a time keeps faults within what quorum can tolerate.
+        if self.impairment.is_some() {
+            return;
+        }
+        self.faults += 1;
+        let heal_at = self.step + 5 + self.rng.below(40);
+        match self.rng.below(6) {
+            5 => {
+                // A machine breaks for a while: its process is down and cannot start.
+                let running: Vec<String> = self
+                    .procs
+                    .iter()
+                    .filter(|(_, p)| p.running)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                if let Some(n) = self.pick(&running) {
+                    if self.safe_to_impair_machine(&n) {
+                        self.note(format!("FAULT {n} breaks"));
+                        if let Some(p) = self.procs.get_mut(&n) {
+                            p.running = false;
+                        }
+                        self.impairment = Some((Impairment::Down(n), heal_at));
+                    }
+                }
+            }
+            0 => {
+                // A member process dies (the controller restarts it).
+                let running: Vec<String> = self
+                    .procs
+                    .iter()
+                    .filter(|(_, p)| p.running)
+                    .map(|(n, _)| n.clone())
+                    .collect();
+                if let Some(n) = self.pick(&running) {
+                    if self.safe_to_impair_machine(&n) {
+                        self.note(format!("FAULT {n} process dies"));
+                        if let Some(p) = self.procs.get_mut(&n) {
+                            p.running = false;
+                        }
+                    }
+                }
+            }
+            1 => {
+                let ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
+                if let Some(id) = self.pick(&ids) {
+                    let name = self
+                        .members
+                        .iter()
+                        .find(|m| m.id == id)
+                        .map(|m| m.name.clone())
+                        .unwrap_or_default();
+                    if self.safe_to_impair_member(id) {
+                        self.note(format!("FAULT {id:x} ({name}) partitioned from its peers"));
+                        self.impairment = Some((Impairment::PartitionedFromPeers(id), heal_at));
+                    }
+                }
+            }
+            2 => {
+                let names: Vec<String> = self.machines.iter().map(|m| m.name.clone()).collect();
+                if let Some(n) = self.pick(&names) {
+                    self.note(format!("FAULT {n} unreachable from the controller"));
+                    self.impairment = Some((Impairment::HiddenFromController(n), heal_at));
+                }
+            }
+            3 => {
+                let learners: Vec<u64> = self
+                    .members
+                    .iter()
+                    .filter(|m| m.is_learner)
+                    .map(|m| m.id)
+                    .collect();
+                if let Some(id) = self.pick(&learners) {
+                    self.note(format!("FAULT learner {id:x} is slow"));
+                    self.slow_learners.insert(id);
+                }
+            }
+            _ => {
+                let candidates: Vec<u64> = self
+                    .voters()
+                    .filter(|m| self.member_connected(m) && Some(m.id) != self.leader)
+                    .map(|m| m.id)
+                    .collect();
+                if let Some(id) = self.pick(&candidates) {
+                    if self.leader.is_some() {
+                        self.note(format!("FAULT leadership moves to {id:x}"));
+                        self.leader = Some(id);
+                        self.term += 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn pick<T: Clone>(&mut self, xs: &[T]) -> Option<T> {
+        if xs.is_empty() {
+            None
+        } else {
+            Some(xs[self.rng.below(xs.len() as u64) as usize].clone())
+        }
+    }
+
+    /// Would the cluster keep a quorum of connected voters without this member?
+    fn safe_to_impair_member(&self, id: u64) -> bool {
+        let voters = self.voters().count();
+        let connected = self
+            .voters()
+            .filter(|m| m.id != id && self.member_connected(m))
+            .count();
+        connected >= quorum_size(voters)
+    }
+
+    fn safe_to_impair_machine(&self, name: &str) -> bool {
+        let url = self
+            .machines
+            .iter()
+            .find(|m| m.name == name)
+            .map(|m| m.peer_url());
+        match self
+            .members
+            .iter()
+            .find(|m| Some(&m.peer_url) == url.as_ref())
+        {
+            Some(m) => self.safe_to_impair_member(m.id),
+            None => true,
+        }
+    }
+
+    fn heal(&mut self) {
+        if let Some((imp, at)) = &self.impairment {
+            if *at <= self.step {
+                let what = format!("{imp:?}");
+                if let Impairment::PartitionedFromPeers(id) = imp {
+                    let id = *id;
+                    let now = self.now_ms;
+                    if let Some(m) = self.members.iter_mut().find(|m| m.id == id) {
+                        m.connected_since_ms = now;
+                    }
+                }
+                self.impairment = None;
+                self.note(format!("HEAL {what}"));
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- invariants
+
+    fn check_invariants(&mut self) {
+        let learners = self.members.iter().filter(|m| m.is_learner).count();
+        // Orphan learners of the Orphans scenario predate quorum; count quorum's own.
+        let own_learners = self
+            .members
+            .iter()
+            .filter(|m| m.is_learner && self.machine_of_member(m).is_some())
+            .count();
+        if own_learners > 1 {
+            self.violate(format!("{learners} learners at once"));
+        }
+        let removal_in_flight = self.machines.iter().any(|mach| {
+            mach.deleting
+                && self
+                    .members
+                    .iter()
+                    .any(|m| m.peer_url == mach.peer_url() && !m.is_learner)
+        });
+        if own_learners > 0 && removal_in_flight {
+            self.violate("an add and a removal in flight together".into());
+        }
+        // No acknowledged write lost: some voter holds every acknowledged entry.
+        let best = self.voters().map(|m| m.log).max().unwrap_or(0);
+        if best < self.acked {
+            self.violate(format!(
+                "acknowledged writes lost: best voter log {best} < acked {}",
+                self.acked
+            ));
+        }
+    }
+
+    /// Has the spec been met? Only asked again when the controller's last decision said
+    /// so, which saves a second decision per step.
+    fn converged(&self) -> bool {
+        if !self.last_converged {
+            return false;
+        }
+        let d = decide(&self.cp, &self.machines, &self.observe());
+        d.converged
+            && self
+                .machines
+                .iter()
+                .all(|m| m.version == self.cp.spec.version)
+            && self.machines.len() == self.cp.spec.replicas as usize
+            && self.members.len() == self.machines.len()
+    }
+
+    /// One step: faults (in the window), healing, the cluster's tick, one controller
+    /// iteration, the invariant checks. Returns true when the run is over (converged,
+    /// violated, or past its step limit).
+    pub fn step(&mut self) -> bool {
+        let limit = self.cfg.fault_steps + CONVERGE_WITHIN_STEPS;
+        if self.violation.is_some() || self.step >= limit {
+            return true;
+        }
+        self.step += 1;
+        self.now_ms += STEP_MS;
+        let faults_on = self.step <= self.cfg.fault_steps;
+        if faults_on {
+            self.maybe_fault();
+        }
+        self.heal();
+        self.tick_etcd();
+        self.controller_step(faults_on);
+        self.check_invariants();
+        if !faults_on && self.impairment.is_none() && self.converged() {
+            self.note("converged".into());
+            return true;
+        }
+        self.violation.is_some()
+    }
+
+    /// Runs to convergence (or a violation, or the step limit).
+    pub fn run(mut self) -> Outcome {
+        while !self.step() {}
+        self.finish()
+    }
+
+    /// Ends a run: a run that did not converge is a violation (a stuck state).
+    pub fn finish(mut self) -> Outcome {
+        self.last_converged = true;
+        if self.violation.is_none() && !self.converged() {
+            let d = decide(&self.cp, &self.machines, &self.observe());
+            self.violate(format!(
+                "stuck: not converged {} steps after the faults stopped (operation {}, waiting for {:?}, next {:?})",
+                CONVERGE_WITHIN_STEPS, d.operation, d.waiting_for, d.actions
+            ));
+        }
+        Outcome {
+            seed: self.cfg.seed,
+            scenario: self.cfg.scenario,
+            steps: self.step,
+            decisions: self.decisions,
+            faults: self.faults,
+            sim_ms: self.now_ms,
+            violation: self.violation,
+            trace_hash: self.hash,
+            trace: self.trace,
+        }
+    }
+}
+
+/// What driving many control planes at once measured.
+#[derive(Clone, Debug)]
+pub struct ScaleReport {
+    pub control_planes: usize,
+    pub decisions: u64,
+    pub violations: usize,
+    pub real_secs: f64,
+    /// Simulated time until the last control plane converged.
+    pub sim_secs: f64,
+    /// Resident memory added by the control planes (at the end of the run, when every
+    /// one has its most machines and history), per control plane.
+    pub bytes_per_control_plane: u64,
+}
+
+/// Resident set size of this process, in bytes (Linux), if known.
+pub fn rss_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
+/// Drives `n` control planes through a rollout (3 members, 3.4.23 -> 3.5.1) at once,
+/// in lockstep, in this thread, each with the real decision function. No faults: this
+/// measures the decision function at scale, not its robustness.
+pub fn run_many(n: usize, seed_base: u64) -> ScaleReport {
+    let before = rss_bytes().unwrap_or(0);
+    let mut worlds: Vec<World> = (0..n as u64)
+        .map(|i| {
+            let mut c = Config::new(seed_base + i);
+            c.scenario = Scenario::Rollout;
+            c.fault_steps = 0;
+            World::new(c)
+        })
+        .collect();
+    let after = rss_bytes().unwrap_or(0);
+    let t = std::time::Instant::now();
+    let mut done = vec![false; n];
+    let mut remaining = n;
+    while remaining > 0 {
+        for (w, d) in worlds.iter_mut().zip(done.iter_mut()) {
+            if !*d && w.step() {
+                *d = true;
+                remaining -= 1;
+            }
+        }
+    }
+    let real_secs = t.elapsed().as_secs_f64();
+    let peak = rss_bytes().unwrap_or(0).max(after);
+    let sim_secs = worlds.iter().map(|w| w.now_ms).max().unwrap_or(0) as f64 / 1000.0;
+    let mut decisions = 0;
+    let mut violations = 0;
+    for w in worlds {
+        let o = w.finish();
+        decisions += o.decisions;
+        violations += usize::from(o.violation.is_some());
+    }
+    ScaleReport {
+        control_planes: n,
+        decisions,
+        violations,
+        real_secs,
+        sim_secs,
+        bytes_per_control_plane: peak.saturating_sub(before) / n.max(1) as u64,
+    }
+}
+
+/// Runs one seed.
+pub fn run(cfg: Config) -> Outcome {
+    World::new(cfg).run()
+}
+
+/// The command that replays a seed.
+pub fn replay_command(o: &Outcome) -> String {
+    format!(
+        "cargo run --release -p quorum-sim -- --seed {} --scenario {} --trace",
+        o.seed,
+        o.scenario.name()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn world(scenario: Scenario, strict: bool) -> World {
+        let mut c = Config::new(1);
+        c.scenario = scenario;
+        c.strict_reconfig = strict;
+        c.trace = true;
+        World::new(c)
+    }
+
+    #[test]
+    fn the_checker_sees_quorum_lost_by_an_action() {
+        // 3 voters, one partitioned: removing a healthy one leaves 1 of 2 connected.
+        let mut w = world(Scenario::RolloutSurge0, false);
+        let victim = w.members[2].id;
+        w.impairment = Some((Impairment::PartitionedFromPeers(w.members[1].id), 1_000));
+        let a = Action::RemoveMember {
+            member_id: victim,
+            machine: None,
+        };
+        assert!(matches!(w.perform(&a), Answer::Done));
+        assert!(
+            w.violation.as_deref().unwrap_or("").contains("quorum lost"),
+            "{:?}",
+            w.violation
+        );
+    }
+
+    #[test]
+    fn the_checker_sees_a_machine_deleted_under_a_voter() {
+        let mut w = world(Scenario::Rollout, true);
+        let a = Action::DeleteMachine {
+            machine: "sim-1".into(),
+        };
+        w.perform(&a);
+        assert!(
+            w.violation.as_deref().unwrap_or("").contains("still votes"),
+            "{:?}",
+            w.violation
+        );
+    }
+
+    #[test]
+    fn strict_reconfig_refuses_an_early_add() {
+        let mut w = world(Scenario::ScaleUp, true);
+        w.members[0].connected_since_ms = w.now_ms;
+        assert!(
+            matches!(w.add_learner("http://127.9.9.9:2380"), Answer::Refused(m) if m.contains("unhealthy cluster"))
+        );
+        w.now_ms += HEALTH_INTERVAL_MS;
+        assert!(matches!(
+            w.add_learner("http://127.9.9.9:2380"),
+            Answer::Done
+        ));
+        // The same add again is "already done"; a second learner is refused.
+        assert!(matches!(
+            w.add_learner("http://127.9.9.9:2380"),
+            Answer::Done
+        ));
+        assert!(
+            matches!(w.add_learner("http://127.9.9.8:2380"), Answer::Refused(m) if m.contains("too many learner"))
+        );
+    }
+
+    #[test]
+    fn a_lagging_learner_is_not_promoted() {
+        let mut w = world(Scenario::ScaleUp, false);
+        w.add_learner("http://127.9.9.9:2380");
+        let id = w.members.last().unwrap().id;
+        assert!(matches!(w.promote(id), Answer::Refused(m) if m.contains("in sync")));
+        assert!(
+            matches!(w.promote(w.members[0].id), Answer::Done),
+            "a voter: already done"
+        );
+    }
+}
