@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 
 /// How a started etcd joins: the initial bootstrap (`new`) or an existing cluster.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ClusterState {
     New,
@@ -32,14 +32,14 @@ pub enum ClusterState {
 }
 
 /// One entry of `--initial-cluster`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct InitialMember {
     pub name: String,
     pub peer_url: String,
 }
 
 /// Why a machine is being removed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DeleteReason {
     /// It runs another version than the spec.
@@ -64,7 +64,7 @@ impl fmt::Display for DeleteReason {
 /// A side effect for the runtime to perform. Store writes (`AllocateMachine`,
 /// `MarkDeleting`, `DeleteMachine`'s record removal, `ForgetControlPlane`) record intent;
 /// the others act on etcd or on machines. Every action is idempotent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Action {
     /// Record a new machine (name, address and peer URL are allocated by the runtime).

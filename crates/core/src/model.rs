@@ -15,7 +15,7 @@ pub const PEER_PORT: u16 = 2380;
 pub const MAX_REPLICAS: u32 = 7;
 
 /// How outdated machines are replaced.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RolloutStrategy {
     /// How many machines above `replicas` may exist during a rollout: 1 (add the new
@@ -37,7 +37,7 @@ impl Default for RolloutStrategy {
 }
 
 /// What the user wants a control plane to be.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ControlPlaneSpec {
     pub replicas: u32,
@@ -49,7 +49,7 @@ pub struct ControlPlaneSpec {
 }
 
 /// A control plane as stored: the spec plus the teardown intent.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ControlPlane {
     pub name: String,
     pub spec: ControlPlaneSpec,
@@ -61,7 +61,7 @@ pub struct ControlPlane {
 /// A machine record: durable intent, written before the side effect it announces.
 /// A record exists before its member is added; `deleting` is set before its member is
 /// removed. Members are matched to machines by peer URL.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Machine {
     pub name: String,
     /// Creation order within the control plane; lower is older.

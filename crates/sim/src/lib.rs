@@ -22,6 +22,8 @@
 //! run must converge within a bounded number of steps. The same seed always gives the
 //! same trace.
 
+pub mod model;
+
 use quorum_core::{
     decide, quorum_size, Action, ClusterState, ControlPlane, ControlPlaneSpec, EndpointStatus,
     Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,

@@ -33,6 +33,10 @@ struct Args {
     /// print decisions per second, simulated and real time, and memory per control plane.
     #[arg(long, value_name = "N")]
     scale: Option<usize>,
+    /// Instead: exhaustively model-check a 3-member rollout (maxSurge 1 and 0) with up to
+    /// two controller crashes and a deposed controller's stale step.
+    #[arg(long)]
+    model_check: bool,
 }
 
 fn main() -> std::process::ExitCode {
@@ -52,6 +56,31 @@ fn main() -> std::process::ExitCode {
         }
         c
     };
+    if args.model_check {
+        let mut ok = true;
+        for v in quorum_sim::model::Variant::ALL {
+            let t = Instant::now();
+            let r = quorum_sim::model::check(v);
+            println!(
+                "model check, 3-member rollout, maxSurge {}, etcd strict check {}, deposed controller {}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
+                v.max_surge,
+                if v.etcd_strict { "on" } else { "off" },
+                if v.deposed { "yes" } else { "no" },
+                r.states,
+                r.transitions,
+                r.max_depth,
+                r.goal_states,
+                t.elapsed().as_secs_f64(),
+                if r.violations.is_empty() { "every property holds".to_string() } else { r.violations.join("; ") }
+            );
+            ok &= r.violations.is_empty();
+        }
+        return if ok {
+            std::process::ExitCode::SUCCESS
+        } else {
+            std::process::ExitCode::FAILURE
+        };
+    }
     if let Some(n) = args.scale {
         let r = quorum_sim::run_many(n, args.from);
         println!(

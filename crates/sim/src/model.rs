@@ -1,0 +1,748 @@
+//! An exhaustive model check of the real decision function against an abstract etcd.
+//!
+//! The system: a 3-member control plane rolled from 3.4.23 to 3.5.1 (maxSurge 1 or 0) by
+//! a controller that runs `quorum_core::decide` on a fresh observation and performs the
+//! decision's actions in order, and that may crash after any prefix of them (at most
+//! `MAX_CRASHES` times), plus a deposed controller that took a decision earlier and may
+//! still perform its first side effect once, at any later moment (its store writes are
+//! fenced, so only its effects on etcd and on machines land). The environment moves at
+//! any pace: learners catch up, removed members' processes exit, a leaderless cluster
+//! elects, one member process may die (the controller restarts it), and one member
+//! may be cut off from its peers and the controller for a while.
+//!
+//! Every reachable state is enumerated (breadth first, states deduplicated). Checked in
+//! every state: a majority of voters runs (quorum never lost: the model injects no
+//! failure, so any loss would be quorum's doing), at most one learner, never an add and a
+//! removal in flight together, no machine deleted while its member votes. Liveness under
+//! fairness: every terminal state is the goal (all members upgraded), and the goal is
+//! reachable from every reachable state (AG EF goal over the explicit state graph). That
+//! second check is why this is a purpose-built explorer rather than the `stateright`
+//! crate: stateright's `eventually` ignores paths that end in a cycle (a documented
+//! false negative), while a stuck cycle is exactly the bug this project exists to prevent.
+
+use quorum_core::{
+    decide, quorum_size, Action, ControlPlane, ControlPlaneSpec, EndpointStatus, Machine,
+    MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
+};
+use std::collections::{HashMap, VecDeque};
+use std::net::Ipv4Addr;
+
+pub const MAX_CRASHES: u8 = 2;
+const OLD: Version = Version::new(3, 4, 23);
+const NEW: Version = Version::new(3, 5, 1);
+/// A bound on the explored states: the check fails rather than run away.
+pub const MAX_STATES: usize = 5_000_000;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct MMember {
+    id: u64,
+    peer_url: String,
+    /// The process started once (etcd then knows its name).
+    named: bool,
+    is_learner: bool,
+    caught_up: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Proc {
+    name: String,
+    running: bool,
+    has_data: bool,
+}
+
+/// Which system is checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Variant {
+    pub max_surge: u32,
+    /// etcd's `--strict-reconfig-check`: a removal must leave a running majority.
+    pub etcd_strict: bool,
+    /// A deposed controller may perform one stale side effect.
+    pub deposed: bool,
+}
+
+impl Variant {
+    /// The systems checked: quorum alone (etcd's check off, so quorum's own projection
+    /// is the only guard), and quorum with a deposed controller (which only etcd's
+    /// check can stop from performing a removal it decided before a member died;
+    /// fencing and the leadership re-check of the distributed store narrow that window).
+    pub const ALL: [Variant; 4] = [
+        Variant {
+            max_surge: 1,
+            etcd_strict: false,
+            deposed: false,
+        },
+        Variant {
+            max_surge: 0,
+            etcd_strict: false,
+            deposed: false,
+        },
+        Variant {
+            max_surge: 1,
+            etcd_strict: true,
+            deposed: true,
+        },
+        Variant {
+            max_surge: 0,
+            etcd_strict: true,
+            deposed: true,
+        },
+    ];
+}
+
+/// One state of the whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    variant: Variant,
+    cp: ControlPlane,
+    machines: Vec<Machine>,
+    next_serial: u64,
+    procs: Vec<Proc>,
+    members: Vec<MMember>,
+    next_member_id: u64,
+    leader: Option<u64>,
+    crashes: u8,
+    /// A member process may die once (the controller restarts it).
+    died: bool,
+    /// A member may be cut off once (from its peers and the controller) until it heals.
+    partitioned: Option<u64>,
+    partition_used: bool,
+    /// The deposed controller's pending side effect.
+    stale: Option<Action>,
+    stale_used: bool,
+}
+
+/// What the exploration found.
+#[derive(Debug)]
+pub struct Report {
+    pub states: usize,
+    pub transitions: usize,
+    pub max_depth: usize,
+    pub goal_states: usize,
+    /// Empty when every property holds.
+    pub violations: Vec<String>,
+}
+
+fn machine(serial: u64, version: Version) -> Machine {
+    Machine {
+        name: format!("m-{serial}"),
+        serial,
+        address: Ipv4Addr::new(127, 1, 0, serial as u8),
+        version,
+        bootstrap: serial <= 3,
+        deleting: false,
+    }
+}
+
+/// 3 healthy members at OLD, spec at NEW.
+pub fn initial(variant: Variant) -> State {
+    let machines: Vec<Machine> = (1..=3).map(|i| machine(i, OLD)).collect();
+    let max_surge = variant.max_surge;
+    State {
+        variant,
+        cp: ControlPlane {
+            name: "m".into(),
+            spec: ControlPlaneSpec {
+                replicas: 3,
+                version: NEW,
+                rollout: RolloutStrategy { max_surge },
+                paused: false,
+            },
+            deleting: false,
+        },
+        procs: machines
+            .iter()
+            .map(|m| Proc {
+                name: m.name.clone(),
+                running: true,
+                has_data: true,
+            })
+            .collect(),
+        members: machines
+            .iter()
+            .map(|m| MMember {
+                id: m.serial,
+                peer_url: m.peer_url(),
+                named: true,
+                is_learner: false,
+                caught_up: true,
+            })
+            .collect(),
+        machines,
+        next_serial: 4,
+        next_member_id: 4,
+        leader: Some(1),
+        crashes: 0,
+        died: false,
+        partitioned: None,
+        partition_used: false,
+        stale: None,
+        stale_used: false,
+    }
+}
+
+impl State {
+    fn proc(&self, name: &str) -> Option<&Proc> {
+        self.procs.iter().find(|p| p.name == name)
+    }
+
+    fn proc_mut(&mut self, name: &str) -> Option<&mut Proc> {
+        self.procs.iter_mut().find(|p| p.name == name)
+    }
+
+    fn machine_of(&self, m: &MMember) -> Option<&Machine> {
+        self.machines.iter().find(|x| x.peer_url() == m.peer_url)
+    }
+
+    /// Running and connected: what counts towards quorum.
+    fn member_running(&self, m: &MMember) -> bool {
+        self.partitioned != Some(m.id)
+            && self
+                .machine_of(m)
+                .and_then(|x| self.proc(&x.name))
+                .is_some_and(|p| p.running)
+    }
+
+    fn voters(&self) -> impl Iterator<Item = &MMember> {
+        self.members.iter().filter(|m| !m.is_learner)
+    }
+
+    fn has_quorum(&self) -> bool {
+        let v = self.voters().count();
+        v > 0 && self.voters().filter(|m| self.member_running(m)).count() >= quorum_size(v)
+    }
+
+    fn observe(&self) -> Observation {
+        let mut obs = Observation::default();
+        for mach in &self.machines {
+            let p = self.proc(&mach.name);
+            let running = p.is_some_and(|p| p.running);
+            let member = self.members.iter().find(|m| m.peer_url == mach.peer_url());
+            let status = match member {
+                Some(m) if running && s_partitioned_not(self, m.id) => Some(EndpointStatus {
+                    member_id: m.id,
+                    leader_id: self.leader.unwrap_or(0),
+                    raft_term: 1,
+                    raft_index: if m.caught_up { 100 } else { 0 },
+                    raft_applied_index: if m.caught_up { 100 } else { 0 },
+                    version: Some(mach.version),
+                    is_learner: m.is_learner,
+                    alarms: vec![],
+                }),
+                _ => None,
+            };
+            obs.machines.insert(
+                mach.name.clone(),
+                MachineObservation {
+                    process: if running {
+                        ProcessState::Running
+                    } else {
+                        ProcessState::Stopped
+                    },
+                    has_data: p.is_some_and(|p| p.has_data),
+                    status,
+                },
+            );
+        }
+        if self.leader.is_some() {
+            obs.members = Some(
+                self.members
+                    .iter()
+                    .map(|m| Member {
+                        id: m.id,
+                        name: if m.named {
+                            self.machine_of(m)
+                                .map(|x| x.name.clone())
+                                .unwrap_or_default()
+                        } else {
+                            String::new()
+                        },
+                        peer_urls: vec![m.peer_url.clone()],
+                        client_urls: vec![],
+                        is_learner: m.is_learner,
+                    })
+                    .collect(),
+            );
+        }
+        obs
+    }
+
+    fn goal(&self) -> bool {
+        if self.partitioned.is_some() {
+            return false;
+        }
+        self.machines.len() == 3
+            && self
+                .machines
+                .iter()
+                .all(|m| m.version == NEW && !m.deleting)
+            && self.members.len() == 3
+            && self
+                .members
+                .iter()
+                .all(|m| !m.is_learner && self.member_running(m))
+    }
+
+    /// Safety properties of this state.
+    fn check(&self) -> Result<(), String> {
+        if !self.has_quorum() {
+            return Err("quorum lost".into());
+        }
+        let learners = self.members.iter().filter(|m| m.is_learner).count();
+        if learners > 1 {
+            return Err(format!("{learners} learners"));
+        }
+        let removing = self.machines.iter().any(|x| {
+            x.deleting
+                && self
+                    .members
+                    .iter()
+                    .any(|m| m.peer_url == x.peer_url() && !m.is_learner)
+        });
+        if learners == 1 && removing {
+            return Err("an add and a removal in flight together".into());
+        }
+        Ok(())
+    }
+}
+
+fn s_partitioned_not(s: &State, id: u64) -> bool {
+    s.partitioned != Some(id)
+}
+
+/// Performs one action. `fenced`: the deposed controller, whose store writes fail.
+/// Returns false if etcd refused (the rest of the decision is not performed), or an
+/// error for a violated property.
+fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
+    match a {
+        Action::AllocateMachine { bootstrap, version } => {
+            if !fenced {
+                let m = Machine {
+                    bootstrap: *bootstrap,
+                    ..machine(s.next_serial, *version)
+                };
+                s.next_serial += 1;
+                s.procs.push(Proc {
+                    name: m.name.clone(),
+                    running: false,
+                    has_data: false,
+                });
+                s.machines.push(m);
+            }
+        }
+        Action::MarkDeleting { machine, .. } => {
+            if !fenced {
+                if let Some(m) = s.machines.iter_mut().find(|m| &m.name == machine) {
+                    m.deleting = true;
+                }
+            }
+        }
+        Action::ForgetControlPlane => {}
+        Action::StartMachine { machine, .. } => {
+            let url = s
+                .machines
+                .iter()
+                .find(|m| &m.name == machine)
+                .map(|m| m.peer_url());
+            let Some(url) = url else { return Ok(true) };
+            let is_member = s.members.iter().any(|m| m.peer_url == url);
+            // etcd started for a machine that is not a member exits at once.
+            if is_member {
+                if let Some(p) = s.proc_mut(machine) {
+                    p.running = true;
+                    p.has_data = true;
+                }
+                if let Some(m) = s.members.iter_mut().find(|m| m.peer_url == url) {
+                    m.named = true;
+                }
+            }
+        }
+        Action::AddLearner { peer_url, .. } => {
+            if s.leader.is_none() {
+                return Ok(false);
+            }
+            if s.members.iter().any(|m| &m.peer_url == peer_url) {
+                return Ok(true); // already done
+            }
+            if s.members.iter().any(|m| m.is_learner) {
+                return Ok(false); // too many learners
+            }
+            let id = s.next_member_id;
+            s.next_member_id += 1;
+            s.members.push(MMember {
+                id,
+                peer_url: peer_url.clone(),
+                named: false,
+                is_learner: true,
+                caught_up: false,
+            });
+        }
+        Action::Promote { member_id, .. } => {
+            if s.leader.is_none() {
+                return Ok(false);
+            }
+            match s.members.iter_mut().find(|m| m.id == *member_id) {
+                Some(m) if m.is_learner && !m.caught_up => return Ok(false),
+                Some(m) => m.is_learner = false,
+                None => return Ok(false),
+            }
+        }
+        Action::MoveLeader { to_member, .. } => {
+            let ok = s
+                .members
+                .iter()
+                .any(|m| m.id == *to_member && !m.is_learner && s.member_running(m));
+            if s.leader.is_none() || !ok {
+                return Ok(false);
+            }
+            s.leader = Some(*to_member);
+        }
+        Action::RemoveMember { member_id, .. } => {
+            if s.leader.is_none() {
+                return Ok(false);
+            }
+            // etcd's strict reconfiguration check (on by default): a removal must leave a
+            // running majority of the remaining voters. quorum's own projection never
+            // relies on it; a deposed controller's stale removal, decided before a member
+            // died, is what it stops.
+            let remaining: Vec<&MMember> = s.voters().filter(|m| m.id != *member_id).collect();
+            let running = remaining.iter().filter(|m| s.member_running(m)).count();
+            let voter = s
+                .members
+                .iter()
+                .any(|m| m.id == *member_id && !m.is_learner);
+            if s.variant.etcd_strict && voter && running < quorum_size(remaining.len()) {
+                return Ok(false);
+            }
+            s.members.retain(|m| m.id != *member_id);
+            if s.leader == Some(*member_id) {
+                s.leader = None;
+            }
+        }
+        Action::StopMachine { machine } => {
+            if let Some(p) = s.proc_mut(machine) {
+                p.running = false;
+            }
+        }
+        Action::DeleteMachine { machine } => {
+            if let Some(m) = s.machines.iter().find(|m| &m.name == machine) {
+                let url = m.peer_url();
+                if s.members.iter().any(|x| x.peer_url == url && !x.is_learner) {
+                    return Err(format!("{machine} deleted while its member votes"));
+                }
+            }
+            if let Some(p) = s.proc_mut(machine) {
+                p.running = false;
+                p.has_data = false;
+            }
+            if !fenced {
+                s.machines.retain(|m| &m.name != machine);
+                s.procs.retain(|p| &p.name != machine);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Every successor of `s`, or a violated property.
+fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
+    let mut out = Vec::new();
+    let d = decide(&s.cp, &s.machines, &s.observe());
+    if d.actions
+        .iter()
+        .filter(|a| a.is_membership_change())
+        .count()
+        > 1
+    {
+        return Err("several membership changes in one decision".into());
+    }
+    // The controller performs a prefix of the decision (a shorter one is a crash).
+    for k in 1..=d.actions.len() {
+        let crash = k < d.actions.len();
+        if crash && s.crashes >= MAX_CRASHES {
+            continue;
+        }
+        let mut n = s.clone();
+        for a in &d.actions[..k] {
+            if !perform(&mut n, a, false)? {
+                break;
+            }
+        }
+        let mut label = d.actions[..k]
+            .iter()
+            .map(|a| a.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        if crash {
+            n.crashes += 1;
+            label.push_str(" (then the controller crashes)");
+        }
+        out.push((format!("controller: {label}"), n));
+    }
+    // The deposed controller decides now and acts later, once.
+    if s.variant.deposed && s.stale.is_none() && !s.stale_used {
+        if let Some(a) = d.actions.first() {
+            let mut n = s.clone();
+            n.stale = Some(a.clone());
+            out.push((format!("deposed controller decides: {a}"), n));
+        }
+    }
+    if let Some(a) = &s.stale {
+        let mut n = s.clone();
+        n.stale = None;
+        n.stale_used = true;
+        perform(&mut n, a, true)?;
+        out.push((format!("deposed controller performs: {a}"), n));
+    }
+    // The environment.
+    for (i, m) in s.members.iter().enumerate() {
+        if m.is_learner && !m.caught_up && s.member_running(m) {
+            let mut n = s.clone();
+            n.members[i].caught_up = true;
+            out.push((format!("learner {} catches up", m.id), n));
+        }
+    }
+    for (i, p) in s.procs.iter().enumerate() {
+        let member = s
+            .machines
+            .iter()
+            .find(|x| x.name == p.name)
+            .and_then(|x| s.members.iter().find(|m| m.peer_url == x.peer_url()));
+        if p.running && member.is_none() {
+            // A removed member's process shuts itself down.
+            let mut n = s.clone();
+            n.procs[i].running = false;
+            out.push((format!("removed member's process {} exits", p.name), n));
+        }
+    }
+    // One fault per run (a death or a cut-off member): a 3-member cluster tolerates one
+    // failure. With two (a voter dead and the learner cut off), a deposed controller's
+    // promote decided before both can lose quorum: that window is bounded by the
+    // distributed store's fencing and leadership re-check, not by this core.
+    if !s.died && !s.partition_used {
+        // A member's process dies (once): only when a majority would still run, so any
+        // quorum loss is quorum's doing, not the environment's.
+        for (i, p) in s.procs.iter().enumerate() {
+            if !p.running {
+                continue;
+            }
+            let mut n = s.clone();
+            n.procs[i].running = false;
+            n.died = true;
+            if n.has_quorum() {
+                let dead_leader = n
+                    .leader
+                    .and_then(|l| n.members.iter().find(|m| m.id == l))
+                    .is_some_and(|m| !n.member_running(m));
+                if dead_leader {
+                    n.leader = None;
+                }
+                out.push((format!("{}'s process dies", p.name), n));
+            }
+        }
+    }
+    if !s.partition_used && !s.died {
+        for m in s.members.iter().filter(|m| s.member_running(m)) {
+            let mut n = s.clone();
+            n.partitioned = Some(m.id);
+            n.partition_used = true;
+            if n.has_quorum() {
+                if n.leader == Some(m.id) {
+                    n.leader = None;
+                }
+                out.push((format!("member {} is cut off", m.id), n));
+            }
+        }
+    }
+    if s.partitioned.is_some() {
+        let mut n = s.clone();
+        n.partitioned = None;
+        out.push(("the cut-off member heals".to_string(), n));
+    }
+    if s.leader.is_none() {
+        if let Some(m) = s
+            .voters()
+            .filter(|m| s.member_running(m))
+            .min_by_key(|m| m.id)
+        {
+            let mut n = s.clone();
+            n.leader = Some(m.id);
+            out.push((format!("member {} is elected", m.id), n));
+        }
+    }
+    for (_, n) in &mut out {
+        n.members.sort_by_key(|m| m.id);
+        n.procs.sort_by(|a, b| a.name.cmp(&b.name));
+        n.machines.sort_by_key(|m| m.serial);
+    }
+    Ok(out)
+}
+
+/// Explores every reachable state from `initial(variant)`.
+pub fn check(variant: Variant) -> Report {
+    let start = initial(variant);
+    let mut index: HashMap<State, usize> = HashMap::new();
+    let mut states: Vec<State> = Vec::new();
+    let mut edges: Vec<Vec<usize>> = Vec::new();
+    let mut depth: Vec<usize> = Vec::new();
+    let mut parent: Vec<Option<(usize, String)>> = vec![None];
+    let mut queue = VecDeque::new();
+    let mut violations = Vec::new();
+    index.insert(start.clone(), 0);
+    states.push(start);
+    edges.push(vec![]);
+    depth.push(0);
+    queue.push_back(0);
+    let mut transitions = 0;
+    while let Some(i) = queue.pop_front() {
+        if let Err(e) = states[i].check() {
+            violations.push(format!("{e}, after: {}", path_to(&parent, i)));
+            break;
+        }
+        let next = match successors(&states[i]) {
+            Ok(n) => n,
+            Err(e) => {
+                violations.push(format!("{e}, after: {}", path_to(&parent, i)));
+                break;
+            }
+        };
+        for (label, n) in next {
+            transitions += 1;
+            let j = match index.get(&n) {
+                Some(j) => *j,
+                None => {
+                    let j = states.len();
+                    if j >= MAX_STATES {
+                        violations.push(format!(
+                            "more than {MAX_STATES} states: the model is unbounded"
+                        ));
+                        break;
+                    }
+                    index.insert(n.clone(), j);
+                    states.push(n);
+                    parent.push(Some((i, label)));
+                    edges.push(vec![]);
+                    depth.push(depth[i] + 1);
+                    queue.push_back(j);
+                    j
+                }
+            };
+            if j != i {
+                edges[i].push(j);
+            }
+        }
+        if !violations.is_empty() {
+            break;
+        }
+    }
+    // Liveness: terminal states are goals, and a goal is reachable from every state.
+    let goal: Vec<bool> = states.iter().map(State::goal).collect();
+    if violations.is_empty() {
+        for (i, s) in states.iter().enumerate() {
+            if edges[i].is_empty() && !goal[i] {
+                let _ = s;
+                violations.push(format!(
+                    "stuck (no next step, not upgraded), after: {}",
+                    path_to(&parent, i)
+                ));
+                break;
+            }
+        }
+    }
+    if violations.is_empty() {
+        let mut reverse: Vec<Vec<usize>> = vec![vec![]; states.len()];
+        for (i, es) in edges.iter().enumerate() {
+            for &j in es {
+                reverse[j].push(i);
+            }
+        }
+        let mut reaches = goal.clone();
+        let mut q: VecDeque<usize> = (0..states.len()).filter(|&i| goal[i]).collect();
+        while let Some(j) = q.pop_front() {
+            for &i in &reverse[j] {
+                if !reaches[i] {
+                    reaches[i] = true;
+                    q.push_back(i);
+                }
+            }
+        }
+        if let Some(i) = (0..states.len()).find(|&i| !reaches[i]) {
+            violations.push(format!("no way to finish, after: {}", path_to(&parent, i)));
+        }
+    }
+    Report {
+        states: states.len(),
+        transitions,
+        max_depth: depth.iter().copied().max().unwrap_or(0),
+        goal_states: goal.iter().filter(|g| **g).count(),
+        violations,
+    }
+}
+
+/// The steps from the initial state to state `i`.
+fn path_to(parent: &[Option<(usize, String)>], mut i: usize) -> String {
+    let mut steps = Vec::new();
+    while let Some((p, label)) = &parent[i] {
+        steps.push(label.clone());
+        i = *p;
+    }
+    steps.reverse();
+    steps.join(" -> ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorum_core::ClusterState;
+
+    #[test]
+    fn the_initial_state_is_safe_and_not_the_goal() {
+        let s = initial(Variant::ALL[0]);
+        assert!(s.check().is_ok());
+        assert!(!s.goal());
+    }
+
+    #[test]
+    fn the_checker_sees_a_lost_quorum() {
+        let mut s = initial(Variant::ALL[0]);
+        s.procs[0].running = false;
+        s.procs[1].running = false;
+        assert!(s.check().is_err());
+    }
+
+    #[test]
+    fn a_fenced_deletion_keeps_the_record() {
+        let mut s = initial(Variant::ALL[0]);
+        s.members.retain(|m| m.id != 1);
+        perform(
+            &mut s,
+            &Action::DeleteMachine {
+                machine: "m-1".into(),
+            },
+            true,
+        )
+        .unwrap();
+        assert!(s.machines.iter().any(|m| m.name == "m-1"));
+        assert!(!s.procs[0].running);
+    }
+
+    #[test]
+    fn the_start_of_a_non_member_does_not_run() {
+        let mut s = initial(Variant::ALL[0]);
+        perform(
+            &mut s,
+            &Action::AllocateMachine {
+                bootstrap: false,
+                version: NEW,
+            },
+            false,
+        )
+        .unwrap();
+        let a = Action::StartMachine {
+            machine: "m-4".into(),
+            state: ClusterState::Existing,
+            initial_cluster: vec![],
+        };
+        perform(&mut s, &a, false).unwrap();
+        assert!(!s.proc("m-4").unwrap().running);
+    }
+}
