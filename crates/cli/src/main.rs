@@ -420,7 +420,28 @@ async fn run(cli: Cli) -> Result<()> {
                 println!(
                     "{name}: marked for deletion; the running controller removes its machines"
                 );
-                ctx.wait(&name, wait::Goal::Gone, &wait, after).await?;
+                if !wait.wait {
+                    return Ok(());
+                }
+                // Follow it; should it stop (a stale heartbeat), finish the teardown here.
+                let mut last = after;
+                let deadline = std::time::Instant::now() + wait.timeout;
+                while ctx.store.control_plane(&name)?.is_some() {
+                    wait::print_events(&ctx.store, &name, &mut last, ctx.started_ms, false)?;
+                    if !wait::controller_active(&ctx.store) {
+                        println!("{name}: the controller stopped; finishing the deletion here");
+                        teardown(&home, &name, Some(ctx.started_ms)).await?;
+                        break;
+                    }
+                    if std::time::Instant::now() >= deadline {
+                        bail!(
+                            "{name}: not deleted within {}s; see `quorum status {name}`",
+                            wait.timeout.as_secs()
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                wait::print_events(&ctx.store, &name, &mut last, ctx.started_ms, false)?;
             } else {
                 // Teardown needs no quorum and no controller: do it here.
                 println!("{name}: marked for deletion; stopping and removing its machines");

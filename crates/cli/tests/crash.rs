@@ -124,6 +124,8 @@ fn teardown_scenario(point: &str) -> String {
         TIMEOUT,
     ]);
     env.kill_controller();
+    // With no live controller (its heartbeat gone stale), `delete` tears down itself.
+    env.wait_controller_heartbeat_stale();
     let out = env
         .cmd(&["delete", "td"])
         .env("FAILPOINTS", format!("{point}=return"))

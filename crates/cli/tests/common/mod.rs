@@ -125,6 +125,22 @@ impl Env {
         }
     }
 
+    /// Waits until no controller heartbeat on this home is recent.
+    pub fn wait_controller_heartbeat_stale(&self) {
+        let store = quorum_store::Store::open(&self.home).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while store
+            .last_controller_heartbeat()
+            .unwrap()
+            .is_some_and(|(_, at)| {
+                quorum_controller::now_ms() - at < quorum_controller::CONTROLLER_STALE_MS
+            })
+        {
+            assert!(Instant::now() < deadline, "the heartbeat never went stale");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn status(&self, name: &str) -> serde_json::Value {
         let out = self.ok(&["status", name, "-o", "json"]);
         serde_json::from_str(&out).expect("status json")
