@@ -65,9 +65,21 @@ pub fn init_from_env() -> Result<Vec<String>, String> {
     Ok(set)
 }
 
+/// Every failpoint must be in `all()`, which the crash test enumerates: one that is not
+/// would never be tested. Checked whenever a failpoint is passed in a build with them.
+#[cfg(feature = "failpoints")]
+fn assert_listed(name: &str) {
+    assert!(
+        all().iter().any(|n| n == name),
+        "failpoint '{name}' is not listed in failpoints::all(), so no test enumerates it"
+    );
+}
+
 /// Exits the process abruptly if the failpoint `name` is active.
 #[allow(unused_variables)]
 pub fn crash_point(name: &str) {
+    #[cfg(feature = "failpoints")]
+    assert_listed(name);
     #[cfg(feature = "failpoints")]
     if fail::eval(name, |_| ()).is_some() {
         eprintln!("failpoint {name}: crashing");
@@ -79,6 +91,8 @@ pub fn crash_point(name: &str) {
 /// Is the failpoint `name` active (for `lose-answer-*`)?
 #[allow(unused_variables)]
 pub fn active(name: &str) -> bool {
+    #[cfg(feature = "failpoints")]
+    assert_listed(name);
     #[cfg(feature = "failpoints")]
     if fail::eval(name, |_| ()).is_some() {
         eprintln!("failpoint {name}: firing");
@@ -93,4 +107,27 @@ unsafe fn libc_exit(code: i32) -> ! {
         fn _exit(code: i32) -> !;
     }
     _exit(code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_cover_every_action() {
+        let names = all();
+        let unique: std::collections::BTreeSet<&String> = names.iter().collect();
+        assert_eq!(unique.len(), names.len());
+        for kind in Action::KINDS {
+            assert!(names.contains(&format!("crash-before-{kind}")));
+            assert!(names.contains(&format!("crash-after-{kind}")));
+        }
+    }
+
+    #[cfg(feature = "failpoints")]
+    #[test]
+    #[should_panic(expected = "not listed")]
+    fn an_unlisted_failpoint_is_refused() {
+        crash_point("crash-somewhere-new");
+    }
 }
