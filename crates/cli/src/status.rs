@@ -74,13 +74,7 @@ pub async fn live(
     let observed = observe(provider, etcd, &machines).await;
     let decision = decide(cp, &machines, &observed.observation);
     let obs = &observed.observation;
-    let leader = obs
-        .machines
-        .values()
-        .filter_map(|o| o.status.as_ref())
-        .filter(|s| s.leader_id != 0)
-        .max_by_key(|s| s.raft_term)
-        .map(|s| s.leader_id);
+    let leader = obs.leader_id();
     let rows: Vec<MachineRow> = machines
         .iter()
         .map(|m| machine_row(m, &observed, leader, &decision))

@@ -304,7 +304,7 @@ impl Controller {
             let t0 = Instant::now();
             let res = self.perform(cp, &machines, &observed, action).await;
             let took_ms = t0.elapsed().as_millis() as i64;
-            let machine = action_machine(action);
+            let machine = action.machine();
             match res {
                 Ok(()) => {
                     tracing::info!(cp = %cp.name, took_ms, "{action}");
@@ -314,7 +314,7 @@ impl Controller {
                     self.event(
                         cp,
                         action.kind(),
-                        machine.as_deref(),
+                        machine,
                         &action.to_string(),
                         true,
                         waited_ms,
@@ -350,15 +350,7 @@ impl Controller {
                             tracing::warn!(cp = %cp.name, "{msg}");
                         }
                         let kind = if refusal { "refused" } else { "error" };
-                        self.event(
-                            cp,
-                            kind,
-                            machine.as_deref(),
-                            &msg,
-                            false,
-                            None,
-                            Some(took_ms),
-                        );
+                        self.event(cp, kind, machine, &msg, false, None, Some(took_ms));
                     }
                     break;
                 }
@@ -542,22 +534,7 @@ impl Controller {
 }
 
 fn retry_key(a: &Action) -> String {
-    format!("{}:{}", a.kind(), action_machine(a).unwrap_or_default())
-}
-
-/// The machine an action is about, for events.
-pub fn action_machine(a: &Action) -> Option<String> {
-    match a {
-        Action::StartMachine { machine, .. }
-        | Action::AddLearner { machine, .. }
-        | Action::Promote { machine, .. }
-        | Action::MarkDeleting { machine, .. }
-        | Action::StopMachine { machine }
-        | Action::DeleteMachine { machine } => Some(machine.clone()),
-        Action::MoveLeader { to_machine, .. } => Some(to_machine.clone()),
-        Action::RemoveMember { machine, .. } => machine.clone(),
-        Action::AllocateMachine { .. } | Action::ForgetControlPlane => None,
-    }
+    format!("{}:{}", a.kind(), a.machine().unwrap_or_default())
 }
 
 /// An address is free for a new machine when nothing listens on its client or peer port.

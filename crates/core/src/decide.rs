@@ -127,6 +127,22 @@ impl Action {
         )
     }
 
+    /// The machine an action is about (the new leader's, for a leader move); `None` for
+    /// an allocation, the teardown's end and an orphan member's removal.
+    pub fn machine(&self) -> Option<&str> {
+        match self {
+            Action::StartMachine { machine, .. }
+            | Action::AddLearner { machine, .. }
+            | Action::Promote { machine, .. }
+            | Action::MarkDeleting { machine, .. }
+            | Action::StopMachine { machine }
+            | Action::DeleteMachine { machine } => Some(machine),
+            Action::MoveLeader { to_machine, .. } => Some(to_machine),
+            Action::RemoveMember { machine, .. } => machine.as_deref(),
+            Action::AllocateMachine { .. } | Action::ForgetControlPlane => None,
+        }
+    }
+
     /// A short kebab-case name for events and metrics.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -384,15 +400,7 @@ impl<'a> View<'a> {
                     .collect()
             })
             .unwrap_or_default();
-        // The leader as the members see it, the highest term winning (a stale view after
-        // a partition has a lower term). It may be an orphan, which answers no status.
-        let leader_id = observed
-            .machines
-            .values()
-            .filter_map(|o| o.status.as_ref())
-            .filter(|s| s.leader_id != 0)
-            .max_by_key(|s| s.raft_term)
-            .map(|s| s.leader_id);
+        let leader_id = observed.leader_id();
         View {
             cp,
             seen,

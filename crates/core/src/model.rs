@@ -143,6 +143,24 @@ pub struct Observation {
     pub machines: BTreeMap<String, MachineObservation>,
 }
 
+/// The leader as the members see it: the leader id reported with the highest term (a
+/// stale view after a partition has a lower term). The leader may be a member that
+/// answers no status itself (an orphan).
+pub fn leader_of<'a>(statuses: impl IntoIterator<Item = &'a EndpointStatus>) -> Option<u64> {
+    statuses
+        .into_iter()
+        .filter(|s| s.leader_id != 0)
+        .max_by_key(|s| s.raft_term)
+        .map(|s| s.leader_id)
+}
+
+impl Observation {
+    /// The leader as the observed members see it.
+    pub fn leader_id(&self) -> Option<u64> {
+        leader_of(self.machines.values().filter_map(|o| o.status.as_ref()))
+    }
+}
+
 /// `floor(n/2) + 1`: the number of voters that must agree.
 pub const fn quorum_size(voters: usize) -> usize {
     voters / 2 + 1

@@ -260,17 +260,11 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
         .iter()
         .map(|a| {
             let target = match a {
-                Action::StartMachine { machine, .. }
-                | Action::AddLearner { machine, .. }
-                | Action::Promote { machine, .. }
-                | Action::MarkDeleting { machine, .. }
-                | Action::StopMachine { machine }
-                | Action::DeleteMachine { machine } => Some(machine.clone()),
-                Action::MoveLeader { to_machine, .. } => Some(to_machine.clone()),
-                Action::RemoveMember { machine, member_id } => {
-                    Some(machine.clone().unwrap_or_else(|| format!("{member_id:x}")))
-                }
-                _ => None,
+                Action::RemoveMember {
+                    member_id,
+                    machine: None,
+                } => Some(format!("{member_id:x}")),
+                _ => a.machine().map(str::to_string),
             };
             match target {
                 Some(t) => format!("{}:{}", a.kind(), t),

@@ -277,14 +277,8 @@ impl Etcd {
             statuses: endpoints.iter().cloned().zip(statuses).collect(),
             ..ClusterView::default()
         };
-        // The leader as the members see it (highest term wins).
-        let leader_id = view
-            .statuses
-            .values()
-            .filter_map(|r| r.as_ref().ok())
-            .filter(|s| s.leader_id != 0)
-            .max_by_key(|s| s.raft_term)
-            .map(|s| s.leader_id);
+        let leader_id =
+            quorum_core::leader_of(view.statuses.values().filter_map(|r| r.as_ref().ok()));
         let Some(leader_id) = leader_id else {
             return view;
         };

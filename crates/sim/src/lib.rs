@@ -866,9 +866,12 @@ impl World {
         }
         self.faults += 1;
         let heal_at = self.step + 5 + self.rng.below(40);
-        match self.rng.below(6) {
-            5 => {
-                // A machine breaks for a while: its process is down and cannot start.
+        let kind = self.rng.below(6);
+        match kind {
+            0 | 5 => {
+                // A member process dies (the controller restarts it), or its machine
+                // breaks for a while (its process cannot start until it heals).
+                let broken = kind == 5;
                 let running: Vec<String> = self
                     .procs
                     .iter()
@@ -877,27 +880,15 @@ impl World {
                     .collect();
                 if let Some(n) = self.pick(&running) {
                     if self.safe_to_impair_machine(&n) {
-                        self.note(format!("FAULT {n} breaks"));
+                        self.note(format!(
+                            "FAULT {n} {}",
+                            if broken { "breaks" } else { "process dies" }
+                        ));
                         if let Some(p) = self.procs.get_mut(&n) {
                             p.running = false;
                         }
-                        self.impairment = Some((Impairment::Down(n), heal_at));
-                    }
-                }
-            }
-            0 => {
-                // A member process dies (the controller restarts it).
-                let running: Vec<String> = self
-                    .procs
-                    .iter()
-                    .filter(|(_, p)| p.running)
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                if let Some(n) = self.pick(&running) {
-                    if self.safe_to_impair_machine(&n) {
-                        self.note(format!("FAULT {n} process dies"));
-                        if let Some(p) = self.procs.get_mut(&n) {
-                            p.running = false;
+                        if broken {
+                            self.impairment = Some((Impairment::Down(n), heal_at));
                         }
                     }
                 }
