@@ -154,7 +154,15 @@ etcd moves one minor version at a time, and never below the running cluster vers
     },
     /// Run the reconcile loop in the foreground for every control plane (Ctrl-C stops it;
     /// the machines keep running).
-    Controller,
+    #[command(
+        after_help = "The controller keeps <home>/endpoints/<name>.json current: the client URLs \
+clients should use (voting, healthy, not leaving), replaced before a leaving member is removed."
+    )]
+    Controller {
+        /// Serve Prometheus metrics on ADDR (GET /metrics), or 'off'.
+        #[arg(long, default_value = "127.0.0.1:9479", value_name = "ADDR")]
+        metrics_addr: String,
+    },
     /// Pause or resume the reconciliation of one control plane.
     Pause {
         /// The control plane.
@@ -173,7 +181,7 @@ etcd moves one minor version at a time, and never below the running cluster vers
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_env("QUORUM_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(if matches!(cli.command, Command::Controller) {
+        tracing_subscriber::EnvFilter::new(if matches!(cli.command, Command::Controller { .. }) {
             "info"
         } else {
             "warn"
@@ -452,11 +460,25 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Controller => {
+        Command::Controller { metrics_addr } => {
             let cfg = Config::new(&home, default_etcd_dir());
             let mut c = Controller::new(cfg)
                 .with_context(|| format!("opening the store in {}", home.display()))?;
             let stop = Arc::new(AtomicBool::new(false));
+            if metrics_addr != "off" {
+                let listener = tokio::net::TcpListener::bind(&metrics_addr).await.with_context(|| {
+                    format!("cannot serve metrics on {metrics_addr} (another controller there?); choose another with --metrics-addr, or 'off'")
+                })?;
+                eprintln!(
+                    "quorum controller: metrics on http://{}/metrics",
+                    listener.local_addr()?
+                );
+                tokio::spawn(quorum_controller::metrics::serve(
+                    listener,
+                    c.metrics(),
+                    stop.clone(),
+                ));
+            }
             let s2 = stop.clone();
             tokio::spawn(async move {
                 let mut term =

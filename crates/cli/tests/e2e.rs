@@ -202,6 +202,20 @@ fn scale_1_to_3() {
         "{roles:?}"
     );
     assert_keys(&env.endpoints("one"), "o/", &keys);
+    // The controller publishes the endpoints for clients to follow, and its metrics say
+    // the quorum margin (3 healthy voters, quorum 2: margin 1).
+    let file = std::fs::read_to_string(env.home.join("endpoints").join("one.json")).unwrap();
+    let published: serde_json::Value = serde_json::from_str(&file).unwrap();
+    assert_eq!(published["endpoints"], s["endpoints"], "{file}");
+    let metrics = env.metrics();
+    assert!(
+        metrics.contains("quorum_quorum_margin{control_plane=\"one\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("quorum_membership_operations_total{kind=\"promote\",outcome=\"ok\"} 2"),
+        "{metrics}"
+    );
 }
 
 #[test]

@@ -11,6 +11,7 @@
 //! policy it holds is timing (poll intervals, retry backoff).
 
 pub mod failpoints;
+pub mod metrics;
 
 use quorum_core::{
     decide, Action, ControlPlane, Decision, Machine, MachineObservation, Observation, ProcessState,
@@ -167,6 +168,8 @@ struct CpState {
     last_error: Option<String>,
     last_published: Option<(String, i64)>,
     converged_recorded: bool,
+    /// The endpoints last written to the endpoints file.
+    last_endpoints: Option<Vec<String>>,
 }
 
 /// What a reconcile of one control plane did.
@@ -187,6 +190,7 @@ pub struct Controller {
     etcd: Etcd,
     state: HashMap<String, CpState>,
     last_heartbeat_ms: i64,
+    metrics: Arc<metrics::Metrics>,
 }
 
 impl Controller {
@@ -200,7 +204,13 @@ impl Controller {
             etcd: Etcd::default(),
             state: HashMap::new(),
             last_heartbeat_ms: 0,
+            metrics: Arc::new(metrics::Metrics::new()),
         })
+    }
+
+    /// The controller's metrics (to serve with `metrics::serve`).
+    pub fn metrics(&self) -> Arc<metrics::Metrics> {
+        self.metrics.clone()
     }
 
     /// Runs until `stop` is set. Errors reading the store are reported and retried.
@@ -246,7 +256,20 @@ impl Controller {
         self.state.retain(|k, _| cps.iter().any(|c| &c.name == k));
         let mut overall = Outcome::Converged;
         for cp in cps {
-            let o = self.reconcile(&cp).await?;
+            let t = Instant::now();
+            let o = match self.reconcile(&cp).await {
+                Ok(o) => o,
+                Err(e) => {
+                    self.metrics.reconciled("error", t.elapsed().as_secs_f64());
+                    return Err(e);
+                }
+            };
+            let label = match o {
+                Outcome::Acted => "acted",
+                Outcome::Waiting => "waiting",
+                Outcome::Converged => "converged",
+            };
+            self.metrics.reconciled(label, t.elapsed().as_secs_f64());
             overall = match (overall, o) {
                 (Outcome::Acted, _) | (_, Outcome::Acted) => Outcome::Acted,
                 (Outcome::Waiting, _) | (_, Outcome::Waiting) => Outcome::Waiting,
@@ -261,6 +284,17 @@ impl Controller {
         let machines = self.store.machines(&cp.name)?;
         let observed = observe(&self.provider, &self.etcd, &machines).await;
         let decision = decide(cp, &machines, &observed.observation);
+        let up_to_date = machines
+            .iter()
+            .filter(|m| m.version == cp.spec.version && !m.deleting)
+            .count();
+        self.metrics.control_plane(
+            &cp.name,
+            up_to_date as f64 / f64::from(cp.spec.replicas.max(1)),
+            decision.quorum_margin(),
+        );
+        // Published before any action: clients see a leaving machine go from the
+        // endpoints before its member is removed.
         self.publish(cp, &decision, &observed)?;
         let started = Instant::now();
         let waited_ms = self
@@ -307,6 +341,11 @@ impl Controller {
             let machine = action.machine();
             match res {
                 Ok(()) => {
+                    self.metrics.operation(action.kind(), "ok");
+                    if matches!(action, Action::ForgetControlPlane) {
+                        self.metrics.forget(&cp.name);
+                        remove_endpoints_file(&self.cfg.home, &cp.name);
+                    }
                     tracing::info!(cp = %cp.name, took_ms, "{action}");
                     let st = self.state.entry(cp.name.clone()).or_default();
                     st.retry.remove(&key);
@@ -324,6 +363,8 @@ impl Controller {
                 }
                 Err(e) => {
                     let refusal = e.is_refusal();
+                    self.metrics
+                        .operation(action.kind(), if refusal { "refused" } else { "failed" });
                     let msg = if refusal {
                         format!("{action}: not accepted yet, retrying ({e})")
                     } else {
@@ -386,6 +427,23 @@ impl Controller {
     }
 
     fn publish(&mut self, cp: &ControlPlane, d: &Decision, o: &Observed) -> Result<(), StoreError> {
+        if self
+            .state
+            .get(&cp.name)
+            .and_then(|s| s.last_endpoints.as_ref())
+            != Some(&d.endpoints)
+        {
+            write_endpoints_file(&self.cfg.home, &cp.name, &d.endpoints).map_err(|e| {
+                StoreError::Directory {
+                    path: endpoints_path(&self.cfg.home, &cp.name),
+                    source: e,
+                }
+            })?;
+            self.state
+                .entry(cp.name.clone())
+                .or_default()
+                .last_endpoints = Some(d.endpoints.clone());
+        }
         let doc = StatusDoc {
             decision: d,
             cluster_version: o.observation.cluster_version.map(|v| v.to_string()),
@@ -535,6 +593,28 @@ impl Controller {
 
 fn retry_key(a: &Action) -> String {
     format!("{}:{}", a.kind(), a.machine().unwrap_or_default())
+}
+
+/// Where the client endpoints of a control plane are published for clients to follow:
+/// `<home>/endpoints/<name>.json`, `{"endpoints": [...], "updatedAtMs": ...}`, replaced
+/// atomically whenever the set changes (before a leaving member is removed).
+pub fn endpoints_path(home: &Path, cp: &str) -> PathBuf {
+    home.join("endpoints").join(format!("{cp}.json"))
+}
+
+fn write_endpoints_file(home: &Path, cp: &str, endpoints: &[String]) -> std::io::Result<()> {
+    let path = endpoints_path(home, cp);
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let doc = serde_json::json!({ "endpoints": endpoints, "updatedAtMs": now_ms() });
+    let tmp = path.with_extension("json.tmp");
+    std::fs::write(&tmp, format!("{doc:#}\n"))?;
+    std::fs::rename(&tmp, &path)
+}
+
+fn remove_endpoints_file(home: &Path, cp: &str) {
+    let _ = std::fs::remove_file(endpoints_path(home, cp));
 }
 
 /// An address is free for a new machine when nothing listens on its client or peer port.

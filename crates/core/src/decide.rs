@@ -265,6 +265,21 @@ pub struct Decision {
     pub endpoints: Vec<String>,
     /// Nothing to do and nothing to wait for: the spec is met.
     pub converged: bool,
+    /// Voting members (0 when no leader could be asked).
+    pub voters: usize,
+    /// Voters that are provably healthy.
+    pub healthy_voters: usize,
+}
+
+impl Decision {
+    /// Healthy voters minus the quorum size: 0 means one more failure loses quorum;
+    /// below 0 quorum is lost (or unknown: no leader could be asked).
+    pub fn quorum_margin(&self) -> i64 {
+        if self.voters == 0 {
+            return -1;
+        }
+        self.healthy_voters as i64 - quorum_size(self.voters) as i64
+    }
 }
 
 impl Decision {
@@ -310,6 +325,8 @@ pub fn decide(cp: &ControlPlane, machines: &[Machine], observed: &Observation) -
         conditions,
         endpoints: view.endpoints(),
         converged,
+        voters: view.voters().count(),
+        healthy_voters: view.healthy_voters_except(None),
     }
 }
 

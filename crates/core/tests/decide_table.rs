@@ -913,6 +913,8 @@ fn conditions_say_what_is_wrong() {
     assert!(!c(ConditionKind::UpToDate).status);
     assert!(c(ConditionKind::VersionWarning).message.contains("3.5.3"));
     assert_eq!(d.operation, Operation::RollingOut);
+    // 2 of 3 voters healthy, quorum 2: one more failure loses quorum.
+    assert_eq!((d.voters, d.healthy_voters, d.quorum_margin()), (3, 2, 0));
 }
 
 #[test]

@@ -88,7 +88,8 @@ impl Env {
             Instant::now().elapsed().as_nanos()
         )))
         .unwrap();
-        let mut cmd = self.cmd(&["controller"]);
+        let metrics = self.metrics_addr();
+        let mut cmd = self.cmd(&["controller", "--metrics-addr", &metrics]);
         cmd.env_remove("FAILPOINTS");
         for (k, v) in vars {
             cmd.env(k, v);
@@ -106,6 +107,31 @@ impl Env {
         if let Some(mut c) = self.controller.take() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+    }
+
+    /// Where this env's controller serves metrics: .1 of its own subnet (machines start at .2).
+    pub fn metrics_addr(&self) -> String {
+        format!("127.{}.1:9479", self.subnet)
+    }
+
+    /// GET /metrics from this env's controller, waiting (with a deadline) for it to answer.
+    pub fn metrics(&self) -> String {
+        use std::io::{Read, Write};
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(mut c) = std::net::TcpStream::connect(self.metrics_addr()) {
+                c.write_all(b"GET /metrics HTTP/1.1\r\nHost: q\r\n\r\n")
+                    .unwrap();
+                let mut s = String::new();
+                c.read_to_string(&mut s).unwrap();
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the controller's metrics endpoint never answered"
+            );
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

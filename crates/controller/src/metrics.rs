@@ -1,0 +1,221 @@
+//! Prometheus metrics of a controller, and a minimal HTTP endpoint that serves them.
+//!
+//! - `quorum_reconciles_total{outcome}`: reconciles by outcome (acted, waiting,
+//!   converged, error);
+//! - `quorum_reconcile_duration_seconds`: how long one reconcile (observe, decide, act) took;
+//! - `quorum_membership_operations_total{kind, outcome}`: every action by kind and outcome
+//!   (ok, refused, failed);
+//! - `quorum_rollout_up_to_date_ratio{control_plane}`: machines at the spec's version
+//!   over replicas (1 when a rollout is done);
+//! - `quorum_quorum_margin{control_plane}`: healthy voters minus the quorum size; alert on
+//!   0 (one more failure loses quorum), and below 0 quorum is lost or unknown.
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+type Labels = Vec<(String, String)>;
+
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<Labels, Counter>,
+    reconcile_seconds: Histogram,
+    operations: Family<Labels, Counter>,
+    up_to_date: Family<Labels, Gauge<f64, AtomicU64>>,
+    quorum_margin: Family<Labels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("quorum");
+        let reconciles = Family::<Labels, Counter>::default();
+        let reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        let operations = Family::<Labels, Counter>::default();
+        let up_to_date = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        let quorum_margin = Family::<Labels, Gauge>::default();
+        registry.register("reconciles", "Reconciles by outcome", reconciles.clone());
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time for one reconcile of one control plane",
+            reconcile_seconds.clone(),
+        );
+        registry.register(
+            "membership_operations",
+            "Actions performed, by kind and outcome",
+            operations.clone(),
+        );
+        registry.register(
+            "rollout_up_to_date_ratio",
+            "Machines at the spec's version over replicas",
+            up_to_date.clone(),
+        );
+        registry.register(
+            "quorum_margin",
+            "Healthy voters minus the quorum size (0: one more failure loses quorum)",
+            quorum_margin.clone(),
+        );
+        Metrics {
+            registry,
+            reconciles,
+            reconcile_seconds,
+            operations,
+            up_to_date,
+            quorum_margin,
+        }
+    }
+
+    pub fn reconciled(&self, outcome: &str, seconds: f64) {
+        self.reconciles
+            .get_or_create(&vec![("outcome".into(), outcome.into())])
+            .inc();
+        self.reconcile_seconds.observe(seconds);
+    }
+
+    pub fn operation(&self, kind: &str, outcome: &str) {
+        self.operations
+            .get_or_create(&vec![
+                ("kind".into(), kind.into()),
+                ("outcome".into(), outcome.into()),
+            ])
+            .inc();
+    }
+
+    pub fn control_plane(&self, cp: &str, up_to_date_ratio: f64, quorum_margin: i64) {
+        let l = vec![("control_plane".to_string(), cp.to_string())];
+        self.up_to_date.get_or_create(&l).set(up_to_date_ratio);
+        self.quorum_margin.get_or_create(&l).set(quorum_margin);
+    }
+
+    /// Forgets a control plane's gauges (it was deleted).
+    pub fn forget(&self, cp: &str) {
+        let l = vec![("control_plane".to_string(), cp.to_string())];
+        self.up_to_date.remove(&l);
+        self.quorum_margin.remove(&l);
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Largest request head read from a scraper.
+const MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// A scraper that does not send its request within this is dropped.
+const REQUEST_TIMEOUT_MS: u64 = 2_000;
+
+/// Serves `GET /metrics` on `listener` until `stop` is set.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    stop: Arc<AtomicBool>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
+        let Ok(Ok((mut conn, _))) = accepted else {
+            continue;
+        };
+        let m = metrics.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; MAX_REQUEST_BYTES];
+            let mut n = 0;
+            let deadline = tokio::time::Instant::now() + Duration::from_millis(REQUEST_TIMEOUT_MS);
+            while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                match tokio::time::timeout_at(deadline, conn.read(&mut buf[n..])).await {
+                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
+                    Ok(Ok(k)) => n += k,
+                }
+            }
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let (status, body) =
+                if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") {
+                    ("200 OK", m.encode())
+                } else {
+                    (
+                        "404 Not Found",
+                        "quorum serves only GET /metrics\n".to_string(),
+                    )
+                };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tokio::time::timeout(
+                Duration::from_millis(REQUEST_TIMEOUT_MS),
+                conn.write_all(resp.as_bytes()),
+            )
+            .await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names_every_metric() {
+        let m = Metrics::new();
+        m.reconciled("acted", 0.004);
+        m.operation("add-learner", "refused");
+        m.operation("add-learner", "ok");
+        m.control_plane("prod", 0.5, 1);
+        let text = m.encode();
+        for want in [
+            "quorum_reconciles_total{outcome=\"acted\"} 1",
+            "quorum_reconcile_duration_seconds_count 1",
+            "quorum_membership_operations_total{kind=\"add-learner\",outcome=\"refused\"} 1",
+            "quorum_rollout_up_to_date_ratio{control_plane=\"prod\"} 0.5",
+            "quorum_quorum_margin{control_plane=\"prod\"} 1",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+        m.forget("prod");
+        assert!(!m.encode().contains("control_plane=\"prod\""));
+    }
+
+    #[tokio::test]
+    async fn the_endpoint_serves_metrics_and_refuses_other_paths() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let m = Arc::new(Metrics::new());
+        m.control_plane("x", 1.0, 0);
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = tokio::spawn(serve(listener, m, stop.clone()));
+        let get = |path: &'static str| async move {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+                .await
+                .unwrap();
+            let mut s = String::new();
+            c.read_to_string(&mut s).await.unwrap();
+            s
+        };
+        let ok = get("/metrics").await;
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        assert!(
+            ok.contains("quorum_quorum_margin{control_plane=\"x\"} 0"),
+            "{ok}"
+        );
+        assert!(get("/").await.starts_with("HTTP/1.1 404"));
+        stop.store(true, Ordering::Relaxed);
+        server.await.unwrap();
+    }
+}
