@@ -62,14 +62,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     let cleanup = teardown(&home, NAME, None).await;
     stop.store(true, Ordering::Relaxed);
     let _ = controller.join();
-    // Belt and braces: no process of the demo outlives it, whatever happened above.
-    let provider = quorum_provider::LocalProvider::new(&home, default_etcd_dir());
-    let leftover = provider.list();
-    for m in &leftover {
-        if let Err(e) = provider.kill(m) {
-            eprintln!("warning: {e}");
-        }
-    }
+    kill_leftovers(&home);
     if args.keep {
         say(&format!(
             "kept {} (logs and data of every machine)",
@@ -83,6 +76,17 @@ pub async fn run(args: DemoArgs) -> Result<()> {
     result
 }
 
+/// Belt and braces: no machine of a throwaway home outlives the command, whatever
+/// happened before (each is killed by the pid its pid file names).
+pub fn kill_leftovers(home: &Path) {
+    let provider = quorum_provider::LocalProvider::new(home, default_etcd_dir());
+    for m in provider.list() {
+        if let Err(e) = provider.kill(&m) {
+            eprintln!("warning: {e}");
+        }
+    }
+}
+
 /// Prints a line, ignoring a closed stdout (the cleanup must go on regardless).
 fn say(line: &str) {
     use std::io::Write;
@@ -90,7 +94,7 @@ fn say(line: &str) {
 }
 
 /// The controller runs on its own thread and runtime, as it would in its own process.
-fn start_controller(home: &Path, stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
+pub fn start_controller(home: &Path, stop: Arc<AtomicBool>) -> Result<std::thread::JoinHandle<()>> {
     let mut c = Controller::new(Config {
         identity: "demo-controller".into(),
         ..Config::new(home, default_etcd_dir())

@@ -1,6 +1,7 @@
 //! The `quorum` command line. Everything here is the binary's edge: it parses input,
 //! checks it against the core's rules, writes the store, and prints.
 
+mod bench;
 mod demo;
 mod manifest;
 mod status;
@@ -176,6 +177,18 @@ clients should use (voting, healthy, not leaving), replaced before a leaving mem
     /// In a fresh temporary home: create 3 members at etcd 3.4.23, write keys, upgrade to
     /// 3.5.1 with progress, verify every key, report timings, clean up.
     Demo(demo::DemoArgs),
+    /// Measure what clients see.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// In a fresh temporary home: a paced client workload (writes and linearizable reads,
+    /// following the published endpoints) during a rollout; reports failures by kind,
+    /// latency, the longest gap without a success, and lost writes (which fail the run).
+    #[command(after_help = "Example: quorum bench rollout --rate 500 --clients 8 -o json")]
+    Rollout(bench::BenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -237,6 +250,17 @@ struct Ctx {
     etcd: Etcd,
     /// When the command started (progress times count from here).
     started_ms: i64,
+    /// Print nothing but errors (for commands whose output is a report).
+    quiet: bool,
+}
+
+/// `println!` unless the context is quiet.
+macro_rules! say {
+    ($ctx:expr, $($arg:tt)*) => {
+        if !$ctx.quiet {
+            println!($($arg)*);
+        }
+    };
 }
 
 impl Ctx {
@@ -248,6 +272,7 @@ impl Ctx {
             provider,
             etcd: Etcd::default(),
             started_ms: now_ms(),
+            quiet: false,
         })
     }
 
@@ -516,6 +541,7 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Demo(args) => demo::run(args).await,
+        Command::Bench(BenchCommand::Rollout(args)) => bench::run(args).await,
     }
 }
 
@@ -577,12 +603,14 @@ fn create(ctx: &mut Ctx, name: &str, spec: ControlPlaneSpec, force: bool) -> Res
         deleting: false,
     };
     ctx.store.create_control_plane(&cp, now_ms())?;
-    println!(
+    say!(
+        ctx,
         "{name}: created: {} replicas at etcd {}",
-        spec.replicas, spec.version
+        spec.replicas,
+        spec.version
     );
     if let Some(w) = version_warning(spec.version) {
-        println!("{w}");
+        say!(ctx, "{w}");
     }
     Ok(())
 }
@@ -600,9 +628,11 @@ async fn change(
     }
     let new = f(&cp.spec);
     if new == cp.spec {
-        println!(
+        say!(
+            ctx,
             "{name}: unchanged (already {} replicas at etcd {})",
-            new.replicas, new.version
+            new.replicas,
+            new.version
         );
         return Ok(());
     }
@@ -647,22 +677,26 @@ async fn change(
         } else {
             "downgrade"
         };
-        println!(
+        say!(
+            ctx,
             "{name}: {what} recorded: etcd {} -> {} (member by member)",
-            cp.spec.version, new.version
+            cp.spec.version,
+            new.version
         );
         if let Some(w) = version_warning(new.version) {
-            println!("{w}");
+            say!(ctx, "{w}");
         }
     }
     if new.replicas != cp.spec.replicas {
-        println!(
+        say!(
+            ctx,
             "{name}: scale recorded: {} -> {} replicas",
-            cp.spec.replicas, new.replicas
+            cp.spec.replicas,
+            new.replicas
         );
     }
     if new.rollout != cp.spec.rollout || new.paused != cp.spec.paused {
-        println!("{name}: rollout settings recorded");
+        say!(ctx, "{name}: rollout settings recorded");
     }
     Ok(())
 }

@@ -256,3 +256,38 @@ fn a_controller_killed_mid_rollout_is_resumed_by_the_next() {
     assert_eq!(machine_versions(&s), vec![NEW; 3]);
     assert_keys(&env.endpoints("x"), "x/", &keys);
 }
+
+/// The client-disruption benchmark in its short form: a rollout under a paced workload
+/// that follows the published endpoints; every acknowledged write must be read back.
+#[test]
+fn bench_rollout_short_form_loses_no_write() {
+    let env = Env::new("bench");
+    let out = env.ok(&[
+        "bench",
+        "rollout",
+        "--rate",
+        "100",
+        "--clients",
+        "4",
+        "--settle",
+        "1s",
+        "-o",
+        "json",
+    ]);
+    let r: serde_json::Value = serde_json::from_str(&out).expect("the report is JSON on stdout");
+    assert_eq!(r["lostWrites"], 0, "{r:#}");
+    assert!(r["acknowledgedWrites"].as_u64().unwrap() > 100, "{r:#}");
+    assert!(r["attempted"].as_u64().unwrap() > 500, "{r:#}");
+    let steps: Vec<&str> = r["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        steps.iter().filter(|k| **k == "add-learner").count(),
+        3,
+        "{steps:?}"
+    );
+    assert!(r["latencyMsMax"].as_f64().unwrap() > 0.0);
+}
