@@ -9,8 +9,8 @@
 //! write: a missing one is a lost write and fails the run.
 
 use crate::{change, create, demo, status, teardown, wait, Ctx};
-use anyhow::{bail, Context, Result};
-use etcd_client::{Client, ConnectOptions, GetOptions};
+use anyhow::{bail, Result};
+use etcd_client::{Client, ConnectOptions};
 use quorum_controller::{endpoints_path, now_ms};
 use quorum_core::{ControlPlaneSpec, RolloutStrategy, Version};
 use serde::Serialize;
@@ -342,7 +342,8 @@ async fn body(home: &Path, args: &BenchArgs) -> Result<Report> {
         .await?
         .endpoints;
     let acked = std::mem::take(&mut *acked.lock().unwrap_or_else(|p| p.into_inner()));
-    let lost = lost_writes(&endpoints, &acked).await?;
+    // Acknowledged writes missing (or changed) when read back are lost writes.
+    let (lost, _) = demo::missing_keys(&endpoints, KEY_PREFIX, &acked).await?;
     let ops = std::mem::take(&mut *ops.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(summarize(
         args,
@@ -374,25 +375,6 @@ async fn quiet_wait(ctx: &Ctx, timeout: Duration) -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Acknowledged writes missing (or changed) when read back.
-async fn lost_writes(endpoints: &[String], acked: &[(String, String)]) -> Result<usize> {
-    let mut c = Client::connect(endpoints, None)
-        .await
-        .context("connecting to read back the writes")?;
-    let resp = tokio::time::timeout(
-        Duration::from_secs(30),
-        c.get(KEY_PREFIX, Some(GetOptions::new().with_prefix())),
-    )
-    .await
-    .context("reading back the writes timed out")??;
-    let got: std::collections::HashMap<&[u8], &[u8]> =
-        resp.kvs().iter().map(|kv| (kv.key(), kv.value())).collect();
-    Ok(acked
-        .iter()
-        .filter(|(k, v)| got.get(k.as_bytes()) != Some(&v.as_bytes()))
-        .count())
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

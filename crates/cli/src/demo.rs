@@ -238,29 +238,39 @@ async fn write_keys(endpoints: &[String], n: u32) -> Result<Vec<(String, String)
 }
 
 async fn verify_keys(endpoints: &[String], values: &[(String, String)]) -> Result<()> {
+    let (missing, read) = missing_keys(endpoints, KEY_PREFIX, values).await?;
+    if missing > 0 || read != values.len() {
+        bail!(
+            "{missing} of {} keys missing or changed ({read} read)",
+            values.len()
+        );
+    }
+    Ok(())
+}
+
+/// Reads every key under `prefix` (linearizably) and counts the `expected` pairs that
+/// are missing or hold another value; also returns how many keys were read.
+pub async fn missing_keys(
+    endpoints: &[String],
+    prefix: &str,
+    expected: &[(String, String)],
+) -> Result<(usize, usize)> {
     let mut client = Client::connect(endpoints, None)
         .await
         .context("connecting to the control plane")?;
     let resp = tokio::time::timeout(
-        Duration::from_secs(10),
-        client.get(KEY_PREFIX, Some(GetOptions::new().with_prefix())),
+        Duration::from_secs(30),
+        client.get(prefix, Some(GetOptions::new().with_prefix())),
     )
     .await
-    .context("reading the keys timed out")??;
+    .context("reading the keys back timed out")??;
     let got: std::collections::HashMap<&[u8], &[u8]> =
         resp.kvs().iter().map(|kv| (kv.key(), kv.value())).collect();
-    let missing = values
+    let missing = expected
         .iter()
         .filter(|(k, v)| got.get(k.as_bytes()) != Some(&v.as_bytes()))
         .count();
-    if missing > 0 || got.len() != values.len() {
-        bail!(
-            "{missing} of {} keys missing or changed ({} read)",
-            values.len(),
-            got.len()
-        );
-    }
-    Ok(())
+    Ok((missing, got.len()))
 }
 
 /// One member replacement, from allocating the new machine to deleting the old one.
