@@ -50,6 +50,21 @@ fn rollout_3_4_23_to_3_5_1_keeps_every_key() {
     assert_eq!(kinds.iter().filter(|k| *k == "promote").count(), 3);
     assert_eq!(kinds.iter().filter(|k| *k == "remove-member").count(), 3);
     assert!(kinds.iter().any(|k| k == "move-leader"), "{kinds:?}");
+    // Each member is removed only after the drain: its machine left the endpoints first.
+    let store = quorum_store::Store::open(&env.home).unwrap();
+    let events = store.events_after("r", 0, 10_000).unwrap();
+    for rm in events.iter().filter(|e| e.ok && e.kind == "remove-member") {
+        let marked = events
+            .iter()
+            .find(|e| e.ok && e.kind == "mark-deleting" && e.machine == rm.machine)
+            .expect("marked before removed");
+        let drained = rm.at_ms - marked.at_ms;
+        assert!(
+            drained >= quorum_controller::DRAIN_MS as i64,
+            "{:?} removed {drained} ms after it was marked",
+            rm.machine
+        );
+    }
     // Going back below the cluster version is refused and changes nothing.
     let err = env.fails(&["upgrade", "r", "--version", OLD]);
     assert!(
