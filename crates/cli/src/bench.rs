@@ -12,7 +12,7 @@ use crate::{change, create, demo, status, teardown, wait, Ctx};
 use anyhow::{bail, Result};
 use etcd_client::{Client, ConnectOptions};
 use quorum_controller::{endpoints_path, now_ms};
-use quorum_core::{ControlPlaneSpec, RolloutStrategy, Version};
+use quorum_core::ControlPlaneSpec;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,21 +40,11 @@ pub struct BenchArgs {
     /// Share of writes (the rest are linearizable reads), 0.0 to 1.0.
     #[arg(long, default_value_t = 0.5)]
     write_ratio: f64,
-    #[arg(long, default_value = "3.4.23")]
-    from: Version,
-    #[arg(long, default_value = "3.5.1")]
-    to: Version,
-    #[arg(long, default_value_t = 3)]
-    replicas: u32,
-    /// 1: add each new member before removing an old one; 0: remove first.
-    #[arg(long, default_value_t = 1)]
-    max_surge: u32,
+    #[command(flatten)]
+    rollout: demo::RolloutArgs,
     /// Workload before the rollout starts and after it ends.
     #[arg(long, default_value = "2s", value_parser = wait::parse_duration)]
     settle: Duration,
-    /// Give up after this long: 90s, 10m.
-    #[arg(long, default_value = "10m", value_parser = wait::parse_duration)]
-    timeout: Duration,
     /// Output: table or json.
     #[arg(short = 'o', long, default_value = "table")]
     output: String,
@@ -273,20 +263,13 @@ pub async fn run(args: BenchArgs) -> Result<()> {
 async fn body(home: &Path, args: &BenchArgs) -> Result<Report> {
     let mut ctx = Ctx::open(home)?;
     ctx.quiet = true;
-    let spec = ControlPlaneSpec {
-        replicas: args.replicas,
-        version: args.from,
-        rollout: RolloutStrategy {
-            max_surge: args.max_surge,
-        },
-        paused: false,
-    };
+    let spec = args.rollout.initial_spec();
     eprintln!(
         "bench: creating {} members at etcd {}",
-        args.replicas, args.from
+        args.rollout.replicas, args.rollout.from
     );
     create(&mut ctx, NAME, spec, false)?;
-    quiet_wait(&ctx, args.timeout).await?;
+    quiet_wait(&ctx, args.rollout.timeout).await?;
     let endpoints_file = endpoints_path(home, NAME);
     let ops = Arc::new(Mutex::new(Vec::new()));
     let acked = Arc::new(Mutex::new(Vec::new()));
@@ -308,17 +291,17 @@ async fn body(home: &Path, args: &BenchArgs) -> Result<Report> {
     let t0 = now_ms();
     eprintln!(
         "bench: {} ops/s from {} clients; rollout to {} after {:?}",
-        args.rate, args.clients, args.to, args.settle
+        args.rate, args.clients, args.rollout.to, args.settle
     );
     tokio::time::sleep(args.settle).await;
     let after = ctx.store.last_event_id(NAME)?;
     let up_start = now_ms();
     change(&mut ctx, NAME, false, |s| ControlPlaneSpec {
-        version: args.to,
+        version: args.rollout.to,
         ..s.clone()
     })
     .await?;
-    quiet_wait(&ctx, args.timeout).await?;
+    quiet_wait(&ctx, args.rollout.timeout).await?;
     let rollout_ms = now_ms() - up_start;
     tokio::time::sleep(args.settle).await;
     stop.store(true, Ordering::Relaxed);

@@ -18,23 +18,47 @@ const KEY_PREFIX: &str = "demo/key-";
 /// Writes in flight at once while loading keys.
 const WRITE_CONCURRENCY: usize = 32;
 
+/// The control plane a throwaway run creates and the rollout it performs.
+#[derive(clap::Args)]
+pub struct RolloutArgs {
+    /// etcd version the control plane starts at.
+    #[arg(long, default_value = "3.4.23")]
+    pub from: Version,
+    /// etcd version it is rolled to.
+    #[arg(long, default_value = "3.5.1")]
+    pub to: Version,
+    /// Number of members.
+    #[arg(long, default_value_t = 3)]
+    pub replicas: u32,
+    /// 1: add each new member before removing an old one; 0: remove first.
+    #[arg(long, default_value_t = 1)]
+    pub max_surge: u32,
+    /// Give up after this long: 90s, 10m.
+    #[arg(long, default_value = "10m", value_parser = wait::parse_duration)]
+    pub timeout: Duration,
+}
+
+impl RolloutArgs {
+    /// The spec the control plane is created with.
+    pub fn initial_spec(&self) -> ControlPlaneSpec {
+        ControlPlaneSpec {
+            replicas: self.replicas,
+            version: self.from,
+            rollout: RolloutStrategy {
+                max_surge: self.max_surge,
+            },
+            paused: false,
+        }
+    }
+}
+
 #[derive(clap::Args)]
 pub struct DemoArgs {
     /// Keys to write before the upgrade (each verified after it).
     #[arg(long, default_value_t = 5000)]
     keys: u32,
-    #[arg(long, default_value = "3.4.23")]
-    from: Version,
-    #[arg(long, default_value = "3.5.1")]
-    to: Version,
-    #[arg(long, default_value_t = 3)]
-    replicas: u32,
-    /// 1: add each new member before removing an old one; 0: remove first.
-    #[arg(long, default_value_t = 1)]
-    max_surge: u32,
-    /// Give up after this long: 90s, 10m.
-    #[arg(long, default_value = "10m", value_parser = wait::parse_duration)]
-    timeout: Duration,
+    #[command(flatten)]
+    rollout: RolloutArgs,
     /// Keep the temporary home (logs, data) for inspection; processes are stopped anyway.
     #[arg(long)]
     keep: bool,
@@ -109,17 +133,10 @@ pub fn start_controller(home: &Path, stop: Arc<AtomicBool>) -> Result<std::threa
 
 async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     let mut ctx = Ctx::open(home)?;
-    let spec = ControlPlaneSpec {
-        replicas: args.replicas,
-        version: args.from,
-        rollout: RolloutStrategy {
-            max_surge: args.max_surge,
-        },
-        paused: false,
-    };
+    let spec = args.rollout.initial_spec();
     println!(
         "\n== 1. create {} members at etcd {}",
-        args.replicas, args.from
+        args.rollout.replicas, args.rollout.from
     );
     let t_create = Instant::now();
     create(&mut ctx, NAME, spec, false)?;
@@ -129,7 +146,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         &ctx.etcd,
         NAME,
         wait::Goal::Converged,
-        args.timeout,
+        args.rollout.timeout,
         0,
         now_ms(),
     )
@@ -151,11 +168,11 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         t_write.elapsed().as_secs_f64()
     );
 
-    println!("\n== 3. upgrade to etcd {}", args.to);
+    println!("\n== 3. upgrade to etcd {}", args.rollout.to);
     let after = ctx.store.last_event_id(NAME)?;
     let t_up = Instant::now();
     change(&mut ctx, NAME, false, |s| ControlPlaneSpec {
-        version: args.to,
+        version: args.rollout.to,
         ..s.clone()
     })
     .await?;
@@ -165,7 +182,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         &ctx.etcd,
         NAME,
         wait::Goal::Converged,
-        args.timeout,
+        args.rollout.timeout,
         after,
         now_ms(),
     )
@@ -178,25 +195,25 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     verify_keys(&s.endpoints, &values).await?;
     println!("✓ all {} keys read back intact", values.len());
     for m in &s.machines {
-        if m.running_version.as_deref() != Some(&args.to.to_string()) {
+        if m.running_version.as_deref() != Some(&args.rollout.to.to_string()) {
             bail!(
                 "{} runs {:?}, expected {}",
                 m.name,
                 m.running_version,
-                args.to
+                args.rollout.to
             );
         }
     }
     println!(
         "✓ every member runs etcd {} ({})",
-        args.to,
+        args.rollout.to,
         s.machines
             .iter()
             .map(|m| m.name.as_str())
             .collect::<Vec<_>>()
             .join(", ")
     );
-    let want_cluster = format!("{}.{}", args.to.major, args.to.minor);
+    let want_cluster = format!("{}.{}", args.rollout.to.major, args.rollout.to.minor);
     // The cluster version follows a moment after the last member runs the new version.
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut cluster = s.cluster_version.clone();
