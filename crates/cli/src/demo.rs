@@ -140,10 +140,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     );
     let t_create = Instant::now();
     create(&mut ctx, NAME, spec, false)?;
-    wait::wait(
-        &ctx.store,
-        &ctx.provider,
-        &ctx.etcd,
+    ctx.follow(
         NAME,
         wait::Goal::Converged,
         args.rollout.timeout,
@@ -176,10 +173,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         ..s.clone()
     })
     .await?;
-    wait::wait(
-        &ctx.store,
-        &ctx.provider,
-        &ctx.etcd,
+    ctx.follow(
         NAME,
         wait::Goal::Converged,
         args.rollout.timeout,

@@ -276,6 +276,29 @@ impl Ctx {
         })
     }
 
+    /// Follows `name` until `goal`, printing its steps after `after_event` with times
+    /// counted from `since_ms`.
+    async fn follow(
+        &self,
+        name: &str,
+        goal: wait::Goal,
+        timeout: Duration,
+        after_event: i64,
+        since_ms: i64,
+    ) -> Result<()> {
+        wait::wait(
+            &self.store,
+            &self.provider,
+            &self.etcd,
+            name,
+            goal,
+            timeout,
+            after_event,
+            since_ms,
+        )
+        .await
+    }
+
     async fn wait(
         &self,
         name: &str,
@@ -284,17 +307,8 @@ impl Ctx {
         after_event: i64,
     ) -> Result<()> {
         if w.wait {
-            wait::wait(
-                &self.store,
-                &self.provider,
-                &self.etcd,
-                name,
-                goal,
-                w.timeout,
-                after_event,
-                self.started_ms,
-            )
-            .await?;
+            self.follow(name, goal, w.timeout, after_event, self.started_ms)
+                .await?;
         } else if !wait::controller_active(&self.store) {
             println!("note: no controller is running on this home; nothing happens until one runs: `quorum controller`");
         }

@@ -600,27 +600,14 @@ impl Controller {
                 Ok(())
             }
             Action::StopMachine { machine } => {
-                let p = self.provider.clone();
-                let name = machine.clone();
-                tokio::task::spawn_blocking(move || p.stop(&name))
+                self.on_machine(machines, machine, LocalProvider::stop)
                     .await
-                    .map_err(|e| ActionError::Join(e.to_string()))??;
-                if let Some(m) = find(machine) {
-                    self.etcd.forget(&m.client_url());
-                }
-                Ok(())
             }
             Action::DeleteMachine { machine } => {
-                let p = self.provider.clone();
-                let name = machine.clone();
-                tokio::task::spawn_blocking(move || p.delete(&name))
-                    .await
-                    .map_err(|e| ActionError::Join(e.to_string()))??;
+                self.on_machine(machines, machine, LocalProvider::delete)
+                    .await?;
                 failpoints::crash_point("crash-after-destroy-machine");
                 self.store.delete_machine(&cp.name, machine)?;
-                if let Some(m) = find(machine) {
-                    self.etcd.forget(&m.client_url());
-                }
                 Ok(())
             }
             Action::ForgetControlPlane => {
@@ -628,6 +615,27 @@ impl Controller {
                 Ok(())
             }
         }
+    }
+}
+
+impl Controller {
+    /// Runs a (blocking, bounded) provider operation on a machine off the async threads,
+    /// then drops the cached etcd client of the machine, which no longer serves.
+    async fn on_machine(
+        &self,
+        machines: &[Machine],
+        name: &str,
+        op: fn(&LocalProvider, &str) -> Result<(), ProviderError>,
+    ) -> Result<(), ActionError> {
+        let p = self.provider.clone();
+        let n = name.to_string();
+        tokio::task::spawn_blocking(move || op(&p, &n))
+            .await
+            .map_err(|e| ActionError::Join(e.to_string()))??;
+        if let Some(m) = machines.iter().find(|m| m.name == name) {
+            self.etcd.forget(&m.client_url());
+        }
+        Ok(())
     }
 }
 

@@ -106,10 +106,7 @@ impl Store {
     pub fn open(home: &Path) -> Result<Store> {
         create_private_dir(home)?;
         let path = home.join(STATE_FILE);
-        let sql = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&path);
         let conn = Connection::open(&path).map_err(sql)?;
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
             .map_err(sql)?;
@@ -281,10 +278,7 @@ impl Store {
     pub fn create_control_plane(&mut self, cp: &ControlPlane, now_ms: i64) -> Result<()> {
         let doc = to_json(cp);
         let path = self.path.clone();
-        let sql = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&path);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -502,10 +496,7 @@ impl Store {
     ) -> Result<Machine> {
         let subnet = self.subnet()?;
         let path = self.path.clone();
-        let sql = |source| StoreError::Sqlite {
-            path: path.clone(),
-            source,
-        };
+        let sql = sql_error(&path);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -724,6 +715,14 @@ impl Store {
         self.conn
             .query_row("PRAGMA data_version", [], |r| r.get(0))
             .map_err(|e| self.err(e))
+    }
+}
+
+/// Maps SQLite errors of the file at `path` (for use while `self.conn` is borrowed).
+fn sql_error(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
+    move |source| StoreError::Sqlite {
+        path: path.to_path_buf(),
+        source,
     }
 }
 
