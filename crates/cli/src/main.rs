@@ -4,6 +4,8 @@
 mod bench;
 mod demo;
 mod manifest;
+mod naive;
+mod plot;
 mod status;
 mod wait;
 
@@ -12,7 +14,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use quorum_controller::{now_ms, Config, Controller};
 use quorum_core::{
     validate_name, validate_spec, validate_spec_change, ControlPlane, ControlPlaneSpec,
-    RolloutStrategy, Version,
+    HaproxySpec, RolloutStrategy, Version, CLIENT_PORT, DEFAULT_HAPROXY_BACKEND,
 };
 use quorum_etcd::Etcd;
 use quorum_provider::{default_etcd_dir, etcd_binary, installed_versions, LocalProvider};
@@ -89,6 +91,13 @@ enum Command {
         /// Accept an even replica count.
         #[arg(long)]
         force: bool,
+        /// Keep this HAProxy's backend in step with the members: the path of its runtime
+        /// API socket (a `stats socket ... level admin` line; see `quorum haproxy-config`).
+        #[arg(long, value_name = "SOCKET")]
+        haproxy_runtime_api: Option<String>,
+        /// With --haproxy-runtime-api: the backend that holds the members.
+        #[arg(long, default_value = DEFAULT_HAPROXY_BACKEND, value_name = "NAME")]
+        haproxy_backend: String,
         #[command(flatten)]
         wait: WaitArgs,
     },
@@ -171,6 +180,20 @@ clients should use (voting, healthy, not leaving), replaced before a leaving mem
         /// Resume instead of pausing.
         #[arg(long)]
         resume: bool,
+    },
+    /// Print an HAProxy configuration for a control plane: an HTTP/2 frontend for its
+    /// clients, the admin socket quorum drives, and a backend with its current members.
+    #[command(after_help = "Example:\n  \
+quorum create prod --version 3.5.1 --haproxy-runtime-api /run/quorum-haproxy/admin.sock\n  \
+quorum haproxy-config prod --bind 127.0.0.1:2379 > haproxy.cfg && haproxy -f haproxy.cfg\n\n\
+From then on the controller adds a member to the backend once its /health passes, and\n\
+sets a leaving member to maintenance (then shuts its sessions) before removing it.")]
+    HaproxyConfig {
+        /// The control plane (created with --haproxy-runtime-api, or a manifest's spec.haproxy).
+        name: String,
+        /// Address the frontend listens on for etcd clients: IP:PORT.
+        #[arg(long, value_name = "ADDR")]
+        bind: std::net::SocketAddr,
     },
     /// List the installed etcd versions.
     Versions,
@@ -356,6 +379,8 @@ async fn run(cli: Cli) -> Result<()> {
             version,
             max_surge,
             force,
+            haproxy_runtime_api,
+            haproxy_backend,
             wait,
         } => {
             let mut ctx = Ctx::open(&home)?;
@@ -365,6 +390,10 @@ async fn run(cli: Cli) -> Result<()> {
                 version,
                 rollout: RolloutStrategy { max_surge },
                 paused: false,
+                haproxy: haproxy_runtime_api.map(|runtime_api| HaproxySpec {
+                    runtime_api,
+                    backend: haproxy_backend,
+                }),
             };
             create(&mut ctx, &name, spec, force)?;
             ctx.wait(&name, wait::Goal::Converged, &wait, 0).await
@@ -533,6 +562,39 @@ async fn run(cli: Cli) -> Result<()> {
                 home.display()
             );
             c.run(stop).await;
+            Ok(())
+        }
+        Command::HaproxyConfig { name, bind } => {
+            let ctx = Ctx::open(&home)?;
+            let cp = ctx.store.get_control_plane(&name)?;
+            let Some(h) = &cp.spec.haproxy else {
+                bail!(
+                    "{name} has no HAProxy: create it with --haproxy-runtime-api SOCKET (or set \
+                     spec.haproxy.runtimeApi in its manifest)"
+                );
+            };
+            let servers: Vec<(String, std::net::SocketAddr)> = ctx
+                .store
+                .machines(&name)?
+                .iter()
+                .filter(|m| !m.deleting)
+                .map(|m| {
+                    (
+                        m.name.clone(),
+                        std::net::SocketAddr::from((m.address, CLIENT_PORT)),
+                    )
+                })
+                .collect();
+            print!(
+                "{}",
+                quorum_haproxy::config(
+                    &name,
+                    bind,
+                    Path::new(&h.runtime_api),
+                    &h.backend,
+                    &servers
+                )
+            );
             Ok(())
         }
         Command::Versions => {

@@ -92,6 +92,9 @@ spec:
   rollout:
     maxSurge: 1        # 1: add the new member first (default); 0: remove first
   paused: false
+  # haproxy:           # optional: an HAProxy quorum keeps in step (see `quorum haproxy-config`)
+  #   runtimeApi: /run/haproxy/admin.sock
+  #   backend: etcd
 ";
 
 #[cfg(test)]

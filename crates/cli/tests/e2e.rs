@@ -272,12 +272,9 @@ fn a_controller_killed_mid_rollout_is_resumed_by_the_next() {
     assert_keys(&env.endpoints("x"), "x/", &keys);
 }
 
-/// The client-disruption benchmark in its short form: a rollout under a paced workload
-/// that follows the published endpoints; every acknowledged write must be read back.
-#[test]
-fn bench_rollout_short_form_loses_no_write() {
-    let env = Env::new("bench");
-    let out = env.ok(&[
+/// `quorum bench rollout` in its short form: a few seconds of a light workload.
+fn short_bench<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
         "bench",
         "rollout",
         "--rate",
@@ -288,21 +285,89 @@ fn bench_rollout_short_form_loses_no_write() {
         "1s",
         "-o",
         "json",
-    ]);
-    let r: serde_json::Value = serde_json::from_str(&out).expect("the report is JSON on stdout");
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+/// The client-disruption benchmark in its short form: quorum's rollout under a paced
+/// workload, once with clients following the published endpoints and once with clients
+/// that only know a real HAProxy whose backend the controller keeps in step. Every
+/// acknowledged write must be read back, and the load balancer must follow the order
+/// quorum promises: a member enters the backend after its promotion, and leaves it
+/// (maintenance) before its member is removed.
+#[test]
+fn bench_rollout_short_form_loses_no_write() {
+    let env = Env::new("bench");
+    let plots = env.dir.path().join("plots");
+    let out = env.ok(&short_bench(&[
+        "--client-mode",
+        "follow,haproxy",
+        "--plot",
+        plots.to_str().unwrap(),
+    ]));
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("the report is JSON on stdout");
+    let runs = doc["runs"].as_array().expect("a list of runs");
+    assert_eq!(runs.len(), 2, "{doc:#}");
+    for r in runs {
+        assert_eq!(r["strategy"], "safe", "{r:#}");
+        assert_eq!(r["lostWrites"], 0, "{r:#}");
+        assert!(r["acknowledgedWrites"].as_u64().unwrap() > 100, "{r:#}");
+        assert!(r["attempted"].as_u64().unwrap() > 500, "{r:#}");
+        assert!(r["latencyMsMax"].as_f64().unwrap() > 0.0);
+        let steps: Vec<(&str, &str)> = r["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["kind"].as_str().unwrap(), s["message"].as_str().unwrap()))
+            .collect();
+        let count = |kind: &str| steps.iter().filter(|(k, _)| *k == kind).count();
+        assert_eq!(count("add-learner"), 3, "{steps:?}");
+        let svg = std::fs::read_to_string(r["plot"].as_str().unwrap()).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("promote"), "{svg}");
+        if r["clientMode"] == "haproxy" {
+            assert_eq!(count("lb-add"), 3, "{steps:?}");
+            // For each removed machine: drained from HAProxy before its member goes.
+            for (i, (kind, msg)) in steps.iter().enumerate() {
+                if *kind != "remove-member" {
+                    continue;
+                }
+                let machine = msg
+                    .split_whitespace()
+                    .find(|w| w.starts_with("bench-"))
+                    .unwrap()
+                    .trim_matches(|c: char| !c.is_ascii_alphanumeric());
+                let drained = steps[..i]
+                    .iter()
+                    .any(|(k, m)| *k == "lb-drain" && m.contains(machine));
+                assert!(
+                    drained,
+                    "{machine} removed before HAProxy drained it: {steps:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The naive baseline runs too (it exists only inside the benchmark): voters added
+/// directly, members removed without a leadership move, processes killed. Even so,
+/// etcd loses no acknowledged write.
+#[test]
+fn bench_naive_baseline_runs() {
+    let env = Env::new("bench-naive");
+    let out = env.ok(&short_bench(&["--strategy", "naive"]));
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("the report is JSON on stdout");
+    let r = &doc["runs"][0];
+    assert_eq!(r["strategy"], "naive", "{r:#}");
     assert_eq!(r["lostWrites"], 0, "{r:#}");
-    assert!(r["acknowledgedWrites"].as_u64().unwrap() > 100, "{r:#}");
-    assert!(r["attempted"].as_u64().unwrap() > 500, "{r:#}");
-    let steps: Vec<&str> = r["steps"]
+    let kinds: Vec<&str> = r["steps"]
         .as_array()
         .unwrap()
         .iter()
         .map(|s| s["kind"].as_str().unwrap())
         .collect();
-    assert_eq!(
-        steps.iter().filter(|k| **k == "add-learner").count(),
-        3,
-        "{steps:?}"
-    );
-    assert!(r["latencyMsMax"].as_f64().unwrap() > 0.0);
+    for kind in ["add-voter", "remove-member", "kill-machine"] {
+        assert_eq!(kinds.iter().filter(|k| **k == kind).count(), 3, "{kinds:?}");
+    }
+    assert!(!kinds.contains(&"add-learner") && !kinds.contains(&"move-leader"));
 }

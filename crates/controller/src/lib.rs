@@ -10,6 +10,7 @@
 //! observations into `quorum_core::Observation` and `Action`s into calls; the only
 //! policy it holds is timing (poll intervals, retry backoff).
 
+pub mod balancer;
 pub mod failpoints;
 pub mod metrics;
 
@@ -18,6 +19,7 @@ use quorum_core::{
     CLIENT_PORT, PEER_PORT,
 };
 use quorum_etcd::{ClusterView, Etcd, EtcdError};
+use quorum_haproxy::LbOp;
 use quorum_provider::{etcd_binary, LocalProvider, ProviderError, StartRequest};
 use quorum_store::{NewEvent, PublishedStatus, Store, StoreError};
 use serde::Serialize;
@@ -63,6 +65,8 @@ pub enum ActionError {
     Etcd(#[from] EtcdError),
     #[error("no leader to send the change to")]
     NoLeader,
+    #[error(transparent)]
+    Haproxy(#[from] quorum_haproxy::HaproxyError),
     #[error("background task failed: {0}")]
     Join(String),
 }
@@ -181,6 +185,8 @@ struct CpState {
     converged_recorded: bool,
     /// The endpoints last written to the endpoints file.
     last_endpoints: Option<Vec<String>>,
+    /// The load balancer problem last reported (reported once until it changes).
+    last_lb_problem: Option<String>,
 }
 
 /// What a reconcile of one control plane did.
@@ -307,6 +313,7 @@ impl Controller {
         // Published before any action: clients see a leaving machine go from the
         // endpoints before its member is removed.
         self.publish(cp, &decision, &observed)?;
+        let balancer = self.sync_balancer(cp, &decision, &machines).await;
         let started = Instant::now();
         let waited_ms = self
             .state
@@ -335,6 +342,13 @@ impl Controller {
                 .or_default()
                 .converged_recorded = false;
         }
+        if let Some(b) = &balancer {
+            if !b.done.is_empty() {
+                outcome = Outcome::Acted;
+            } else if b.blocked.is_some() || !b.unhealthy.is_empty() {
+                outcome = Outcome::Waiting;
+            }
+        }
         self.track_drains(&cp.name, &machines);
         for action in &decision.actions {
             let key = retry_key(action);
@@ -350,6 +364,10 @@ impl Controller {
                     .copied();
                 if drained_at.is_some_and(|t| t > now) {
                     // Still draining: look again soon (this is a wait, not a failure).
+                    break;
+                }
+                if balancer.as_ref().is_some_and(|b| b.blocked.is_some()) {
+                    // The load balancer may still send clients to it: hold the removal.
                     break;
                 }
             }
@@ -428,6 +446,62 @@ impl Controller {
         Ok(outcome)
     }
 
+    /// Brings the control plane's HAProxy backend (if it has one) in step with the
+    /// decision's endpoints; records what changed and why it could not.
+    async fn sync_balancer(
+        &mut self,
+        cp: &ControlPlane,
+        d: &Decision,
+        machines: &[Machine],
+    ) -> Option<balancer::Synced> {
+        let spec = cp.spec.haproxy.clone()?;
+        let (endpoints, ms) = (d.endpoints.clone(), machines.to_vec());
+        let synced = tokio::task::spawn_blocking(move || balancer::sync(&spec, &endpoints, &ms))
+            .await
+            .unwrap_or_else(|e| balancer::Synced {
+                blocked: Some(format!("background task failed: {e}")),
+                ..Default::default()
+            });
+        for op in &synced.done {
+            tracing::info!(cp = %cp.name, "haproxy: {op}");
+            let kind = match op {
+                LbOp::Add { .. } | LbOp::Enable { .. } => "lb-add",
+                LbOp::Drain { .. } => "lb-drain",
+                LbOp::Delete { .. } => "lb-delete",
+            };
+            self.event(
+                cp,
+                kind,
+                Some(op.name()),
+                &format!("haproxy: {op}"),
+                true,
+                None,
+                None,
+            );
+        }
+        let problem = synced
+            .blocked
+            .clone()
+            .or_else(|| synced.cleanup_errors.first().cloned());
+        let st = self.state.entry(cp.name.clone()).or_default();
+        if st.last_lb_problem != problem {
+            st.last_lb_problem = problem.clone();
+            if let Some(p) = problem {
+                tracing::warn!(cp = %cp.name, "haproxy: {p}");
+                self.event(
+                    cp,
+                    "error",
+                    None,
+                    &format!("haproxy: {p}"),
+                    false,
+                    None,
+                    None,
+                );
+            }
+        }
+        Some(synced)
+    }
+
     /// Starts the drain clock of every machine seen leaving for the first time, and
     /// forgets machines that are gone.
     fn track_drains(&mut self, cp: &str, machines: &[Machine]) {
@@ -483,6 +557,8 @@ impl Controller {
                 .entry(cp.name.clone())
                 .or_default()
                 .last_endpoints = Some(d.endpoints.clone());
+            let msg = format!("client endpoints published: {}", d.endpoints.join(" "));
+            self.event(cp, "endpoints", None, &msg, true, None, None);
         }
         let doc = StatusDoc {
             decision: d,
@@ -595,7 +671,13 @@ impl Controller {
                 self.etcd.move_leader(&leader()?, *to_member).await?;
                 Ok(())
             }
-            Action::RemoveMember { member_id, .. } => {
+            Action::RemoveMember { member_id, machine } => {
+                if let (Some(h), Some(m)) = (&cp.spec.haproxy, machine) {
+                    let (h, m) = (h.clone(), m.clone());
+                    tokio::task::spawn_blocking(move || balancer::shut_before_removal(&h, &m))
+                        .await
+                        .map_err(|e| ActionError::Join(e.to_string()))??;
+                }
                 self.etcd.remove(&leader()?, *member_id).await?;
                 Ok(())
             }

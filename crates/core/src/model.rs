@@ -46,6 +46,28 @@ pub struct ControlPlaneSpec {
     pub rollout: RolloutStrategy,
     #[serde(default)]
     pub paused: bool,
+    /// An HAProxy whose backend quorum keeps in step with the client endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub haproxy: Option<HaproxySpec>,
+}
+
+/// The HAProxy in front of a control plane's members, driven through its runtime API:
+/// a member enters the backend only once its `/health` passes and leaves it (maintenance,
+/// sessions shut) before its etcd member is removed.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HaproxySpec {
+    /// The runtime API: the unix socket of a `stats socket ... level admin` line.
+    pub runtime_api: String,
+    /// The backend that holds the members.
+    #[serde(default = "default_haproxy_backend")]
+    pub backend: String,
+}
+
+pub const DEFAULT_HAPROXY_BACKEND: &str = "etcd";
+
+fn default_haproxy_backend() -> String {
+    DEFAULT_HAPROXY_BACKEND.to_string()
 }
 
 /// A control plane as stored: the spec plus the teardown intent.

@@ -1,6 +1,6 @@
 //! Checks on what a user asks for, before anything is stored.
 
-use crate::model::{ControlPlaneSpec, MAX_REPLICAS};
+use crate::model::{ControlPlaneSpec, HaproxySpec, MAX_REPLICAS};
 use crate::version::{check_version_change, Version, VersionChangeError};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -15,6 +15,10 @@ pub enum SpecError {
     MaxSurge(u32),
     #[error("rollout.maxSurge 0 needs at least 3 replicas (removing the only member of 1, or one of 2, loses quorum); use maxSurge 1")]
     SurgeZeroTooSmall,
+    #[error("haproxy.runtimeApi must be an absolute path to HAProxy's admin socket, got '{0}'")]
+    HaproxySocket(String),
+    #[error("haproxy.backend '{0}' is not a backend name: use 1 to 64 letters, digits, '-', '_', '.' or ':'")]
+    HaproxyBackend(String),
     #[error(transparent)]
     Version(#[from] VersionChangeError),
 }
@@ -50,6 +54,27 @@ pub fn validate_spec(spec: &ControlPlaneSpec, allow_even: bool) -> Result<(), Sp
     if spec.rollout.max_surge == 0 && spec.replicas < 3 {
         return Err(SpecError::SurgeZeroTooSmall);
     }
+    if let Some(h) = &spec.haproxy {
+        validate_haproxy(h)?;
+    }
+    Ok(())
+}
+
+fn validate_haproxy(h: &HaproxySpec) -> Result<(), SpecError> {
+    let socket_ok = h.runtime_api.starts_with('/')
+        && h.runtime_api.len() < 108 // sun_path of a unix socket address
+        && !h.runtime_api.contains(char::is_whitespace);
+    if !socket_ok {
+        return Err(SpecError::HaproxySocket(h.runtime_api.clone()));
+    }
+    let backend_ok = !h.backend.is_empty()
+        && h.backend.len() <= 64
+        && h.backend
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if !backend_ok {
+        return Err(SpecError::HaproxyBackend(h.backend.clone()));
+    }
     Ok(())
 }
 
@@ -81,6 +106,7 @@ mod tests {
             version: version.parse().unwrap(),
             rollout: RolloutStrategy { max_surge: surge },
             paused: false,
+            haproxy: None,
         }
     }
 

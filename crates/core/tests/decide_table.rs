@@ -169,6 +169,7 @@ impl Sit {
                     max_surge: self.max_surge,
                 },
                 paused: self.paused,
+                haproxy: None,
             },
             deleting: self.deleting_cp,
         };

@@ -266,6 +266,7 @@ impl World {
                     version: OLD,
                     rollout: RolloutStrategy::default(),
                     paused: false,
+                    haproxy: None,
                 },
                 deleting: false,
             },

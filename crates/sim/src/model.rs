@@ -146,6 +146,7 @@ pub fn initial(variant: Variant) -> State {
                 version: NEW,
                 rollout: RolloutStrategy { max_surge },
                 paused: false,
+                haproxy: None,
             },
             deleting: false,
         },

@@ -786,6 +786,7 @@ mod tests {
                 version: "3.4.23".parse().unwrap(),
                 rollout: RolloutStrategy::default(),
                 paused: false,
+                haproxy: None,
             },
             deleting: false,
         }

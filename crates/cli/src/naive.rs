@@ -1,0 +1,216 @@
+//! The naive rollout: the baseline `quorum bench rollout --strategy naive` measures
+//! quorum against. It exists only inside the benchmark.
+//!
+//! It does what the bug report's scripts did, one old member at a time, oldest first:
+//! add the new member as a voter directly (no learner), start it, hand its address to
+//! the clients (the endpoint list, or HAProxy's backend) at once, wait for it to answer,
+//! then remove the old member without moving leadership off it, kill its process
+//! (SIGKILL) and leave its address where the clients find it.
+
+use crate::bench::Step;
+use crate::Ctx;
+use anyhow::{bail, Context, Result};
+use etcd_client::{Client, ConnectOptions};
+use quorum_controller::{address_is_free, now_ms};
+use quorum_core::{ClusterState, InitialMember, Machine, Version};
+use quorum_haproxy::RuntimeApi;
+use quorum_provider::StartRequest;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Every membership RPC of the naive script gives up after this long.
+const RPC_TIMEOUT_MS: u64 = 5_000;
+/// How long a new member may take to answer before the script gives up.
+const JOIN_LIMIT_MS: u64 = 60_000;
+const POLL_MS: u64 = 50;
+/// The naive script's retry interval for a refused change.
+const RETRY_MS: u64 = 200;
+
+/// Where the naive script tells clients about members.
+pub enum Clients {
+    /// An endpoints file in the format the controller publishes; the script only ever
+    /// appends to it.
+    File(PathBuf),
+    /// An HAProxy backend: new members are added (and enabled) at once, none removed.
+    Haproxy { api: RuntimeApi, backend: String },
+}
+
+/// Rolls every machine of `cp` that is not at `to`; returns the steps it took, in
+/// milliseconds since `t0_ms`. The control plane must be paused (the controller must not
+/// act on it meanwhile).
+pub async fn rollout(
+    ctx: &mut Ctx,
+    cp: &str,
+    to: Version,
+    clients: &Clients,
+    t0_ms: i64,
+) -> Result<Vec<Step>> {
+    let mut steps = Vec::new();
+    let mut step = |kind: &str, message: String| {
+        steps.push(Step {
+            at_ms: now_ms() - t0_ms,
+            kind: kind.to_string(),
+            message,
+        })
+    };
+    let mut old: Vec<Machine> = ctx
+        .store
+        .machines(cp)?
+        .into_iter()
+        .filter(|m| m.version != to)
+        .collect();
+    old.sort_by_key(|m| m.serial);
+    for o in old {
+        let endpoints: Vec<String> = ctx
+            .store
+            .machines(cp)?
+            .iter()
+            .map(Machine::client_url)
+            .collect();
+        let mut client = connect(&endpoints).await?;
+        let new = ctx
+            .store
+            .allocate_machine(cp, false, to, &address_is_free)?;
+        let add = add_voter(&mut client, &new).await?;
+        step("add-voter", format!("added {} as a voter", new.name));
+        let initial: Vec<InitialMember> = add
+            .iter()
+            .flat_map(|m| {
+                let name = if m.name().is_empty() {
+                    new.name.clone()
+                } else {
+                    m.name().to_string()
+                };
+                m.peer_urls().iter().map(move |u| InitialMember {
+                    name: name.clone(),
+                    peer_url: u.clone(),
+                })
+            })
+            .collect();
+        ctx.provider.start(&StartRequest {
+            machine: &new,
+            cluster_token: cp,
+            state: ClusterState::Existing,
+            initial_cluster: &initial,
+        })?;
+        step("start-machine", format!("started {}", new.name));
+        add_to_clients(clients, &new)?;
+        step(
+            "add-endpoint",
+            format!("clients may use {} at once", new.name),
+        );
+        wait_answers(ctx, &new).await?;
+        let members = bounded("list members", client.member_list()).await?;
+        let id = members
+            .members()
+            .iter()
+            .find(|m| m.name() == o.name || m.peer_urls().contains(&o.peer_url()))
+            .map(|m| m.id());
+        if let Some(id) = id {
+            // Through any member, and without moving leadership first: if `o` leads,
+            // the cluster has no leader until an election ends.
+            let mut c = connect(&[new.client_url()]).await?;
+            let start = Instant::now();
+            while let Err(e) = bounded("remove a member", c.member_remove(id)).await {
+                if !refused_for_now(&e, start) {
+                    return Err(e);
+                }
+                tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+            }
+            step("remove-member", format!("removed {}'s member", o.name));
+        }
+        ctx.provider.kill(&o.name)?;
+        step("kill-machine", format!("killed {} (SIGKILL)", o.name));
+        ctx.provider.delete(&o.name)?;
+        ctx.store.delete_machine(cp, &o.name)?;
+    }
+    Ok(steps)
+}
+
+/// etcd's strict reconfiguration check answers "unhealthy cluster" until every member
+/// has been connected for 5 s, and a cluster electing a leader answers late or not at
+/// all; a script's retry loop tries again, for a while.
+fn refused_for_now(e: &anyhow::Error, since: Instant) -> bool {
+    let e = format!("{e:#}");
+    let transient = [
+        "unhealthy cluster",
+        "no answer within",
+        "leader changed",
+        "no leader",
+    ];
+    transient.iter().any(|t| e.contains(t))
+        && since.elapsed() < Duration::from_millis(JOIN_LIMIT_MS)
+}
+
+/// Adds `m` as a voter, retrying while etcd refuses or does not answer (an add whose
+/// answer was lost shows up as "already exists" on the retry); returns the members.
+async fn add_voter(client: &mut Client, m: &Machine) -> Result<Vec<etcd_client::Member>> {
+    let start = Instant::now();
+    loop {
+        match bounded("add a voter", client.member_add(vec![m.peer_url()], None)).await {
+            Ok(r) => return Ok(r.member_list().to_vec()),
+            Err(e) if format!("{e:#}").contains("already exists") => {
+                let list = bounded("list members", client.member_list()).await?;
+                return Ok(list.members().to_vec());
+            }
+            Err(e) if refused_for_now(&e, start) => {
+                tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+async fn connect(endpoints: &[String]) -> Result<Client> {
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_millis(500))
+        .with_timeout(Duration::from_millis(RPC_TIMEOUT_MS));
+    bounded("connect", Client::connect(endpoints, Some(opts)))
+        .await
+        .with_context(|| format!("naive rollout: connecting to {endpoints:?}"))
+}
+
+async fn bounded<T>(
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T> {
+    match tokio::time::timeout(Duration::from_millis(RPC_TIMEOUT_MS), f).await {
+        Ok(r) => r.with_context(|| format!("naive rollout: {what}")),
+        Err(_) => bail!("naive rollout: {what}: no answer within {RPC_TIMEOUT_MS} ms"),
+    }
+}
+
+fn add_to_clients(clients: &Clients, m: &Machine) -> Result<()> {
+    match clients {
+        Clients::File(path) => {
+            let mut eps = crate::bench::read_endpoints(path);
+            eps.push(m.client_url());
+            let doc = serde_json::json!({ "endpoints": eps, "updatedAtMs": now_ms() });
+            let tmp = path.with_extension("json.tmp");
+            std::fs::write(&tmp, format!("{doc:#}\n"))?;
+            std::fs::rename(&tmp, path)?;
+        }
+        Clients::Haproxy { api, backend } => {
+            let addr = std::net::SocketAddr::from((m.address, quorum_core::CLIENT_PORT));
+            api.add_server(backend, &m.name, addr)?;
+        }
+    }
+    Ok(())
+}
+
+/// Waits until the new member answers a status request.
+async fn wait_answers(ctx: &Ctx, m: &Machine) -> Result<()> {
+    let start = Instant::now();
+    loop {
+        if ctx.etcd.status(&m.client_url()).await.is_ok() {
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_millis(JOIN_LIMIT_MS) {
+            bail!(
+                "naive rollout: {} did not answer within {JOIN_LIMIT_MS} ms",
+                m.name
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
