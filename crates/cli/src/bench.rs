@@ -35,6 +35,8 @@ const OP_TIMEOUT_MS: u64 = 2_000;
 const ENDPOINTS_POLL_MS: u64 = 100;
 /// Operations kept at most (a bound on memory: 500/s for 10 minutes is 300,000).
 const MAX_OPS: usize = 1_000_000;
+/// Clients that cannot connect within this long before the workload fail the run.
+const WARM_UP_LIMIT_MS: u64 = 10_000;
 /// Every HAProxy runtime API command gives up after this long.
 const HAPROXY_TIMEOUT_MS: u64 = 2_000;
 
@@ -42,7 +44,7 @@ const HAPROXY_TIMEOUT_MS: u64 = 2_000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Strategy {
-    /// quorum's controller: learners, leadership moved first, endpoints updated and
+    /// Quorum's controller: learners, leadership moved first, endpoints updated and
     /// drained before a removal, graceful stops.
     Safe,
     /// The bug report's script: voters added directly, no leadership move, removed
@@ -61,10 +63,6 @@ pub enum ClientMode {
 }
 
 #[derive(clap::Args)]
-#[command(after_help = "Examples:\n  \
-    quorum bench rollout                                   quorum's rollout, clients following the endpoints\n  \
-    quorum bench rollout --strategy safe,naive --client-mode follow,haproxy --plot docs/bench\n                                                         the side-by-side comparison (4 fresh control planes)\n  \
-    quorum bench rollout --rate 100 --settle 1s -o json   a short run, machine-readable")]
 pub struct BenchArgs {
     /// Operations per second, over all clients.
     #[arg(long, default_value_t = 500)]
@@ -75,11 +73,11 @@ pub struct BenchArgs {
     /// Share of writes (the rest are linearizable reads), 0.0 to 1.0.
     #[arg(long, default_value_t = 0.5)]
     write_ratio: f64,
-    /// Rollout strategies to run, each on a fresh control plane: safe, naive or both
-    /// (comma-separated).
+    /// Rollout strategies to run, each on a fresh control plane: safe, naive, or both
+    /// as safe,naive.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "safe")]
     strategy: Vec<Strategy>,
-    /// How clients reach the members: follow, haproxy or both (comma-separated).
+    /// How clients reach the members: follow, haproxy, or both as follow,haproxy.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "follow")]
     client_mode: Vec<ClientMode>,
     #[command(flatten)]
@@ -102,6 +100,8 @@ struct Op {
     end_ms: i64,
     /// Measured on the monotonic clock, to the microsecond.
     latency_us: u64,
+    /// A read repeated once after "leader changed" (its latency covers both tries).
+    retried: bool,
     write: bool,
     /// None: succeeded; else its kind and what the client library said.
     error: Option<(&'static str, String)>,
@@ -120,6 +120,10 @@ pub struct Report {
     pub writes_attempted: usize,
     pub succeeded: usize,
     pub failed: usize,
+    /// Failed writes (never repeated; a failed write may or may not have been applied).
+    pub failed_writes: usize,
+    /// Reads repeated once after "leader changed" (counted as failed if the repeat failed).
+    pub retried_reads: usize,
     pub failed_by_kind: BTreeMap<&'static str, usize>,
     /// The first error message of each kind.
     pub error_samples: BTreeMap<&'static str, String>,
@@ -184,14 +188,43 @@ pub fn read_endpoints(path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn connect(endpoints: &[String]) -> Option<Client> {
+async fn connect(endpoints: &[String]) -> Result<Client, String> {
     if endpoints.is_empty() {
-        return None;
+        return Err("unavailable: no endpoint to connect to".into());
     }
     let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_millis(500))
         .with_timeout(Duration::from_millis(OP_TIMEOUT_MS));
-    Client::connect(endpoints, Some(opts)).await.ok()
+    Client::connect(endpoints, Some(opts))
+        .await
+        .map_err(|e| format!("unavailable: connecting to {endpoints:?}: {e}"))
+}
+
+/// Connects before the workload starts, so that the measurement holds the rollout and
+/// not the clients' start-up.
+async fn connect_first(source: &Source) -> Result<Client, String> {
+    let start = Instant::now();
+    loop {
+        match connect(&source.endpoints()).await {
+            Ok(c) => return Ok(c),
+            Err(e) if start.elapsed() > Duration::from_millis(WARM_UP_LIMIT_MS) => return Err(e),
+            Err(_) => tokio::time::sleep(Duration::from_millis(ENDPOINTS_POLL_MS)).await,
+        }
+    }
+}
+
+/// A linearizable read.
+async fn read(c: &mut Client) -> Result<(), String> {
+    match tokio::time::timeout(
+        Duration::from_millis(OP_TIMEOUT_MS),
+        c.get("bench/probe", None),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("timed out".into()),
+    }
 }
 
 /// Where a client finds the members.
@@ -213,18 +246,21 @@ impl Source {
 }
 
 /// One client: paced operations, following its source of endpoints.
+#[allow(clippy::too_many_arguments)]
 async fn client_loop(
     id: u32,
     source: Source,
     interval: Duration,
     write_ratio: f64,
+    ready: Arc<tokio::sync::Barrier>,
     stop: Arc<AtomicBool>,
     ops: Arc<Mutex<Vec<Op>>>,
     acked: Arc<Mutex<Vec<(String, String)>>>,
 ) {
     let mut seq: u64 = 0;
     let mut current = source.endpoints();
-    let mut client = connect(&current).await;
+    let mut client = connect_first(&source).await;
+    ready.wait().await;
     let mut last_check = Instant::now();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -235,7 +271,7 @@ async fn client_loop(
         if last_check.elapsed() >= Duration::from_millis(ENDPOINTS_POLL_MS) {
             last_check = Instant::now();
             let now = source.endpoints();
-            if !now.is_empty() && (now != current || client.is_none()) {
+            if !now.is_empty() && (now != current || client.is_err()) {
                 current = now;
                 client = connect(&current).await;
             }
@@ -247,9 +283,10 @@ async fn client_loop(
         }
         let start_ms = now_ms();
         let started = Instant::now();
+        let mut retried = false;
         let result: Result<(), String> = match client.as_mut() {
-            None => Err("unavailable: no endpoint to connect to".into()),
-            Some(c) => {
+            Err(e) => Err(e.clone()),
+            Ok(c) => {
                 if write {
                     seq += 1;
                     let key = format!("{KEY_PREFIX}{id:03}-{seq:08}");
@@ -271,16 +308,15 @@ async fn client_loop(
                         Err(_) => Err("timed out".into()),
                     }
                 } else {
-                    match tokio::time::timeout(
-                        Duration::from_millis(OP_TIMEOUT_MS),
-                        c.get("bench/probe", None),
-                    )
-                    .await
-                    {
-                        Ok(Ok(_)) => Ok(()),
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err("timed out".into()),
+                    let mut r = read(c).await;
+                    // etcd fails a linearizable read that was waiting when leadership
+                    // moved with "leader changed"; a read is safe to repeat, and etcd's
+                    // own Go client repeats it. Writes are never repeated.
+                    if r.as_ref().is_err_and(|e| e.contains("leader changed")) {
+                        retried = true;
+                        r = read(c).await;
                     }
+                    r
                 }
             }
         };
@@ -289,6 +325,7 @@ async fn client_loop(
             end_ms: now_ms(),
             latency_us: started.elapsed().as_micros() as u64,
             write,
+            retried,
             error: result.err().map(|e| (error_kind(&e), e)),
         };
         let mut all = ops.lock().unwrap_or_else(|p| p.into_inner());
@@ -361,7 +398,7 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
     let _ = controller.join();
     demo::kill_leftovers(&home);
     let _ = std::fs::remove_dir_all(&home);
-    result?;
+    // The runs that finished are reported even when a later one failed.
     if args.output == "json" {
         let doc = serde_json::json!({ "runs": reports });
         println!("{}", serde_json::to_string_pretty(&doc)?);
@@ -374,6 +411,7 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
             print_comparison(&reports);
         }
     }
+    result?;
     let lost: usize = reports.iter().map(|r| r.lost_writes).sum();
     if lost > 0 {
         bail!("{lost} acknowledged writes were lost");
@@ -444,6 +482,13 @@ async fn run_one(
     if let Some(b) = &balancer {
         wait_backend(&b.api, args.rollout.replicas as usize, args.rollout.timeout).await?;
     }
+    // The controller publishes the endpoints on its next pass after convergence.
+    wait_endpoints_file(
+        &endpoints_path(home, name),
+        args.rollout.replicas as usize,
+        args.rollout.timeout,
+    )
+    .await?;
     let source = match (balancer, strategy) {
         (Some(b), _) => Source::Fixed(vec![b.frontend.to_string()]),
         (None, Strategy::Safe) => Source::File(endpoints_path(home, name)),
@@ -459,6 +504,7 @@ async fn run_one(
     let acked = Arc::new(Mutex::new(Vec::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let interval = Duration::from_secs_f64(f64::from(args.clients) / f64::from(args.rate));
+    let ready = Arc::new(tokio::sync::Barrier::new(args.clients as usize + 1));
     let workers: Vec<_> = (0..args.clients)
         .map(|id| {
             tokio::spawn(client_loop(
@@ -466,12 +512,14 @@ async fn run_one(
                 source.clone(),
                 interval,
                 args.write_ratio,
+                ready.clone(),
                 stop.clone(),
                 ops.clone(),
                 acked.clone(),
             ))
         })
         .collect();
+    ready.wait().await;
     let probe = tokio::spawn(probe_serving(
         home.to_path_buf(),
         name.to_string(),
@@ -685,6 +733,22 @@ fn new_members(steps: &[Step], first_ok: &BTreeMap<String, i64>, t0: i64) -> Vec
         .collect()
 }
 
+/// Waits until the published endpoints file lists `n` endpoints.
+async fn wait_endpoints_file(path: &Path, n: usize, timeout: Duration) -> Result<()> {
+    let start = Instant::now();
+    while read_endpoints(path).len() != n {
+        if start.elapsed() > timeout {
+            bail!(
+                "{} did not list {n} endpoints within {}s",
+                path.display(),
+                timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(ENDPOINTS_POLL_MS)).await;
+    }
+    Ok(())
+}
+
 /// Waits until HAProxy's backend holds `n` enabled servers.
 async fn wait_backend(api: &RuntimeApi, n: usize, timeout: Duration) -> Result<()> {
     let start = Instant::now();
@@ -779,6 +843,8 @@ fn summarize(
         writes_attempted: ops.iter().filter(|o| o.write).count(),
         succeeded: ops.len() - failed,
         failed,
+        failed_writes: ops.iter().filter(|o| o.write && o.error.is_some()).count(),
+        retried_reads: ops.iter().filter(|o| o.retried).count(),
         failed_by_kind,
         error_samples,
         latency_ms_p50: percentile(&lat, 0.50),
@@ -823,8 +889,14 @@ fn print_table(r: &Report) {
         vec![
             "operations".into(),
             format!(
-                "{} attempted ({} writes), {} succeeded, {} failed ({failures})",
-                r.attempted, r.writes_attempted, r.succeeded, r.failed
+                "{} attempted ({} writes), {} succeeded, {} failed ({failures}; {} of them \
+                 writes), {} reads repeated after 'leader changed'",
+                r.attempted,
+                r.writes_attempted,
+                r.succeeded,
+                r.failed,
+                r.failed_writes,
+                r.retried_reads
             ),
         ],
         vec![
@@ -885,6 +957,7 @@ fn print_comparison(reports: &[Report]) {
         "strategy".to_string(),
         "clients".into(),
         "failed".into(),
+        "reads repeated".into(),
         "p99 ms".into(),
         "max ms".into(),
         "longest gap ms".into(),
@@ -896,6 +969,7 @@ fn print_comparison(reports: &[Report]) {
             label(r.strategy),
             label(r.client_mode),
             format!("{} of {}", r.failed, r.attempted),
+            r.retried_reads.to_string(),
             format!("{:.1}", r.latency_ms_p99),
             format!("{:.1}", r.latency_ms_max),
             r.longest_no_success_ms.to_string(),

@@ -207,10 +207,16 @@ sets a leaving member to maintenance (then shuts its sessions) before removing i
 
 #[derive(Subcommand)]
 enum BenchCommand {
-    /// In a fresh temporary home: a paced client workload (writes and linearizable reads,
-    /// following the published endpoints) during a rollout; reports failures by kind,
-    /// latency, the longest gap without a success, and lost writes (which fail the run).
-    #[command(after_help = "Example: quorum bench rollout --rate 500 --clients 8 -o json")]
+    /// In a fresh temporary home: a paced client workload (writes and linearizable reads)
+    /// during a rollout, through the published endpoints or an HAProxy, by quorum or by a
+    /// naive script; reports failures by kind, latency, the longest gap without a
+    /// success, when new members began to serve, and lost writes (which fail the run).
+    #[command(after_help = "Examples:
+  quorum bench rollout                       quorum's rollout, clients following the endpoints
+  quorum bench rollout --rate 100 --settle 1s -o json
+                                             a short run, machine-readable
+  quorum bench rollout --strategy safe,naive --client-mode follow,haproxy --plot docs/bench
+                                             the side-by-side comparison (4 fresh control planes)")]
     Rollout(bench::BenchArgs),
 }
 

@@ -135,6 +135,7 @@ fn refused_for_now(e: &anyhow::Error, since: Instant) -> bool {
     let transient = [
         "unhealthy cluster",
         "no answer within",
+        "Timeout expired",
         "leader changed",
         "no leader",
     ];

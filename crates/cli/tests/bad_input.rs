@@ -127,3 +127,65 @@ fn an_unreachable_member_refuses_changes() {
         "120s",
     ]);
 }
+
+/// An HAProxy attachment is checked before it is stored, and `haproxy-config` writes a
+/// configuration the real HAProxy accepts.
+#[test]
+fn haproxy_attachment_and_configuration() {
+    let env = Env::new("bad-haproxy");
+    let create = |extra: &[&str]| {
+        let mut args = vec!["create", "h", "--version", OLD, "--haproxy-runtime-api"];
+        args.extend_from_slice(extra);
+        env.fails(&args)
+    };
+    let e = create(&["relative/admin.sock"]);
+    assert!(one_line(&e).contains("absolute path"), "{e}");
+    let socket = env.dir.path().join("admin.sock");
+    let socket = socket.to_str().unwrap();
+    let e = create(&[socket, "--haproxy-backend", "etcd;del"]);
+    assert!(one_line(&e).contains("not a backend name"), "{e}");
+    let e = env.fails(&["status", "h"]);
+    assert!(
+        e.contains("does not exist"),
+        "refused creates store nothing: {e}"
+    );
+
+    env.ok(&["create", "plain", "--version", OLD]);
+    let e = env.fails(&["haproxy-config", "plain", "--bind", "127.0.0.1:23790"]);
+    assert!(one_line(&e).contains("--haproxy-runtime-api"), "{e}");
+    let e = env.fails(&["haproxy-config", "plain", "--bind", "localhost"]);
+    assert!(e.contains("--bind"), "{e}");
+
+    env.ok(&[
+        "create",
+        "h",
+        "--version",
+        OLD,
+        "--haproxy-runtime-api",
+        socket,
+    ]);
+    assert_eq!(spec_of(&env, "h")["haproxy"]["runtimeApi"], socket);
+    assert_eq!(spec_of(&env, "h")["haproxy"]["backend"], "etcd");
+    let cfg = env.ok(&["haproxy-config", "h", "--bind", "127.0.0.1:23790"]);
+    assert!(
+        cfg.contains(socket) && cfg.contains("backend etcd"),
+        "{cfg}"
+    );
+    let path = env.dir.path().join("haproxy.cfg");
+    std::fs::write(&path, &cfg).unwrap();
+    let check = std::process::Command::new(quorum_haproxy_binary())
+        .args(["-c", "-f", path.to_str().unwrap()])
+        .output()
+        .expect("run haproxy -c");
+    assert!(
+        check.status.success(),
+        "haproxy rejected the configuration:\n{cfg}\n{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
+
+fn quorum_haproxy_binary() -> std::path::PathBuf {
+    std::env::var_os("QUORUM_HAPROXY")
+        .map(Into::into)
+        .unwrap_or_else(|| "/usr/sbin/haproxy".into())
+}
