@@ -140,4 +140,117 @@ mod tests {
             assert!(e.contains(want), "{text:?}: {e}");
         }
     }
+
+    /// Fuzzing the parser: cases per property from QUORUM_FUZZ_CASES.
+    fn cases(default: u32) -> proptest::test_runner::Config {
+        let n = std::env::var("QUORUM_FUZZ_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default);
+        proptest::test_runner::Config {
+            cases: n,
+            failure_persistence: None,
+            ..Default::default()
+        }
+    }
+
+    /// Values a field may take: right ones, wrong types, odd strings.
+    fn scalar() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            Just("3".to_string()),
+            Just("3.5.1".to_string()),
+            Just("3.4.23".to_string()),
+            Just("true".to_string()),
+            Just("null".to_string()),
+            Just("[1, 2]".to_string()),
+            Just("{a: 1}".to_string()),
+            Just("-1".to_string()),
+            Just("4294967296".to_string()),
+            Just("/run/x.sock".to_string()),
+            Just("\"a\\nb\"".to_string()),
+            "[a-z0-9.-]{0,12}",
+            any::<i64>().prop_map(|n| n.to_string()),
+        ]
+    }
+
+    fn manifest_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let field =
+            |k: &'static str| proptest::option::of(scalar().prop_map(move |v| format!("{k}: {v}")));
+        (
+            proptest::option::of(prop_oneof![
+                Just(API_VERSION.to_string()),
+                "[a-z./0-9]{0,20}"
+            ]),
+            proptest::option::of(prop_oneof![Just(KIND.to_string()), "[A-Za-z]{0,12}"]),
+            proptest::option::of(prop_oneof!["[a-z][a-z0-9-]{0,45}", ".{0,20}"]),
+            (
+                field("replicas"),
+                field("version"),
+                field("paused"),
+                field("extra"),
+            ),
+            (
+                proptest::option::of(field("maxSurge")),
+                proptest::option::of((field("runtimeApi"), field("backend"))),
+            ),
+        )
+            .prop_map(|(api, kind, name, (r, v, p, x), (surge, hap))| {
+                let mut t = String::new();
+                if let Some(a) = api {
+                    t += &format!("apiVersion: {a}\n");
+                }
+                if let Some(k) = kind {
+                    t += &format!("kind: {k}\n");
+                }
+                if let Some(n) = name {
+                    t += &format!("metadata:\n  name: {n:?}\n");
+                }
+                t += "spec:\n";
+                for f in [r, v, p, x].into_iter().flatten() {
+                    t += &format!("  {f}\n");
+                }
+                if let Some(s) = surge {
+                    t += &format!("  rollout:\n    {}\n", s.unwrap_or_default());
+                }
+                if let Some((a, b)) = hap {
+                    t += "  haproxy:\n";
+                    for f in [a, b].into_iter().flatten() {
+                        t += &format!("    {f}\n");
+                    }
+                }
+                t
+            })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(cases(512))]
+
+        /// Any text: a manifest or a one-line error, never a panic.
+        #[test]
+        fn any_text_is_a_manifest_or_one_line_error(text in ".{0,400}") {
+            if let Err(e) = parse(&text, "fuzz") {
+                let msg = format!("{e:#}");
+                proptest::prop_assert!(!msg.contains('\n'), "{msg}");
+            }
+        }
+
+        /// Manifest-shaped documents with every field right, wrong or missing: what
+        /// parses has a valid name; what does not says why in one line.
+        #[test]
+        fn manifest_shaped_text_is_checked(text in manifest_text()) {
+            match parse(&text, "fuzz") {
+                Ok(m) => {
+                    proptest::prop_assert!(validate_name(&m.metadata.name).is_ok());
+                    proptest::prop_assert_eq!(m.api_version.as_str(), API_VERSION);
+                    proptest::prop_assert_eq!(m.kind.as_str(), KIND);
+                }
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    proptest::prop_assert!(!msg.contains('\n'), "{text}\n=> {msg}");
+                }
+            }
+        }
+    }
 }

@@ -189,3 +189,22 @@ fn quorum_haproxy_binary() -> std::path::PathBuf {
         .map(Into::into)
         .unwrap_or_else(|| "/usr/sbin/haproxy".into())
 }
+
+/// A state directory others can read is refused, by the controller and the CLI alike,
+/// with the command that fixes it; nothing in it changes.
+#[test]
+fn a_state_directory_others_can_read_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new("bad-perms");
+    env.ok(&["create", "a", "--version", OLD]);
+    std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let e = env.fails(&["controller", "--metrics-addr", "off"]);
+    assert!(
+        one_line(&e).contains("chmod 700") && e.contains("other users can read"),
+        "{e}"
+    );
+    let e = env.fails(&["list"]);
+    assert!(one_line(&e).contains("chmod 700"), "{e}");
+    std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o700)).unwrap();
+    assert_eq!(spec_of(&env, "a")["version"], OLD);
+}

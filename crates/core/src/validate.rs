@@ -5,7 +5,7 @@ use crate::version::{check_version_change, Version, VersionChangeError};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
-    #[error("invalid name '{0}': use 1 to 40 lowercase letters, digits and '-', starting with a letter and not ending with '-'")]
+    #[error("invalid name {0:?}: use 1 to 40 lowercase letters, digits and '-', starting with a letter and not ending with '-'")]
     Name(String),
     #[error("replicas must be between 1 and {MAX_REPLICAS}, got {0}")]
     ReplicasRange(u32),
@@ -15,9 +15,9 @@ pub enum SpecError {
     MaxSurge(u32),
     #[error("rollout.maxSurge 0 needs at least 3 replicas (removing the only member of 1, or one of 2, loses quorum); use maxSurge 1")]
     SurgeZeroTooSmall,
-    #[error("haproxy.runtimeApi must be an absolute path to HAProxy's admin socket, got '{0}'")]
+    #[error("haproxy.runtimeApi must be an absolute path to HAProxy's admin socket, got {0:?}")]
     HaproxySocket(String),
-    #[error("haproxy.backend '{0}' is not a backend name: use 1 to 64 letters, digits, '-', '_', '.' or ':'")]
+    #[error("haproxy.backend {0:?} is not a backend name: use 1 to 64 letters, digits, '-', '_', '.' or ':'")]
     HaproxyBackend(String),
     #[error(transparent)]
     Version(#[from] VersionChangeError),

@@ -39,7 +39,7 @@ impl fmt::Display for Version {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("'{input}' is not an etcd version: expected MAJOR.MINOR.PATCH, for example 3.5.1")]
+#[error("{input:?} is not an etcd version: expected MAJOR.MINOR.PATCH, for example 3.5.1")]
 pub struct ParseVersionError {
     pub input: String,
 }

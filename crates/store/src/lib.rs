@@ -18,6 +18,9 @@ use std::time::Duration;
 
 /// The file inside the state directory.
 pub const STATE_FILE: &str = "quorum.db";
+/// Written beside the state file once its schema exists: from then on an empty or
+/// missing state file is a lost state, never a new one.
+pub const INITIALIZED_MARKER: &str = "quorum.db.initialized";
 /// How long a writer waits for another writer's transaction (the CLI and a controller).
 const BUSY_TIMEOUT_MS: u64 = 5_000;
 /// Pause between attempts to initialise a file another process is initialising.
@@ -45,11 +48,20 @@ pub enum StoreError {
     },
     #[error("state store {path} is corrupt: {detail}. quorum did not change it; restore it from a backup or move it aside")]
     Corrupt { path: PathBuf, detail: String },
-    #[error("control plane '{0}' does not exist (see `quorum list`)")]
+    #[error("{what} {} has mode {mode:o}: other users can read quorum's state; quorum refuses to use it until you run `chmod {want:o} {}`", path.display(), path.display())]
+    NotPrivate {
+        what: &'static str,
+        path: PathBuf,
+        mode: u32,
+        want: u32,
+    },
+    // User input is shown with `{:?}`: a name with a newline or a control character
+    // stays on one line and visible.
+    #[error("control plane {0:?} does not exist (see `quorum list`)")]
     NotFound(String),
-    #[error("control plane '{0}' already exists: change it with `quorum apply`, `quorum scale` or `quorum upgrade`, or remove it with `quorum delete {0}`")]
+    #[error("control plane {0:?} already exists: change it with `quorum apply`, `quorum scale` or `quorum upgrade`, or remove it with `quorum delete {0}`")]
     AlreadyExists(String),
-    #[error("machine '{machine}' of control plane '{cp}' does not exist")]
+    #[error("machine {machine:?} of control plane {cp:?} does not exist")]
     MachineNotFound { cp: String, machine: String },
     #[error("no free loopback address left in {0}.0.0/16 for a new machine; use a fresh state directory or set QUORUM_SUBNET")]
     AddressesExhausted(String),
@@ -105,17 +117,27 @@ impl Store {
     /// owner-only.
     pub fn open(home: &Path) -> Result<Store> {
         create_private_dir(home)?;
+        check_private("state directory", home, 0o700)?;
         let path = home.join(STATE_FILE);
+        let marker = home.join(INITIALIZED_MARKER);
+        let initialized = marker.exists();
+        if initialized && !path.exists() {
+            return Err(StoreError::Corrupt {
+                path,
+                detail: "the state file is missing, but this directory held a state".into(),
+            });
+        }
+        create_private_file(&path)?;
+        check_private("state file", &path, 0o600)?;
         let sql = sql_error(&path);
         let conn = Connection::open(&path).map_err(sql)?;
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
             .map_err(sql)?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
-        }
         let store = Store { conn, path };
+        if initialized && !store.has_schema()? {
+            return Err(store
+                .corrupt("the file is empty or lost its tables, but this directory held a state"));
+        }
         // Two processes opening a new file at once (the CLI and a controller) contend for
         // the lock that switching to WAL and creating the schema need; SQLite does not
         // always wait on that one, so retry, bounded.
@@ -132,9 +154,54 @@ impl Store {
                 {
                     std::thread::sleep(Duration::from_millis(INIT_RETRY_MS));
                 }
-                other => return other.map(|()| store),
+                Err(e) => return Err(e),
+                Ok(()) => break,
             }
         }
+        store.check_consistency()?;
+        if !initialized {
+            create_private_file(&marker)?;
+        }
+        Ok(store)
+    }
+
+    /// Structural checks at open, so corruption is reported before anything acts on the
+    /// state: SQLite's own page checks (`quick_check`, a full read; the state is small)
+    /// and no machine record pointing at a control plane that does not exist.
+    fn check_consistency(&self) -> Result<()> {
+        let quick: String = self
+            .conn
+            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        if quick != "ok" {
+            return Err(self.corrupt(quick));
+        }
+        let orphans: i64 = self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM machines WHERE control_plane NOT IN (SELECT name FROM control_planes)",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        if orphans > 0 {
+            return Err(self.corrupt(format!(
+                "{orphans} machine records belong to no control plane"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Whether the file holds quorum's schema (a truncated or emptied file does not).
+    fn has_schema(&self) -> Result<bool> {
+        self.conn
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n == 1)
+            .map_err(|e| self.err(e))
     }
 
     pub fn path(&self) -> &Path {
@@ -162,9 +229,11 @@ impl Store {
     }
 
     fn corrupt(&self, detail: impl Into<String>) -> StoreError {
+        // One line, whatever SQLite's report looks like.
+        let detail: String = detail.into();
         StoreError::Corrupt {
             path: self.path.clone(),
-            detail: detail.into(),
+            detail: detail.trim().replace('\n', "; "),
         }
     }
 
@@ -478,6 +547,14 @@ impl Store {
             if m.name != name {
                 return Err(self.corrupt(format!("machine row '{name}' holds '{}'", m.name)));
             }
+            // Machine names are `<control plane>-<serial>`: a record filed under another
+            // control plane is corruption, not a machine of that one.
+            if m.name != format!("{cp}-{}", m.serial) {
+                return Err(self.corrupt(format!(
+                    "machine '{name}' (serial {}) is filed under control plane '{cp}'",
+                    m.serial
+                )));
+            }
             out.push(m);
         }
         out.sort_by_key(|m| m.serial);
@@ -755,6 +832,48 @@ fn address_at((a, b): (u8, u8), n: u64) -> Option<Ipv4Addr> {
     ))
 }
 
+/// Refuses a directory or file that group or others may read, write or enter: the state
+/// holds everything about the control planes (and will hold their keys).
+fn check_private(what: &'static str, path: &Path, want: u32) -> Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path).map_err(|source| StoreError::Directory {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(StoreError::NotPrivate {
+                what,
+                path: path.to_path_buf(),
+                mode,
+                want,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Creates the state file owner-only if it does not exist yet (before SQLite opens it,
+/// so that it is never readable by others, not even for a moment); an existing file is
+/// left as it is.
+fn create_private_file(path: &Path) -> Result<()> {
+    let mut o = std::fs::OpenOptions::new();
+    o.create(true).append(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        o.mode(0o600);
+    }
+    o.open(path)
+        .map(drop)
+        .map_err(|source| StoreError::Directory {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
 fn create_private_dir(dir: &Path) -> Result<()> {
     let err = |source| StoreError::Directory {
         path: dir.to_path_buf(),
@@ -771,6 +890,14 @@ fn create_private_dir(dir: &Path) -> Result<()> {
         b.create(dir).map_err(err)?;
     }
     Ok(())
+}
+
+/// A private home inside a test's temporary directory (which may be 0755).
+#[cfg(test)]
+fn private(dir: &tempfile::TempDir) -> PathBuf {
+    let home = dir.path().join("home");
+    create_private_dir(&home).unwrap();
+    home
 }
 
 #[cfg(test)]
@@ -795,7 +922,7 @@ mod tests {
     #[test]
     fn control_plane_lifecycle() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Store::open(dir.path()).unwrap();
+        let mut s = Store::open(&private(&dir)).unwrap();
         s.create_control_plane(&cp("a"), 1).unwrap();
         assert!(matches!(
             s.create_control_plane(&cp("a"), 2),
@@ -818,7 +945,7 @@ mod tests {
     #[test]
     fn machines_get_serials_and_distinct_addresses() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Store::open(dir.path()).unwrap();
+        let mut s = Store::open(&private(&dir)).unwrap();
         s.create_control_plane(&cp("a"), 1).unwrap();
         s.create_control_plane(&cp("b"), 1).unwrap();
         let v = "3.4.23".parse().unwrap();
@@ -850,8 +977,8 @@ mod tests {
     #[test]
     fn cli_and_controller_see_each_other() {
         let dir = tempfile::tempdir().unwrap();
-        let mut writer = Store::open(dir.path()).unwrap();
-        let reader = Store::open(dir.path()).unwrap();
+        let mut writer = Store::open(&private(&dir)).unwrap();
+        let reader = Store::open(&private(&dir)).unwrap();
         let before = reader.data_version().unwrap();
         writer.create_control_plane(&cp("a"), 1).unwrap();
         assert_ne!(reader.data_version().unwrap(), before);
@@ -878,7 +1005,7 @@ mod tests {
     #[test]
     fn a_corrupt_record_is_reported_not_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Store::open(dir.path()).unwrap();
+        let mut s = Store::open(&private(&dir)).unwrap();
         s.create_control_plane(&cp("a"), 1).unwrap();
         s.conn
             .execute(
@@ -895,12 +1022,74 @@ mod tests {
     fn a_file_that_is_not_a_database_is_reported() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
-            dir.path().join(STATE_FILE),
+            private(&dir).join(STATE_FILE),
             b"this is not sqlite, just some bytes that are long enough to look like a header",
         )
         .unwrap();
-        let e = Store::open(dir.path()).err().expect("open must fail");
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let f = private(&dir).join(STATE_FILE);
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let e = Store::open(&private(&dir)).err().expect("open must fail");
         assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    }
+
+    #[test]
+    fn an_emptied_or_missing_state_file_is_not_a_new_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = private(&dir);
+        let mut s = Store::open(&home).unwrap();
+        s.create_control_plane(&cp("a"), 1).unwrap();
+        drop(s);
+        let file = home.join(STATE_FILE);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_len(0)
+            .unwrap();
+        let e = Store::open(&home)
+            .err()
+            .expect("an emptied state is refused");
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), 0, "left as found");
+        std::fs::remove_file(&file).unwrap();
+        let e = Store::open(&home)
+            .err()
+            .expect("a missing state is refused");
+        assert!(e.to_string().contains("missing"), "{e}");
+        assert!(!file.exists(), "nothing created in its place");
+    }
+
+    #[test]
+    fn a_state_others_can_read_is_refused() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("home");
+        let mut s = Store::open(&home).unwrap();
+        s.create_control_plane(&cp("a"), 1).unwrap();
+        drop(s);
+        let chmod = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        chmod(&home, 0o755);
+        let e = Store::open(&home).err().expect("a 0755 home is refused");
+        assert!(
+            matches!(e, StoreError::NotPrivate { mode: 0o755, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("chmod 700"), "{e}");
+        chmod(&home, 0o700);
+        chmod(&home.join(STATE_FILE), 0o644);
+        let e = Store::open(&home)
+            .err()
+            .expect("a 0644 state file is refused");
+        assert!(e.to_string().contains("chmod 600"), "{e}");
+        // Refusing changed nothing: fixed by hand, the state is all there.
+        chmod(&home.join(STATE_FILE), 0o600);
+        let s = Store::open(&home).unwrap();
+        assert_eq!(s.control_planes().unwrap().len(), 1);
     }
 
     #[test]
