@@ -16,9 +16,10 @@ use crate::naive;
 use crate::plot::{latency_svg, PlotOp, PlotStep};
 use crate::{change, create, demo, status, teardown, wait, Ctx};
 use anyhow::{bail, Context, Result};
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::Client;
 use quorum_controller::{address_is_free, endpoints_path, now_ms};
 use quorum_core::{ControlPlaneSpec, HaproxySpec, CLIENT_PORT, DEFAULT_HAPROXY_BACKEND};
+use quorum_etcd::ClientTls;
 use quorum_haproxy::{HaproxyProcess, RuntimeApi};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -188,11 +189,11 @@ pub fn read_endpoints(path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn connect(endpoints: &[String]) -> Result<Client, String> {
+async fn connect(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Client, String> {
     if endpoints.is_empty() {
         return Err("unavailable: no endpoint to connect to".into());
     }
-    let opts = ConnectOptions::new()
+    let opts = demo::client_options(tls)
         .with_connect_timeout(Duration::from_millis(500))
         .with_timeout(Duration::from_millis(OP_TIMEOUT_MS));
     Client::connect(endpoints, Some(opts))
@@ -202,10 +203,10 @@ async fn connect(endpoints: &[String]) -> Result<Client, String> {
 
 /// Connects before the workload starts, so that the measurement holds the rollout and
 /// not the clients' start-up.
-async fn connect_first(source: &Source) -> Result<Client, String> {
+async fn connect_first(source: &Source, tls: Option<&ClientTls>) -> Result<Client, String> {
     let start = Instant::now();
     loop {
-        match connect(&source.endpoints()).await {
+        match connect(&source.endpoints(), tls).await {
             Ok(c) => return Ok(c),
             Err(e) if start.elapsed() > Duration::from_millis(WARM_UP_LIMIT_MS) => return Err(e),
             Err(_) => tokio::time::sleep(Duration::from_millis(ENDPOINTS_POLL_MS)).await,
@@ -250,6 +251,7 @@ impl Source {
 async fn client_loop(
     id: u32,
     source: Source,
+    tls: Option<ClientTls>,
     interval: Duration,
     write_ratio: f64,
     ready: Arc<tokio::sync::Barrier>,
@@ -259,7 +261,7 @@ async fn client_loop(
 ) {
     let mut seq: u64 = 0;
     let mut current = source.endpoints();
-    let mut client = connect_first(&source).await;
+    let mut client = connect_first(&source, tls.as_ref()).await;
     ready.wait().await;
     let mut last_check = Instant::now();
     let mut tick = tokio::time::interval(interval);
@@ -273,7 +275,7 @@ async fn client_loop(
             let now = source.endpoints();
             if !now.is_empty() && (now != current || client.is_err()) {
                 current = now;
-                client = connect(&current).await;
+                client = connect(&current, tls.as_ref()).await;
             }
         }
         write_credit += write_ratio;
@@ -432,8 +434,15 @@ struct Balancer {
     frontend: SocketAddr,
 }
 
-/// Starts an HAProxy with an empty backend on a free address of the home's subnet.
-fn start_balancer(ctx: &Ctx, home: &Path, name: &str) -> Result<Balancer> {
+/// Where a control plane's HAProxy will run: its frontend (a free address of the
+/// home's subnet) and its directory and admin socket.
+struct BalancerPlace {
+    frontend: SocketAddr,
+    dir: PathBuf,
+    socket: PathBuf,
+}
+
+fn place_balancer(ctx: &Ctx, home: &Path, name: &str) -> Result<BalancerPlace> {
     let (a, b) = ctx.store.subnet()?;
     // Machines take addresses from .1 upwards; the balancers take them from the top.
     let ip = (200u8..=250)
@@ -445,7 +454,39 @@ fn start_balancer(ctx: &Ctx, home: &Path, name: &str) -> Result<Balancer> {
     let dir = home.join("haproxy").join(name);
     std::fs::create_dir_all(&dir)?;
     let socket = dir.join("admin.sock");
-    let config = quorum_haproxy::config(name, frontend, &socket, DEFAULT_HAPROXY_BACKEND, &[]);
+    Ok(BalancerPlace {
+        frontend,
+        dir,
+        socket,
+    })
+}
+
+/// Starts an HAProxy with an empty backend for `cp` (which exists: a TLS frontend
+/// needs a certificate from its CA).
+fn start_balancer(
+    ctx: &Ctx,
+    cp: &quorum_core::ControlPlane,
+    place: BalancerPlace,
+) -> Result<Balancer> {
+    let BalancerPlace {
+        frontend,
+        dir,
+        socket,
+    } = place;
+    let tls = match ctx.store.certificate_authority(cp)? {
+        Some(stored) => Some(crate::haproxy_frontend_tls(
+            &cp.name, &stored, frontend, &dir,
+        )?),
+        None => None,
+    };
+    let config = quorum_haproxy::config(
+        &cp.name,
+        frontend,
+        &socket,
+        DEFAULT_HAPROXY_BACKEND,
+        &[],
+        tls.as_ref(),
+    );
     let process = HaproxyProcess::start(&dir, &config, &socket, 10_000)?;
     Ok(Balancer {
         process,
@@ -464,13 +505,13 @@ async fn run_one(
 ) -> Result<Report> {
     let mut ctx = Ctx::open(home)?;
     ctx.quiet = true;
-    if mode == ClientMode::Haproxy {
-        *balancer = Some(start_balancer(&ctx, home, name)?);
-    }
-    let balancer = balancer.as_ref();
+    let place = match mode {
+        ClientMode::Haproxy => Some(place_balancer(&ctx, home, name)?),
+        ClientMode::Follow => None,
+    };
     let mut spec = args.rollout.initial_spec();
-    spec.haproxy = balancer.as_ref().map(|b| HaproxySpec {
-        runtime_api: b.api.socket().display().to_string(),
+    spec.haproxy = place.as_ref().map(|p| HaproxySpec {
+        runtime_api: p.socket.display().to_string(),
         backend: DEFAULT_HAPROXY_BACKEND.to_string(),
     });
     eprintln!(
@@ -478,6 +519,12 @@ async fn run_one(
         args.rollout.replicas, args.rollout.from
     );
     create(&mut ctx, name, spec, false)?;
+    let cp = ctx.store.get_control_plane(name)?;
+    let tls = ctx.client_tls(&cp)?;
+    if let Some(place) = place {
+        *balancer = Some(start_balancer(&ctx, &cp, place)?);
+    }
+    let balancer = balancer.as_ref();
     quiet_wait(&ctx, name, args.rollout.timeout).await?;
     if let Some(b) = &balancer {
         wait_backend(&b.api, args.rollout.replicas as usize, args.rollout.timeout).await?;
@@ -510,6 +557,7 @@ async fn run_one(
             tokio::spawn(client_loop(
                 id,
                 source.clone(),
+                tls.clone(),
                 interval,
                 args.write_ratio,
                 ready.clone(),
@@ -523,6 +571,7 @@ async fn run_one(
     let probe = tokio::spawn(probe_serving(
         home.to_path_buf(),
         name.to_string(),
+        tls.clone(),
         stop.clone(),
     ));
     let t0 = now_ms();
@@ -561,6 +610,11 @@ async fn run_one(
                 (Some(b), _) => naive::Clients::Haproxy {
                     api: b.api.clone(),
                     backend: DEFAULT_HAPROXY_BACKEND.to_string(),
+                    tls: tls.as_ref().map(|c| quorum_controller::balancer::LbTls {
+                        ca_pem: c.ca_pem.clone(),
+                        bundle_pem: format!("{}\n{}", c.cert_pem.trim_end(), c.key_pem.trim_end()),
+                        names: quorum_controller::balancer::LbTls::names(name),
+                    }),
                 },
                 (None, Source::File(p)) => naive::Clients::File(p.clone()),
                 (None, Source::Fixed(_)) => bail!("a fixed endpoint needs a balancer"),
@@ -591,12 +645,10 @@ async fn run_one(
             .collect(),
     };
     let cp = ctx.store.get_control_plane(name)?;
-    let endpoints = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp)
-        .await?
-        .endpoints;
+    let endpoints = ctx.live(&cp).await?.endpoints;
     let acked = std::mem::take(&mut *acked.lock().unwrap_or_else(|p| p.into_inner()));
     // Acknowledged writes missing (or changed) when read back are lost writes.
-    let (lost, _) = demo::missing_keys(&endpoints, KEY_PREFIX, &acked).await?;
+    let (lost, _) = demo::missing_keys(&endpoints, tls.as_ref(), KEY_PREFIX, &acked).await?;
     let ops = std::mem::take(&mut *ops.lock().unwrap_or_else(|p| p.into_inner()));
     let new_members = new_members(&steps, &first_ok, t0);
     let mut report = summarize(
@@ -692,16 +744,24 @@ const PROBE_EVERY_MS: u64 = 50;
 
 /// Records when each machine of `cp` first answers a status request (its gRPC server
 /// serves only once the member is ready), until `stop`.
-async fn probe_serving(home: PathBuf, cp: String, stop: Arc<AtomicBool>) -> BTreeMap<String, i64> {
+async fn probe_serving(
+    home: PathBuf,
+    cp: String,
+    tls: Option<ClientTls>,
+    stop: Arc<AtomicBool>,
+) -> BTreeMap<String, i64> {
     let mut first_ok = BTreeMap::new();
     let Ok(store) = quorum_store::Store::open(&home) else {
         return first_ok;
     };
-    let etcd = quorum_etcd::Etcd::new(quorum_etcd::Timeouts {
+    let timeouts = quorum_etcd::Timeouts {
         connect_ms: 100,
         observe_ms: 200,
         change_ms: 200,
-    });
+    };
+    let Ok(etcd) = quorum_etcd::Etcd::for_credentials(timeouts, tls) else {
+        return first_ok;
+    };
     while !stop.load(Ordering::Relaxed) {
         for m in store.machines(&cp).unwrap_or_default() {
             if first_ok.contains_key(&m.name) {
@@ -774,7 +834,7 @@ async fn quiet_wait(ctx: &Ctx, name: &str, timeout: Duration) -> Result<()> {
     let start = Instant::now();
     loop {
         let cp = ctx.store.get_control_plane(name)?;
-        let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
+        let s = ctx.live(&cp).await?;
         if s.converged {
             return Ok(());
         }

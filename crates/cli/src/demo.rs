@@ -2,10 +2,11 @@
 
 use crate::{change, create, status, teardown, wait, Ctx};
 use anyhow::{bail, Context, Result};
-use etcd_client::{Client, GetOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions};
 use futures::FutureExt;
 use quorum_controller::{now_ms, Config, Controller};
 use quorum_core::{ControlPlaneSpec, RolloutStrategy, Version};
+use quorum_etcd::ClientTls;
 use quorum_provider::default_etcd_dir;
 use quorum_store::Event;
 use std::path::Path;
@@ -46,9 +47,12 @@ impl RolloutArgs {
             version: self.from,
             rollout: RolloutStrategy {
                 max_surge: self.max_surge,
+                ..RolloutStrategy::default()
             },
             paused: false,
             haproxy: None,
+            certificates: Default::default(),
+            insecure_plaintext: false,
         }
     }
 }
@@ -152,14 +156,15 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     println!("created in {:.1}s", t_create.elapsed().as_secs_f64());
 
     let cp = ctx.store.get_control_plane(NAME)?;
-    let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
+    let s = ctx.live(&cp).await?;
     println!(
         "\n== 2. write {} keys through the published endpoints {}",
         args.keys,
         s.endpoints.join(",")
     );
     let t_write = Instant::now();
-    let values = write_keys(&s.endpoints, args.keys).await?;
+    let tls = ctx.client_tls(&cp)?;
+    let values = write_keys(&s.endpoints, tls.as_ref(), args.keys).await?;
     println!(
         "wrote {} keys in {:.1}s",
         args.keys,
@@ -186,8 +191,8 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
 
     println!("\n== 4. verify");
     let cp = ctx.store.get_control_plane(NAME)?;
-    let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
-    verify_keys(&s.endpoints, &values).await?;
+    let s = ctx.live(&cp).await?;
+    verify_keys(&s.endpoints, tls.as_ref(), &values).await?;
     println!("✓ all {} keys read back intact", values.len());
     for m in &s.machines {
         if m.running_version.as_deref() != Some(&args.rollout.to.to_string()) {
@@ -214,9 +219,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     let mut cluster = s.cluster_version.clone();
     while cluster.as_deref() != Some(&want_cluster) && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(200)).await;
-        cluster = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp)
-            .await?
-            .cluster_version;
+        cluster = ctx.live(&cp).await?.cluster_version;
     }
     if cluster.as_deref() != Some(&want_cluster) {
         bail!("cluster version is {cluster:?}, expected {want_cluster}");
@@ -228,8 +231,22 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     Ok(())
 }
 
-async fn write_keys(endpoints: &[String], n: u32) -> Result<Vec<(String, String)>> {
-    let client = Client::connect(endpoints, None)
+/// Connection options for a client of a control plane: its credentials when it
+/// speaks TLS.
+pub fn client_options(tls: Option<&ClientTls>) -> ConnectOptions {
+    let opts = ConnectOptions::new();
+    match tls {
+        Some(t) => opts.with_tls(t.grpc_options()),
+        None => opts,
+    }
+}
+
+async fn write_keys(
+    endpoints: &[String],
+    tls: Option<&ClientTls>,
+    n: u32,
+) -> Result<Vec<(String, String)>> {
+    let client = Client::connect(endpoints, Some(client_options(tls)))
         .await
         .context("connecting to the control plane")?;
     let nonce = now_ms();
@@ -249,8 +266,12 @@ async fn write_keys(endpoints: &[String], n: u32) -> Result<Vec<(String, String)
     Ok(values)
 }
 
-async fn verify_keys(endpoints: &[String], values: &[(String, String)]) -> Result<()> {
-    let (missing, read) = missing_keys(endpoints, KEY_PREFIX, values).await?;
+async fn verify_keys(
+    endpoints: &[String],
+    tls: Option<&ClientTls>,
+    values: &[(String, String)],
+) -> Result<()> {
+    let (missing, read) = missing_keys(endpoints, tls, KEY_PREFIX, values).await?;
     if missing > 0 || read != values.len() {
         bail!(
             "{missing} of {} keys missing or changed ({read} read)",
@@ -264,10 +285,11 @@ async fn verify_keys(endpoints: &[String], values: &[(String, String)]) -> Resul
 /// are missing or hold another value; also returns how many keys were read.
 pub async fn missing_keys(
     endpoints: &[String],
+    tls: Option<&ClientTls>,
     prefix: &str,
     expected: &[(String, String)],
 ) -> Result<(usize, usize)> {
-    let mut client = Client::connect(endpoints, None)
+    let mut client = Client::connect(endpoints, Some(client_options(tls)))
         .await
         .context("connecting to the control plane")?;
     let resp = tokio::time::timeout(

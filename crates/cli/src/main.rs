@@ -11,19 +11,23 @@ mod wait;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
+use quorum_controller::access::{self, Access};
 use quorum_controller::{now_ms, Config, Controller};
 use quorum_core::{
-    validate_name, validate_spec, validate_spec_change, ControlPlane, ControlPlaneSpec,
-    HaproxySpec, RolloutStrategy, Version, CLIENT_PORT, DEFAULT_HAPROXY_BACKEND,
+    validate_name, validate_spec, validate_spec_change, CertificatesSpec, ControlPlane,
+    ControlPlaneSpec, HaproxySpec, RolloutBefore, RolloutStrategy, Span, Version, CLIENT_PORT,
+    DEFAULT_HAPROXY_BACKEND,
 };
-use quorum_etcd::Etcd;
+use quorum_etcd::{ClientTls, Etcd, Timeouts};
 use quorum_provider::{default_etcd_dir, etcd_binary, installed_versions, LocalProvider};
 use quorum_store::Store;
+use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 const ABOUT: &str =
@@ -75,7 +79,12 @@ struct WaitArgs {
 #[derive(Subcommand)]
 enum Command {
     /// Create a control plane.
-    #[command(after_help = "Example: quorum create prod --replicas 3 --version 3.4.23 --wait")]
+    #[command(
+        after_help = "Example: quorum create prod --replicas 3 --version 3.4.23 --wait\n\n\
+Members speak mutual TLS on the client and peer ports, with certificates from a CA that\n\
+quorum creates for this control plane and keeps in its state. To reach the members,\n\
+get a client certificate: quorum credentials NAME --out DIR."
+    )]
     Create {
         /// Name of the new control plane: lowercase letters, digits and '-'.
         name: String,
@@ -98,8 +107,39 @@ enum Command {
         /// With --haproxy-runtime-api: the backend that holds the members.
         #[arg(long, default_value = DEFAULT_HAPROXY_BACKEND, value_name = "NAME")]
         haproxy_backend: String,
+        /// How long each machine's certificates are valid: 365d, 12h, 90s.
+        #[arg(long, default_value = "365d", value_name = "DURATION")]
+        certificate_lifetime: Span,
+        /// Replace a machine (by a normal rollout) when its certificates expire within
+        /// this span. Default: a fifth of the lifetime.
+        #[arg(long, value_name = "DURATION")]
+        renew_before: Option<Span>,
+        /// DANGEROUS: plain HTTP on the client and peer ports, no certificates. Anyone
+        /// who can reach a member's address can read and change everything in it.
+        #[arg(long)]
+        insecure_plaintext: bool,
         #[command(flatten)]
         wait: WaitArgs,
+    },
+    /// Write a client certificate, its key and the CA bundle for a control plane, and
+    /// print the etcdctl flags that use them.
+    #[command(after_help = "Example:\n  \
+quorum credentials prod --out ./prod-creds\n  \
+etcdctl --endpoints https://127.0.0.1:2379 --cacert prod-creds/ca.crt \\\n    \
+--cert prod-creds/client.crt --key prod-creds/client.key get foo\n\n\
+The key file is written with mode 0600 in a 0700 directory; existing files are replaced.")]
+    Credentials {
+        /// The control plane.
+        name: String,
+        /// Directory for ca.crt, client.crt and client.key (created owner-only).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+        /// The certificate's common name (who the client is, in etcd's logs).
+        #[arg(long, default_value = "quorum-user", value_name = "CN")]
+        common_name: String,
+        /// How long the certificate is valid: 30d, 12h.
+        #[arg(long, default_value = "30d", value_name = "DURATION")]
+        lifetime: Span,
     },
     /// Create or change a control plane from a YAML manifest.
     #[command(after_help = format!("A manifest:\n\n{}", manifest::EXAMPLE))]
@@ -194,6 +234,11 @@ sets a leaving member to maintenance (then shuts its sessions) before removing i
         /// Address the frontend listens on for etcd clients: IP:PORT.
         #[arg(long, value_name = "ADDR")]
         bind: std::net::SocketAddr,
+        /// For a TLS control plane: where to write HAProxy's own certificate and key
+        /// (haproxy.pem, for its frontend) and the CA bundle (ca.crt).
+        /// Default: <home>/haproxy/<name>.
+        #[arg(long, value_name = "DIR")]
+        tls_dir: Option<PathBuf>,
     },
     /// List the installed etcd versions.
     Versions,
@@ -276,7 +321,8 @@ fn home(cli_home: Option<PathBuf>) -> PathBuf {
 struct Ctx {
     store: Store,
     provider: LocalProvider,
-    etcd: Etcd,
+    /// How to reach each control plane's members, built on first use.
+    access: Mutex<HashMap<String, Arc<Access>>>,
     /// When the command started (progress times count from here).
     started_ms: i64,
     /// Print nothing but errors (for commands whose output is a report).
@@ -299,10 +345,40 @@ impl Ctx {
         Ok(Ctx {
             store,
             provider,
-            etcd: Etcd::default(),
+            access: Mutex::new(HashMap::new()),
             started_ms: now_ms(),
             quiet: false,
         })
+    }
+
+    /// The adapter (with quorum's own client certificate, for a TLS control plane) for
+    /// `cp`'s members.
+    fn access(&self, cp: &ControlPlane) -> Result<Arc<Access>> {
+        let mut cache = self.access.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = cache.get(&cp.name) {
+            if a.fresh(access::now_unix_s()) {
+                return Ok(a.clone());
+            }
+        }
+        let a = Arc::new(access::open(
+            &self.store,
+            cp,
+            "quorum-cli",
+            Timeouts::default(),
+        )?);
+        cache.insert(cp.name.clone(), a.clone());
+        Ok(a)
+    }
+
+    /// The credentials a client of `cp` presents (`None` for plain HTTP).
+    fn client_tls(&self, cp: &ControlPlane) -> Result<Option<ClientTls>> {
+        Ok(self.access(cp)?.client.clone())
+    }
+
+    /// Observes and decides for `cp` now.
+    async fn live(&self, cp: &ControlPlane) -> Result<status::Status> {
+        let a = self.access(cp)?;
+        status::live(&self.store, &self.provider, &a.etcd, cp).await
     }
 
     /// Follows `name` until `goal`, printing its steps after `after_event` with times
@@ -315,10 +391,15 @@ impl Ctx {
         after_event: i64,
         since_ms: i64,
     ) -> Result<()> {
+        // A control plane that is already gone needs no credentials.
+        let etcd = match self.store.control_plane(name)? {
+            Some(cp) => self.access(&cp)?.etcd.clone(),
+            None => Arc::new(Etcd::default()),
+        };
         wait::wait(
             &self.store,
             &self.provider,
-            &self.etcd,
+            &etcd,
             name,
             goal,
             timeout,
@@ -387,6 +468,9 @@ async fn run(cli: Cli) -> Result<()> {
             force,
             haproxy_runtime_api,
             haproxy_backend,
+            certificate_lifetime,
+            renew_before,
+            insecure_plaintext,
             wait,
         } => {
             let mut ctx = Ctx::open(&home)?;
@@ -394,12 +478,21 @@ async fn run(cli: Cli) -> Result<()> {
             let spec = ControlPlaneSpec {
                 replicas,
                 version,
-                rollout: RolloutStrategy { max_surge },
+                rollout: RolloutStrategy {
+                    max_surge,
+                    before: RolloutBefore {
+                        certificates_expiry: renew_before,
+                    },
+                },
                 paused: false,
                 haproxy: haproxy_runtime_api.map(|runtime_api| HaproxySpec {
                     runtime_api,
                     backend: haproxy_backend,
                 }),
+                certificates: CertificatesSpec {
+                    lifetime: certificate_lifetime,
+                },
+                insecure_plaintext,
             };
             create(&mut ctx, &name, spec, force)?;
             ctx.wait(&name, wait::Goal::Converged, &wait, 0).await
@@ -484,7 +577,7 @@ async fn run(cli: Cli) -> Result<()> {
         Command::Status { name, output } => {
             let ctx = Ctx::open(&home)?;
             let cp = ctx.store.get_control_plane(&name)?;
-            let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
+            let s = ctx.live(&cp).await?;
             match output {
                 Output::Table => print!("{}", status::render_table(&s)),
                 Output::Json => println!("{}", serde_json::to_string_pretty(&s)?),
@@ -570,7 +663,20 @@ async fn run(cli: Cli) -> Result<()> {
             c.run(stop).await;
             Ok(())
         }
-        Command::HaproxyConfig { name, bind } => {
+        Command::Credentials {
+            name,
+            out,
+            common_name,
+            lifetime,
+        } => {
+            let ctx = Ctx::open(&home)?;
+            credentials(&ctx, &name, &out, &common_name, lifetime)
+        }
+        Command::HaproxyConfig {
+            name,
+            bind,
+            tls_dir,
+        } => {
             let ctx = Ctx::open(&home)?;
             let cp = ctx.store.get_control_plane(&name)?;
             let Some(h) = &cp.spec.haproxy else {
@@ -591,6 +697,13 @@ async fn run(cli: Cli) -> Result<()> {
                     )
                 })
                 .collect();
+            let tls = match ctx.store.certificate_authority(&cp)? {
+                None => None,
+                Some(stored) => {
+                    let dir = tls_dir.unwrap_or_else(|| home.join("haproxy").join(&name));
+                    Some(haproxy_frontend_tls(&name, &stored, bind, &dir)?)
+                }
+            };
             print!(
                 "{}",
                 quorum_haproxy::config(
@@ -598,7 +711,8 @@ async fn run(cli: Cli) -> Result<()> {
                     bind,
                     Path::new(&h.runtime_api),
                     &h.backend,
-                    &servers
+                    &servers,
+                    tls.as_ref(),
                 )
             );
             Ok(())
@@ -669,6 +783,86 @@ fn list(home: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Writes a client certificate for `name` signed by its CA, the key (0600) and the CA
+/// bundle into `out` (0700), and prints how to use them.
+fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> Result<()> {
+    let cp = ctx.store.get_control_plane(name)?;
+    let Some(stored) = ctx.store.certificate_authority(&cp)? else {
+        bail!("{name} was created with --insecure-plaintext: its members take no certificates (and check none)");
+    };
+    let ca = quorum_pki::Ca::from_pem(name, &stored.cert_pem, &stored.key_pem)?;
+    let now = access::now_unix_s();
+    let wanted = now.saturating_add(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX));
+    let not_after = wanted.min(ca.not_after_unix_s());
+    let id = ca.issue_client(cn, now, not_after)?;
+    quorum_pki::create_private_dir(out)
+        .with_context(|| format!("cannot create {}", out.display()))?;
+    let files = [
+        ("ca.crt", ca.cert_pem()),
+        ("client.crt", id.cert_pem.as_str()),
+        ("client.key", id.key_pem.as_str()),
+    ];
+    for (file, pem) in files {
+        let path = out.join(file);
+        quorum_pki::write_private(&path, pem.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    let endpoints = ctx.store.machines(name)?;
+    let endpoints: Vec<String> = endpoints
+        .iter()
+        .filter(|m| !m.deleting)
+        .map(|m| m.client_url())
+        .collect();
+    let d = out.display();
+    println!(
+        "{name}: wrote {d}/ca.crt, {d}/client.crt and {d}/client.key (CN {cn:?}, valid until {})",
+        quorum_pki::format_unix_s(not_after)
+    );
+    println!();
+    println!(
+        "  etcdctl --endpoints {} --cacert {d}/ca.crt --cert {d}/client.crt --key {d}/client.key endpoint health",
+        if endpoints.is_empty() { "https://ADDRESS:2379".to_string() } else { endpoints.join(",") }
+    );
+    println!();
+    println!(
+        "Clients should follow `quorum status {name} -o json` (endpoints) as members are replaced."
+    );
+    Ok(())
+}
+
+/// HAProxy's frontend certificate (SAN: the bind address) and the CA bundle, written
+/// into `dir` for the configuration to reference.
+fn haproxy_frontend_tls(
+    name: &str,
+    stored: &quorum_store::StoredCa,
+    bind: std::net::SocketAddr,
+    dir: &Path,
+) -> Result<quorum_haproxy::FrontendTls> {
+    let ca = quorum_pki::Ca::from_pem(name, &stored.cert_pem, &stored.key_pem)?;
+    let now = access::now_unix_s();
+    let not_after = (now + 365 * 86_400).min(ca.not_after_unix_s());
+    let certs = ca.issue_machine(&format!("{name}-haproxy"), bind.ip(), now, not_after)?;
+    quorum_pki::create_private_dir(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))?;
+    let tls = quorum_haproxy::FrontendTls {
+        crt: dir.join("haproxy.pem"),
+        ca_file: dir.join("ca.crt"),
+    };
+    let bundle = format!(
+        "{}\n{}\n",
+        certs.server.cert_pem.trim_end(),
+        certs.server.key_pem.trim_end()
+    );
+    quorum_pki::write_private(&tls.crt, bundle.as_bytes())?;
+    quorum_pki::write_private(&tls.ca_file, ca.cert_pem().as_bytes())?;
+    eprintln!(
+        "{name}: wrote HAProxy's certificate {} (mode 0600) and the CA bundle {}",
+        tls.crt.display(),
+        tls.ca_file.display()
+    );
+    Ok(tls)
+}
+
 fn version_warning(v: Version) -> Option<String> {
     v.has_known_data_inconsistency_bug()
         .then(|| format!("warning: etcd {v} has a known data inconsistency bug, fixed in 3.5.3"))
@@ -684,7 +878,21 @@ fn create(ctx: &mut Ctx, name: &str, spec: ControlPlaneSpec, force: bool) -> Res
         spec: spec.clone(),
         deleting: false,
     };
-    ctx.store.create_control_plane(&cp, now_ms())?;
+    // The control plane's own CA, stored with it in one transaction.
+    let ca = if spec.tls() {
+        let ca = quorum_pki::Ca::generate(
+            name,
+            access::now_unix_s(),
+            quorum_pki::DEFAULT_CA_LIFETIME_S,
+        )?;
+        Some(quorum_store::StoredCa {
+            cert_pem: ca.cert_pem().to_string(),
+            key_pem: ca.key_pem().to_string(),
+        })
+    } else {
+        None
+    };
+    ctx.store.create_control_plane(&cp, ca.as_ref(), now_ms())?;
     say!(
         ctx,
         "{name}: created: {} replicas at etcd {}",
@@ -693,6 +901,9 @@ fn create(ctx: &mut Ctx, name: &str, spec: ControlPlaneSpec, force: bool) -> Res
     );
     if let Some(w) = version_warning(spec.version) {
         say!(ctx, "{w}");
+    }
+    if !spec.tls() {
+        say!(ctx, "warning: {name} uses plain HTTP (--insecure-plaintext): anyone who can reach its members can read and change all of its data");
     }
     Ok(())
 }
@@ -723,7 +934,7 @@ async fn change(
     // The version rules that need no cluster first: they give the clearest answer.
     validate_spec_change(&cp.spec, &new, lowest, None, force)?;
     etcd_binary(ctx.provider.etcd_dir(), new.version)?;
-    let s = status::live(&ctx.store, &ctx.provider, &ctx.etcd, &cp).await?;
+    let s = ctx.live(&cp).await?;
     // Members that do not answer. Without a leader every machine is suspect; with one,
     // a machine without a member (one still joining) is not.
     let leaderless = s.leader.is_none();

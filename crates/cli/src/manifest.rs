@@ -75,7 +75,15 @@ fn humane(msg: &str) -> String {
         )
         .replace(
             "expected struct RolloutStrategy",
-            "expected a mapping (maxSurge)",
+            "expected a mapping (maxSurge, before)",
+        )
+        .replace(
+            "expected struct RolloutBefore",
+            "expected a mapping (certificatesExpiry)",
+        )
+        .replace(
+            "expected struct CertificatesSpec",
+            "expected a mapping (lifetime)",
         )
         .replace("expected struct Metadata", "expected a mapping (name)")
         .replace("expected struct Manifest", "expected a mapping")
@@ -91,7 +99,13 @@ spec:
   version: 3.5.1       # an installed etcd version (see `quorum versions`)
   rollout:
     maxSurge: 1        # 1: add the new member first (default); 0: remove first
+    before:
+      certificatesExpiry: 73d  # replace a machine whose certificates expire within this
+                               # (default: a fifth of certificates.lifetime)
+  certificates:
+    lifetime: 365d     # each machine's certificates (mutual TLS): d, h, m, s
   paused: false
+  # insecurePlaintext: true  # DANGEROUS: plain HTTP, no certificates (only at creation)
   # haproxy:           # optional: an HAProxy quorum keeps in step (see `quorum haproxy-config`)
   #   runtimeApi: /run/haproxy/admin.sock
   #   backend: etcd
@@ -107,6 +121,12 @@ mod tests {
         assert_eq!(m.metadata.name, "prod");
         assert_eq!(m.spec.replicas, 3);
         assert_eq!(m.spec.rollout.max_surge, 1);
+        assert_eq!(m.spec.certificates.lifetime, quorum_core::Span::days(365));
+        assert_eq!(
+            m.spec.rollout.before.certificates_expiry,
+            Some(quorum_core::Span::days(73))
+        );
+        assert!(m.spec.tls());
     }
 
     #[test]
@@ -134,6 +154,8 @@ mod tests {
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: A}\nspec: {replicas: 1, version: 3.4.23}", "metadata.name"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: banana}", "not a valid"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replica: 1, version: 3.4.23}", "not a valid"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23, certificates: {lifetime: 1y}}", "is not a duration"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23, certificates: {lifetime: 365}}", "is not a duration"),
         ];
         for (text, want) in cases {
             let e = format!("{:#}", parse(text, "t").unwrap_err());

@@ -10,10 +10,14 @@
 use crate::bench::Step;
 use crate::Ctx;
 use anyhow::{bail, Context, Result};
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::Client;
+use quorum_controller::access::now_unix_s;
+use quorum_controller::balancer::LbTls;
 use quorum_controller::{address_is_free, now_ms};
 use quorum_core::{ClusterState, InitialMember, Machine, Version};
+use quorum_etcd::ClientTls;
 use quorum_haproxy::RuntimeApi;
+use quorum_provider::MachineTls;
 use quorum_provider::StartRequest;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -32,7 +36,12 @@ pub enum Clients {
     /// appends to it.
     File(PathBuf),
     /// An HAProxy backend: new members are added (and enabled) at once, none removed.
-    Haproxy { api: RuntimeApi, backend: String },
+    Haproxy {
+        api: RuntimeApi,
+        backend: String,
+        /// For TLS members: what HAProxy presents to them (loaded before the first add).
+        tls: Option<LbTls>,
+    },
 }
 
 /// Rolls every machine of `cp` that is not at `to`; returns the steps it took, in
@@ -45,6 +54,10 @@ pub async fn rollout(
     clients: &Clients,
     t0_ms: i64,
 ) -> Result<Vec<Step>> {
+    let control_plane = ctx.store.get_control_plane(cp)?;
+    let access = ctx.access(&control_plane)?;
+    let tls = access.client.clone();
+    let tls = tls.as_ref();
     let mut steps = Vec::new();
     let mut step = |kind: &str, message: String| {
         steps.push(Step {
@@ -67,10 +80,15 @@ pub async fn rollout(
             .iter()
             .map(Machine::client_url)
             .collect();
-        let mut client = connect(&endpoints).await?;
+        let mut client = connect(&endpoints, tls).await?;
+        let lifetime_s = control_plane.spec.certificates.lifetime.as_secs() as i64;
+        let not_after = access
+            .ca
+            .as_ref()
+            .map(|ca| (now_unix_s() + lifetime_s).min(ca.not_after_unix_s()));
         let new = ctx
             .store
-            .allocate_machine(cp, false, to, &address_is_free)?;
+            .allocate_machine(cp, false, to, not_after, &address_is_free)?;
         let add = add_voter(&mut client, &new).await?;
         step("add-voter", format!("added {} as a voter", new.name));
         let initial: Vec<InitialMember> = add
@@ -87,11 +105,28 @@ pub async fn rollout(
                 })
             })
             .collect();
+        let certs = match (&access.ca, not_after) {
+            (Some(ca), Some(t)) => Some((
+                ca,
+                ca.issue_machine_from(
+                    &new.name,
+                    new.address.into(),
+                    &[quorum_provider::LOCAL_SOURCE_ADDRESS],
+                    now_unix_s(),
+                    t,
+                )?,
+            )),
+            _ => None,
+        };
         ctx.provider.start(&StartRequest {
             machine: &new,
             cluster_token: cp,
             state: ClusterState::Existing,
             initial_cluster: &initial,
+            tls: certs.as_ref().map(|(ca, certs)| MachineTls {
+                ca_pem: ca.cert_pem(),
+                certs,
+            }),
         })?;
         step("start-machine", format!("started {}", new.name));
         add_to_clients(clients, &new)?;
@@ -99,7 +134,7 @@ pub async fn rollout(
             "add-endpoint",
             format!("clients may use {} at once", new.name),
         );
-        wait_answers(ctx, &new).await?;
+        wait_answers(&access.etcd, &new).await?;
         let members = bounded("list members", client.member_list()).await?;
         let id = members
             .members()
@@ -109,7 +144,7 @@ pub async fn rollout(
         if let Some(id) = id {
             // Through any member, and without moving leadership first: if `o` leads,
             // the cluster has no leader until an election ends.
-            let mut c = connect(&[new.client_url()]).await?;
+            let mut c = connect(&[new.client_url()], tls).await?;
             let start = Instant::now();
             while let Err(e) = bounded("remove a member", c.member_remove(id)).await {
                 if !refused_for_now(&e, start) {
@@ -162,8 +197,8 @@ async fn add_voter(client: &mut Client, m: &Machine) -> Result<Vec<etcd_client::
     }
 }
 
-async fn connect(endpoints: &[String]) -> Result<Client> {
-    let opts = ConnectOptions::new()
+async fn connect(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Client> {
+    let opts = crate::demo::client_options(tls)
         .with_connect_timeout(Duration::from_millis(500))
         .with_timeout(Duration::from_millis(RPC_TIMEOUT_MS));
     bounded("connect", Client::connect(endpoints, Some(opts)))
@@ -191,19 +226,22 @@ fn add_to_clients(clients: &Clients, m: &Machine) -> Result<()> {
             std::fs::write(&tmp, format!("{doc:#}\n"))?;
             std::fs::rename(&tmp, path)?;
         }
-        Clients::Haproxy { api, backend } => {
+        Clients::Haproxy { api, backend, tls } => {
             let addr = std::net::SocketAddr::from((m.address, quorum_core::CLIENT_PORT));
-            api.add_server(backend, &m.name, addr)?;
+            if let Some(t) = tls {
+                quorum_controller::balancer::ensure_tls(api, t, false)?;
+            }
+            api.add_server(backend, &m.name, addr, tls.as_ref().map(|t| &t.names))?;
         }
     }
     Ok(())
 }
 
 /// Waits until the new member answers a status request.
-async fn wait_answers(ctx: &Ctx, m: &Machine) -> Result<()> {
+async fn wait_answers(etcd: &quorum_etcd::Etcd, m: &Machine) -> Result<()> {
     let start = Instant::now();
     loop {
-        if ctx.etcd.status(&m.client_url()).await.is_ok() {
+        if etcd.status(&m.client_url()).await.is_ok() {
             return Ok(());
         }
         if start.elapsed() > Duration::from_millis(JOIN_LIMIT_MS) {

@@ -54,6 +54,9 @@ pub struct MachineRow {
     pub pid: Option<i32>,
     pub deleting: bool,
     pub alarms: Vec<String>,
+    /// When its certificates expire (UTC), for a TLS machine.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub certificates_expire_at: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -151,6 +154,9 @@ fn machine_row(
         pid: observed.pids.get(&m.name).copied(),
         deleting: m.deleting,
         alarms: st.map(|s| s.alarms.clone()).unwrap_or_default(),
+        certificates_expire_at: m
+            .certificates_not_after_unix_s
+            .map(quorum_pki::format_unix_s),
     }
 }
 
@@ -170,6 +176,24 @@ pub fn render_table(s: &Status) -> String {
             if s.spec.paused { ", paused" } else { "" }
         ),
     );
+    let transport = if s.spec.tls() {
+        let soonest = s
+            .machines
+            .iter()
+            .filter_map(|m| m.certificates_expire_at.as_deref())
+            .min();
+        format!(
+            "mutual TLS (certificates for {}, renewed {} before expiry{})",
+            s.spec.certificates.lifetime,
+            s.spec.certificates_renew_before(),
+            soonest
+                .map(|t| format!("; soonest expiry {t}"))
+                .unwrap_or_default()
+        )
+    } else {
+        "PLAIN HTTP (insecurePlaintext): no authentication, no encryption".into()
+    };
+    push(&mut out, "Transport", &transport);
     push(
         &mut out,
         "Cluster version",

@@ -10,17 +10,19 @@
 //! observations into `quorum_core::Observation` and `Action`s into calls; the only
 //! policy it holds is timing (poll intervals, retry backoff).
 
+pub mod access;
 pub mod balancer;
 pub mod failpoints;
 pub mod metrics;
 
+use access::{now_unix_s, Access};
 use quorum_core::{
     decide, Action, ControlPlane, Decision, Machine, MachineObservation, Observation, ProcessState,
     CLIENT_PORT, PEER_PORT,
 };
-use quorum_etcd::{ClusterView, Etcd, EtcdError};
+use quorum_etcd::{ClusterView, Etcd, EtcdError, Timeouts};
 use quorum_haproxy::LbOp;
-use quorum_provider::{etcd_binary, LocalProvider, ProviderError, StartRequest};
+use quorum_provider::{etcd_binary, LocalProvider, MachineTls, ProviderError, StartRequest};
 use quorum_store::{NewEvent, PublishedStatus, Store, StoreError};
 use serde::Serialize;
 use std::collections::HashMap;
@@ -69,6 +71,8 @@ pub enum ActionError {
     Haproxy(#[from] quorum_haproxy::HaproxyError),
     #[error("background task failed: {0}")]
     Join(String),
+    #[error(transparent)]
+    Pki(#[from] quorum_pki::PkiError),
 }
 
 impl ActionError {
@@ -154,6 +158,7 @@ pub async fn observe(provider: &LocalProvider, etcd: &Etcd, machines: &[Machine]
     }
     obs.members = view.members.clone();
     obs.cluster_version = view.cluster_version;
+    obs.now_unix_s = now_unix_s();
     Observed {
         observation: obs,
         view,
@@ -187,6 +192,8 @@ struct CpState {
     last_endpoints: Option<Vec<String>>,
     /// The load balancer problem last reported (reported once until it changes).
     last_lb_problem: Option<String>,
+    /// The client certificate last loaded into the load balancer.
+    lb_cert: Option<String>,
 }
 
 /// What a reconcile of one control plane did.
@@ -204,7 +211,8 @@ pub struct Controller {
     cfg: Config,
     store: Store,
     provider: LocalProvider,
-    etcd: Etcd,
+    /// How to reach each control plane's members (its credentials), by name.
+    access: HashMap<String, Arc<Access>>,
     state: HashMap<String, CpState>,
     last_heartbeat_ms: i64,
     metrics: Arc<metrics::Metrics>,
@@ -218,7 +226,7 @@ impl Controller {
             cfg,
             store,
             provider,
-            etcd: Etcd::default(),
+            access: HashMap::new(),
             state: HashMap::new(),
             last_heartbeat_ms: 0,
             metrics: Arc::new(metrics::Metrics::new()),
@@ -271,6 +279,7 @@ impl Controller {
         }
         let cps = self.store.control_planes()?;
         self.state.retain(|k, _| cps.iter().any(|c| &c.name == k));
+        self.access.retain(|k, _| cps.iter().any(|c| &c.name == k));
         let mut overall = Outcome::Converged;
         for cp in cps {
             let t = Instant::now();
@@ -296,10 +305,30 @@ impl Controller {
         Ok(overall)
     }
 
+    /// The credentials and adapter for a control plane's members, built once and
+    /// rebuilt before the controller's own client certificate runs out.
+    fn access_for(&mut self, cp: &ControlPlane) -> Result<Arc<Access>, StoreError> {
+        if let Some(a) = self.access.get(&cp.name) {
+            if a.fresh(now_unix_s()) {
+                return Ok(a.clone());
+            }
+        }
+        let identity = format!("quorum-controller {}", self.cfg.identity);
+        let a = Arc::new(access::open(
+            &self.store,
+            cp,
+            &identity,
+            Timeouts::default(),
+        )?);
+        self.access.insert(cp.name.clone(), a.clone());
+        Ok(a)
+    }
+
     /// Observe, decide, act for one control plane.
     pub async fn reconcile(&mut self, cp: &ControlPlane) -> Result<Outcome, StoreError> {
         let machines = self.store.machines(&cp.name)?;
-        let observed = observe(&self.provider, &self.etcd, &machines).await;
+        let access = self.access_for(cp)?;
+        let observed = observe(&self.provider, &access.etcd, &machines).await;
         let decision = decide(cp, &machines, &observed.observation);
         let up_to_date = machines
             .iter()
@@ -313,7 +342,7 @@ impl Controller {
         // Published before any action: clients see a leaving machine go from the
         // endpoints before its member is removed.
         self.publish(cp, &decision, &observed)?;
-        let balancer = self.sync_balancer(cp, &decision, &machines).await;
+        let balancer = self.sync_balancer(cp, &access, &decision, &machines).await;
         let started = Instant::now();
         let waited_ms = self
             .state
@@ -380,7 +409,9 @@ impl Controller {
                 break;
             }
             let t0 = Instant::now();
-            let res = self.perform(cp, &machines, &observed, action).await;
+            let res = self
+                .perform(cp, &access, &machines, &observed, action)
+                .await;
             let took_ms = t0.elapsed().as_millis() as i64;
             let machine = action.machine();
             match res {
@@ -446,22 +477,83 @@ impl Controller {
         Ok(outcome)
     }
 
+    /// Reads the backend, probes the members that should enter it (their own
+    /// `/health`, with the control plane's credentials), then changes the backend.
+    async fn sync_balancer_inner(
+        &self,
+        cp: &ControlPlane,
+        spec: quorum_core::HaproxySpec,
+        access: &Access,
+        d: &Decision,
+        machines: &[Machine],
+    ) -> balancer::Synced {
+        let failed = |e: tokio::task::JoinError| balancer::Synced {
+            blocked: Some(format!("background task failed: {e}")),
+            ..Default::default()
+        };
+        let s2 = spec.clone();
+        let current = match tokio::task::spawn_blocking(move || balancer::read(&s2)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return balancer::Synced {
+                    blocked: Some(e),
+                    ..Default::default()
+                }
+            }
+            Err(e) => return failed(e),
+        };
+        let mut desired = Vec::new();
+        let mut unhealthy = Vec::new();
+        for m in machines
+            .iter()
+            .filter(|m| d.endpoints.contains(&m.client_url()))
+        {
+            // A member enters the backend only once it says it is healthy itself.
+            if balancer::serving(&current, m) || access.etcd.health(&m.client_url()).await.is_ok() {
+                desired.push((m.name.clone(), balancer::addr(m)));
+            } else {
+                unhealthy.push(m.name.clone());
+            }
+        }
+        let tls = access.client.as_ref().map(|c| balancer::LbTls {
+            ca_pem: c.ca_pem.clone(),
+            bundle_pem: format!("{}\n{}", c.cert_pem.trim_end(), c.key_pem.trim_end()),
+            names: balancer::LbTls::names(&cp.name),
+        });
+        // A new client certificate (a restarted controller, or a renewal) is loaded
+        // before it is needed.
+        let reload = match (&tls, self.state.get(&cp.name)) {
+            (Some(_), st) => {
+                st.and_then(|s| s.lb_cert.as_ref()) != access.client.as_ref().map(|c| &c.cert_pem)
+            }
+            (None, _) => false,
+        };
+        let mut synced = tokio::task::spawn_blocking(move || {
+            balancer::apply(&spec, &desired, &current, tls.as_ref(), reload)
+        })
+        .await
+        .unwrap_or_else(failed);
+        synced.unhealthy = unhealthy;
+        synced
+    }
+
     /// Brings the control plane's HAProxy backend (if it has one) in step with the
     /// decision's endpoints; records what changed and why it could not.
     async fn sync_balancer(
         &mut self,
         cp: &ControlPlane,
+        access: &Access,
         d: &Decision,
         machines: &[Machine],
     ) -> Option<balancer::Synced> {
         let spec = cp.spec.haproxy.clone()?;
-        let (endpoints, ms) = (d.endpoints.clone(), machines.to_vec());
-        let synced = tokio::task::spawn_blocking(move || balancer::sync(&spec, &endpoints, &ms))
-            .await
-            .unwrap_or_else(|e| balancer::Synced {
-                blocked: Some(format!("background task failed: {e}")),
-                ..Default::default()
-            });
+        let synced = self
+            .sync_balancer_inner(cp, spec, access, d, machines)
+            .await;
+        if synced.tls_loaded {
+            let cert = access.client.as_ref().map(|c| c.cert_pem.clone());
+            self.state.entry(cp.name.clone()).or_default().lb_cert = cert;
+        }
         for op in &synced.done {
             tracing::info!(cp = %cp.name, "haproxy: {op}");
             let kind = match op {
@@ -591,13 +683,15 @@ impl Controller {
     async fn perform(
         &mut self,
         cp: &ControlPlane,
+        access: &Access,
         machines: &[Machine],
         observed: &Observed,
         action: &Action,
     ) -> Result<(), ActionError> {
         let kind = action.kind();
         failpoints::crash_point(&format!("crash-before-{kind}"));
-        self.perform_inner(cp, machines, observed, action).await?;
+        self.perform_inner(cp, access, machines, observed, action)
+            .await?;
         failpoints::crash_point(&format!("crash-after-{kind}"));
         if failpoints::LOSABLE.contains(&kind) && failpoints::active(&format!("lose-answer-{kind}"))
         {
@@ -613,6 +707,7 @@ impl Controller {
     async fn perform_inner(
         &mut self,
         cp: &ControlPlane,
+        access: &Access,
         machines: &[Machine],
         observed: &Observed,
         action: &Action,
@@ -629,10 +724,18 @@ impl Controller {
             Action::AllocateMachine { bootstrap, version } => {
                 // Refuse to record a machine that could never start.
                 etcd_binary(self.provider.etcd_dir(), *version)?;
+                // Every certificate this machine will ever get ends at the same moment,
+                // fixed now: the core compares it with the renewal window. Never past
+                // the CA's own end (a CA rotation is out of scope).
+                let not_after = access.ca.as_ref().map(|ca| {
+                    let lifetime_s = cp.spec.certificates.lifetime.as_secs() as i64;
+                    (now_unix_s() + lifetime_s).min(ca.not_after_unix_s())
+                });
                 let m = self.store.allocate_machine(
                     &cp.name,
                     *bootstrap,
                     *version,
+                    not_after,
                     &address_is_free,
                 )?;
                 tracing::info!(cp = %cp.name, machine = %m.name, address = %m.address, "allocated");
@@ -646,21 +749,39 @@ impl Controller {
                 let Some(m) = find(machine) else {
                     return Ok(());
                 };
+                // Fresh keys on every start, with the end fixed at allocation.
+                let certs = match (&access.ca, m.certificates_not_after_unix_s) {
+                    (Some(ca), Some(not_after)) => Some((
+                        ca,
+                        ca.issue_machine_from(
+                            &m.name,
+                            m.address.into(),
+                            &[quorum_provider::LOCAL_SOURCE_ADDRESS],
+                            now_unix_s(),
+                            not_after,
+                        )?,
+                    )),
+                    _ => None,
+                };
                 let req = StartRequest {
                     machine: m,
                     cluster_token: &cp.name,
                     state: *state,
                     initial_cluster,
+                    tls: certs.as_ref().map(|(ca, certs)| MachineTls {
+                        ca_pem: ca.cert_pem(),
+                        certs,
+                    }),
                 };
                 self.provider.start(&req)?;
                 Ok(())
             }
             Action::AddLearner { peer_url, .. } => {
-                self.etcd.add_learner(&leader()?, peer_url).await?;
+                access.etcd.add_learner(&leader()?, peer_url).await?;
                 Ok(())
             }
             Action::Promote { member_id, .. } => {
-                self.etcd.promote(&leader()?, *member_id).await?;
+                access.etcd.promote(&leader()?, *member_id).await?;
                 Ok(())
             }
             Action::MarkDeleting { machine, .. } => {
@@ -668,7 +789,7 @@ impl Controller {
                 Ok(())
             }
             Action::MoveLeader { to_member, .. } => {
-                self.etcd.move_leader(&leader()?, *to_member).await?;
+                access.etcd.move_leader(&leader()?, *to_member).await?;
                 Ok(())
             }
             Action::RemoveMember { member_id, machine } => {
@@ -678,15 +799,15 @@ impl Controller {
                         .await
                         .map_err(|e| ActionError::Join(e.to_string()))??;
                 }
-                self.etcd.remove(&leader()?, *member_id).await?;
+                access.etcd.remove(&leader()?, *member_id).await?;
                 Ok(())
             }
             Action::StopMachine { machine } => {
-                self.on_machine(machines, machine, LocalProvider::stop)
+                self.on_machine(access, machines, machine, LocalProvider::stop)
                     .await
             }
             Action::DeleteMachine { machine } => {
-                self.on_machine(machines, machine, LocalProvider::delete)
+                self.on_machine(access, machines, machine, LocalProvider::delete)
                     .await?;
                 failpoints::crash_point("crash-after-destroy-machine");
                 self.store.delete_machine(&cp.name, machine)?;
@@ -705,6 +826,7 @@ impl Controller {
     /// then drops the cached etcd client of the machine, which no longer serves.
     async fn on_machine(
         &self,
+        access: &Access,
         machines: &[Machine],
         name: &str,
         op: fn(&LocalProvider, &str) -> Result<(), ProviderError>,
@@ -715,7 +837,7 @@ impl Controller {
             .await
             .map_err(|e| ActionError::Join(e.to_string()))??;
         if let Some(m) = machines.iter().find(|m| m.name == name) {
-            self.etcd.forget(&m.client_url());
+            access.etcd.forget(&m.client_url());
         }
         Ok(())
     }

@@ -49,6 +49,8 @@ pub enum DeleteReason {
     /// Its member is gone from the cluster (removed by someone else); it cannot rejoin
     /// with its old data, so it is replaced.
     MemberLost,
+    /// Its certificates expire within `rollout.before.certificatesExpiry`.
+    CertificatesExpiring,
 }
 
 impl fmt::Display for DeleteReason {
@@ -57,6 +59,7 @@ impl fmt::Display for DeleteReason {
             DeleteReason::Outdated => "outdated version",
             DeleteReason::ScaleDown => "scale down",
             DeleteReason::MemberLost => "its member left the cluster",
+            DeleteReason::CertificatesExpiring => "its certificates expire soon",
         })
     }
 }
@@ -388,6 +391,7 @@ struct View<'a> {
     members: Option<&'a [Member]>,
     orphans: Vec<&'a Member>,
     leader_id: Option<u64>,
+    now_unix_s: i64,
 }
 
 impl<'a> View<'a> {
@@ -424,11 +428,24 @@ impl<'a> View<'a> {
             members,
             orphans,
             leader_id,
+            now_unix_s: observed.now_unix_s,
         }
     }
 
     fn spec(&self) -> &ControlPlaneSpec {
         &self.cp.spec
+    }
+
+    /// Why a machine must be replaced even though the count is right: it runs another
+    /// version than the spec, or its certificates expire within the renewal window.
+    fn outdated(&self, m: &Machine) -> Option<DeleteReason> {
+        if m.version != self.spec().version {
+            Some(DeleteReason::Outdated)
+        } else if self.spec().certificates_due(m, self.now_unix_s) {
+            Some(DeleteReason::CertificatesExpiring)
+        } else {
+            None
+        }
     }
 
     fn voters(&self) -> impl Iterator<Item = &'a Member> + '_ {
@@ -717,11 +734,7 @@ impl<'a> View<'a> {
 
     /// What adding a member is for: a rollout if anything is outdated, else scaling up.
     fn growth_operation(&self) -> Operation {
-        if self
-            .seen
-            .iter()
-            .any(|s| s.machine.version != self.spec().version)
-        {
+        if self.seen.iter().any(|s| self.outdated(s.machine).is_some()) {
             Operation::RollingOut
         } else {
             Operation::ScalingUp
@@ -729,11 +742,7 @@ impl<'a> View<'a> {
     }
 
     fn shrink_operation(&self) -> Operation {
-        if self
-            .seen
-            .iter()
-            .any(|s| s.machine.version != self.spec().version)
-        {
+        if self.seen.iter().any(|s| self.outdated(s.machine).is_some()) {
             Operation::RollingOut
         } else {
             Operation::ScalingDown
@@ -792,13 +801,12 @@ impl<'a> View<'a> {
     /// a voter is younger than etcd's 5 s health interval refuses membership changes
     /// ("unhealthy cluster"), so the newest member would stall the next step.
     fn transferee(&self, from: u64) -> Option<(&Member, &Machine)> {
-        let version = self.spec().version;
         self.seen
             .iter()
             .filter(|s| !s.machine.deleting)
             .filter_map(|s| s.member.map(|m| (m, s.machine)))
             .filter(|(m, _)| !m.is_learner && m.id != from && self.healthy(m))
-            .min_by_key(|(_, machine)| (machine.version != version, machine.serial))
+            .min_by_key(|(_, machine)| (self.outdated(machine).is_some(), machine.serial))
     }
 
     fn move_leader_off(&self, op: Operation, member: &Member, label: &str) -> Step {
@@ -922,7 +930,7 @@ impl<'a> View<'a> {
         let outdated: Vec<&Seen> = self
             .seen
             .iter()
-            .filter(|s| s.machine.version != spec.version)
+            .filter(|s| self.outdated(s.machine).is_some())
             .collect();
         if active < replicas {
             return self.allocate(self.growth_operation());
@@ -962,7 +970,7 @@ impl<'a> View<'a> {
     fn mark_victim(&self, op: Operation, _members: &[Member]) -> Step {
         let spec = self.spec();
         let victim = self.seen.iter().min_by_key(|s| {
-            let up_to_date = s.machine.version == spec.version;
+            let up_to_date = self.outdated(s.machine).is_none();
             let leads = s.member.is_some_and(|m| Some(m.id) == self.leader_id);
             (up_to_date, leads, s.machine.serial)
         });
@@ -989,11 +997,9 @@ impl<'a> View<'a> {
                 format!("not removing {}: {why}{hint}", victim.machine.name),
             );
         }
-        let reason = if victim.machine.version != spec.version {
-            DeleteReason::Outdated
-        } else {
-            DeleteReason::ScaleDown
-        };
+        let reason = self
+            .outdated(victim.machine)
+            .unwrap_or(DeleteReason::ScaleDown);
         Step::act(
             op,
             Action::MarkDeleting {
@@ -1019,8 +1025,12 @@ impl<'a> View<'a> {
         let outdated: Vec<String> = self
             .seen
             .iter()
-            .filter(|s| s.machine.version != spec.version)
-            .map(|s| format!("{} ({})", s.machine.name, s.machine.version))
+            .filter_map(|s| match self.outdated(s.machine)? {
+                DeleteReason::CertificatesExpiring => {
+                    Some(format!("{} (certificates expire soon)", s.machine.name))
+                }
+                _ => Some(format!("{} ({})", s.machine.name, s.machine.version)),
+            })
             .collect();
         let learners = self
             .members
@@ -1066,7 +1076,7 @@ impl<'a> View<'a> {
                 } else if outdated.is_empty() {
                     format!("every machine runs {}", spec.version)
                 } else {
-                    format!("not at {}: {}", spec.version, outdated.join(", "))
+                    format!("to replace: {}", outdated.join(", "))
                 },
             },
             Condition {

@@ -7,6 +7,7 @@
 
 pub mod decide;
 pub mod model;
+pub mod span;
 pub mod validate;
 pub mod version;
 
@@ -15,5 +16,6 @@ pub use decide::{
     Operation,
 };
 pub use model::*;
+pub use span::{Span, SpanError};
 pub use validate::{validate_name, validate_spec, validate_spec_change, SpecError};
 pub use version::{check_version_change, Version, VersionChangeError};

@@ -1,6 +1,7 @@
 //! The domain: what the user wants (spec), what quorum has promised itself (machine
 //! records, the durable intent) and what it saw (observation).
 
+use crate::span::Span;
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -22,6 +23,25 @@ pub struct RolloutStrategy {
     /// member before removing the old, the default) or 0 (remove first; needs 3+ replicas).
     #[serde(default = "default_max_surge")]
     pub max_surge: u32,
+    /// Replace machines before something happens to them.
+    #[serde(default, skip_serializing_if = "RolloutBefore::is_empty")]
+    pub before: RolloutBefore,
+}
+
+/// Conditions that make a machine due for replacement ahead of time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RolloutBefore {
+    /// Replace a machine whose certificates expire within this span. Default: a fifth of
+    /// `certificates.lifetime` (73 days for the default 365).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates_expiry: Option<Span>,
+}
+
+impl RolloutBefore {
+    fn is_empty(&self) -> bool {
+        self.certificates_expiry.is_none()
+    }
 }
 
 fn default_max_surge() -> u32 {
@@ -32,6 +52,7 @@ impl Default for RolloutStrategy {
     fn default() -> Self {
         RolloutStrategy {
             max_surge: default_max_surge(),
+            before: RolloutBefore::default(),
         }
     }
 }
@@ -49,6 +70,66 @@ pub struct ControlPlaneSpec {
     /// An HAProxy whose backend quorum keeps in step with the client endpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub haproxy: Option<HaproxySpec>,
+    /// The machines' certificates (mutual TLS on the client and peer ports).
+    #[serde(default)]
+    pub certificates: CertificatesSpec,
+    /// Plain HTTP on the client and peer ports instead of mutual TLS: anyone who can
+    /// reach an address reads and writes everything. Chosen once, at creation.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub insecure_plaintext: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl ControlPlaneSpec {
+    /// Whether the members speak mutual TLS (the default).
+    pub fn tls(&self) -> bool {
+        !self.insecure_plaintext
+    }
+
+    /// How long before its certificates expire a machine is replaced.
+    pub fn certificates_renew_before(&self) -> Span {
+        self.rollout
+            .before
+            .certificates_expiry
+            .unwrap_or(Span::from_secs(self.certificates.lifetime.as_secs() / 5))
+    }
+
+    /// Whether a machine's certificates expire within the renewal window at `now_unix_s`.
+    /// A machine without certificates (plaintext) never expires.
+    pub fn certificates_due(&self, machine: &Machine, now_unix_s: i64) -> bool {
+        let Some(not_after) = machine.certificates_not_after_unix_s else {
+            return false;
+        };
+        // Both terms are bounded (a span is at most 100 years), so no overflow.
+        let renew_s = i64::try_from(self.certificates_renew_before().as_secs()).unwrap_or(i64::MAX);
+        not_after.saturating_sub(renew_s) <= now_unix_s
+    }
+}
+
+/// Certificates quorum issues to machines from the control plane's own CA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CertificatesSpec {
+    /// How long a machine's certificates are valid from the moment it is created.
+    #[serde(default = "default_certificate_lifetime")]
+    pub lifetime: Span,
+}
+
+pub const DEFAULT_CERTIFICATE_LIFETIME: Span = Span::days(365);
+
+fn default_certificate_lifetime() -> Span {
+    DEFAULT_CERTIFICATE_LIFETIME
+}
+
+impl Default for CertificatesSpec {
+    fn default() -> Self {
+        CertificatesSpec {
+            lifetime: DEFAULT_CERTIFICATE_LIFETIME,
+        }
+    }
 }
 
 /// The HAProxy in front of a control plane's members, driven through its runtime API:
@@ -95,15 +176,30 @@ pub struct Machine {
     /// Intent: this machine is leaving. Its member is removed, then it is stopped and deleted.
     #[serde(default)]
     pub deleting: bool,
+    /// Its etcd speaks mutual TLS on both ports (`https://` URLs).
+    #[serde(default)]
+    pub tls: bool,
+    /// When its certificates expire (fixed when the machine is allocated; every
+    /// certificate issued to it ends then). `None` without TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificates_not_after_unix_s: Option<i64>,
 }
 
 impl Machine {
+    fn scheme(&self) -> &'static str {
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
     pub fn peer_url(&self) -> String {
-        format!("http://{}:{}", self.address, PEER_PORT)
+        format!("{}://{}:{}", self.scheme(), self.address, PEER_PORT)
     }
 
     pub fn client_url(&self) -> String {
-        format!("http://{}:{}", self.address, CLIENT_PORT)
+        format!("{}://{}:{}", self.scheme(), self.address, CLIENT_PORT)
     }
 }
 
@@ -163,6 +259,10 @@ pub struct Observation {
     /// By machine name. A machine missing here was not observed: it counts as stopped,
     /// without data and unreachable.
     pub machines: BTreeMap<String, MachineObservation>,
+    /// When the observation was taken (Unix seconds): the core reads no clock, so time
+    /// (for certificate expiry) arrives with the observation.
+    #[serde(default)]
+    pub now_unix_s: i64,
 }
 
 /// The leader as the members see it: the leader id reported with the highest term (a

@@ -1,6 +1,7 @@
 //! Checks on what a user asks for, before anything is stored.
 
 use crate::model::{ControlPlaneSpec, HaproxySpec, MAX_REPLICAS};
+use crate::span::Span;
 use crate::version::{check_version_change, Version, VersionChangeError};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,9 +20,19 @@ pub enum SpecError {
     HaproxySocket(String),
     #[error("haproxy.backend {0:?} is not a backend name: use 1 to 64 letters, digits, '-', '_', '.' or ':'")]
     HaproxyBackend(String),
+    #[error("certificates.lifetime {0} is too short: at least {MIN_CERTIFICATE_LIFETIME} (a machine must be able to join and serve before it is due for renewal)")]
+    CertificateLifetime(Span),
+    #[error("rollout.before.certificatesExpiry {renew} is not shorter than certificates.lifetime {lifetime}: every new machine would be due for replacement at once")]
+    CertificateRenewal { renew: Span, lifetime: Span },
+    #[error("a control plane cannot switch between TLS and plain HTTP (insecurePlaintext {old} -> {new}): its members could not talk to each other during the rollout; create a new control plane instead")]
+    TransportChange { old: bool, new: bool },
     #[error(transparent)]
     Version(#[from] VersionChangeError),
 }
+
+/// The shortest certificate lifetime accepted. Short lifetimes are for tests and
+/// demonstrations of renewal; a real control plane wants months.
+pub const MIN_CERTIFICATE_LIFETIME: Span = Span::from_secs(60);
 
 /// A control plane name: it becomes part of machine names, directories and etcd's
 /// cluster token, so it is kept to a DNS-label-like alphabet.
@@ -57,6 +68,14 @@ pub fn validate_spec(spec: &ControlPlaneSpec, allow_even: bool) -> Result<(), Sp
     if let Some(h) = &spec.haproxy {
         validate_haproxy(h)?;
     }
+    let lifetime = spec.certificates.lifetime;
+    if lifetime < MIN_CERTIFICATE_LIFETIME {
+        return Err(SpecError::CertificateLifetime(lifetime));
+    }
+    let renew = spec.certificates_renew_before();
+    if renew >= lifetime {
+        return Err(SpecError::CertificateRenewal { renew, lifetime });
+    }
     Ok(())
 }
 
@@ -88,6 +107,12 @@ pub fn validate_spec_change(
     allow_even: bool,
 ) -> Result<(), SpecError> {
     validate_spec(new, allow_even)?;
+    if new.insecure_plaintext != old.insecure_plaintext {
+        return Err(SpecError::TransportChange {
+            old: old.insecure_plaintext,
+            new: new.insecure_plaintext,
+        });
+    }
     if new.version != old.version {
         let from = lowest_running.unwrap_or(old.version).min(old.version);
         check_version_change(from, cluster_version, new.version)?;
@@ -104,10 +129,47 @@ mod tests {
         ControlPlaneSpec {
             replicas,
             version: version.parse().unwrap(),
-            rollout: RolloutStrategy { max_surge: surge },
+            rollout: RolloutStrategy {
+                max_surge: surge,
+                ..RolloutStrategy::default()
+            },
             paused: false,
             haproxy: None,
+            certificates: Default::default(),
+            insecure_plaintext: false,
         }
+    }
+
+    #[test]
+    fn certificate_lifetimes_and_renewal_windows() {
+        let mut s = spec(3, "3.5.1", 1);
+        assert_eq!(s.certificates_renew_before(), Span::days(73));
+        assert!(validate_spec(&s, false).is_ok());
+        s.certificates.lifetime = Span::from_secs(59);
+        assert!(matches!(
+            validate_spec(&s, false),
+            Err(SpecError::CertificateLifetime(_))
+        ));
+        s.certificates.lifetime = Span::from_secs(120);
+        assert!(validate_spec(&s, false).is_ok(), "a fifth of 2m is 24s");
+        s.rollout.before.certificates_expiry = Some(Span::from_secs(120));
+        let e = validate_spec(&s, false).unwrap_err();
+        assert!(e.to_string().contains("not shorter than"), "{e}");
+        s.rollout.before.certificates_expiry = Some(Span::from_secs(119));
+        assert!(validate_spec(&s, false).is_ok());
+    }
+
+    #[test]
+    fn tls_is_chosen_once() {
+        let old = spec(3, "3.5.1", 1);
+        let mut new = old.clone();
+        new.insecure_plaintext = true;
+        let e = validate_spec_change(&old, &new, None, None, false).unwrap_err();
+        assert!(matches!(e, SpecError::TransportChange { .. }), "{e}");
+        assert!(validate_spec_change(&new, &old, None, None, false).is_err());
+        let mut longer = old.clone();
+        longer.certificates.lifetime = Span::days(730);
+        assert!(validate_spec_change(&old, &longer, None, None, false).is_ok());
     }
 
     #[test]

@@ -33,6 +33,8 @@ struct Fx {
     reachable: bool,
     alarms: Vec<String>,
     applied: u64,
+    /// When its certificates expire (Unix seconds); `None`: a plaintext machine.
+    not_after: Option<i64>,
 }
 
 /// A healthy running voter at `version`.
@@ -48,6 +50,7 @@ fn m(serial: u64, version: &'static str) -> Fx {
         reachable: true,
         alarms: vec![],
         applied: 1000,
+        not_after: None,
     }
 }
 
@@ -92,7 +95,16 @@ impl Fx {
         self.bootstrap = b;
         self
     }
+    /// TLS, with certificates that expire `in_days` after the situation's moment.
+    fn certs_for(mut self, in_days: i64) -> Self {
+        self.not_after = Some(NOW_UNIX_S + in_days * 86_400);
+        self
+    }
 }
+
+/// The moment of every situation (what the observation says); certificates in the
+/// fixtures expire relative to it. The default renewal window is 73 days (a fifth of 365).
+const NOW_UNIX_S: i64 = 1_800_000_000;
 
 fn name(serial: u64) -> String {
     format!("cp-{serial}")
@@ -167,9 +179,12 @@ impl Sit {
                 version: self.version.parse().unwrap(),
                 rollout: RolloutStrategy {
                     max_surge: self.max_surge,
+                    ..RolloutStrategy::default()
                 },
                 paused: self.paused,
                 haproxy: None,
+                certificates: Default::default(),
+                insecure_plaintext: true,
             },
             deleting: self.deleting_cp,
         };
@@ -183,6 +198,8 @@ impl Sit {
                 version: f.version.parse().unwrap(),
                 bootstrap: f.bootstrap,
                 deleting: f.deleting,
+                tls: f.not_after.is_some(),
+                certificates_not_after_unix_s: f.not_after,
             })
             .collect();
         let leader_id = match self.orphan_leader {
@@ -248,6 +265,7 @@ impl Sit {
             members: self.members_visible.then_some(members),
             cluster_version: None,
             machines: obs,
+            now_unix_s: NOW_UNIX_S,
         };
         (cp, machines, observed)
     }
@@ -640,6 +658,76 @@ fn decision_table() {
             "scale 3 -> 1 with an unhealthy member: wait",
             sit(1, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()]),
             "wait: cp-3 is not healthy",
+        ),
+        // --- certificates that expire within the renewal window (73 days by default)
+        (
+            "certificates far from expiry: converged",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, NEW).certs_for(300),
+                    m(2, NEW).certs_for(300),
+                    m(3, NEW).certs_for(100),
+                ],
+            ),
+            "converged",
+        ),
+        (
+            "certificates expiring within the window: surge a replacement",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, NEW).certs_for(300),
+                    m(2, NEW).certs_for(30),
+                    m(3, NEW).certs_for(300),
+                ],
+            ),
+            "allocate-machine",
+        ),
+        (
+            "certificates expiring, replacement joined: the expiring machine leaves",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, NEW).certs_for(300),
+                    m(2, NEW).certs_for(30),
+                    m(3, NEW).certs_for(300),
+                    m(4, NEW).certs_for(365),
+                ],
+            )
+            .leader(1),
+            "mark-deleting:cp-2",
+        ),
+        (
+            "certificates expiring and maxSurge 0: the expiring follower leaves first",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, NEW).certs_for(10),
+                    m(2, NEW).certs_for(300),
+                    m(3, NEW).certs_for(300),
+                ],
+            )
+            .leader(2)
+            .surge(0),
+            "mark-deleting:cp-1",
+        ),
+        (
+            "certificates already expired: still replaced the same way",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, NEW).certs_for(-1),
+                    m(2, NEW).certs_for(300),
+                    m(3, NEW).certs_for(300),
+                ],
+            ),
+            "allocate-machine",
         ),
         // --- rollout, maxSurge 1
         (

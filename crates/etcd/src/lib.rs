@@ -7,13 +7,18 @@
 //! API and `quorum-core`'s data; the only judgement it makes is classifying etcd's
 //! answers (done, already done, refused for now, failed).
 
+mod tls;
+
+pub use tls::{ClientTls, TlsError};
+
 use etcd_client::{AlarmAction, AlarmType, Client, ConnectOptions, MemberAddOptions};
 use quorum_core::{EndpointStatus, Member, Version};
 use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio_rustls::rustls;
 
 /// Time limits for every kind of call. Loopback etcd answers in milliseconds; the limits
 /// bound how long an unreachable member can hold an observation.
@@ -136,10 +141,14 @@ fn classify(op: &'static str, endpoint: &str, err: etcd_client::Error) -> EtcdEr
     }
 }
 
-/// Talks to the members of any number of control planes; keeps one client per endpoint.
+/// Talks to the members of one control plane (or several plaintext ones); keeps one
+/// client per endpoint.
 pub struct Etcd {
     clients: Mutex<HashMap<String, Client>>,
     timeouts: Timeouts,
+    /// Mutual TLS: the gRPC options and the rustls configuration for `/version` and
+    /// `/health`. `None`: plain HTTP (`http://` endpoints only).
+    tls: Option<(ClientTls, Arc<rustls::ClientConfig>)>,
 }
 
 impl Default for Etcd {
@@ -165,6 +174,25 @@ impl Etcd {
         Etcd {
             clients: Mutex::new(HashMap::new()),
             timeouts,
+            tls: None,
+        }
+    }
+
+    /// A client for the members of one control plane that speaks mutual TLS with
+    /// `tls` (checked here: credentials that do not parse are refused up front).
+    pub fn with_tls(timeouts: Timeouts, tls: ClientTls) -> Result<Self, TlsError> {
+        let config = tls.rustls_config()?;
+        Ok(Etcd {
+            tls: Some((tls, config)),
+            ..Etcd::new(timeouts)
+        })
+    }
+
+    /// Plain HTTP or mutual TLS, as the credentials say.
+    pub fn for_credentials(timeouts: Timeouts, tls: Option<ClientTls>) -> Result<Self, TlsError> {
+        match tls {
+            Some(t) => Etcd::with_tls(timeouts, t),
+            None => Ok(Etcd::new(timeouts)),
         }
     }
 
@@ -178,10 +206,13 @@ impl Etcd {
         if let Some(c) = self.lock().get(endpoint) {
             return Ok(c.clone());
         }
-        let opts = ConnectOptions::new()
+        let mut opts = ConnectOptions::new()
             .with_connect_timeout(Duration::from_millis(self.timeouts.connect_ms))
             .with_timeout(Duration::from_millis(self.timeouts.change_ms))
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+        if let Some((tls, _)) = &self.tls {
+            opts = opts.with_tls(tls.grpc_options());
+        }
         let fut = Client::connect([endpoint], Some(opts));
         let client = bounded("connect", endpoint, self.timeouts.connect_ms, fut).await?;
         self.lock().insert(endpoint.to_string(), client.clone());
@@ -259,7 +290,8 @@ impl Etcd {
     /// whole cluster speaks, which moves up only when every member runs the new one.
     pub async fn cluster_version(&self, endpoint: &str) -> Result<Option<Version>, EtcdError> {
         let t = self.timeouts.observe_ms;
-        let body = bounded_io("version", endpoint, t, http_get(endpoint, "/version")).await?;
+        let get = http_get(endpoint, "/version", self.rustls());
+        let (_, body) = bounded_io("version", endpoint, t, get).await?;
         // {"etcdserver":"3.5.1","etcdcluster":"3.5.0"}
         let v = body
             .split("\"etcdcluster\":\"")
@@ -267,6 +299,26 @@ impl Etcd {
             .and_then(|rest| rest.split('"').next())
             .and_then(|v| v.parse().ok());
         Ok(v)
+    }
+
+    /// A member's own `/health`: `Ok` when it answers 200 with `"health":"true"`.
+    pub async fn health(&self, endpoint: &str) -> Result<(), EtcdError> {
+        let t = self.timeouts.observe_ms;
+        let get = http_get(endpoint, "/health", self.rustls());
+        let (status, body) = bounded_io("health", endpoint, t, get).await?;
+        if status == 200 && body.contains("\"health\":\"true\"") {
+            Ok(())
+        } else {
+            Err(EtcdError::Refused {
+                op: "health",
+                endpoint: endpoint.to_string(),
+                message: format!("HTTP {status}: {}", body.trim()),
+            })
+        }
+    }
+
+    fn rustls(&self) -> Option<Arc<rustls::ClientConfig>> {
+        self.tls.as_ref().map(|(_, c)| c.clone())
     }
 
     /// Observes a cluster through the given client URLs: every status in parallel, then
@@ -449,19 +501,72 @@ async fn bounded_io<T>(
 /// Largest HTTP answer read from `/version` (it is a few dozen bytes).
 const MAX_HTTP_BODY_BYTES: u64 = 64 * 1024;
 
-/// A minimal HTTP/1.0 GET for etcd's plain-text endpoints (`/version`, `/health`).
-async fn http_get(endpoint: &str, path: &str) -> std::io::Result<String> {
-    let hostport = endpoint
-        .strip_prefix("http://")
-        .ok_or_else(|| std::io::Error::other(format!("{endpoint} is not an http:// URL")))?;
-    let mut s = tokio::net::TcpStream::connect(hostport).await?;
+/// A minimal HTTP/1.0 GET for etcd's plain-text endpoints (`/version`, `/health`), over
+/// TLS for `https://` endpoints (then `tls` must be given: quorum never talks TLS
+/// without verifying the member against the control plane's CA). Returns the status
+/// code and the body.
+async fn http_get(
+    endpoint: &str,
+    path: &str,
+    tls: Option<Arc<rustls::ClientConfig>>,
+) -> std::io::Result<(u16, String)> {
+    let (hostport, secure) = match (
+        endpoint.strip_prefix("http://"),
+        endpoint.strip_prefix("https://"),
+    ) {
+        (Some(h), _) => (h, false),
+        (_, Some(h)) => (h, true),
+        _ => {
+            return Err(std::io::Error::other(format!(
+                "{endpoint} is not an http:// or https:// URL"
+            )))
+        }
+    };
+    let tcp = tokio::net::TcpStream::connect(hostport).await?;
+    if !secure {
+        return http_exchange(tcp, hostport, path).await;
+    }
+    let config = tls.ok_or_else(|| {
+        std::io::Error::other(format!(
+            "{endpoint} needs TLS but no credentials were given"
+        ))
+    })?;
+    let host = hostport.rsplit_once(':').map_or(hostport, |(h, _)| h);
+    let name = tls::server_name(host).map_err(std::io::Error::other)?;
+    let stream = tokio_rustls::TlsConnector::from(config)
+        .connect(name, tcp)
+        .await?;
+    http_exchange(stream, hostport, path).await
+}
+
+async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    hostport: &str,
+    path: &str,
+) -> std::io::Result<(u16, String)> {
     s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {hostport}\r\n\r\n").as_bytes())
         .await?;
     let mut buf = Vec::new();
-    s.take(MAX_HTTP_BODY_BYTES).read_to_end(&mut buf).await?;
+    // etcd closes the connection after an HTTP/1.0 answer; a TLS peer that closes
+    // without close_notify still delivered the whole answer, so that is not an error.
+    match (&mut s)
+        .take(MAX_HTTP_BODY_BYTES)
+        .read_to_end(&mut buf)
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => {}
+        Err(e) => return Err(e),
+    }
     let text = String::from_utf8_lossy(&buf);
-    Ok(text
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
         .split_once("\r\n\r\n")
         .map(|(_, b)| b.to_string())
-        .unwrap_or_default())
+        .unwrap_or_default();
+    Ok((status, body))
 }

@@ -29,6 +29,8 @@ fn single_member(last_octet: u8) -> Member {
         version: "3.4.23".parse().unwrap(),
         bootstrap: true,
         deleting: false,
+        tls: false,
+        certificates_not_after_unix_s: None,
     };
     let initial = [InitialMember {
         name: machine.name.clone(),
@@ -40,6 +42,7 @@ fn single_member(last_octet: u8) -> Member {
             cluster_token: "e",
             state: ClusterState::New,
             initial_cluster: &initial,
+            tls: None,
         })
         .unwrap();
     Member {

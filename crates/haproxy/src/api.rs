@@ -39,6 +39,16 @@ pub struct Server {
     pub up: bool,
 }
 
+/// TLS towards a backend server: the names under which a CA file and a client
+/// certificate were loaded into HAProxy's memory (`load_ca_file`, `load_certificate`).
+/// HAProxy 2.6 reads no file when a server is added at run time, so both must be
+/// loaded first; loading them through the socket keeps the client key off the disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerTls {
+    pub ca_file: String,
+    pub crt: String,
+}
+
 /// A client of HAProxy's runtime API on a unix socket.
 #[derive(Clone, Debug)]
 pub struct RuntimeApi {
@@ -91,19 +101,31 @@ impl RuntimeApi {
         parse_servers_state(&answer, backend)
     }
 
-    /// Adds server `name` at `addr` (`proto h2`) to `backend` and enables it (a new
-    /// dynamic server starts in maintenance). A server of that name already present at
-    /// the same address counts as added (it is only enabled); at another address it is
-    /// `Refused` (drain and delete it first).
+    /// Adds server `name` at `addr` to `backend` and enables it (a new dynamic server
+    /// starts in maintenance): `proto h2` in cleartext, or with `tls` TLS verified
+    /// against the loaded CA, presenting the loaded client certificate, h2 by ALPN. A
+    /// server of that name already present at the same address counts as added (it is
+    /// only enabled); at another address it is `Refused` (drain and delete it first).
     pub fn add_server(
         &self,
         backend: &str,
         name: &str,
         addr: SocketAddr,
+        tls: Option<&ServerTls>,
     ) -> Result<(), HaproxyError> {
         check_name("backend", backend)?;
         check_name("server", name)?;
-        let cmd = format!("add server {backend}/{name} {addr} proto h2");
+        let cmd = match tls {
+            None => format!("add server {backend}/{name} {addr} proto h2"),
+            Some(t) => {
+                check_name("ca-file", &t.ca_file)?;
+                check_name("certificate", &t.crt)?;
+                format!(
+                    "add server {backend}/{name} {addr} ssl verify required ca-file {} crt {} alpn h2",
+                    t.ca_file, t.crt
+                )
+            }
+        };
         let answer = self.command(&cmd)?;
         match answer.trim() {
             ANSWER_REGISTERED => {}
@@ -169,12 +191,90 @@ impl RuntimeApi {
     pub fn delete_server(&self, backend: &str, name: &str) -> Result<(), HaproxyError> {
         check_name("backend", backend)?;
         check_name("server", name)?;
+        // HAProxy 2.6 can crash when a server is deleted while a stream still refers to
+        // it (for example a request waiting to retry after a refused connection; upstream
+        // issues 2298 and 2323, fixed in 2.9): delete only once no stream names it.
+        let streams = self.command("show sess")?;
+        let mark = format!("be={backend} srv={name} ");
+        if streams.lines().any(|l| l.contains(&mark)) {
+            return Err(HaproxyError::Refused {
+                command: format!("del server {backend}/{name}"),
+                answer: "streams still refer to the server; deleting it now can crash HAProxy 2.6"
+                    .into(),
+            });
+        }
         self.expect(
             &format!("del server {backend}/{name}"),
             &[ANSWER_DELETED],
             &[ANSWER_NO_SUCH_SERVER],
         )
         .map(|_| ())
+    }
+
+    /// Loads (or replaces) a certificate with its key (`pem`: certificate then key) into
+    /// HAProxy's memory under `name`: `new ssl cert` (already there is fine), `set ssl
+    /// cert`, `commit ssl cert`. Servers using it present the new one on new connections.
+    pub fn load_certificate(&self, name: &str, pem: &str) -> Result<(), HaproxyError> {
+        self.load("cert", name, pem)
+    }
+
+    /// Loads (or replaces) a CA bundle under `name`, like `load_certificate`.
+    pub fn load_ca_file(&self, name: &str, pem: &str) -> Result<(), HaproxyError> {
+        self.load("ca-file", name, pem)
+    }
+
+    /// The names of the certificates (`kind` "cert") or CA files ("ca-file") loaded.
+    pub fn loaded(&self, kind: &str) -> Result<Vec<String>, HaproxyError> {
+        let answer = self.command(&format!("show ssl {kind}"))?;
+        Ok(answer
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            // `show ssl ca-file` adds " - N certificate(s)".
+            .map(|l| l.split(" - ").next().unwrap_or(l).to_string())
+            .collect())
+    }
+
+    fn load(&self, kind: &str, name: &str, pem: &str) -> Result<(), HaproxyError> {
+        check_name(kind, name)?;
+        let created = self.command(&format!("new ssl {kind} {name}"))?;
+        let created_ok = created.contains("New ")
+            || created.contains("already exists")
+            || created.contains("Already exists");
+        if !created_ok {
+            return Err(refused(&format!("new ssl {kind} {name}"), &created));
+        }
+        let set = format!("set ssl {kind} {name}");
+        let answer = self.command_with_payload(&set, pem)?;
+        // "Transaction created for ..." or "transaction updated for ..." (HAProxy 2.6).
+        if !answer.to_ascii_lowercase().contains("transaction") {
+            return Err(refused(&set, &answer));
+        }
+        let commit = format!("commit ssl {kind} {name}");
+        let answer = self.command(&commit)?;
+        if !answer.contains("Success!") {
+            return Err(refused(&commit, &answer));
+        }
+        Ok(())
+    }
+
+    /// A command with a multi-line payload (`cmd <<`, the lines, an empty line). The
+    /// payload must not hold an empty line (it would end the payload early).
+    fn command_with_payload(&self, cmd: &str, payload: &str) -> Result<String, HaproxyError> {
+        let payload = payload.trim_end();
+        if cmd.contains(['\n', '\r', '\0'])
+            || payload.contains('\0')
+            || payload.lines().any(|l| l.trim().is_empty())
+        {
+            return Err(HaproxyError::InvalidArgument(format!(
+                "a payload for {cmd:?} must hold no empty line"
+            )));
+        }
+        let answer = self.exchange(&format!("{cmd} <<\n{payload}\n"))?;
+        if answer.trim_start().starts_with("Unknown command") {
+            return Err(refused(cmd, &answer));
+        }
+        Ok(answer)
     }
 
     /// Sends `cmd`; an answer (trimmed) in `ok` is `Ok(true)`, one in `already` (the
@@ -545,7 +645,7 @@ mod tests {
         let addr: SocketAddr = "127.0.0.1:2379".parse().unwrap();
         for bad in ["", "m1;del server etcd/m2", "m 1", "a/b", "m1\n"] {
             assert!(matches!(
-                api.add_server("etcd", bad, addr),
+                api.add_server("etcd", bad, addr, None),
                 Err(HaproxyError::InvalidArgument(_))
             ));
             assert!(matches!(

@@ -13,12 +13,21 @@ use std::path::Path;
 /// Names are written as given: `backend` and server names must be HAProxy names
 /// (letters, digits, `.`, `-`, `_`, `:`), and `socket` must not contain a `'` (it is
 /// single-quoted); `haproxy -c` rejects the text otherwise.
+/// Mutual TLS on the frontend: HAProxy's own certificate (certificate and key in one
+/// file) and the control plane's CA, which clients' certificates must be signed by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrontendTls {
+    pub crt: std::path::PathBuf,
+    pub ca_file: std::path::PathBuf,
+}
+
 pub fn config(
     control_plane: &str,
     bind: SocketAddr,
     socket: &Path,
     backend: &str,
     servers: &[(String, SocketAddr)],
+    tls: Option<&FrontendTls>,
 ) -> String {
     // A comment is one line: keep the control plane's name from starting another.
     let cp: String = control_plane
@@ -64,14 +73,30 @@ pub fn config(
          # needs persistent h2 connections on both sides, and closing after each\n    \
          # call would cost a connection setup per etcd request."
     );
-    let _ = writeln!(
-        s,
-        "\nfrontend {backend}\n    \
-         # Cleartext HTTP/2 with prior knowledge (h2c), what etcd's gRPC clients speak\n    \
-         # to an http:// endpoint. HTTP/1.1 clients are not served here.\n    \
-         bind {bind} proto h2\n    \
-         default_backend {backend}"
-    );
+    match tls {
+        None => {
+            let _ = writeln!(
+                s,
+                "\nfrontend {backend}\n    \
+                 # Cleartext HTTP/2 with prior knowledge (h2c), what etcd's gRPC clients speak\n    \
+                 # to an http:// endpoint. HTTP/1.1 clients are not served here.\n    \
+                 bind {bind} proto h2\n    \
+                 default_backend {backend}"
+            );
+        }
+        Some(t) => {
+            let _ = writeln!(
+                s,
+                "\nfrontend {backend}\n    \
+                 # Mutual TLS, as on the members themselves: a client must present a\n    \
+                 # certificate signed by the control plane's CA. h2 by ALPN (gRPC).\n    \
+                 bind {bind} ssl crt '{}' ca-file '{}' verify required alpn h2\n    \
+                 default_backend {backend}",
+                t.crt.display(),
+                t.ca_file.display()
+            );
+        }
+    }
     let _ = writeln!(
         s,
         "\nbackend {backend}\n    \
@@ -80,8 +105,27 @@ pub fn config(
          # Each member speaks h2c on its client URL. No health checks: quorum probes\n    \
          # members itself and takes a server out (maintenance) before it goes away."
     );
+    if tls.is_some() {
+        let _ = writeln!(
+            s,
+            "    # Members speak mutual TLS: quorum loads the CA and its client certificate\n    \
+             # through the admin socket and adds each server with 'ssl verify required'."
+        );
+    }
     for (name, addr) in servers {
-        let _ = writeln!(s, "    server {name} {addr} proto h2");
+        match tls {
+            None => {
+                let _ = writeln!(s, "    server {name} {addr} proto h2");
+            }
+            Some(t) => {
+                let _ = writeln!(
+                    s,
+                    "    server {name} {addr} ssl verify required ca-file '{}' crt '{}' alpn h2",
+                    t.ca_file.display(),
+                    t.crt.display()
+                );
+            }
+        }
     }
     s
 }
@@ -101,6 +145,7 @@ mod tests {
                 ("m1".into(), "127.0.9.1:2379".parse().unwrap()),
                 ("m2".into(), "[::1]:2379".parse().unwrap()),
             ],
+            None,
         );
         let directives: Vec<&str> = text
             .lines()
@@ -137,6 +182,7 @@ mod tests {
             Path::new("/s"),
             "etcd",
             &[],
+            None,
         );
         assert!(!text.lines().any(|l| l.starts_with("listen")));
     }

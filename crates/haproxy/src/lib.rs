@@ -20,8 +20,8 @@ mod health;
 mod plan;
 mod process;
 
-pub use api::{parse_servers_state, RuntimeApi, Server};
-pub use config::config;
+pub use api::{parse_servers_state, RuntimeApi, Server, ServerTls};
+pub use config::{config, FrontendTls};
 pub use health::etcd_health;
 pub use plan::{plan, LbOp};
 pub use process::{haproxy_binary, HaproxyProcess};

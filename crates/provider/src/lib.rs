@@ -37,6 +37,8 @@ pub enum ProviderError {
         #[source]
         source: io::Error,
     },
+    #[error("machine {machine} speaks TLS but was started without certificates")]
+    MissingCertificates { machine: String },
     #[error("machine {machine}: process {pid} did not exit after SIGKILL within {waited_ms} ms")]
     Unkillable {
         machine: String,
@@ -118,6 +120,24 @@ pub struct StartRequest<'a> {
     pub state: ClusterState,
     /// Empty when the machine has data (etcd then ignores the initial cluster).
     pub initial_cluster: &'a [InitialMember],
+    /// The machine's certificates, required when the machine speaks TLS. Written to
+    /// `machines/<name>/tls/` (keys 0600, directory 0700) on every start.
+    pub tls: Option<MachineTls<'a>>,
+}
+
+/// Where a local machine's outgoing connections come from: every machine shares this
+/// host's loopback, and the kernel picks 127.0.0.1 as the source of a connection to any
+/// 127.x address. etcd checks a peer's source address against its certificate, so the
+/// peer certificates of local machines name it too (see `Ca::issue_machine_from`).
+pub const LOCAL_SOURCE_ADDRESS: std::net::IpAddr =
+    std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+/// What a TLS machine's etcd needs: the CA its peers and clients must be signed by,
+/// and its own server and peer certificates.
+#[derive(Clone, Copy, Debug)]
+pub struct MachineTls<'a> {
+    pub ca_pem: &'a str,
+    pub certs: &'a quorum_pki::MachineCerts,
 }
 
 #[derive(Clone, Debug)]
@@ -187,6 +207,41 @@ impl LocalProvider {
     }
 
     /// Starts the machine's etcd, detached. Already running is success.
+    /// Writes a machine's certificates and returns etcd's flags for them: mutual TLS on
+    /// the client port (`--client-cert-auth`) and on the peer port
+    /// (`--peer-client-cert-auth`), each trusting only the control plane's CA.
+    fn write_tls(&self, machine: &str, tls: MachineTls<'_>) -> Result<Vec<String>> {
+        let io_err = |what, source| ProviderError::Io {
+            machine: machine.to_string(),
+            what,
+            source,
+        };
+        let dir = self.machine_dir(machine).join("tls");
+        quorum_pki::create_private_dir(&dir).map_err(|e| io_err("create tls directory", e))?;
+        let files = [
+            ("ca.crt", tls.ca_pem),
+            ("server.crt", tls.certs.server.cert_pem.as_str()),
+            ("server.key", tls.certs.server.key_pem.as_str()),
+            ("peer.crt", tls.certs.peer.cert_pem.as_str()),
+            ("peer.key", tls.certs.peer.key_pem.as_str()),
+        ];
+        for (name, pem) in files {
+            quorum_pki::write_private(&dir.join(name), pem.as_bytes())
+                .map_err(|e| io_err("write certificate", e))?;
+        }
+        let f = |name: &str| dir.join(name).display().to_string();
+        Ok(vec![
+            format!("--cert-file={}", f("server.crt")),
+            format!("--key-file={}", f("server.key")),
+            format!("--trusted-ca-file={}", f("ca.crt")),
+            "--client-cert-auth=true".into(),
+            format!("--peer-cert-file={}", f("peer.crt")),
+            format!("--peer-key-file={}", f("peer.key")),
+            format!("--peer-trusted-ca-file={}", f("ca.crt")),
+            "--peer-client-cert-auth=true".into(),
+        ])
+    }
+
     pub fn start(&self, req: &StartRequest<'_>) -> Result<i32> {
         let m = req.machine;
         if let Some(pid) = self.live_pid(&m.name) {
@@ -199,7 +254,8 @@ impl LocalProvider {
         };
         let bin = etcd_binary(&self.etcd_dir, m.version)?;
         let dir = self.machine_dir(&m.name);
-        fs::create_dir_all(&dir).map_err(|e| io_err("create machine directory", e))?;
+        // Owner-only: the directory holds the machine's private keys and its data.
+        quorum_pki::create_private_dir(&dir).map_err(|e| io_err("create machine directory", e))?;
         let data_dir = self.data_dir(&m.name);
         let mut args: Vec<String> = vec![
             format!("--name={}", m.name),
@@ -212,6 +268,12 @@ impl LocalProvider {
             "--logger=zap".into(),
             "--log-outputs=stderr".into(),
         ];
+        if m.tls {
+            let tls = req.tls.ok_or_else(|| ProviderError::MissingCertificates {
+                machine: m.name.clone(),
+            })?;
+            args.extend(self.write_tls(&m.name, tls)?);
+        }
         if !req.initial_cluster.is_empty() {
             let cluster = req
                 .initial_cluster

@@ -23,6 +23,8 @@ fn machine(name: &str, last_octet: u8) -> Machine {
         version: "3.4.23".parse().unwrap(),
         bootstrap: true,
         deleting: false,
+        tls: false,
+        certificates_not_after_unix_s: None,
     }
 }
 
@@ -41,6 +43,7 @@ fn start_observe_stop_restart_delete() {
         cluster_token: "p",
         state: ClusterState::New,
         initial_cluster: &initial,
+        tls: None,
     };
     assert_eq!(p.observe("p-1").process, ProcessState::Stopped);
     assert!(!p.observe("p-1").has_data);
@@ -74,6 +77,7 @@ fn start_observe_stop_restart_delete() {
     // Restart on the existing data (the initial cluster flags are ignored by etcd then).
     let again = StartRequest {
         initial_cluster: &[],
+        tls: None,
         state: ClusterState::Existing,
         ..req.clone()
     };
@@ -119,6 +123,7 @@ fn an_uninstalled_version_is_a_clear_error() {
         cluster_token: "p",
         state: ClusterState::New,
         initial_cluster: &[],
+        tls: None,
     };
     let e = p.start(&req).unwrap_err().to_string();
     assert!(

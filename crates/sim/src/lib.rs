@@ -267,6 +267,8 @@ impl World {
                     rollout: RolloutStrategy::default(),
                     paused: false,
                     haproxy: None,
+                    certificates: Default::default(),
+                    insecure_plaintext: true,
                 },
                 deleting: false,
             },
@@ -345,6 +347,8 @@ impl World {
             version,
             bootstrap,
             deleting: false,
+            tls: false,
+            certificates_not_after_unix_s: None,
         };
         self.machines.push(m.clone());
         self.procs.insert(m.name.clone(), Proc::default());

@@ -130,6 +130,8 @@ fn machine(serial: u64, version: Version) -> Machine {
         version,
         bootstrap: serial <= 3,
         deleting: false,
+        tls: false,
+        certificates_not_after_unix_s: None,
     }
 }
 
@@ -144,9 +146,14 @@ pub fn initial(variant: Variant) -> State {
             spec: ControlPlaneSpec {
                 replicas: 3,
                 version: NEW,
-                rollout: RolloutStrategy { max_surge },
+                rollout: RolloutStrategy {
+                    max_surge,
+                    ..RolloutStrategy::default()
+                },
                 paused: false,
                 haproxy: None,
+                certificates: Default::default(),
+                insecure_plaintext: true,
             },
             deleting: false,
         },

@@ -63,6 +63,10 @@ pub enum StoreError {
     AlreadyExists(String),
     #[error("machine {machine:?} of control plane {cp:?} does not exist")]
     MachineNotFound { cp: String, machine: String },
+    #[error(
+        "control plane {0:?} uses TLS but no certificate authority was given to store with it"
+    )]
+    MissingCa(String),
     #[error("no free loopback address left in {0}.0.0/16 for a new machine; use a fresh state directory or set QUORUM_SUBNET")]
     AddressesExhausted(String),
 }
@@ -97,6 +101,23 @@ pub struct NewEvent<'a> {
     pub ok: bool,
     pub waited_ms: Option<i64>,
     pub took_ms: Option<i64>,
+}
+
+/// A control plane's certificate authority, as stored (PEM). The key never leaves the
+/// store except to sign; `Debug` does not print it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredCa {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for StoredCa {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoredCa")
+            .field("cert_pem", &self.cert_pem)
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
 }
 
 /// The controller's last published view of a control plane.
@@ -189,6 +210,19 @@ impl Store {
                 "{orphans} machine records belong to no control plane"
             )));
         }
+        let orphan_cas: i64 = self
+            .conn
+            .query_row(
+                "SELECT count(*) FROM certificate_authorities WHERE control_plane NOT IN (SELECT name FROM control_planes)",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.err(e))?;
+        if orphan_cas > 0 {
+            return Err(self.corrupt(format!(
+                "{orphan_cas} certificate authorities belong to no control plane"
+            )));
+        }
         Ok(())
     }
 
@@ -274,7 +308,11 @@ impl Store {
                  CREATE INDEX IF NOT EXISTS events_by_cp ON events(control_plane, id);
                  CREATE TABLE IF NOT EXISTS published (
                      control_plane TEXT PRIMARY KEY,
-                     doc TEXT NOT NULL);",
+                     doc TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS certificate_authorities (
+                     control_plane TEXT PRIMARY KEY REFERENCES control_planes(name) ON DELETE CASCADE,
+                     cert_pem TEXT NOT NULL,
+                     key_pem TEXT NOT NULL);",
             )
             .map_err(|e| self.err(e))?;
         let version: Option<String> = self
@@ -344,7 +382,17 @@ impl Store {
 
     /// Records a new control plane. The history of an earlier one of the same name is
     /// dropped in the same transaction, so it never shows up as the new one's.
-    pub fn create_control_plane(&mut self, cp: &ControlPlane, now_ms: i64) -> Result<()> {
+    /// A control plane that uses TLS is stored with its certificate authority, in the
+    /// same transaction, so one never exists without the other.
+    pub fn create_control_plane(
+        &mut self,
+        cp: &ControlPlane,
+        ca: Option<&StoredCa>,
+        now_ms: i64,
+    ) -> Result<()> {
+        if cp.spec.tls() && ca.is_none() {
+            return Err(StoreError::MissingCa(cp.name.clone()));
+        }
         let doc = to_json(cp);
         let path = self.path.clone();
         let sql = sql_error(&path);
@@ -365,8 +413,41 @@ impl Store {
             "DELETE FROM events WHERE control_plane = ?1",
             params![cp.name],
         )
+        .and_then(|_| match ca {
+            Some(ca) => tx.execute(
+                "INSERT OR REPLACE INTO certificate_authorities(control_plane, cert_pem, key_pem) VALUES (?1, ?2, ?3)",
+                params![cp.name, ca.cert_pem, ca.key_pem],
+            ),
+            None => Ok(0),
+        })
         .and_then(|_| tx.commit())
         .map_err(sql)
+    }
+
+    /// The certificate authority of a control plane; `None` for a plaintext one. A TLS
+    /// control plane without one is corruption.
+    pub fn certificate_authority(&self, cp: &ControlPlane) -> Result<Option<StoredCa>> {
+        let ca = self
+            .conn
+            .query_row(
+                "SELECT cert_pem, key_pem FROM certificate_authorities WHERE control_plane = ?1",
+                params![cp.name],
+                |r| {
+                    Ok(StoredCa {
+                        cert_pem: r.get(0)?,
+                        key_pem: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        if cp.spec.tls() && ca.is_none() {
+            return Err(self.corrupt(format!(
+                "control plane {:?} uses TLS but its certificate authority is missing",
+                cp.name
+            )));
+        }
+        Ok(ca)
     }
 
     /// Records that a controller is alive (`identity`, at `now_ms`).
@@ -518,6 +599,12 @@ impl Store {
                 params![name],
             )
         })
+        .and_then(|_| {
+            tx.execute(
+                "DELETE FROM certificate_authorities WHERE control_plane = ?1",
+                params![name],
+            )
+        })
         .and_then(|_| tx.execute("DELETE FROM control_planes WHERE name = ?1", params![name]))
         .and_then(|_| tx.commit())
         .map_err(|e| StoreError::Sqlite {
@@ -569,6 +656,7 @@ impl Store {
         cp: &str,
         bootstrap: bool,
         version: Version,
+        certificates_not_after_unix_s: Option<i64>,
         is_free: &dyn Fn(Ipv4Addr) -> bool,
     ) -> Result<Machine> {
         let subnet = self.subnet()?;
@@ -617,6 +705,8 @@ impl Store {
             version,
             bootstrap,
             deleting: false,
+            tls: certificates_not_after_unix_s.is_some(),
+            certificates_not_after_unix_s,
         };
         tx.execute(
             "INSERT INTO machines(control_plane, name, doc) VALUES (?1, ?2, ?3)",
@@ -914,6 +1004,8 @@ mod tests {
                 rollout: RolloutStrategy::default(),
                 paused: false,
                 haproxy: None,
+                certificates: Default::default(),
+                insecure_plaintext: true,
             },
             deleting: false,
         }
@@ -923,9 +1015,9 @@ mod tests {
     fn control_plane_lifecycle() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(&private(&dir)).unwrap();
-        s.create_control_plane(&cp("a"), 1).unwrap();
+        s.create_control_plane(&cp("a"), None, 1).unwrap();
         assert!(matches!(
-            s.create_control_plane(&cp("a"), 2),
+            s.create_control_plane(&cp("a"), None, 2),
             Err(StoreError::AlreadyExists(_))
         ));
         let mut spec = s.get_control_plane("a").unwrap().spec;
@@ -946,17 +1038,17 @@ mod tests {
     fn machines_get_serials_and_distinct_addresses() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(&private(&dir)).unwrap();
-        s.create_control_plane(&cp("a"), 1).unwrap();
-        s.create_control_plane(&cp("b"), 1).unwrap();
+        s.create_control_plane(&cp("a"), None, 1).unwrap();
+        s.create_control_plane(&cp("b"), None, 1).unwrap();
         let v = "3.4.23".parse().unwrap();
         let busy = Ipv4Addr::from(0);
-        let m1 = s.allocate_machine("a", true, v, &|_| true).unwrap();
+        let m1 = s.allocate_machine("a", true, v, None, &|_| true).unwrap();
         // The next address is "busy": allocation skips it.
         let skip = address_at(s.subnet().unwrap(), 1).unwrap();
         let m2 = s
-            .allocate_machine("a", true, v, &|a| a != skip && a != busy)
+            .allocate_machine("a", true, v, None, &|a| a != skip && a != busy)
             .unwrap();
-        let m3 = s.allocate_machine("b", true, v, &|_| true).unwrap();
+        let m3 = s.allocate_machine("b", true, v, None, &|_| true).unwrap();
         assert_eq!((m1.serial, m2.serial, m3.serial), (1, 2, 1));
         assert_eq!(m1.name, "a-1");
         assert_ne!(m2.address, skip);
@@ -980,7 +1072,7 @@ mod tests {
         let mut writer = Store::open(&private(&dir)).unwrap();
         let reader = Store::open(&private(&dir)).unwrap();
         let before = reader.data_version().unwrap();
-        writer.create_control_plane(&cp("a"), 1).unwrap();
+        writer.create_control_plane(&cp("a"), None, 1).unwrap();
         assert_ne!(reader.data_version().unwrap(), before);
         assert_eq!(reader.control_planes().unwrap().len(), 1);
         let id = writer
@@ -1006,7 +1098,7 @@ mod tests {
     fn a_corrupt_record_is_reported_not_skipped() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Store::open(&private(&dir)).unwrap();
-        s.create_control_plane(&cp("a"), 1).unwrap();
+        s.create_control_plane(&cp("a"), None, 1).unwrap();
         s.conn
             .execute(
                 "UPDATE control_planes SET doc = '{\"name\": \"a\", \"spec\": 7}'",
@@ -1040,7 +1132,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let home = private(&dir);
         let mut s = Store::open(&home).unwrap();
-        s.create_control_plane(&cp("a"), 1).unwrap();
+        s.create_control_plane(&cp("a"), None, 1).unwrap();
         drop(s);
         let file = home.join(STATE_FILE);
         std::fs::OpenOptions::new()
@@ -1068,7 +1160,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path().join("home");
         let mut s = Store::open(&home).unwrap();
-        s.create_control_plane(&cp("a"), 1).unwrap();
+        s.create_control_plane(&cp("a"), None, 1).unwrap();
         drop(s);
         let chmod = |p: &Path, m: u32| {
             std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()

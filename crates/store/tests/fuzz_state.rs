@@ -38,12 +38,14 @@ fn populated() -> (tempfile::TempDir, PathBuf) {
                 rollout: RolloutStrategy::default(),
                 paused: false,
                 haproxy: None,
+                certificates: Default::default(),
+                insecure_plaintext: true,
             },
             deleting: false,
         };
-        s.create_control_plane(&cp, 1).unwrap();
+        s.create_control_plane(&cp, None, 1).unwrap();
         for _ in 0..MACHINES_EACH {
-            s.allocate_machine(&cp.name, true, cp.spec.version, &|_| true)
+            s.allocate_machine(&cp.name, true, cp.spec.version, None, &|_| true)
                 .unwrap();
         }
     }

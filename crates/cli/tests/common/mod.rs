@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use etcd_client::{Client, GetOptions};
+use etcd_client::{Client, ConnectOptions, GetOptions};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::path::PathBuf;
@@ -172,13 +172,29 @@ impl Env {
         serde_json::from_str(&out).expect("status json")
     }
 
-    pub fn endpoints(&self, name: &str) -> Vec<String> {
-        self.status(name)["endpoints"]
+    /// The published endpoints of `name`, with the credentials a client needs.
+    pub fn endpoints(&self, name: &str) -> Cluster {
+        let endpoints = self.status(name)["endpoints"]
             .as_array()
             .unwrap()
             .iter()
             .map(|v| v.as_str().unwrap().to_string())
-            .collect()
+            .collect();
+        Cluster {
+            endpoints,
+            tls: self.client_tls(name),
+        }
+    }
+
+    /// A client certificate for `name` (from its CA in the store), or `None` for a
+    /// plaintext control plane.
+    pub fn client_tls(&self, name: &str) -> Option<quorum_etcd::ClientTls> {
+        let store = quorum_store::Store::open(&self.home).unwrap();
+        let cp = store.get_control_plane(name).unwrap();
+        quorum_controller::access::open(&store, &cp, "quorum-test", Default::default())
+            .unwrap()
+            .client
+            .clone()
     }
 
     /// Waits (with a deadline) until `cond` holds for the status of `name`.
@@ -242,6 +258,23 @@ impl Drop for Env {
     }
 }
 
+/// Where a client connects, and how.
+#[derive(Clone, Debug)]
+pub struct Cluster {
+    pub endpoints: Vec<String>,
+    pub tls: Option<quorum_etcd::ClientTls>,
+}
+
+impl Cluster {
+    pub async fn connect(&self) -> Result<Client, etcd_client::Error> {
+        let mut opts = ConnectOptions::new().with_connect_timeout(Duration::from_secs(2));
+        if let Some(t) = &self.tls {
+            opts = opts.with_tls(t.grpc_options());
+        }
+        Client::connect(&self.endpoints, Some(opts)).await
+    }
+}
+
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -250,9 +283,9 @@ pub fn rt() -> tokio::runtime::Runtime {
 }
 
 /// Writes `n` keys with unique values; returns them.
-pub fn write_keys(endpoints: &[String], prefix: &str, n: usize) -> Vec<(String, String)> {
+pub fn write_keys(cluster: &Cluster, prefix: &str, n: usize) -> Vec<(String, String)> {
     rt().block_on(async {
-        let mut c = Client::connect(endpoints, None).await.expect("connect");
+        let mut c = cluster.connect().await.expect("connect");
         let mut out = Vec::with_capacity(n);
         for i in 0..n {
             let (k, v) = (
@@ -270,9 +303,9 @@ pub fn write_keys(endpoints: &[String], prefix: &str, n: usize) -> Vec<(String, 
 }
 
 /// Reads every key under `prefix` (linearizable) and requires exactly `want`.
-pub fn assert_keys(endpoints: &[String], prefix: &str, want: &[(String, String)]) {
+pub fn assert_keys(cluster: &Cluster, prefix: &str, want: &[(String, String)]) {
     rt().block_on(async {
-        let mut c = Client::connect(endpoints, None).await.expect("connect");
+        let mut c = cluster.connect().await.expect("connect");
         let resp = tokio::time::timeout(
             Duration::from_secs(10),
             c.get(prefix, Some(GetOptions::new().with_prefix())),
@@ -323,11 +356,16 @@ impl QuorumWatch {
         let (home, cp, stop2) = (home.to_path_buf(), cp.to_string(), stop.clone());
         let handle = std::thread::spawn(move || {
             let store = quorum_store::Store::open(&home).unwrap();
-            let etcd = quorum_etcd::Etcd::new(quorum_etcd::Timeouts {
+            let timeouts = quorum_etcd::Timeouts {
                 connect_ms: 300,
                 observe_ms: 1000,
                 change_ms: 1000,
-            });
+            };
+            let control_plane = store.get_control_plane(&cp).unwrap();
+            let etcd =
+                quorum_controller::access::open(&store, &control_plane, "quorum-watch", timeouts)
+                    .unwrap()
+                    .etcd;
             let rt = rt();
             let (mut samples, mut bad_run, mut leaderless_since) = (0u64, 0u32, None::<Instant>);
             let mut violations = Vec::new();
@@ -397,7 +435,12 @@ pub fn assert_no_orphans(env: &Env, cp: &str) {
     let store = quorum_store::Store::open(&env.home).unwrap();
     let machines = store.machines(cp).unwrap();
     let urls: Vec<String> = machines.iter().map(|m| m.client_url()).collect();
-    let view = rt().block_on(quorum_etcd::Etcd::default().observe(&urls));
+    let control_plane = store.get_control_plane(cp).unwrap();
+    let etcd =
+        quorum_controller::access::open(&store, &control_plane, "quorum-test", Default::default())
+            .unwrap()
+            .etcd;
+    let view = rt().block_on(etcd.observe(&urls));
     let members = view.members.expect("a leader answers");
     assert_eq!(
         members.len(),
