@@ -14,7 +14,7 @@
 
 use crate::naive;
 use crate::plot::{latency_svg, PlotOp, PlotStep};
-use crate::{change, create, demo, status, teardown, wait, Ctx};
+use crate::{change, create, demo, status, teardown, wait, Ctx, Place};
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 use quorum_controller::{address_is_free, endpoints_path, now_ms};
@@ -383,7 +383,7 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
                 r = run_one(&home, &args, &name, strategy, mode, &mut balancer) => r,
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
             };
-            let cleanup = teardown(&home, &name, None).await;
+            let cleanup = teardown(&Place::embedded(&home), &name, None).await;
             if let Some(mut b) = balancer {
                 b.process.stop();
             }
@@ -503,7 +503,7 @@ async fn run_one(
     mode: ClientMode,
     balancer: &mut Option<Balancer>,
 ) -> Result<Report> {
-    let mut ctx = Ctx::open(home)?;
+    let mut ctx = Ctx::open(&Place::embedded(home))?;
     ctx.quiet = true;
     let place = match mode {
         ClientMode::Haproxy => Some(place_balancer(&ctx, home, name)?),

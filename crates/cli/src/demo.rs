@@ -1,6 +1,6 @@
 //! `quorum demo`: the whole product in two minutes, in a throwaway home.
 
-use crate::{change, create, status, teardown, wait, Ctx};
+use crate::{change, create, status, teardown, wait, Ctx, Place};
 use anyhow::{bail, Context, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use futures::FutureExt;
@@ -88,7 +88,7 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         _ = hup.recv() => Err(anyhow::anyhow!("hung up")),
     };
     say("\ncleaning up: stopping every machine the demo started");
-    let cleanup = teardown(&home, NAME, None).await;
+    let cleanup = teardown(&Place::embedded(&home), NAME, None).await;
     stop.store(true, Ordering::Relaxed);
     let _ = controller.join();
     kill_leftovers(&home);
@@ -137,7 +137,7 @@ pub fn start_controller(home: &Path, stop: Arc<AtomicBool>) -> Result<std::threa
 }
 
 async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
-    let mut ctx = Ctx::open(home)?;
+    let mut ctx = Ctx::open(&Place::embedded(home))?;
     let spec = args.rollout.initial_spec();
     println!(
         "\n== 1. create {} members at etcd {}",

@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod failover;
 mod manifest;
 mod naive;
 mod plot;
@@ -20,7 +21,7 @@ use quorum_core::{
 };
 use quorum_etcd::{ClientTls, Etcd, Timeouts};
 use quorum_provider::{default_etcd_dir, etcd_binary, installed_versions, LocalProvider};
-use quorum_store::Store;
+use quorum_store::{Store, StoreLocation};
 use std::collections::HashMap;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -55,6 +56,20 @@ struct Cli {
     /// State directory: the store and the local machines [env: QUORUM_HOME]
     #[arg(long, global = true, value_name = "DIR")]
     home: Option<PathBuf>,
+    /// Where the state lives: `embedded` (a file in --home) or a management etcd,
+    /// `etcd://host:port,host:port[/prefix]`, shared by several controllers [env: QUORUM_STORE]
+    #[arg(long, global = true, value_name = "URL")]
+    store: Option<String>,
+    /// With --store etcd://: the CA bundle that signed the management etcd's certificates
+    /// (PEM); with --store-cert and --store-key, the store is reached over mutual TLS
+    #[arg(long, global = true, value_name = "FILE", requires_all = ["store_cert", "store_key"])]
+    store_ca: Option<PathBuf>,
+    /// With --store-ca: the client certificate for the management etcd (PEM)
+    #[arg(long, global = true, value_name = "FILE", requires = "store_ca")]
+    store_cert: Option<PathBuf>,
+    /// With --store-ca: the client certificate's key (PEM)
+    #[arg(long, global = true, value_name = "FILE", requires = "store_ca")]
+    store_key: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -212,6 +227,14 @@ clients should use (voting, healthy, not leaving), replaced before a leaving mem
         /// Serve Prometheus metrics on ADDR (GET /metrics), or 'off'.
         #[arg(long, default_value = "127.0.0.1:9479", value_name = "ADDR")]
         metrics_addr: String,
+        /// With --store etcd://: the leadership lease. A dead leader is replaced within
+        /// about this long; a leader that cannot renew stops acting before it ends.
+        #[arg(long, default_value = "4s", value_parser = parse_lease_ttl, value_name = "DURATION")]
+        lease_ttl: Duration,
+        /// Name this replica publishes (in `quorum status` and the leader key).
+        /// Default: host and process id.
+        #[arg(long, value_name = "NAME")]
+        identity: Option<String>,
     },
     /// Pause or resume the reconciliation of one control plane.
     Pause {
@@ -263,6 +286,12 @@ enum BenchCommand {
   quorum bench rollout --strategy safe,naive --client-mode follow,haproxy --plot docs/bench
                                              the side-by-side comparison (4 fresh control planes)")]
     Rollout(bench::BenchArgs),
+    /// Several controllers on a throwaway 3-member management etcd: SIGKILL the leading
+    /// one again and again and time until a standby's first write as leader.
+    #[command(after_help = "Examples:
+  quorum bench failover                      20 kills, lease 4s, 2 replicas
+  quorum bench failover --runs 5 --lease-ttl 2s --replicas 3 -o json")]
+    Failover(failover::FailoverArgs),
 }
 
 fn main() -> ExitCode {
@@ -307,6 +336,35 @@ fn main() -> ExitCode {
     }
 }
 
+fn parse_lease_ttl(s: &str) -> Result<Duration, String> {
+    let d = wait::parse_duration(s)?;
+    quorum_core::lease::check_ttl_ms(d.as_millis() as u64)?;
+    Ok(d)
+}
+
+/// `--store` (else `QUORUM_STORE`, else embedded) with its TLS files.
+fn store_location(cli: &Cli) -> Result<StoreLocation> {
+    let url = cli
+        .store
+        .clone()
+        .or_else(|| std::env::var("QUORUM_STORE").ok())
+        .unwrap_or_default();
+    let tls = match (&cli.store_ca, &cli.store_cert, &cli.store_key) {
+        (Some(ca), Some(cert), Some(key)) => {
+            let read = |p: &PathBuf| {
+                std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))
+            };
+            Some(quorum_store::EtcdTls {
+                ca_pem: read(ca)?,
+                cert_pem: read(cert)?,
+                key_pem: read(key)?,
+            })
+        }
+        _ => None,
+    };
+    StoreLocation::parse(&url, tls).map_err(|e| anyhow!(e))
+}
+
 /// `--home`, else `QUORUM_HOME`, else the user's data directory.
 fn home(cli_home: Option<PathBuf>) -> PathBuf {
     cli_home
@@ -316,6 +374,23 @@ fn home(cli_home: Option<PathBuf>) -> PathBuf {
                 .map(PathBuf::from)
         })
         .unwrap_or_else(|| quorum_provider::data_home().join("quorum").join("state"))
+}
+
+/// Where a command works: the home (local machines, endpoint files; the embedded
+/// store) and the store.
+#[derive(Clone)]
+struct Place {
+    home: PathBuf,
+    store: StoreLocation,
+}
+
+impl Place {
+    fn embedded(home: &Path) -> Place {
+        Place {
+            home: home.to_path_buf(),
+            store: StoreLocation::Embedded,
+        }
+    }
 }
 
 struct Ctx {
@@ -339,9 +414,9 @@ macro_rules! say {
 }
 
 impl Ctx {
-    fn open(home: &Path) -> Result<Ctx> {
-        let store = Store::open(home)?;
-        let provider = LocalProvider::new(home, default_etcd_dir());
+    fn open(at: &Place) -> Result<Ctx> {
+        let store = Store::connect(&at.store, &at.home)?;
+        let provider = LocalProvider::new(&at.home, default_etcd_dir());
         Ok(Ctx {
             store,
             provider,
@@ -458,7 +533,12 @@ fn list_versions(vs: &[Version]) -> String {
 }
 
 async fn run(cli: Cli) -> Result<()> {
+    let store = store_location(&cli)?;
     let home = home(cli.home);
+    let at = Place {
+        home: home.clone(),
+        store,
+    };
     match cli.command {
         Command::Create {
             name,
@@ -473,7 +553,7 @@ async fn run(cli: Cli) -> Result<()> {
             insecure_plaintext,
             wait,
         } => {
-            let mut ctx = Ctx::open(&home)?;
+            let mut ctx = Ctx::open(&at)?;
             let version = ctx.version(&version)?;
             let spec = ControlPlaneSpec {
                 replicas,
@@ -509,7 +589,7 @@ async fn run(cli: Cli) -> Result<()> {
                 (text, file.display().to_string())
             };
             let m = manifest::parse(&text, &source)?;
-            let mut ctx = Ctx::open(&home)?;
+            let mut ctx = Ctx::open(&at)?;
             let name = m.metadata.name.clone();
             let after = ctx.store.last_event_id(&name)?;
             if ctx.store.control_plane(&name)?.is_some() {
@@ -525,7 +605,7 @@ async fn run(cli: Cli) -> Result<()> {
             force,
             wait,
         } => {
-            let mut ctx = Ctx::open(&home)?;
+            let mut ctx = Ctx::open(&at)?;
             ctx.store.get_control_plane(&name)?;
             let version = ctx.version(&version)?;
             let after = ctx.store.last_event_id(&name)?;
@@ -542,7 +622,7 @@ async fn run(cli: Cli) -> Result<()> {
             force,
             wait,
         } => {
-            let mut ctx = Ctx::open(&home)?;
+            let mut ctx = Ctx::open(&at)?;
             let after = ctx.store.last_event_id(&name)?;
             change(&mut ctx, &name, force, |s| ControlPlaneSpec {
                 replicas,
@@ -552,7 +632,7 @@ async fn run(cli: Cli) -> Result<()> {
             ctx.wait(&name, wait::Goal::Converged, &wait, after).await
         }
         Command::Pause { name, resume } => {
-            let mut ctx = Ctx::open(&home)?;
+            let mut ctx = Ctx::open(&at)?;
             let mut spec = ctx.store.get_control_plane(&name)?.spec;
             if spec.paused != resume {
                 println!(
@@ -575,7 +655,7 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Status { name, output } => {
-            let ctx = Ctx::open(&home)?;
+            let ctx = Ctx::open(&at)?;
             let cp = ctx.store.get_control_plane(&name)?;
             let s = ctx.live(&cp).await?;
             match output {
@@ -585,9 +665,9 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::List => list(&home),
+        Command::List => list(&at),
         Command::Delete { name, wait } => {
-            let mut ctx = Ctx::open(&home)?;
+            let mut ctx = Ctx::open(&at)?;
             ctx.store.get_control_plane(&name)?;
             let after = ctx.store.last_event_id(&name)?;
             ctx.store.mark_control_plane_deleting(&name)?;
@@ -605,7 +685,7 @@ async fn run(cli: Cli) -> Result<()> {
                     wait::print_events(&ctx.store, &name, &mut last, ctx.started_ms, false)?;
                     if !wait::controller_active(&ctx.store) {
                         println!("{name}: the controller stopped; finishing the deletion here");
-                        teardown(&home, &name, Some(ctx.started_ms)).await?;
+                        teardown(&at, &name, Some(ctx.started_ms)).await?;
                         break;
                     }
                     if std::time::Instant::now() >= deadline {
@@ -620,17 +700,30 @@ async fn run(cli: Cli) -> Result<()> {
             } else {
                 // Teardown needs no quorum and no controller: do it here.
                 println!("{name}: marked for deletion; stopping and removing its machines");
-                teardown(&home, &name, Some(ctx.started_ms)).await?;
+                teardown(&at, &name, Some(ctx.started_ms)).await?;
             }
             if ctx.store.control_plane(&name)?.is_none() {
                 println!("{name}: deleted");
             }
             Ok(())
         }
-        Command::Controller { metrics_addr } => {
-            let cfg = Config::new(&home, default_etcd_dir());
-            let mut c = Controller::new(cfg)
-                .with_context(|| format!("opening the store in {}", home.display()))?;
+        Command::Controller {
+            metrics_addr,
+            lease_ttl,
+            identity,
+        } => {
+            let mut cfg = Config::new(&home, default_etcd_dir());
+            cfg.store = at.store.clone();
+            cfg.lease_ttl_ms = lease_ttl.as_millis() as u64;
+            if let Some(id) = identity {
+                cfg.identity = id;
+            }
+            let where_ = match &at.store {
+                StoreLocation::Embedded => home.display().to_string(),
+                StoreLocation::Etcd(l) => l.url(),
+            };
+            let mut c =
+                Controller::new(cfg).with_context(|| format!("opening the store {where_}"))?;
             let stop = Arc::new(AtomicBool::new(false));
             if metrics_addr != "off" {
                 let listener = tokio::net::TcpListener::bind(&metrics_addr).await.with_context(|| {
@@ -657,8 +750,9 @@ async fn run(cli: Cli) -> Result<()> {
                 s2.store(true, Ordering::Relaxed);
             });
             eprintln!(
-                "quorum controller: home {} (Ctrl-C to stop; machines keep running)",
-                home.display()
+                "quorum controller: home {}, store {} (Ctrl-C to stop; machines keep running)",
+                home.display(),
+                where_
             );
             c.run(stop).await;
             Ok(())
@@ -669,7 +763,7 @@ async fn run(cli: Cli) -> Result<()> {
             common_name,
             lifetime,
         } => {
-            let ctx = Ctx::open(&home)?;
+            let ctx = Ctx::open(&at)?;
             credentials(&ctx, &name, &out, &common_name, lifetime)
         }
         Command::HaproxyConfig {
@@ -677,7 +771,7 @@ async fn run(cli: Cli) -> Result<()> {
             bind,
             tls_dir,
         } => {
-            let ctx = Ctx::open(&home)?;
+            let ctx = Ctx::open(&at)?;
             let cp = ctx.store.get_control_plane(&name)?;
             let Some(h) = &cp.spec.haproxy else {
                 bail!(
@@ -738,11 +832,13 @@ async fn run(cli: Cli) -> Result<()> {
         }
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(BenchCommand::Rollout(args)) => bench::run(args).await,
+        Command::Bench(BenchCommand::Failover(args)) => failover::run(args).await,
     }
 }
 
-fn list(home: &Path) -> Result<()> {
-    let ctx = Ctx::open(home)?;
+fn list(at: &Place) -> Result<()> {
+    let home = &at.home;
+    let ctx = Ctx::open(at)?;
     let cps = ctx.store.control_planes()?;
     if cps.is_empty() {
         println!(
@@ -996,11 +1092,22 @@ async fn change(
 
 /// Drives the teardown of a control plane until it is gone (marking it deleting first,
 /// idempotently). With `print_since_ms`, prints each step as it happens.
-async fn teardown(home: &Path, name: &str, print_since_ms: Option<i64>) -> Result<()> {
+async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Result<()> {
     // Bounded: stopping a machine takes at most its grace period plus the SIGKILL wait.
     const TEARDOWN_LIMIT: Duration = Duration::from_secs(120);
-    let mut c = Controller::new(Config::new(home, default_etcd_dir()))?;
-    let mut store = Store::open(home)?;
+    let mut c = Controller::new(Config {
+        store: at.store.clone(),
+        identity: format!("quorum-delete-{}", std::process::id()),
+        ..Config::new(&at.home, default_etcd_dir())
+    })?;
+    // Acting as the controller takes the leadership, as any controller would.
+    if let quorum_controller::Lead::Standby(who) = c.lead()? {
+        bail!(
+            "{name}: controller {} leads and will finish the deletion; follow it with `quorum status {name}`",
+            who.as_deref().unwrap_or("(another)")
+        );
+    }
+    let mut store = Store::connect(&at.store, &at.home)?;
     let mut last_event = store.last_event_id(name)?;
     match store.mark_control_plane_deleting(name) {
         Ok(()) | Err(quorum_store::StoreError::NotFound(_)) => {}

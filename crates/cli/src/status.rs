@@ -31,6 +31,9 @@ pub struct Status {
     pub machines: Vec<MachineRow>,
     pub conditions: Vec<Condition>,
     pub controller: Option<ControllerInfo>,
+    /// The replica that leads the controllers, with a store shared by several (etcd).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller_leader: Option<quorum_store::LeaderInfo>,
     #[serde(skip)]
     pub decision: Decision,
 }
@@ -111,6 +114,7 @@ pub async fn live(
         machines: rows,
         conditions: decision.conditions.clone(),
         controller,
+        controller_leader: store.leader()?,
         decision,
     })
 }
@@ -222,6 +226,17 @@ pub fn render_table(s: &Status) -> String {
         None => "none has seen it yet — start one with `quorum controller`".into(),
     };
     push(&mut out, "Controller", &ctl);
+    if let Some(l) = &s.controller_leader {
+        let since_s = (now_ms() - l.since_ms).max(0) / 1000;
+        push(
+            &mut out,
+            "Leading",
+            &format!(
+                "{} (for {since_s}s; leadership token {})",
+                l.identity, l.token
+            ),
+        );
+    }
     push(
         &mut out,
         "Endpoints",

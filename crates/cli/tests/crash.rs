@@ -77,7 +77,7 @@ fn rollout_scenario(point: &str) -> String {
         point,
         if lose { "1*return" } else { "return" },
     );
-    let watch = QuorumWatch::start(&env.home, name);
+    let watch = QuorumWatch::start(&env, name);
     let t = Instant::now();
     if lose {
         // No crash: the controller sees a timeout for a change that took effect, and must
@@ -216,7 +216,7 @@ fn every_failpoint_crashes_and_the_next_controller_finishes() {
 fn bug_report_crash_after_member_removal() {
     let mut env = Env::new("bug-report");
     let keys = prepare(&mut env, "br", "crash-after-remove-member", "return");
-    let watch = QuorumWatch::start(&env.home, "br");
+    let watch = QuorumWatch::start(&env, "br");
     assert_eq!(
         env.controller_exit(Duration::from_secs(120)),
         Some(CRASH_EXIT_CODE)

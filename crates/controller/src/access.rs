@@ -49,7 +49,7 @@ pub fn open(
     timeouts: Timeouts,
 ) -> Result<Access, StoreError> {
     let corrupt = |detail: String| StoreError::Corrupt {
-        path: store.path().to_path_buf(),
+        location: store.location(),
         detail,
     };
     let Some(stored) = store.certificate_authority(cp)? else {

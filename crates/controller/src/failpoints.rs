@@ -22,7 +22,15 @@ pub const CRASH_EXIT_CODE: i32 = 86;
 /// Action kinds whose answer can be lost after the change took effect.
 pub const LOSABLE: [&str; 4] = ["add-learner", "promote", "move-leader", "remove-member"];
 
-/// Every failpoint name, in the order a test should enumerate them.
+/// Leadership failpoints, exercised by the tests of several controllers (not crashes):
+/// - `ignore-lease-deadline`: the leader skips its own lease deadline, so only the
+///   store's fence can stop a deposed leader;
+/// - `lose-lease-after-remove-member`: right after etcd acknowledges a member removal,
+///   the leader's lease is revoked in the store while the leader still believes it
+///   leads (the origin bug report's "leader election lost").
+pub const LEADERSHIP: [&str; 2] = ["ignore-lease-deadline", "lose-lease-after-remove-member"];
+
+/// Every crash failpoint name, in the order a test should enumerate them.
 pub fn all() -> Vec<String> {
     let mut out = Vec::new();
     for kind in Action::KINDS {
@@ -50,7 +58,8 @@ pub fn init_from_env() -> Result<Vec<String>, String> {
                 .into(),
         );
     }
-    let known = all();
+    let mut known = all();
+    known.extend(LEADERSHIP.iter().map(|s| s.to_string()));
     let mut set = Vec::new();
     for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, actions) = item
@@ -70,7 +79,7 @@ pub fn init_from_env() -> Result<Vec<String>, String> {
 #[cfg(feature = "failpoints")]
 fn assert_listed(name: &str) {
     assert!(
-        all().iter().any(|n| n == name),
+        all().iter().any(|n| n == name) || LEADERSHIP.contains(&name),
         "failpoint '{name}' is not listed in failpoints::all(), so no test enumerates it"
     );
 }
@@ -96,6 +105,18 @@ pub fn active(name: &str) -> bool {
     #[cfg(feature = "failpoints")]
     if fail::eval(name, |_| ()).is_some() {
         eprintln!("failpoint {name}: firing");
+        return true;
+    }
+    false
+}
+
+/// Is the failpoint `name` active? Says nothing (for checks made on every loop).
+#[allow(unused_variables)]
+pub fn enabled(name: &str) -> bool {
+    #[cfg(feature = "failpoints")]
+    assert_listed(name);
+    #[cfg(feature = "failpoints")]
+    if fail::eval(name, |_| ()).is_some() {
         return true;
     }
     false

@@ -23,7 +23,7 @@ use quorum_core::{
 use quorum_etcd::{ClusterView, Etcd, EtcdError, Timeouts};
 use quorum_haproxy::LbOp;
 use quorum_provider::{etcd_binary, LocalProvider, MachineTls, ProviderError, StartRequest};
-use quorum_store::{NewEvent, PublishedStatus, Store, StoreError};
+use quorum_store::{Campaign, NewEvent, PublishedStatus, Store, StoreError, StoreLocation};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
@@ -103,6 +103,10 @@ pub struct Config {
     pub idle_poll_ms: u64,
     /// See `DRAIN_MS`.
     pub drain_ms: u64,
+    /// Where the state lives (the embedded file in `home`, or a management etcd).
+    pub store: StoreLocation,
+    /// Leadership lease among replicas sharing a management etcd.
+    pub lease_ttl_ms: u64,
 }
 
 impl Config {
@@ -114,6 +118,8 @@ impl Config {
             busy_poll_ms: BUSY_POLL_MS,
             idle_poll_ms: IDLE_POLL_MS,
             drain_ms: DRAIN_MS,
+            store: StoreLocation::Embedded,
+            lease_ttl_ms: quorum_core::lease::DEFAULT_LEASE_TTL_MS,
         }
     }
 }
@@ -216,11 +222,25 @@ pub struct Controller {
     state: HashMap<String, CpState>,
     last_heartbeat_ms: i64,
     metrics: Arc<metrics::Metrics>,
+    /// This replica holds the leadership (always, with the embedded store).
+    leading: bool,
+    /// The leader last reported while standing by (reported once per change).
+    last_standby: Option<String>,
+    /// When this replica last stepped down (it waits before campaigning again).
+    stepped_down_at: Option<Instant>,
+}
+
+/// What one attempt to lead came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Lead {
+    Leading,
+    /// Another replica leads (its identity, when known).
+    Standby(Option<String>),
 }
 
 impl Controller {
     pub fn new(cfg: Config) -> Result<Self, StoreError> {
-        let store = Store::open(&cfg.home)?;
+        let store = Store::connect(&cfg.store, &cfg.home)?;
         let provider = LocalProvider::new(&cfg.home, cfg.etcd_dir.clone());
         Ok(Controller {
             cfg,
@@ -230,7 +250,67 @@ impl Controller {
             state: HashMap::new(),
             last_heartbeat_ms: 0,
             metrics: Arc::new(metrics::Metrics::new()),
+            leading: false,
+            last_standby: None,
+            stepped_down_at: None,
         })
+    }
+
+    /// One attempt to lead (the embedded store: always granted). On taking the lead,
+    /// everything cached from an earlier term is dropped and a heartbeat is written at
+    /// once: it is the new leader's first (fenced) write.
+    pub fn lead(&mut self) -> Result<Lead, StoreError> {
+        if self.leading {
+            return Ok(Lead::Leading);
+        }
+        match self
+            .store
+            .campaign(&self.cfg.identity, self.cfg.lease_ttl_ms)?
+        {
+            Campaign::Leading { token } => {
+                self.state.clear();
+                self.leading = true;
+                self.last_standby = None;
+                let now = now_ms();
+                self.store.controller_heartbeat(&self.cfg.identity, now)?;
+                self.last_heartbeat_ms = now;
+                self.metrics.leading(true);
+                if token != 0 {
+                    tracing::info!(token, ttl_ms = self.cfg.lease_ttl_ms, "leading");
+                }
+                Ok(Lead::Leading)
+            }
+            Campaign::Standby { leader } => {
+                let who = leader.map(|l| l.identity);
+                if who != self.last_standby {
+                    tracing::info!(leader = who.as_deref().unwrap_or("(none)"), "standing by");
+                    self.last_standby = who.clone();
+                }
+                Ok(Lead::Standby(who))
+            }
+        }
+    }
+
+    /// Gives the leadership up (after the store refused a write, or the lease ran out).
+    fn step_down(&mut self, why: &str) {
+        if !self.leading {
+            return;
+        }
+        tracing::warn!("stepping down: {why}");
+        self.store.step_down();
+        self.leading = false;
+        self.stepped_down_at = Some(Instant::now());
+        self.state.clear();
+        self.metrics.leading(false);
+    }
+
+    /// The margin a step needs; `None` (skip the local deadline, leaving the store's
+    /// fence as the only check) only under the `ignore-lease-deadline` failpoint.
+    fn lease_margin_ms(&self) -> Option<u64> {
+        if failpoints::enabled("ignore-lease-deadline") {
+            return None;
+        }
+        Some(quorum_core::lease::margin_ms(self.cfg.lease_ttl_ms))
     }
 
     /// The controller's metrics (to serve with `metrics::serve`).
@@ -240,10 +320,35 @@ impl Controller {
 
     /// Runs until `stop` is set. Errors reading the store are reported and retried.
     pub async fn run(&mut self, stop: Arc<AtomicBool>) {
-        tracing::info!(home = %self.cfg.home.display(), "controller running");
+        tracing::info!(home = %self.cfg.home.display(), store = %self.store.location(), "controller running");
+        let standby_poll_ms = quorum_core::lease::standby_poll_ms(self.cfg.lease_ttl_ms);
         while !stop.load(Ordering::Relaxed) {
+            match self.lead() {
+                Ok(Lead::Leading) => {}
+                Ok(Lead::Standby(_)) => {
+                    sleep_unless(&stop, standby_poll_ms).await;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::error!("campaign: {e}");
+                    sleep_unless(&stop, standby_poll_ms).await;
+                    continue;
+                }
+            }
+            // A lease that ran out (by this replica's own clock) ends the term before
+            // anything else happens, even with nothing to do.
+            if !failpoints::enabled("ignore-lease-deadline")
+                && !quorum_core::lease::may_act(self.store.lease_left_ms(), 0)
+            {
+                self.step_down("the leadership lease ran out before it could be renewed");
+                continue;
+            }
             let outcome = match self.reconcile_all().await {
                 Ok(o) => o,
+                Err(e) if e.lost_leadership() => {
+                    self.step_down(&e.to_string());
+                    continue;
+                }
                 Err(e) => {
                     tracing::error!("reconcile: {e}");
                     Outcome::Waiting
@@ -255,6 +360,7 @@ impl Controller {
                 Outcome::Converged => self.idle(&stop).await,
             }
         }
+        self.store.step_down();
         tracing::info!("controller stopped");
     }
 
@@ -265,6 +371,9 @@ impl Controller {
         while start.elapsed() < Duration::from_millis(self.cfg.idle_poll_ms) {
             sleep_unless(stop, self.cfg.busy_poll_ms).await;
             if stop.load(Ordering::Relaxed) || self.store.data_version().ok() != before {
+                return;
+            }
+            if !quorum_core::lease::may_act(self.store.lease_left_ms(), 0) {
                 return;
             }
         }
@@ -421,7 +530,7 @@ impl Controller {
                         self.metrics.forget(&cp.name);
                         remove_endpoints_file(&self.cfg.home, &cp.name);
                     }
-                    tracing::info!(cp = %cp.name, took_ms, "{action}");
+                    tracing::info!(cp = %cp.name, performed = action.kind(), took_ms, "{action}");
                     let st = self.state.entry(cp.name.clone()).or_default();
                     st.retry.remove(&key);
                     st.last_error = None;
@@ -436,6 +545,7 @@ impl Controller {
                     );
                     outcome = Outcome::Acted;
                 }
+                Err(ActionError::Store(e)) if e.lost_leadership() => return Err(e),
                 Err(e) => {
                     let refusal = e.is_refusal();
                     self.metrics
@@ -689,10 +799,19 @@ impl Controller {
         action: &Action,
     ) -> Result<(), ActionError> {
         let kind = action.kind();
+        // Every action is a side effect (on a member, a machine or the store): only a
+        // leader with time to spare may start one, and the store confirms the token.
+        self.store.ensure_leading(self.lease_margin_ms())?;
         failpoints::crash_point(&format!("crash-before-{kind}"));
         self.perform_inner(cp, access, machines, observed, action)
             .await?;
         failpoints::crash_point(&format!("crash-after-{kind}"));
+        if kind == "remove-member" && failpoints::active("lose-lease-after-remove-member") {
+            // The origin bug report: the lease is lost right after etcd acknowledged the
+            // removal; this replica does not know yet.
+            self.store.release_lease_keeping_token()?;
+            tracing::warn!("failpoint: the leadership lease was revoked after remove-member");
+        }
         if failpoints::LOSABLE.contains(&kind) && failpoints::active(&format!("lose-answer-{kind}"))
         {
             return Err(ActionError::Etcd(EtcdError::Timeout {

@@ -7,6 +7,7 @@
 //!   (ok, refused, failed);
 //! - `quorum_rollout_up_to_date_ratio{control_plane}`: machines at the spec's version
 //!   over replicas (1 when a rollout is done);
+//! - `quorum_leader`: 1 while this replica leads the controllers of its store, else 0;
 //! - `quorum_quorum_margin{control_plane}`: healthy voters minus the quorum size; alert on
 //!   0 (one more failure loses quorum), and below 0 quorum is lost or unknown.
 
@@ -30,6 +31,7 @@ pub struct Metrics {
     operations: Family<Labels, Counter>,
     up_to_date: Family<Labels, Gauge<f64, AtomicU64>>,
     quorum_margin: Family<Labels, Gauge>,
+    leader: Gauge,
 }
 
 impl Default for Metrics {
@@ -67,7 +69,14 @@ impl Metrics {
             "Healthy voters minus the quorum size (0: one more failure loses quorum)",
             quorum_margin.clone(),
         );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica leads the controllers of its store",
+            leader.clone(),
+        );
         Metrics {
+            leader,
             registry,
             reconciles,
             reconcile_seconds,
@@ -75,6 +84,10 @@ impl Metrics {
             up_to_date,
             quorum_margin,
         }
+    }
+
+    pub fn leading(&self, yes: bool) {
+        self.leader.set(i64::from(yes));
     }
 
     pub fn reconciled(&self, outcome: &str, seconds: f64) {

@@ -6,6 +6,7 @@
 //! done leaves as data (`Decision`).
 
 pub mod decide;
+pub mod lease;
 pub mod model;
 pub mod span;
 pub mod validate;

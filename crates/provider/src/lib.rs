@@ -9,6 +9,8 @@
 //! Architecture invariant: the provider never talks to etcd's API and knows nothing of
 //! membership; it starts, stops, observes and deletes processes and directories.
 
+pub mod management;
+
 use quorum_core::{ClusterState, InitialMember, Machine, ProcessState, Version};
 use std::fs;
 use std::io;
@@ -37,6 +39,8 @@ pub enum ProviderError {
         #[source]
         source: io::Error,
     },
+    #[error("machine {machine} does not accept connections on its client port after {waited_ms} ms (see its etcd.log)")]
+    NotReady { machine: String, waited_ms: u64 },
     #[error("machine {machine} speaks TLS but was started without certificates")]
     MissingCertificates { machine: String },
     #[error("machine {machine}: process {pid} did not exit after SIGKILL within {waited_ms} ms")]

@@ -10,11 +10,15 @@
 //! not parse is reported as corruption, never skipped).
 
 use quorum_core::{ControlPlane, ControlPlaneSpec, Machine, Version};
-use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+mod etcd;
+mod sqlite;
+pub use etcd::{EtcdLocation, EtcdStore, EtcdTls};
+pub use sqlite::SqliteStore;
 
 /// The file inside the state directory.
 pub const STATE_FILE: &str = "quorum.db";
@@ -46,8 +50,30 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
-    #[error("state store {path} is corrupt: {detail}. quorum did not change it; restore it from a backup or move it aside")]
-    Corrupt { path: PathBuf, detail: String },
+    #[error("state store {location} is corrupt: {detail}. quorum did not change it; restore it from a backup or move it aside")]
+    Corrupt { location: String, detail: String },
+    #[error("state store {location}: {detail}")]
+    Etcd { location: String, detail: String },
+    #[error("state store {location}: no answer within {timeout_ms} ms to {op}")]
+    Timeout {
+        location: String,
+        op: &'static str,
+        timeout_ms: u64,
+    },
+    #[error("state store {location}: {what} kept changing under this write ({attempts} attempts); try again")]
+    Conflict {
+        location: String,
+        what: String,
+        attempts: u32,
+    },
+    /// The write was guarded by a leadership token that is no longer current: another
+    /// replica leads now. Nothing was written.
+    #[error("this controller no longer leads (its leadership token {token} is stale): the write was refused and nothing changed")]
+    Fenced { token: i64 },
+    /// The leader's own lease deadline (measured locally) is too close or past: it must
+    /// not start a side effect.
+    #[error("this controller's leadership lease ends in {left_ms} ms, less than the {margin_ms} ms margin a step needs")]
+    LeaseEnding { left_ms: i64, margin_ms: u64 },
     #[error("{what} {} has mode {mode:o}: other users can read quorum's state; quorum refuses to use it until you run `chmod {want:o} {}`", path.display(), path.display())]
     NotPrivate {
         what: &'static str,
@@ -69,6 +95,16 @@ pub enum StoreError {
     MissingCa(String),
     #[error("no free loopback address left in {0}.0.0/16 for a new machine; use a fresh state directory or set QUORUM_SUBNET")]
     AddressesExhausted(String),
+}
+
+impl StoreError {
+    /// This replica no longer leads (or may not act as leader): it must step down.
+    pub fn lost_leadership(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Fenced { .. } | StoreError::LeaseEnding { .. }
+        )
+    }
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -128,625 +164,150 @@ pub struct PublishedStatus {
     pub status: serde_json::Value,
 }
 
-pub struct Store {
-    conn: Connection,
-    path: PathBuf,
+/// Who leads the controllers of a store, as recorded in it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderInfo {
+    pub identity: String,
+    /// Milliseconds since the Unix epoch when it took the lead.
+    pub since_ms: i64,
+    /// The leadership token (etcd: the leader key's create revision); writes are fenced
+    /// with it.
+    pub token: i64,
 }
 
-impl Store {
-    /// Opens (creating if needed) the store in `home`. The directory is created
-    /// owner-only.
-    pub fn open(home: &Path) -> Result<Store> {
-        create_private_dir(home)?;
-        check_private("state directory", home, 0o700)?;
-        let path = home.join(STATE_FILE);
-        let marker = home.join(INITIALIZED_MARKER);
-        let initialized = marker.exists();
-        if initialized && !path.exists() {
-            return Err(StoreError::Corrupt {
-                path,
-                detail: "the state file is missing, but this directory held a state".into(),
-            });
-        }
-        create_private_file(&path)?;
-        check_private("state file", &path, 0o600)?;
-        let sql = sql_error(&path);
-        let conn = Connection::open(&path).map_err(sql)?;
-        conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
-            .map_err(sql)?;
-        let store = Store { conn, path };
-        if initialized && !store.has_schema()? {
-            return Err(store
-                .corrupt("the file is empty or lost its tables, but this directory held a state"));
-        }
-        // Two processes opening a new file at once (the CLI and a controller) contend for
-        // the lock that switching to WAL and creating the schema need; SQLite does not
-        // always wait on that one, so retry, bounded.
-        let deadline = std::time::Instant::now() + Duration::from_millis(BUSY_TIMEOUT_MS);
-        loop {
-            match store.init() {
-                Err(StoreError::Sqlite {
-                    source: rusqlite::Error::SqliteFailure(e, _),
-                    ..
-                }) if matches!(
-                    e.code,
-                    rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-                ) && std::time::Instant::now() < deadline =>
-                {
-                    std::thread::sleep(Duration::from_millis(INIT_RETRY_MS));
-                }
-                Err(e) => return Err(e),
-                Ok(()) => break,
-            }
-        }
-        store.check_consistency()?;
-        if !initialized {
-            create_private_file(&marker)?;
-        }
-        Ok(store)
-    }
+/// The answer to one attempt to lead.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Campaign {
+    /// This replica leads, with this token, until its lease deadline.
+    Leading { token: i64 },
+    /// Another replica leads (or the key was just taken): wait and try again.
+    Standby { leader: Option<LeaderInfo> },
+}
 
-    /// Structural checks at open, so corruption is reported before anything acts on the
-    /// state: SQLite's own page checks (`quick_check`, a full read; the state is small)
-    /// and no machine record pointing at a control plane that does not exist.
-    fn check_consistency(&self) -> Result<()> {
-        let quick: String = self
-            .conn
-            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
-        if quick != "ok" {
-            return Err(self.corrupt(quick));
-        }
-        let orphans: i64 = self
-            .conn
-            .query_row(
-                "SELECT count(*) FROM machines WHERE control_plane NOT IN (SELECT name FROM control_planes)",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
-        if orphans > 0 {
-            return Err(self.corrupt(format!(
-                "{orphans} machine records belong to no control plane"
-            )));
-        }
-        let orphan_cas: i64 = self
-            .conn
-            .query_row(
-                "SELECT count(*) FROM certificate_authorities WHERE control_plane NOT IN (SELECT name FROM control_planes)",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
-        if orphan_cas > 0 {
-            return Err(self.corrupt(format!(
-                "{orphan_cas} certificate authorities belong to no control plane"
-            )));
-        }
-        Ok(())
-    }
+/// quorum's durable state, whatever holds it: the embedded SQLite file or a management
+/// etcd cluster. Both backends behave the same: every write is one atomic step, a
+/// write never silently overwrites another writer's (etcd: compare on the revision
+/// read; SQLite: one immediate transaction), and a record that does not parse is
+/// corruption, never skipped.
+pub trait StateStore: Send {
+    /// Where the state lives, for messages (a path or `etcd://...`).
+    fn location(&self) -> String;
 
-    /// Whether the file holds quorum's schema (a truncated or emptied file does not).
-    fn has_schema(&self) -> Result<bool> {
-        self.conn
-            .query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'meta'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .map(|n| n == 1)
-            .map_err(|e| self.err(e))
-    }
+    /// Checks the backend's integrity (SQLite: a full page check).
+    fn check_integrity(&self) -> Result<()>;
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    fn err(&self, source: rusqlite::Error) -> StoreError {
-        match source {
-            rusqlite::Error::SqliteFailure(e, _)
-                if matches!(
-                    e.code,
-                    rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
-                ) =>
-            {
-                StoreError::Corrupt {
-                    path: self.path.clone(),
-                    detail: e.to_string(),
-                }
-            }
-            source => StoreError::Sqlite {
-                path: self.path.clone(),
-                source,
-            },
-        }
-    }
-
-    fn corrupt(&self, detail: impl Into<String>) -> StoreError {
-        // One line, whatever SQLite's report looks like.
-        let detail: String = detail.into();
-        StoreError::Corrupt {
-            path: self.path.clone(),
-            detail: detail.trim().replace('\n', "; "),
-        }
-    }
-
-    fn init(&self) -> Result<()> {
-        // journal_mode returns a row, so it is queried rather than executed.
-        let mode: String = self
-            .conn
-            .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(self.corrupt(format!("cannot switch to WAL mode (got {mode})")));
-        }
-        self.conn
-            .execute_batch(
-                "PRAGMA synchronous=FULL;
-                 PRAGMA foreign_keys=ON;
-                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-                 CREATE TABLE IF NOT EXISTS control_planes (
-                     name TEXT PRIMARY KEY,
-                     doc TEXT NOT NULL,
-                     next_serial INTEGER NOT NULL DEFAULT 1,
-                     created_at_ms INTEGER NOT NULL);
-                 CREATE TABLE IF NOT EXISTS machines (
-                     control_plane TEXT NOT NULL REFERENCES control_planes(name) ON DELETE CASCADE,
-                     name TEXT NOT NULL,
-                     doc TEXT NOT NULL,
-                     PRIMARY KEY (control_plane, name));
-                 CREATE TABLE IF NOT EXISTS events (
-                     id INTEGER PRIMARY KEY AUTOINCREMENT,
-                     control_plane TEXT NOT NULL,
-                     at_ms INTEGER NOT NULL,
-                     kind TEXT NOT NULL,
-                     machine TEXT,
-                     message TEXT NOT NULL,
-                     ok INTEGER NOT NULL,
-                     waited_ms INTEGER,
-                     took_ms INTEGER);
-                 CREATE INDEX IF NOT EXISTS events_by_cp ON events(control_plane, id);
-                 CREATE TABLE IF NOT EXISTS published (
-                     control_plane TEXT PRIMARY KEY,
-                     doc TEXT NOT NULL);
-                 CREATE TABLE IF NOT EXISTS certificate_authorities (
-                     control_plane TEXT PRIMARY KEY REFERENCES control_planes(name) ON DELETE CASCADE,
-                     cert_pem TEXT NOT NULL,
-                     key_pem TEXT NOT NULL);",
-            )
-            .map_err(|e| self.err(e))?;
-        let version: Option<String> = self
-            .conn
-            .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(|e| self.err(e))?;
-        match version {
-            None => {
-                self.conn
-                    .execute(
-                        "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
-                        params![SCHEMA_VERSION.to_string()],
-                    )
-                    .map_err(|e| self.err(e))?;
-            }
-            Some(v) if v == SCHEMA_VERSION.to_string() => {}
-            Some(v) => {
-                return Err(self.corrupt(format!(
-                    "schema version {v}, this quorum reads version {SCHEMA_VERSION}"
-                )))
-            }
-        }
-        Ok(())
-    }
-
-    /// Checks the file's integrity (a full read of every page).
-    pub fn check_integrity(&self) -> Result<()> {
-        let res: String = self
-            .conn
-            .query_row("PRAGMA quick_check", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
-        if res != "ok" {
-            return Err(self.corrupt(res));
-        }
-        Ok(())
-    }
-
-    // ---- settings
-
-    pub fn setting(&self, key: &str) -> Result<Option<String>> {
-        self.conn
-            .query_row(
-                "SELECT value FROM meta WHERE key = ?1",
-                params![format!("setting.{key}")],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))
-    }
-
+    fn setting(&self, key: &str) -> Result<Option<String>>;
     /// Sets a setting unless it is already set; returns the value in force.
-    pub fn setting_or_init(&self, key: &str, value: &str) -> Result<String> {
-        self.conn
-            .execute(
-                "INSERT OR IGNORE INTO meta(key, value) VALUES (?1, ?2)",
-                params![format!("setting.{key}"), value],
-            )
-            .map_err(|e| self.err(e))?;
-        self.setting(key)?
-            .ok_or_else(|| self.corrupt(format!("setting {key} vanished after it was written")))
-    }
-
-    // ---- control planes
+    fn setting_or_init(&self, key: &str, value: &str) -> Result<String>;
 
     /// Records a new control plane. The history of an earlier one of the same name is
-    /// dropped in the same transaction, so it never shows up as the new one's.
-    /// A control plane that uses TLS is stored with its certificate authority, in the
-    /// same transaction, so one never exists without the other.
-    pub fn create_control_plane(
+    /// dropped in the same step, so it never shows up as the new one's. A control plane
+    /// that uses TLS is stored with its certificate authority, in the same step, so one
+    /// never exists without the other.
+    fn create_control_plane(
         &mut self,
         cp: &ControlPlane,
         ca: Option<&StoredCa>,
         now_ms: i64,
-    ) -> Result<()> {
-        if cp.spec.tls() && ca.is_none() {
-            return Err(StoreError::MissingCa(cp.name.clone()));
-        }
-        let doc = to_json(cp);
-        let path = self.path.clone();
-        let sql = sql_error(&path);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let n = tx
-            .execute(
-                "INSERT OR IGNORE INTO control_planes(name, doc, created_at_ms) VALUES (?1, ?2, ?3)",
-                params![cp.name, doc, now_ms],
-            )
-            .map_err(sql)?;
-        if n == 0 {
-            return Err(StoreError::AlreadyExists(cp.name.clone()));
-        }
-        tx.execute(
-            "DELETE FROM events WHERE control_plane = ?1",
-            params![cp.name],
-        )
-        .and_then(|_| match ca {
-            Some(ca) => tx.execute(
-                "INSERT OR REPLACE INTO certificate_authorities(control_plane, cert_pem, key_pem) VALUES (?1, ?2, ?3)",
-                params![cp.name, ca.cert_pem, ca.key_pem],
-            ),
-            None => Ok(0),
-        })
-        .and_then(|_| tx.commit())
-        .map_err(sql)
-    }
-
+    ) -> Result<()>;
     /// The certificate authority of a control plane; `None` for a plaintext one. A TLS
     /// control plane without one is corruption.
-    pub fn certificate_authority(&self, cp: &ControlPlane) -> Result<Option<StoredCa>> {
-        let ca = self
-            .conn
-            .query_row(
-                "SELECT cert_pem, key_pem FROM certificate_authorities WHERE control_plane = ?1",
-                params![cp.name],
-                |r| {
-                    Ok(StoredCa {
-                        cert_pem: r.get(0)?,
-                        key_pem: r.get(1)?,
-                    })
-                },
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        if cp.spec.tls() && ca.is_none() {
-            return Err(self.corrupt(format!(
-                "control plane {:?} uses TLS but its certificate authority is missing",
-                cp.name
-            )));
-        }
-        Ok(ca)
-    }
+    fn certificate_authority(&self, cp: &ControlPlane) -> Result<Option<StoredCa>>;
 
     /// Records that a controller is alive (`identity`, at `now_ms`).
-    pub fn controller_heartbeat(&self, identity: &str, now_ms: i64) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO meta(key, value) VALUES ('controller.heartbeat', ?1)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![format!("{now_ms} {identity}")],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(())
-    }
-
+    fn controller_heartbeat(&self, identity: &str, now_ms: i64) -> Result<()>;
     /// The last controller heartbeat: (identity, at_ms).
-    pub fn last_controller_heartbeat(&self) -> Result<Option<(String, i64)>> {
-        let v: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT value FROM meta WHERE key = 'controller.heartbeat'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        Ok(v.and_then(|v| {
-            let (at, who) = v.split_once(' ')?;
-            Some((who.to_string(), at.parse().ok()?))
-        }))
-    }
+    fn last_controller_heartbeat(&self) -> Result<Option<(String, i64)>>;
 
-    pub fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>> {
-        let doc: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT doc FROM control_planes WHERE name = ?1",
-                params![name],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        doc.map(|d| self.parse_cp(name, &d)).transpose()
-    }
-
-    pub fn get_control_plane(&self, name: &str) -> Result<ControlPlane> {
-        self.control_plane(name)?
-            .ok_or_else(|| StoreError::NotFound(name.to_string()))
-    }
-
-    pub fn control_planes(&self) -> Result<Vec<ControlPlane>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT name, doc FROM control_planes ORDER BY name")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
-            .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (name, doc) = row.map_err(|e| self.err(e))?;
-            out.push(self.parse_cp(&name, &doc)?);
-        }
-        Ok(out)
-    }
-
-    fn parse_cp(&self, name: &str, doc: &str) -> Result<ControlPlane> {
-        let cp: ControlPlane = serde_json::from_str(doc)
-            .map_err(|e| self.corrupt(format!("control plane '{name}': {e}")))?;
-        if cp.name != name {
-            return Err(self.corrupt(format!(
-                "control plane row '{name}' holds a record named '{}'",
-                cp.name
-            )));
-        }
-        Ok(cp)
-    }
-
+    fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>>;
+    fn control_planes(&self) -> Result<Vec<ControlPlane>>;
     /// Replaces the spec of an existing control plane.
-    pub fn update_spec(&mut self, name: &str, spec: &ControlPlaneSpec) -> Result<()> {
-        self.modify_control_plane(name, |cp| cp.spec = spec.clone())
-    }
-
+    fn update_spec(&mut self, name: &str, spec: &ControlPlaneSpec) -> Result<()>;
     /// Records the intent to tear the control plane down.
-    pub fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()> {
-        self.modify_control_plane(name, |cp| cp.deleting = true)
-    }
+    fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()>;
+    /// Forgets a control plane, its machines, its CA and its published status (its
+    /// events stay until a control plane of the same name is created again).
+    fn forget_control_plane(&mut self, name: &str) -> Result<()>;
 
-    fn modify_control_plane(
-        &mut self,
-        name: &str,
-        f: impl FnOnce(&mut ControlPlane),
-    ) -> Result<()> {
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| StoreError::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
-        let doc: Option<String> = tx
-            .query_row(
-                "SELECT doc FROM control_planes WHERE name = ?1",
-                params![name],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| StoreError::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
-        let Some(doc) = doc else {
-            return Err(StoreError::NotFound(name.to_string()));
-        };
-        let mut cp: ControlPlane = serde_json::from_str(&doc).map_err(|e| StoreError::Corrupt {
-            path: self.path.clone(),
-            detail: format!("control plane '{name}': {e}"),
-        })?;
-        f(&mut cp);
-        assert_eq!(
-            cp.name, name,
-            "a modification never renames a control plane"
-        );
-        tx.execute(
-            "UPDATE control_planes SET doc = ?2 WHERE name = ?1",
-            params![name, to_json(&cp)],
-        )
-        .and_then(|_| tx.commit())
-        .map_err(|e| StoreError::Sqlite {
-            path: self.path.clone(),
-            source: e,
-        })
-    }
-
-    /// Forgets a control plane, its machines and its published status (its events stay
-    /// until a control plane of the same name is created again).
-    pub fn forget_control_plane(&mut self, name: &str) -> Result<()> {
-        let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(|e| StoreError::Sqlite {
-            path: path.clone(),
-            source: e,
-        })?;
-        tx.execute(
-            "DELETE FROM machines WHERE control_plane = ?1",
-            params![name],
-        )
-        .and_then(|_| {
-            tx.execute(
-                "DELETE FROM published WHERE control_plane = ?1",
-                params![name],
-            )
-        })
-        .and_then(|_| {
-            tx.execute(
-                "DELETE FROM certificate_authorities WHERE control_plane = ?1",
-                params![name],
-            )
-        })
-        .and_then(|_| tx.execute("DELETE FROM control_planes WHERE name = ?1", params![name]))
-        .and_then(|_| tx.commit())
-        .map_err(|e| StoreError::Sqlite {
-            path: self.path.clone(),
-            source: e,
-        })?;
-        Ok(())
-    }
-
-    // ---- machines
-
-    pub fn machines(&self, cp: &str) -> Result<Vec<Machine>> {
-        let mut stmt = self
-            .conn
-            .prepare("SELECT name, doc FROM machines WHERE control_plane = ?1")
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![cp], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-            })
-            .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (name, doc) = row.map_err(|e| self.err(e))?;
-            let m: Machine = serde_json::from_str(&doc)
-                .map_err(|e| self.corrupt(format!("machine '{name}' of '{cp}': {e}")))?;
-            if m.name != name {
-                return Err(self.corrupt(format!("machine row '{name}' holds '{}'", m.name)));
-            }
-            // Machine names are `<control plane>-<serial>`: a record filed under another
-            // control plane is corruption, not a machine of that one.
-            if m.name != format!("{cp}-{}", m.serial) {
-                return Err(self.corrupt(format!(
-                    "machine '{name}' (serial {}) is filed under control plane '{cp}'",
-                    m.serial
-                )));
-            }
-            out.push(m);
-        }
-        out.sort_by_key(|m| m.serial);
-        Ok(out)
-    }
-
+    /// The machines of a control plane, by serial.
+    fn machines(&self, cp: &str) -> Result<Vec<Machine>>;
     /// Records a new machine: the next serial of the control plane and the next free
-    /// loopback address of this state directory (`is_free` says whether an address can
-    /// be used, for example because nothing listens on it).
-    pub fn allocate_machine(
+    /// loopback address of this state (`is_free` says whether an address can be used,
+    /// for example because nothing listens on it). Addresses are never reused.
+    fn allocate_machine(
         &mut self,
         cp: &str,
         bootstrap: bool,
         version: Version,
         certificates_not_after_unix_s: Option<i64>,
         is_free: &dyn Fn(Ipv4Addr) -> bool,
-    ) -> Result<Machine> {
-        let subnet = self.subnet()?;
-        let path = self.path.clone();
-        let sql = sql_error(&path);
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(sql)?;
-        let serial: Option<i64> = tx
-            .query_row(
-                "SELECT next_serial FROM control_planes WHERE name = ?1",
-                params![cp],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(sql)?;
-        let Some(serial) = serial else {
-            return Err(StoreError::NotFound(cp.to_string()));
-        };
-        let mut next_addr: i64 = tx
-            .query_row(
-                "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'next_address'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(sql)?
-            .unwrap_or(0);
-        // Addresses are never reused within a state directory: a removed member's process
-        // may linger for a moment, and a stale status from it must not be mistaken for
-        // a new machine's.
-        let address = loop {
-            let Some(a) = address_at(subnet, next_addr as u64) else {
-                return Err(StoreError::AddressesExhausted(format!("127.{}", subnet.0)));
-            };
-            next_addr += 1;
-            if is_free(a) {
-                break a;
-            }
-        };
-        let machine = Machine {
-            name: format!("{cp}-{serial}"),
-            serial: serial as u64,
-            address,
-            version,
-            bootstrap,
-            deleting: false,
-            tls: certificates_not_after_unix_s.is_some(),
-            certificates_not_after_unix_s,
-        };
-        tx.execute(
-            "INSERT INTO machines(control_plane, name, doc) VALUES (?1, ?2, ?3)",
-            params![cp, machine.name, to_json(&machine)],
-        )
-        .and_then(|_| {
-            tx.execute(
-                "UPDATE control_planes SET next_serial = ?2 WHERE name = ?1",
-                params![cp, serial + 1],
-            )
-        })
-        .and_then(|_| {
-            tx.execute(
-                "INSERT INTO meta(key, value) VALUES ('next_address', ?1)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![next_addr.to_string()],
-            )
-        })
-        .and_then(|_| tx.commit())
-        .map_err(sql)?;
-        Ok(machine)
+    ) -> Result<Machine>;
+    /// Records that a machine is leaving (idempotent).
+    fn mark_machine_deleting(&mut self, cp: &str, machine: &str) -> Result<()>;
+    /// Removes a machine record (idempotent: an absent record is success).
+    fn delete_machine(&mut self, cp: &str, machine: &str) -> Result<()>;
+
+    fn record_event(&self, cp: &str, at_ms: i64, e: &NewEvent<'_>) -> Result<i64>;
+    /// Events of a control plane with an id above `after_id`, oldest first, at most `limit`.
+    fn events_after(&self, cp: &str, after_id: i64, limit: u32) -> Result<Vec<Event>>;
+    /// The id of the newest event of a control plane (0 when there is none).
+    fn last_event_id(&self, cp: &str) -> Result<i64>;
+
+    fn publish_status(&self, cp: &str, status: &PublishedStatus) -> Result<()>;
+    fn published_status(&self, cp: &str) -> Result<Option<PublishedStatus>>;
+
+    /// A number that changes whenever anyone commits a write: a cheap way for the
+    /// controller to notice the CLI changed something.
+    fn data_version(&self) -> Result<i64>;
+
+    // ---- leadership among controller replicas
+
+    /// One attempt to lead the controllers of this store, with a lease of `ttl_ms`.
+    /// The embedded store has one controller per state directory: it always leads.
+    fn campaign(&mut self, identity: &str, ttl_ms: u64) -> Result<Campaign> {
+        let _ = (identity, ttl_ms);
+        Ok(Campaign::Leading { token: 0 })
     }
 
-    /// Records that a machine is leaving (idempotent).
-    pub fn mark_machine_deleting(&mut self, cp: &str, machine: &str) -> Result<()> {
-        let mut m = self.machine(cp, machine)?;
-        if m.deleting {
-            return Ok(());
-        }
-        m.deleting = true;
-        self.conn
-            .execute(
-                "UPDATE machines SET doc = ?3 WHERE control_plane = ?1 AND name = ?2",
-                params![cp, machine, to_json(&m)],
-            )
-            .map_err(|e| self.err(e))?;
+    /// Before a side effect on a managed cluster: fails unless this replica still leads
+    /// with at least `margin_ms` of its lease left (checked locally), then confirms the
+    /// token with a fenced no-op write that the store refuses if another replica leads.
+    /// `None` skips the local deadline (only tests do that, to exercise the fence).
+    fn ensure_leading(&self, margin_ms: Option<u64>) -> Result<()> {
+        let _ = margin_ms;
         Ok(())
     }
 
-    pub fn machine(&self, cp: &str, machine: &str) -> Result<Machine> {
+    /// How long this replica's lease lasts yet, by its own clock (negative: over or
+    /// lost); `None` when there is no lease (the embedded store).
+    fn lease_left_ms(&self) -> Option<i64> {
+        None
+    }
+
+    /// For failure tests only: ends the lease in the store at once while this replica
+    /// keeps its token and deadline, as when a renewal is lost and the lease expires
+    /// before the replica notices (the situation of quorum's origin bug report).
+    fn release_lease_keeping_token(&self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Gives up leadership (stops renewing, releases the lease, drops the token).
+    fn step_down(&mut self) {}
+
+    /// Who leads, as recorded (`None` for the embedded store, or when no one does).
+    fn leader(&self) -> Result<Option<LeaderInfo>> {
+        Ok(None)
+    }
+
+    // ---- provided
+
+    fn get_control_plane(&self, name: &str) -> Result<ControlPlane> {
+        self.control_plane(name)?
+            .ok_or_else(|| StoreError::NotFound(name.to_string()))
+    }
+
+    fn machine(&self, cp: &str, machine: &str) -> Result<Machine> {
         self.machines(cp)?
             .into_iter()
             .find(|m| m.name == machine)
@@ -756,21 +317,10 @@ impl Store {
             })
     }
 
-    /// Removes a machine record (idempotent: an absent record is success).
-    pub fn delete_machine(&mut self, cp: &str, machine: &str) -> Result<()> {
-        self.conn
-            .execute(
-                "DELETE FROM machines WHERE control_plane = ?1 AND name = ?2",
-                params![cp, machine],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(())
-    }
-
-    /// The loopback subnet `A.B` (as in 127.A.B.x) this state directory allocates from,
-    /// chosen once. `QUORUM_SUBNET` (for example `42.0`) fixes it before first use;
-    /// otherwise a random one away from 127.0.x.x is picked.
-    pub fn subnet(&self) -> Result<(u8, u8)> {
+    /// The loopback subnet `A.B` (as in 127.A.B.x) this state allocates from, chosen
+    /// once. `QUORUM_SUBNET` (for example `42.0`) fixes it before first use; otherwise
+    /// a random one away from 127.0.x.x is picked.
+    fn subnet(&self) -> Result<(u8, u8)> {
         let wanted = std::env::var("QUORUM_SUBNET").ok();
         let fallback = || {
             // Process id and clock mixed: distinct state directories on one machine get
@@ -783,114 +333,82 @@ impl Store {
             format!("{}.{}", 16 + (x >> 24) % 200, (x >> 8) & 0xf0)
         };
         let value = self.setting_or_init("subnet", &wanted.unwrap_or_else(fallback))?;
-        parse_subnet(&value).ok_or_else(|| self.corrupt(format!("bad subnet setting '{value}'")))
-    }
-
-    // ---- events
-
-    pub fn record_event(&self, cp: &str, at_ms: i64, e: &NewEvent<'_>) -> Result<i64> {
-        self.conn
-            .execute(
-                "INSERT INTO events(control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![cp, at_ms, e.kind, e.machine, e.message, e.ok, e.waited_ms, e.took_ms],
-            )
-            .map_err(|e| self.err(e))?;
-        let id = self.conn.last_insert_rowid();
-        if id % 256 == 0 {
-            self.conn
-                .execute(
-                    "DELETE FROM events WHERE control_plane = ?1 AND id <= ?2",
-                    params![cp, id - EVENTS_KEPT_PER_CONTROL_PLANE],
-                )
-                .map_err(|e| self.err(e))?;
-        }
-        Ok(id)
-    }
-
-    /// Events of a control plane with an id above `after_id`, oldest first, at most `limit`.
-    pub fn events_after(&self, cp: &str, after_id: i64, limit: u32) -> Result<Vec<Event>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT id, control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms
-                 FROM events WHERE control_plane = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![cp, after_id, limit], |r| {
-                Ok(Event {
-                    id: r.get(0)?,
-                    control_plane: r.get(1)?,
-                    at_ms: r.get(2)?,
-                    kind: r.get(3)?,
-                    machine: r.get(4)?,
-                    message: r.get(5)?,
-                    ok: r.get(6)?,
-                    waited_ms: r.get(7)?,
-                    took_ms: r.get(8)?,
-                })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
-    }
-
-    /// The id of the newest event of a control plane (0 when there is none).
-    pub fn last_event_id(&self, cp: &str) -> Result<i64> {
-        self.conn
-            .query_row(
-                "SELECT COALESCE(MAX(id), 0) FROM events WHERE control_plane = ?1",
-                params![cp],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))
-    }
-
-    // ---- published status
-
-    pub fn publish_status(&self, cp: &str, status: &PublishedStatus) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO published(control_plane, doc) VALUES (?1, ?2)
-                 ON CONFLICT(control_plane) DO UPDATE SET doc = excluded.doc",
-                params![cp, to_json(status)],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(())
-    }
-
-    pub fn published_status(&self, cp: &str) -> Result<Option<PublishedStatus>> {
-        let doc: Option<String> = self
-            .conn
-            .query_row(
-                "SELECT doc FROM published WHERE control_plane = ?1",
-                params![cp],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        doc.map(|d| {
-            serde_json::from_str(&d)
-                .map_err(|e| self.corrupt(format!("published status of '{cp}': {e}")))
+        parse_subnet(&value).ok_or_else(|| StoreError::Corrupt {
+            location: self.location(),
+            detail: format!("bad subnet setting {value:?}"),
         })
-        .transpose()
-    }
-
-    /// A number that changes whenever any connection commits a write to the file: a
-    /// cheap way for the controller to notice the CLI changed something.
-    pub fn data_version(&self) -> Result<i64> {
-        self.conn
-            .query_row("PRAGMA data_version", [], |r| r.get(0))
-            .map_err(|e| self.err(e))
     }
 }
 
-/// Maps SQLite errors of the file at `path` (for use while `self.conn` is borrowed).
-fn sql_error(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
-    move |source| StoreError::Sqlite {
-        path: path.to_path_buf(),
-        source,
+/// Where the state lives: the embedded file in the state directory, or a management
+/// etcd cluster (`etcd://host:port,host:port`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum StoreLocation {
+    #[default]
+    Embedded,
+    Etcd(EtcdLocation),
+}
+
+impl StoreLocation {
+    /// Parses `--store`: empty or `embedded` for the state file, `etcd://...` for a
+    /// management etcd. `tls` is the client certificate for an etcd that wants one.
+    pub fn parse(s: &str, tls: Option<EtcdTls>) -> Result<StoreLocation, String> {
+        let s = s.trim();
+        if s.is_empty() || s == "embedded" {
+            if tls.is_some() {
+                return Err(
+                    "--store-ca/--store-cert/--store-key apply only to --store etcd://...".into(),
+                );
+            }
+            return Ok(StoreLocation::Embedded);
+        }
+        EtcdLocation::parse(s, tls).map(StoreLocation::Etcd)
     }
+}
+
+/// The store, whichever backend holds it. Derefs to [`StateStore`].
+pub struct Store {
+    inner: Box<dyn StateStore>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the embedded store in `home`, owner-only.
+    pub fn open(home: &Path) -> Result<Store> {
+        Ok(Store {
+            inner: Box::new(SqliteStore::open(home)?),
+        })
+    }
+
+    /// Opens the store at `location` (the embedded one lives in `home`).
+    pub fn connect(location: &StoreLocation, home: &Path) -> Result<Store> {
+        match location {
+            StoreLocation::Embedded => Store::open(home),
+            StoreLocation::Etcd(l) => Ok(Store {
+                inner: Box::new(EtcdStore::connect(l)?),
+            }),
+        }
+    }
+}
+
+impl std::ops::Deref for Store {
+    type Target = dyn StateStore;
+    fn deref(&self) -> &Self::Target {
+        self.inner.as_ref()
+    }
+}
+
+impl std::ops::DerefMut for Store {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.inner.as_mut()
+    }
+}
+
+/// Milliseconds since the Unix epoch (for records only; no decision reads it).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
 }
 
 fn to_json<T: Serialize>(v: &T) -> String {
@@ -1097,9 +615,11 @@ mod tests {
     #[test]
     fn a_corrupt_record_is_reported_not_skipped() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = Store::open(&private(&dir)).unwrap();
+        let home = private(&dir);
+        let mut s = Store::open(&home).unwrap();
         s.create_control_plane(&cp("a"), None, 1).unwrap();
-        s.conn
+        rusqlite::Connection::open(home.join(STATE_FILE))
+            .unwrap()
             .execute(
                 "UPDATE control_planes SET doc = '{\"name\": \"a\", \"spec\": 7}'",
                 [],

@@ -18,6 +18,8 @@ pub struct Env {
     pub home: PathBuf,
     subnet: String,
     controller: Option<Child>,
+    /// `--store` for every command (a management etcd), or the embedded store.
+    pub store_url: Option<String>,
 }
 
 impl Env {
@@ -35,7 +37,23 @@ impl Env {
             home,
             subnet,
             controller: None,
+            store_url: None,
         }
+    }
+
+    /// The subnet `A.B` of this env's addresses (machines use 127.A.B.2 and up).
+    pub fn subnet(&self) -> &str {
+        &self.subnet
+    }
+
+    /// The store this env's commands use.
+    pub fn store_location(&self) -> quorum_store::StoreLocation {
+        quorum_store::StoreLocation::parse(self.store_url.as_deref().unwrap_or(""), None).unwrap()
+    }
+
+    /// Opens the store this env's commands use.
+    pub fn store(&self) -> quorum_store::Store {
+        quorum_store::Store::connect(&self.store_location(), &self.home).unwrap()
     }
 
     pub fn cmd(&self, args: &[&str]) -> Command {
@@ -45,6 +63,10 @@ impl Env {
             .env("QUORUM_SUBNET", &self.subnet)
             .env_remove("QUORUM_LOG")
             .stdin(Stdio::null());
+        match &self.store_url {
+            Some(u) => c.env("QUORUM_STORE", u),
+            None => c.env_remove("QUORUM_STORE"),
+        };
         c
     }
 
@@ -153,7 +175,7 @@ impl Env {
 
     /// Waits until no controller heartbeat on this home is recent.
     pub fn wait_controller_heartbeat_stale(&self) {
-        let store = quorum_store::Store::open(&self.home).unwrap();
+        let store = self.store();
         let deadline = Instant::now() + Duration::from_secs(30);
         while store
             .last_controller_heartbeat()
@@ -189,7 +211,7 @@ impl Env {
     /// A client certificate for `name` (from its CA in the store), or `None` for a
     /// plaintext control plane.
     pub fn client_tls(&self, name: &str) -> Option<quorum_etcd::ClientTls> {
-        let store = quorum_store::Store::open(&self.home).unwrap();
+        let store = self.store();
         let cp = store.get_control_plane(name).unwrap();
         quorum_controller::access::open(&store, &cp, "quorum-test", Default::default())
             .unwrap()
@@ -221,7 +243,7 @@ impl Env {
 
     /// Stored events of a control plane, read from the store file.
     pub fn event_kinds(&self, name: &str) -> Vec<String> {
-        let store = quorum_store::Store::open(&self.home).unwrap();
+        let store = self.store();
         store
             .events_after(name, 0, 100_000)
             .unwrap()
@@ -350,12 +372,13 @@ pub struct QuorumWatch {
 const WATCH_BAD_SAMPLES: u32 = 3;
 
 impl QuorumWatch {
-    pub fn start(home: &std::path::Path, cp: &str) -> QuorumWatch {
+    pub fn start(env: &Env, cp: &str) -> QuorumWatch {
         use std::sync::atomic::{AtomicBool, Ordering};
         let stop = std::sync::Arc::new(AtomicBool::new(false));
-        let (home, cp, stop2) = (home.to_path_buf(), cp.to_string(), stop.clone());
+        let (home, location) = (env.home.clone(), env.store_location());
+        let (cp, stop2) = (cp.to_string(), stop.clone());
         let handle = std::thread::spawn(move || {
-            let store = quorum_store::Store::open(&home).unwrap();
+            let store = quorum_store::Store::connect(&location, &home).unwrap();
             let timeouts = quorum_etcd::Timeouts {
                 connect_ms: 300,
                 observe_ms: 1000,
@@ -432,7 +455,7 @@ impl QuorumWatch {
 /// Requires exactly the stored machines to exist: as members (matched by peer URL, all
 /// voters), as machine directories, and nothing else.
 pub fn assert_no_orphans(env: &Env, cp: &str) {
-    let store = quorum_store::Store::open(&env.home).unwrap();
+    let store = env.store();
     let machines = store.machines(cp).unwrap();
     let urls: Vec<String> = machines.iter().map(|m| m.client_url()).collect();
     let control_plane = store.get_control_plane(cp).unwrap();

@@ -1,0 +1,309 @@
+//! Several controllers on one management etcd (`--store etcd://...`): one leads, the
+//! others stand by; a killed leader is replaced and the rollout completes; a leader
+//! stopped past its lease is fenced off when it resumes; and the origin bug report's
+//! scenario (the lease lost right after a member removal) ends with the new leader
+//! finishing the rollout. Real processes, real signals, a real 3-member management etcd.
+
+mod common;
+
+use common::*;
+use quorum_provider::management::ManagementEtcd;
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// The lease these tests use: short, so takeovers are quick.
+const TTL: &str = "2s";
+
+/// A controller replica process; killed (SIGKILL, by PID) when dropped.
+struct Replica {
+    id: String,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Replica {
+    fn start(env: &Env, id: &str, vars: &[(&str, &str)]) -> Replica {
+        let log = env.dir.path().join(format!("{id}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let mut cmd = env.cmd(&[
+            "controller",
+            "--metrics-addr",
+            "off",
+            "--lease-ttl",
+            TTL,
+            "--identity",
+            id,
+        ]);
+        cmd.env_remove("FAILPOINTS").env("QUORUM_LOG", "info");
+        for (k, v) in vars {
+            cmd.env(k, v);
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(file).spawn().unwrap();
+        Replica {
+            id: id.to_string(),
+            child: Some(child),
+            log,
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on the PID of a child this test started and has not reaped.
+        assert_eq!(unsafe { libc::kill(self.pid(), sig) }, 0);
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The log without backtrace frames, last 40 lines.
+            let text = self.log_text();
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| {
+                    !l.trim_start().starts_with("at ")
+                        && !l.contains(": core::")
+                        && !l.contains(": tokio::")
+                        && !l.contains(": std::")
+                })
+                .collect();
+            let from = lines.len().saturating_sub(40);
+            eprintln!(
+                "--- {} log (last 40 lines):\n{}",
+                self.id,
+                lines[from..].join("\n")
+            );
+        }
+        self.kill9();
+    }
+}
+
+/// An env whose commands use a fresh 3-member management etcd on its own addresses
+/// (`127.A.B.252..254`; machines use `.2` and up).
+fn ha_env(test: &str) -> (Env, ManagementEtcd) {
+    let mut env = Env::new(test);
+    let (a, b) = env.subnet().split_once('.').unwrap();
+    let (a, b): (u8, u8) = (a.parse().unwrap(), b.parse().unwrap());
+    let addrs: Vec<Ipv4Addr> = (252..=254).map(|d| Ipv4Addr::new(127, a, b, d)).collect();
+    let mgmt = ManagementEtcd::start(
+        &env.dir.path().join("mgmt"),
+        &quorum_provider::default_etcd_dir(),
+        NEW.parse().unwrap(),
+        &addrs,
+    )
+    .expect("start the management etcd");
+    env.store_url = Some(mgmt.store_url("quorum"));
+    // Wait until the management cluster answers.
+    let location = env.store_location();
+    wait_for("the management etcd", Duration::from_secs(30), || {
+        quorum_store::Store::connect(&location, &env.home).is_ok()
+    });
+    (env, mgmt)
+}
+
+fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn leader(env: &Env) -> Option<String> {
+    env.store().leader().unwrap().map(|l| l.identity)
+}
+
+fn wait_leader(env: &Env, id: &str, timeout: Duration) {
+    wait_for(&format!("{id} to lead"), timeout, || {
+        leader(env).as_deref() == Some(id)
+    });
+}
+
+/// Waits until the store's history of `cp` after `after` has a successful `kind`.
+fn wait_event(env: &Env, cp: &str, after: i64, kind: &str, timeout: Duration) {
+    let store = env.store();
+    wait_for(&format!("a {kind} event"), timeout, || {
+        store
+            .events_after(cp, after, 10_000)
+            .unwrap()
+            .iter()
+            .any(|e| e.ok && e.kind == kind)
+    });
+}
+
+fn create_and_fill(env: &Env, cp: &str) -> Vec<(String, String)> {
+    env.ok(&[
+        "create",
+        cp,
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--wait",
+        "--timeout",
+        "180s",
+    ]);
+    write_keys(&env.endpoints(cp), "k/", 200)
+}
+
+fn wait_upgraded(env: &Env, cp: &str) {
+    env.wait_status(cp, "the rollout to finish", Duration::from_secs(300), |s| {
+        s["converged"] == true && machine_versions(s) == vec![NEW; 3]
+    });
+}
+
+#[test]
+fn one_replica_leads_and_a_standby_finishes_the_rollout_after_a_kill_9() {
+    let (env, _mgmt) = ha_env("ha-kill");
+    let mut r1 = Replica::start(&env, "r1", &[]);
+    wait_leader(&env, "r1", Duration::from_secs(30));
+    let r2 = Replica::start(&env, "r2", &[]);
+    let keys = create_and_fill(&env, "k");
+    // Status names the leading replica.
+    let s = env.status("k");
+    assert_eq!(s["controllerLeader"]["identity"], "r1", "{s:#}");
+    let table = env.ok(&["status", "k"]);
+    assert!(table.contains("Leading") && table.contains("r1"), "{table}");
+    assert!(r2.log_text().contains("standing by"), "{}", r2.log_text());
+
+    let watch = QuorumWatch::start(&env, "k");
+    let after = env.store().last_event_id("k").unwrap();
+    env.ok(&["upgrade", "k", "--version", NEW]);
+    // In the middle of the rollout: the first new member has joined as a learner.
+    wait_event(&env, "k", after, "add-learner", Duration::from_secs(120));
+    r1.kill9();
+    let killed = Instant::now();
+    wait_leader(&env, "r2", Duration::from_secs(30));
+    eprintln!(
+        "r2 leads {} ms after r1 was killed",
+        killed.elapsed().as_millis()
+    );
+    wait_upgraded(&env, "k");
+    let (samples, violations) = watch.finish();
+    assert!(samples > 10);
+    assert!(violations.is_empty(), "quorum lost: {violations:?}");
+    assert_keys(&env.endpoints("k"), "k/", &keys);
+    assert_no_orphans(&env, "k");
+    assert!(r2.log_text().contains("leading"), "{}", r2.log_text());
+}
+
+/// Lines of `text` that record a performed action.
+fn performed(text: &str) -> Vec<&str> {
+    text.lines().filter(|l| l.contains("performed=")).collect()
+}
+
+#[test]
+fn a_leader_stopped_past_its_lease_is_fenced_off_when_it_resumes() {
+    let (env, _mgmt) = ha_env("ha-stop");
+    // r1 ignores its own lease deadline: only the store's fence can stop it.
+    let r1 = Replica::start(
+        &env,
+        "r1",
+        &[("FAILPOINTS", "ignore-lease-deadline=return")],
+    );
+    wait_leader(&env, "r1", Duration::from_secs(30));
+    let r2 = Replica::start(&env, "r2", &[]);
+    let keys = create_and_fill(&env, "s");
+    let after = env.store().last_event_id("s").unwrap();
+    env.ok(&["upgrade", "s", "--version", NEW]);
+    wait_event(&env, "s", after, "add-learner", Duration::from_secs(120));
+
+    r1.signal(libc::SIGSTOP);
+    wait_leader(&env, "r2", Duration::from_secs(30));
+    // r2 makes progress while r1 is stopped.
+    let taken = env.store().last_event_id("s").unwrap();
+    wait_for("r2 to act", Duration::from_secs(60), || {
+        performed(&r2.log_text()).len() >= 2
+    });
+    let r1_before = r1.log_text().len();
+    let members_before = member_ids(&env, "s");
+    r1.signal(libc::SIGCONT);
+    wait_for("r1 to step down", Duration::from_secs(30), || {
+        r1.log_text()[r1_before..].contains("stepping down")
+    });
+    let resumed = r1.log_text()[r1_before..].to_string();
+    eprintln!("r1 after SIGCONT:\n{resumed}");
+    // Its next store write was refused by the fence...
+    assert!(resumed.contains("no longer leads"), "{resumed}");
+    // ...and it performed nothing.
+    assert!(performed(&resumed).is_empty(), "{resumed}");
+    assert_eq!(leader(&env).as_deref(), Some("r2"));
+    // The members r1 saw are still there or were changed by r2 only: every member
+    // r2 has since is one of the store's machines (no orphan), checked at the end.
+    assert!(!members_before.is_empty());
+    assert!(env.store().last_event_id("s").unwrap() >= taken);
+    wait_upgraded(&env, "s");
+    assert_keys(&env.endpoints("s"), "k/", &keys);
+    assert_no_orphans(&env, "s");
+    // r1 stands by from then on.
+    assert!(performed(&r1.log_text()[r1_before..]).is_empty());
+    assert!(r1.log_text()[r1_before..].contains("standing by"));
+}
+
+fn member_ids(env: &Env, cp: &str) -> Vec<u64> {
+    rt().block_on(async {
+        let mut c = env.endpoints(cp).connect().await.unwrap();
+        let r = c.member_list().await.unwrap();
+        r.members().iter().map(|m| m.id()).collect()
+    })
+}
+
+#[test]
+fn the_lease_lost_right_after_a_member_removal_and_the_new_leader_continues() {
+    let (env, _mgmt) = ha_env("ha-bug");
+    let r1 = Replica::start(
+        &env,
+        "r1",
+        &[("FAILPOINTS", "lose-lease-after-remove-member=1*return")],
+    );
+    wait_leader(&env, "r1", Duration::from_secs(30));
+    let first_token = env.store().leader().unwrap().unwrap().token;
+    let r2 = Replica::start(&env, "r2", &[]);
+    let keys = create_and_fill(&env, "b");
+    let watch = QuorumWatch::start(&env, "b");
+    env.ok(&["upgrade", "b", "--version", NEW]);
+    wait_upgraded(&env, "b");
+    let (_, violations) = watch.finish();
+    assert!(violations.is_empty(), "quorum lost: {violations:?}");
+    let log1 = r1.log_text();
+    assert!(
+        log1.contains("the leadership lease was revoked after remove-member"),
+        "{log1}"
+    );
+    assert!(log1.contains("stepping down"), "{log1}");
+    // A new term: r2 (r1 waits before it campaigns again, so r2 gets the first go).
+    let now = env.store().leader().unwrap().unwrap();
+    assert!(now.token > first_token, "{now:?}");
+    assert_eq!(now.identity, "r2");
+    // r1 removed one member, then nothing more: r2 did the rest.
+    let removed_by_r1 = performed(&log1)
+        .iter()
+        .filter(|l| l.contains("remove-member"))
+        .count();
+    assert_eq!(removed_by_r1, 1, "{log1}");
+    // Everything r1 logged after the removal it performed (logged once it returned).
+    let after_loss = log1
+        .split_once("performed=\"remove-member\"")
+        .map(|(_, rest)| rest)
+        .unwrap_or_default();
+    assert!(performed(after_loss).is_empty(), "{after_loss}");
+    assert!(!performed(&r2.log_text()).is_empty());
+    assert_keys(&env.endpoints("b"), "k/", &keys);
+    assert_no_orphans(&env, "b");
+}

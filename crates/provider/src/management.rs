@@ -1,0 +1,107 @@
+//! A plain etcd cluster for quorum's own state (`--store etcd://...`), started as local
+//! processes: what the tests and `quorum bench failover` use as the management etcd.
+//! It is not a managed control plane: no controller changes its membership.
+
+use crate::{LocalProvider, Result, StartRequest};
+use quorum_core::{ClusterState, InitialMember, Machine, Version};
+use std::net::Ipv4Addr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// How long the cluster may take to answer on every member after the start.
+const READY_TIMEOUT_MS: u64 = 30_000;
+
+/// A running management etcd; its processes are killed (by PID) when dropped.
+pub struct ManagementEtcd {
+    provider: LocalProvider,
+    machines: Vec<Machine>,
+}
+
+impl ManagementEtcd {
+    /// Starts one member per address (plain HTTP, standard ports) in `dir`, and waits
+    /// until each member's client port accepts connections.
+    pub fn start(
+        dir: &Path,
+        etcd_dir: &Path,
+        version: Version,
+        addresses: &[Ipv4Addr],
+    ) -> Result<Self> {
+        let provider = LocalProvider::new(dir, etcd_dir.to_path_buf());
+        let machines: Vec<Machine> = addresses
+            .iter()
+            .enumerate()
+            .map(|(i, a)| Machine {
+                name: format!("mgmt-{}", i + 1),
+                serial: i as u64 + 1,
+                address: *a,
+                version,
+                bootstrap: true,
+                deleting: false,
+                tls: false,
+                certificates_not_after_unix_s: None,
+            })
+            .collect();
+        let initial: Vec<InitialMember> = machines
+            .iter()
+            .map(|m| InitialMember {
+                name: m.name.clone(),
+                peer_url: m.peer_url(),
+            })
+            .collect();
+        let me = ManagementEtcd { provider, machines };
+        for m in &me.machines {
+            me.provider.start(&StartRequest {
+                machine: m,
+                cluster_token: "quorum-management",
+                state: ClusterState::New,
+                initial_cluster: &initial,
+                tls: None,
+            })?;
+        }
+        let deadline = Instant::now() + Duration::from_millis(READY_TIMEOUT_MS);
+        for m in &me.machines {
+            let addr = std::net::SocketAddr::from((m.address, quorum_core::CLIENT_PORT));
+            while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+                if Instant::now() > deadline {
+                    return Err(crate::ProviderError::NotReady {
+                        machine: m.name.clone(),
+                        waited_ms: READY_TIMEOUT_MS,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(me)
+    }
+
+    /// `host:port` of every member's client port.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.machines
+            .iter()
+            .map(|m| format!("{}:{}", m.address, quorum_core::CLIENT_PORT))
+            .collect()
+    }
+
+    /// The `--store` value that points at this cluster, with a key prefix.
+    pub fn store_url(&self, prefix: &str) -> String {
+        format!(
+            "etcd://{}/{}",
+            self.endpoints().join(","),
+            prefix.trim_matches('/')
+        )
+    }
+
+    /// Kills every member (SIGKILL, by PID) and removes their data.
+    pub fn destroy(&self) {
+        for m in &self.machines {
+            let _ = self.provider.kill(&m.name);
+            let _ = self.provider.delete(&m.name);
+        }
+    }
+}
+
+impl Drop for ManagementEtcd {
+    fn drop(&mut self) {
+        self.destroy();
+    }
+}

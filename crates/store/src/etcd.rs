@@ -1,0 +1,981 @@
+//! The distributed backend: quorum's state in a management etcd cluster (separate from
+//! the control planes quorum manages), shared by several controller replicas.
+//!
+//! Every write is one etcd transaction. A write that depends on what was read compares
+//! the revision read (`mod_revision`, or `create_revision == 0` for "absent"), so two
+//! writers never silently overwrite each other: the loser re-reads and retries, bounded.
+//! A leading controller adds its fence to every transaction: `create_revision(leader
+//! key) == token`. Once another replica has taken the key, a deposed leader's writes
+//! are refused (`StoreError::Fenced`) and nothing it wrote is applied.
+//!
+//! The store's API is synchronous (like the embedded one). Calls run on a small runtime
+//! of the store's own, so a caller inside another tokio runtime can use it too; every
+//! call has a deadline.
+//!
+//! Keys, under a prefix (default `/quorum/`):
+//! `cp/<name>` (spec and next serial), `ca/<name>`, `machine/<cp>/<name>`,
+//! `event/<cp>/<at_ms>-<nonce>` (an event's id is its key's create revision),
+//! `status/<cp>`, `setting/<key>`, `next-address`, `heartbeat`, and `leader` (attached
+//! to the leader's lease).
+
+use super::*;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse,
+};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Deadline of one store call (connect, read, transaction).
+const CALL_TIMEOUT_MS: u64 = 5_000;
+/// Attempts of a read-modify-write that keeps losing to other writers, and the cap of
+/// the randomized pause between attempts (so contending writers spread out).
+const WRITE_ATTEMPTS: u32 = 12;
+const BACKOFF_CAP_MS: u64 = 200;
+/// Events kept per control plane (pruned every `PRUNE_EVERY` events this process records).
+const EVENTS_KEPT: i64 = 10_000;
+const PRUNE_EVERY: u64 = 256;
+/// etcd's shortest useful lease (it raises shorter ones to about 1.5 s anyway).
+const MIN_TTL_S: i64 = 2;
+/// The longest lease accepted: a deposed leader could act this long.
+const MAX_TTL_S: i64 = 60;
+
+/// Client certificate for a management etcd that requires one (PEM).
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdTls {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+impl std::fmt::Debug for EtcdTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdTls")
+            .field("key_pem", &"<redacted>")
+            .finish()
+    }
+}
+
+/// `etcd://host:port,host:port[/prefix]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EtcdLocation {
+    pub endpoints: Vec<String>,
+    /// Key prefix, starting and ending with `/`.
+    pub prefix: String,
+    pub tls: Option<EtcdTls>,
+}
+
+impl EtcdLocation {
+    pub fn parse(s: &str, tls: Option<EtcdTls>) -> Result<EtcdLocation, String> {
+        let rest = s.strip_prefix("etcd://").ok_or_else(|| {
+            format!("--store {s:?}: expected `embedded` or `etcd://host:port,host:port[/prefix]`")
+        })?;
+        let (hosts, prefix) = match rest.split_once('/') {
+            Some((h, p)) => (h, format!("/{}/", p.trim_matches('/'))),
+            None => (rest, "/quorum/".to_string()),
+        };
+        if prefix == "//" {
+            return Err(format!("--store {s:?}: the key prefix is empty"));
+        }
+        let mut endpoints = Vec::new();
+        for h in hosts.split(',').map(str::trim) {
+            let (host, port) = h
+                .rsplit_once(':')
+                .ok_or_else(|| format!("--store {s:?}: {h:?} is not host:port"))?;
+            if host.is_empty() || port.parse::<u16>().is_err() {
+                return Err(format!("--store {s:?}: {h:?} is not host:port"));
+            }
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            endpoints.push(format!("{scheme}://{h}"));
+        }
+        Ok(EtcdLocation {
+            endpoints,
+            prefix,
+            tls,
+        })
+    }
+
+    /// The location as the user writes it (`etcd://h:p,h:p/prefix`).
+    pub fn url(&self) -> String {
+        let hosts: Vec<&str> = self
+            .endpoints
+            .iter()
+            .map(|e| e.split_once("://").map_or(e.as_str(), |(_, h)| h))
+            .collect();
+        format!(
+            "etcd://{}{}",
+            hosts.join(","),
+            self.prefix.trim_end_matches('/')
+        )
+    }
+}
+
+/// What the lease-keeping task shares with the store.
+struct LeaseClock {
+    /// Until when this replica may act: the send time of the last renewal that etcd
+    /// answered, plus the TTL it granted. etcd starts its own count later (when it
+    /// processes the renewal), so the lease never ends in etcd before this.
+    valid_until: Mutex<Instant>,
+    /// etcd said the lease is gone.
+    lost: AtomicBool,
+}
+
+struct Leadership {
+    token: i64,
+    lease_id: i64,
+    clock: Arc<LeaseClock>,
+    keeper: tokio::task::JoinHandle<()>,
+}
+
+pub struct EtcdStore {
+    /// Runs the store's calls; `None` only while dropping.
+    rt: Option<tokio::runtime::Runtime>,
+    client: Client,
+    location: String,
+    prefix: String,
+    leadership: Option<Leadership>,
+    events_recorded: AtomicU64,
+}
+
+/// A key and what etcd says of it.
+struct Kv {
+    key: String,
+    value: Vec<u8>,
+    create_revision: i64,
+    mod_revision: i64,
+}
+
+/// What a transaction came to.
+enum Committed {
+    /// Applied, at this revision.
+    Yes(i64),
+    /// A data comparison failed (someone else wrote first); nothing applied.
+    Conflict,
+}
+
+impl EtcdStore {
+    /// Connects and checks, within a deadline, that the cluster answers.
+    pub fn connect(l: &EtcdLocation) -> Result<EtcdStore> {
+        let location = l.url();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("quorum-store")
+            .enable_all()
+            .build()
+            .map_err(|e| StoreError::Etcd {
+                location: location.clone(),
+                detail: format!("cannot start the store's runtime: {e}"),
+            })?;
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_millis(CALL_TIMEOUT_MS))
+            .with_timeout(Duration::from_millis(CALL_TIMEOUT_MS));
+        if let Some(t) = &l.tls {
+            opts = opts.with_tls(
+                etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(&t.ca_pem))
+                    .identity(etcd_client::Identity::from_pem(&t.cert_pem, &t.key_pem)),
+            );
+        }
+        let endpoints = l.endpoints.clone();
+        // Not `block_on`: the caller may itself run inside a runtime.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        rt.spawn(async move {
+            let _ = tx.send(Client::connect(endpoints, Some(opts)).await);
+        });
+        let client = rx
+            .recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS))
+            .map_err(|_| StoreError::Timeout {
+                location: location.clone(),
+                op: "connect",
+                timeout_ms: CALL_TIMEOUT_MS,
+            })?
+            .map_err(|e| StoreError::Etcd {
+                location: location.clone(),
+                detail: one_line(&e.to_string()),
+            })?;
+        let store = EtcdStore {
+            rt: Some(rt),
+            client,
+            location,
+            prefix: l.prefix.clone(),
+            leadership: None,
+            events_recorded: AtomicU64::new(0),
+        };
+        // The client connects lazily: a read proves the cluster is there.
+        store.get(&store.key("setting/"), "reach the cluster")?;
+        Ok(store)
+    }
+
+    fn key(&self, rest: &str) -> String {
+        format!("{}{rest}", self.prefix)
+    }
+
+    fn rt(&self) -> &tokio::runtime::Runtime {
+        // Invariant: `rt` is `Some` from `connect` until `drop`.
+        self.rt
+            .as_ref()
+            .expect("the store's runtime lives until drop")
+    }
+
+    /// Runs one etcd call on the store's runtime, bounded by `CALL_TIMEOUT_MS`.
+    fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        F: FnOnce(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let fut = f(self.client.clone());
+        self.rt().spawn(async move {
+            let r = tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), fut).await;
+            let _ = tx.send(r);
+        });
+        let timeout = || StoreError::Timeout {
+            location: self.location.clone(),
+            op,
+            timeout_ms: CALL_TIMEOUT_MS,
+        };
+        match rx.recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS + 1_000)) {
+            Ok(Ok(Ok(v))) => Ok(v),
+            Ok(Ok(Err(e))) => Err(StoreError::Etcd {
+                location: self.location.clone(),
+                detail: format!("{op}: {}", one_line(&e.to_string())),
+            }),
+            Ok(Err(_)) | Err(_) => Err(timeout()),
+        }
+    }
+
+    fn get(&self, key: &str, op: &'static str) -> Result<Option<Kv>> {
+        let key = key.to_string();
+        let mut kvs = self.call(op, move |mut c| async move {
+            let r = c.get(key, None).await?;
+            Ok(to_kvs(r.kvs()))
+        })?;
+        Ok(kvs.pop())
+    }
+
+    fn list(&self, prefix: &str, opts: GetOptions, op: &'static str) -> Result<Vec<Kv>> {
+        let prefix = prefix.to_string();
+        self.call(op, move |mut c| async move {
+            let r = c.get(prefix, Some(opts.with_prefix())).await?;
+            Ok(to_kvs(r.kvs()))
+        })
+    }
+
+    /// One transaction: `compares` (plus the fence, when this replica leads), then
+    /// `ops`. A failed fence is `Fenced`; a failed data comparison is `Conflict`.
+    fn commit(
+        &self,
+        op: &'static str,
+        mut compares: Vec<Compare>,
+        ops: Vec<TxnOp>,
+    ) -> Result<Committed> {
+        let fence = self.leadership.as_ref().map(|l| l.token);
+        let leader_key = self.key("leader");
+        if let Some(token) = fence {
+            compares.push(Compare::create_revision(
+                leader_key.clone(),
+                CompareOp::Equal,
+                token,
+            ));
+        }
+        let txn = Txn::new()
+            .when(compares)
+            .and_then(ops)
+            .or_else([TxnOp::get(leader_key, None)]);
+        let (ok, revision, leader_now) = self.call(op, move |mut c| async move {
+            let r = c.txn(txn).await?;
+            let revision = r.header().map_or(0, |h| h.revision());
+            let leader_now = r.op_responses().into_iter().find_map(|o| match o {
+                TxnOpResponse::Get(g) => Some(g.kvs().first().map_or(0, |kv| kv.create_revision())),
+                _ => None,
+            });
+            Ok((r.succeeded(), revision, leader_now))
+        })?;
+        if ok {
+            return Ok(Committed::Yes(revision));
+        }
+        match (fence, leader_now) {
+            (Some(token), Some(now)) if now != token => Err(StoreError::Fenced { token }),
+            _ => Ok(Committed::Conflict),
+        }
+    }
+
+    fn corrupt(&self, detail: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            location: self.location.clone(),
+            detail: one_line(&detail.into()),
+        }
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(&self, kv: &Kv) -> Result<T> {
+        serde_json::from_slice(&kv.value).map_err(|e| self.corrupt(format!("{:?}: {e}", kv.key)))
+    }
+
+    fn cp_record(&self, name: &str) -> Result<Option<(CpRecord, i64)>> {
+        let Some(kv) = self.get(&self.key(&format!("cp/{name}")), "read a control plane")? else {
+            return Ok(None);
+        };
+        let rec: CpRecord = self.parse(&kv)?;
+        if rec.control_plane.name != name {
+            return Err(self.corrupt(format!(
+                "{:?} holds a control plane named {:?}",
+                kv.key, rec.control_plane.name
+            )));
+        }
+        Ok(Some((rec, kv.mod_revision)))
+    }
+
+    /// Read, change, write back if nobody wrote in between; bounded retries.
+    fn modify_control_plane(&mut self, name: &str, f: &dyn Fn(&mut ControlPlane)) -> Result<()> {
+        let key = self.key(&format!("cp/{name}"));
+        for attempt in 0..WRITE_ATTEMPTS {
+            backoff(attempt);
+            let Some((mut rec, rev)) = self.cp_record(name)? else {
+                return Err(StoreError::NotFound(name.to_string()));
+            };
+            f(&mut rec.control_plane);
+            assert_eq!(rec.control_plane.name, name, "a modification never renames");
+            let put = TxnOp::put(key.clone(), to_json(&rec), None);
+            let same = Compare::mod_revision(key.clone(), CompareOp::Equal, rev);
+            if let Committed::Yes(_) =
+                self.commit("update a control plane", vec![same], vec![put])?
+            {
+                return Ok(());
+            }
+        }
+        Err(self.conflict(format!("control plane {name:?}")))
+    }
+
+    fn conflict(&self, what: String) -> StoreError {
+        StoreError::Conflict {
+            location: self.location.clone(),
+            what,
+            attempts: WRITE_ATTEMPTS,
+        }
+    }
+
+    fn prune_events(&self, cp: &str) -> Result<()> {
+        let prefix = self.key(&format!("event/{cp}/"));
+        let p = prefix.clone();
+        let count = self.call("count events", move |mut c| async move {
+            let r = c
+                .get(p, Some(GetOptions::new().with_prefix().with_count_only()))
+                .await?;
+            Ok(r.count())
+        })?;
+        let excess = count - EVENTS_KEPT;
+        if excess <= 0 {
+            return Ok(());
+        }
+        // Keys sort by time: the oldest `excess` keys go.
+        let oldest = self.list(
+            &prefix,
+            GetOptions::new().with_keys_only().with_limit(excess),
+            "list old events",
+        )?;
+        if let Some(last) = oldest.last() {
+            let end = format!("{}\0", last.key);
+            let del = TxnOp::delete(prefix, Some(DeleteOptions::new().with_range(end)));
+            self.commit("prune events", vec![], vec![del])?;
+        }
+        Ok(())
+    }
+
+    fn lease_left_ms(&self) -> Option<i64> {
+        let l = self.leadership.as_ref()?;
+        if l.clock.lost.load(Ordering::SeqCst) {
+            return Some(-1);
+        }
+        let until = *l
+            .clock
+            .valid_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        Some(if until > now {
+            (until - now).as_millis() as i64
+        } else {
+            -((now - until).as_millis() as i64)
+        })
+    }
+
+    /// Starts the task that renews the lease every third of its TTL and moves the
+    /// deadline forward on each answer.
+    fn keep_lease(
+        &self,
+        lease_id: i64,
+        ttl_s: i64,
+        clock: Arc<LeaseClock>,
+    ) -> tokio::task::JoinHandle<()> {
+        let client = self.client.clone();
+        self.rt().spawn(async move {
+            let every = Duration::from_millis((ttl_s as u64 * 1_000) / 3);
+            let mut stream = None;
+            loop {
+                tokio::time::sleep(every).await;
+                let sent = Instant::now();
+                if stream.is_none() {
+                    let mut c = client.clone();
+                    stream = tokio::time::timeout(every, c.lease_keep_alive(lease_id))
+                        .await
+                        .ok()
+                        .and_then(Result::ok);
+                }
+                let Some((keeper, answers)) = stream.as_mut() else {
+                    continue;
+                };
+                let renewed = tokio::time::timeout(every, async {
+                    keeper.keep_alive().await?;
+                    answers.message().await
+                })
+                .await;
+                match renewed {
+                    Ok(Ok(Some(a))) if a.ttl() > 0 => {
+                        let until = sent + Duration::from_secs(a.ttl() as u64);
+                        *clock.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+                    }
+                    Ok(Ok(Some(_))) => {
+                        // TTL 0: etcd no longer knows the lease; another replica may lead.
+                        clock.lost.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    // No answer: try a fresh stream next time; the deadline stands.
+                    _ => stream = None,
+                }
+            }
+        })
+    }
+}
+
+impl Drop for EtcdStore {
+    fn drop(&mut self) {
+        self.step_down();
+        if let Some(rt) = self.rt.take() {
+            // Never blocks, so dropping the store inside another runtime is fine.
+            rt.shutdown_background();
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CpRecord {
+    control_plane: ControlPlane,
+    next_serial: u64,
+}
+
+/// An event as stored (its id is the key's create revision).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EventRecord {
+    at_ms: i64,
+    kind: String,
+    machine: Option<String>,
+    message: String,
+    ok: bool,
+    waited_ms: Option<i64>,
+    took_ms: Option<i64>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CaRecord {
+    cert_pem: String,
+    key_pem: String,
+}
+
+fn to_kvs(kvs: &[etcd_client::KeyValue]) -> Vec<Kv> {
+    kvs.iter()
+        .map(|kv| Kv {
+            key: String::from_utf8_lossy(kv.key()).into_owned(),
+            value: kv.value().to_vec(),
+            create_revision: kv.create_revision(),
+            mod_revision: kv.mod_revision(),
+        })
+        .collect()
+}
+
+/// Sleeps before retry `attempt` (none before the first): a random pause up to
+/// 5 ms doubled per attempt, capped at `BACKOFF_CAP_MS`.
+fn backoff(attempt: u32) {
+    if attempt == 0 {
+        return;
+    }
+    let cap_ms = (5u64 << attempt.min(10)).min(BACKOFF_CAP_MS);
+    // Jitter from the clock's nanoseconds: enough to spread writers apart.
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()));
+    std::thread::sleep(Duration::from_millis(1 + nanos % cap_ms));
+}
+
+fn one_line(s: &str) -> String {
+    s.trim().replace('\n', "; ")
+}
+
+fn absent(key: &str) -> Compare {
+    Compare::create_revision(key, CompareOp::Equal, 0)
+}
+
+impl StateStore for EtcdStore {
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn check_integrity(&self) -> Result<()> {
+        // Every record is checked as it is read; here, that the cluster answers.
+        self.control_planes().map(drop)
+    }
+
+    fn setting(&self, key: &str) -> Result<Option<String>> {
+        let Some(kv) = self.get(&self.key(&format!("setting/{key}")), "read a setting")? else {
+            return Ok(None);
+        };
+        String::from_utf8(kv.value)
+            .map(Some)
+            .map_err(|_| self.corrupt(format!("setting {key:?} is not text")))
+    }
+
+    fn setting_or_init(&self, key: &str, value: &str) -> Result<String> {
+        let k = self.key(&format!("setting/{key}"));
+        self.commit(
+            "initialise a setting",
+            vec![absent(&k)],
+            vec![TxnOp::put(k, value, None)],
+        )?;
+        self.setting(key)?
+            .ok_or_else(|| self.corrupt(format!("setting {key:?} vanished after it was written")))
+    }
+
+    fn create_control_plane(
+        &mut self,
+        cp: &ControlPlane,
+        ca: Option<&StoredCa>,
+        _now_ms: i64,
+    ) -> Result<()> {
+        if cp.spec.tls() && ca.is_none() {
+            return Err(StoreError::MissingCa(cp.name.clone()));
+        }
+        let key = self.key(&format!("cp/{}", cp.name));
+        let rec = CpRecord {
+            control_plane: cp.clone(),
+            next_serial: 1,
+        };
+        let mut ops = vec![
+            TxnOp::put(key.clone(), to_json(&rec), None),
+            TxnOp::delete(
+                self.key(&format!("event/{}/", cp.name)),
+                Some(DeleteOptions::new().with_prefix()),
+            ),
+        ];
+        if let Some(ca) = ca {
+            let doc = CaRecord {
+                cert_pem: ca.cert_pem.clone(),
+                key_pem: ca.key_pem.clone(),
+            };
+            ops.push(TxnOp::put(
+                self.key(&format!("ca/{}", cp.name)),
+                to_json(&doc),
+                None,
+            ));
+        }
+        match self.commit("create a control plane", vec![absent(&key)], ops)? {
+            Committed::Yes(_) => Ok(()),
+            Committed::Conflict => Err(StoreError::AlreadyExists(cp.name.clone())),
+        }
+    }
+
+    fn certificate_authority(&self, cp: &ControlPlane) -> Result<Option<StoredCa>> {
+        let ca = match self.get(&self.key(&format!("ca/{}", cp.name)), "read a CA")? {
+            Some(kv) => {
+                let r: CaRecord = self.parse(&kv)?;
+                Some(StoredCa {
+                    cert_pem: r.cert_pem,
+                    key_pem: r.key_pem,
+                })
+            }
+            None => None,
+        };
+        if cp.spec.tls() && ca.is_none() {
+            return Err(self.corrupt(format!(
+                "control plane {:?} uses TLS but its certificate authority is missing",
+                cp.name
+            )));
+        }
+        Ok(ca)
+    }
+
+    fn controller_heartbeat(&self, identity: &str, now_ms: i64) -> Result<()> {
+        let put = TxnOp::put(self.key("heartbeat"), format!("{now_ms} {identity}"), None);
+        self.commit("record a heartbeat", vec![], vec![put])
+            .map(drop)
+    }
+
+    fn last_controller_heartbeat(&self) -> Result<Option<(String, i64)>> {
+        let Some(kv) = self.get(&self.key("heartbeat"), "read the heartbeat")? else {
+            return Ok(None);
+        };
+        let v = String::from_utf8_lossy(&kv.value).into_owned();
+        Ok(v.split_once(' ')
+            .and_then(|(at, who)| Some((who.to_string(), at.parse().ok()?))))
+    }
+
+    fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>> {
+        Ok(self.cp_record(name)?.map(|(r, _)| r.control_plane))
+    }
+
+    fn control_planes(&self) -> Result<Vec<ControlPlane>> {
+        let prefix = self.key("cp/");
+        let mut out = Vec::new();
+        for kv in self.list(&prefix, GetOptions::new(), "list control planes")? {
+            let rec: CpRecord = self.parse(&kv)?;
+            if kv.key[prefix.len()..] != rec.control_plane.name {
+                return Err(self.corrupt(format!(
+                    "{:?} holds a control plane named {:?}",
+                    kv.key, rec.control_plane.name
+                )));
+            }
+            out.push(rec.control_plane);
+        }
+        Ok(out)
+    }
+
+    fn update_spec(&mut self, name: &str, spec: &ControlPlaneSpec) -> Result<()> {
+        self.modify_control_plane(name, &|cp| cp.spec = spec.clone())
+    }
+
+    fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()> {
+        self.modify_control_plane(name, &|cp| cp.deleting = true)
+    }
+
+    fn forget_control_plane(&mut self, name: &str) -> Result<()> {
+        let prefix = Some(DeleteOptions::new().with_prefix());
+        let ops = vec![
+            TxnOp::delete(self.key(&format!("machine/{name}/")), prefix),
+            TxnOp::delete(self.key(&format!("status/{name}")), None),
+            TxnOp::delete(self.key(&format!("ca/{name}")), None),
+            TxnOp::delete(self.key(&format!("cp/{name}")), None),
+        ];
+        self.commit("forget a control plane", vec![], ops).map(drop)
+    }
+
+    fn machines(&self, cp: &str) -> Result<Vec<Machine>> {
+        let prefix = self.key(&format!("machine/{cp}/"));
+        let mut out = Vec::new();
+        for kv in self.list(&prefix, GetOptions::new(), "list machines")? {
+            let m: Machine = self.parse(&kv)?;
+            let name = &kv.key[prefix.len()..];
+            if m.name != name || m.name != format!("{cp}-{}", m.serial) {
+                return Err(self.corrupt(format!(
+                    "{:?} holds machine {:?} (serial {})",
+                    kv.key, m.name, m.serial
+                )));
+            }
+            out.push(m);
+        }
+        out.sort_by_key(|m| m.serial);
+        Ok(out)
+    }
+
+    fn allocate_machine(
+        &mut self,
+        cp: &str,
+        bootstrap: bool,
+        version: Version,
+        certificates_not_after_unix_s: Option<i64>,
+        is_free: &dyn Fn(Ipv4Addr) -> bool,
+    ) -> Result<Machine> {
+        let subnet = self.subnet()?;
+        let cp_key = self.key(&format!("cp/{cp}"));
+        let addr_key = self.key("next-address");
+        for attempt in 0..WRITE_ATTEMPTS {
+            backoff(attempt);
+            let Some((mut rec, cp_rev)) = self.cp_record(cp)? else {
+                return Err(StoreError::NotFound(cp.to_string()));
+            };
+            let (mut next_addr, addr_cmp) = match self.get(&addr_key, "read the next address")? {
+                Some(kv) => {
+                    let n: u64 = std::str::from_utf8(&kv.value)
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .ok_or_else(|| self.corrupt("next-address is not a number"))?;
+                    (
+                        n,
+                        Compare::mod_revision(addr_key.clone(), CompareOp::Equal, kv.mod_revision),
+                    )
+                }
+                None => (0, absent(&addr_key)),
+            };
+            // Addresses are never reused (see the embedded store).
+            let address = loop {
+                let Some(a) = address_at(subnet, next_addr) else {
+                    return Err(StoreError::AddressesExhausted(format!("127.{}", subnet.0)));
+                };
+                next_addr += 1;
+                if is_free(a) {
+                    break a;
+                }
+            };
+            let serial = rec.next_serial;
+            let machine = Machine {
+                name: format!("{cp}-{serial}"),
+                serial,
+                address,
+                version,
+                bootstrap,
+                deleting: false,
+                tls: certificates_not_after_unix_s.is_some(),
+                certificates_not_after_unix_s,
+            };
+            rec.next_serial += 1;
+            let m_key = self.key(&format!("machine/{cp}/{}", machine.name));
+            let compares = vec![
+                Compare::mod_revision(cp_key.clone(), CompareOp::Equal, cp_rev),
+                addr_cmp,
+                absent(&m_key),
+            ];
+            let ops = vec![
+                TxnOp::put(m_key, to_json(&machine), None),
+                TxnOp::put(cp_key.clone(), to_json(&rec), None),
+                TxnOp::put(addr_key.clone(), next_addr.to_string(), None),
+            ];
+            if let Committed::Yes(_) = self.commit("allocate a machine", compares, ops)? {
+                return Ok(machine);
+            }
+        }
+        Err(self.conflict(format!("machine allocation of {cp:?}")))
+    }
+
+    fn mark_machine_deleting(&mut self, cp: &str, machine: &str) -> Result<()> {
+        let key = self.key(&format!("machine/{cp}/{machine}"));
+        for attempt in 0..WRITE_ATTEMPTS {
+            backoff(attempt);
+            let Some(kv) = self.get(&key, "read a machine")? else {
+                return Err(StoreError::MachineNotFound {
+                    cp: cp.to_string(),
+                    machine: machine.to_string(),
+                });
+            };
+            let mut m: Machine = self.parse(&kv)?;
+            if m.deleting {
+                return Ok(());
+            }
+            m.deleting = true;
+            let same = Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision);
+            let put = TxnOp::put(key.clone(), to_json(&m), None);
+            if let Committed::Yes(_) =
+                self.commit("mark a machine leaving", vec![same], vec![put])?
+            {
+                return Ok(());
+            }
+        }
+        Err(self.conflict(format!("machine {machine:?}")))
+    }
+
+    fn delete_machine(&mut self, cp: &str, machine: &str) -> Result<()> {
+        let del = TxnOp::delete(self.key(&format!("machine/{cp}/{machine}")), None);
+        self.commit("delete a machine record", vec![], vec![del])
+            .map(drop)
+    }
+
+    fn record_event(&self, cp: &str, at_ms: i64, e: &NewEvent<'_>) -> Result<i64> {
+        let n = self.events_recorded.fetch_add(1, Ordering::Relaxed);
+        // Unique without coordination: time, process and a per-process counter.
+        let nonce = (u64::from(std::process::id()) << 32) | (n & 0xffff_ffff);
+        let key = self.key(&format!("event/{cp}/{at_ms:015}-{nonce:016x}"));
+        let rec = EventRecord {
+            at_ms,
+            kind: e.kind.to_string(),
+            machine: e.machine.map(str::to_string),
+            message: e.message.to_string(),
+            ok: e.ok,
+            waited_ms: e.waited_ms,
+            took_ms: e.took_ms,
+        };
+        let put = TxnOp::put(key.clone(), to_json(&rec), None);
+        let id = match self.commit("record an event", vec![absent(&key)], vec![put])? {
+            Committed::Yes(rev) => rev,
+            Committed::Conflict => return Err(self.conflict(format!("event key {key:?}"))),
+        };
+        if n % PRUNE_EVERY == PRUNE_EVERY - 1 {
+            self.prune_events(cp)?;
+        }
+        Ok(id)
+    }
+
+    fn events_after(&self, cp: &str, after_id: i64, limit: u32) -> Result<Vec<Event>> {
+        let opts = GetOptions::new()
+            .with_min_create_revision(after_id + 1)
+            .with_sort(SortTarget::Create, SortOrder::Ascend)
+            .with_limit(i64::from(limit));
+        let kvs = self.list(&self.key(&format!("event/{cp}/")), opts, "read events")?;
+        kvs.iter()
+            .map(|kv| {
+                let r: EventRecord = self.parse(kv)?;
+                Ok(Event {
+                    id: kv.create_revision,
+                    control_plane: cp.to_string(),
+                    at_ms: r.at_ms,
+                    kind: r.kind,
+                    machine: r.machine,
+                    message: r.message,
+                    ok: r.ok,
+                    waited_ms: r.waited_ms,
+                    took_ms: r.took_ms,
+                })
+            })
+            .collect()
+    }
+
+    fn last_event_id(&self, cp: &str) -> Result<i64> {
+        let opts = GetOptions::new()
+            .with_keys_only()
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1);
+        let kvs = self.list(
+            &self.key(&format!("event/{cp}/")),
+            opts,
+            "read the last event",
+        )?;
+        Ok(kvs.first().map_or(0, |kv| kv.create_revision))
+    }
+
+    fn publish_status(&self, cp: &str, status: &PublishedStatus) -> Result<()> {
+        let put = TxnOp::put(self.key(&format!("status/{cp}")), to_json(status), None);
+        self.commit("publish a status", vec![], vec![put]).map(drop)
+    }
+
+    fn published_status(&self, cp: &str) -> Result<Option<PublishedStatus>> {
+        match self.get(&self.key(&format!("status/{cp}")), "read a status")? {
+            Some(kv) => self.parse(&kv).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn data_version(&self) -> Result<i64> {
+        let key = self.key("cp/");
+        self.call("read the revision", move |mut c| async move {
+            let r = c
+                .get(key, Some(GetOptions::new().with_prefix().with_count_only()))
+                .await?;
+            Ok(r.header().map_or(0, |h| h.revision()))
+        })
+    }
+
+    fn campaign(&mut self, identity: &str, ttl_ms: u64) -> Result<Campaign> {
+        if let Some(l) = &self.leadership {
+            return Ok(Campaign::Leading { token: l.token });
+        }
+        if let Some(leader) = self.leader()? {
+            return Ok(Campaign::Standby {
+                leader: Some(leader),
+            });
+        }
+        let ttl_s = (ttl_ms.div_ceil(1_000) as i64).clamp(MIN_TTL_S, MAX_TTL_S);
+        let sent = Instant::now();
+        let (lease_id, granted_s) = self.call("grant a lease", move |mut c| async move {
+            let r = c.lease_grant(ttl_s, None).await?;
+            Ok((r.id(), r.ttl()))
+        })?;
+        let key = self.key("leader");
+        let info = LeaderInfo {
+            identity: identity.to_string(),
+            since_ms: crate::now_ms(),
+            token: 0,
+        };
+        let put = TxnOp::put(
+            key.clone(),
+            to_json(&info),
+            Some(PutOptions::new().with_lease(lease_id)),
+        );
+        // Not `commit`: there is no fence yet, and the comparison is the election.
+        let txn = Txn::new().when([absent(&key)]).and_then([put]);
+        let (won, revision) = self.call("take the leader key", move |mut c| async move {
+            let r = c.txn(txn).await?;
+            Ok((r.succeeded(), r.header().map_or(0, |h| h.revision())))
+        })?;
+        if !won {
+            let _ = self.call("revoke an unused lease", move |mut c| async move {
+                c.lease_revoke(lease_id).await.map(drop)
+            });
+            return Ok(Campaign::Standby {
+                leader: self.leader()?,
+            });
+        }
+        let clock = Arc::new(LeaseClock {
+            valid_until: Mutex::new(sent + Duration::from_secs(granted_s.max(0) as u64)),
+            lost: AtomicBool::new(false),
+        });
+        let keeper = self.keep_lease(lease_id, granted_s.max(MIN_TTL_S), clock.clone());
+        self.leadership = Some(Leadership {
+            token: revision,
+            lease_id,
+            clock,
+            keeper,
+        });
+        Ok(Campaign::Leading { token: revision })
+    }
+
+    fn ensure_leading(&self, margin_ms: Option<u64>) -> Result<()> {
+        let Some(l) = &self.leadership else {
+            return Err(StoreError::Fenced { token: 0 });
+        };
+        if let Some(margin_ms) = margin_ms {
+            let left_ms = self.lease_left_ms().unwrap_or(-1);
+            if left_ms < margin_ms as i64 {
+                return Err(StoreError::LeaseEnding { left_ms, margin_ms });
+            }
+        }
+        // The fenced no-op: etcd itself confirms the token is current.
+        match self.commit("confirm leadership", vec![], vec![])? {
+            Committed::Yes(_) => {}
+            Committed::Conflict => return Err(StoreError::Fenced { token: l.token }),
+        }
+        if let Some(margin_ms) = margin_ms {
+            let left_ms = self.lease_left_ms().unwrap_or(-1);
+            if left_ms <= 0 {
+                return Err(StoreError::LeaseEnding { left_ms, margin_ms });
+            }
+        }
+        Ok(())
+    }
+
+    fn lease_left_ms(&self) -> Option<i64> {
+        EtcdStore::lease_left_ms(self)
+    }
+
+    fn step_down(&mut self) {
+        let Some(l) = self.leadership.take() else {
+            return;
+        };
+        l.keeper.abort();
+        // Best effort and bounded: an unreleased lease expires by itself.
+        let id = l.lease_id;
+        let _ = self.call("release the lease", move |mut c| async move {
+            c.lease_revoke(id).await.map(drop)
+        });
+    }
+
+    fn release_lease_keeping_token(&self) -> Result<()> {
+        let Some(l) = &self.leadership else {
+            return Ok(());
+        };
+        let id = l.lease_id;
+        l.keeper.abort();
+        self.call("revoke the lease", move |mut c| async move {
+            c.lease_revoke(id).await.map(drop)
+        })
+    }
+
+    fn leader(&self) -> Result<Option<LeaderInfo>> {
+        let Some(kv) = self.get(&self.key("leader"), "read the leader")? else {
+            return Ok(None);
+        };
+        let mut info: LeaderInfo = self.parse(&kv)?;
+        info.token = kv.create_revision;
+        Ok(Some(info))
+    }
+}

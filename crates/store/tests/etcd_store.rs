@@ -1,0 +1,310 @@
+//! The etcd backend on a real 3-member management etcd: the same behaviour as the
+//! embedded store (one table of steps run against both), writers that never overwrite
+//! each other, and leadership with fencing.
+
+use quorum_core::{ControlPlane, ControlPlaneSpec, RolloutStrategy, Version};
+use quorum_provider::management::ManagementEtcd;
+use quorum_store::{Campaign, NewEvent, PublishedStatus, Store, StoreError, StoreLocation};
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+const VERSION: &str = "3.5.1";
+
+/// A management etcd on addresses of the test's own: `127.A.B.252..254`.
+fn management(test: &str, dir: &std::path::Path) -> ManagementEtcd {
+    let mut h = DefaultHasher::new();
+    (test, std::process::id()).hash(&mut h);
+    let x = h.finish();
+    let (a, b) = (20 + (x % 200) as u8, ((x >> 8) % 200) as u8);
+    let addrs: Vec<Ipv4Addr> = (252..=254).map(|d| Ipv4Addr::new(127, a, b, d)).collect();
+    ManagementEtcd::start(
+        &dir.join("mgmt"),
+        &quorum_provider::default_etcd_dir(),
+        VERSION.parse().unwrap(),
+        &addrs,
+    )
+    .expect("start the management etcd")
+}
+
+fn etcd_store(m: &ManagementEtcd, prefix: &str) -> Store {
+    let l = StoreLocation::parse(&m.store_url(prefix), None).unwrap();
+    // The cluster may still be electing its first leader: retry within a deadline.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Store::connect(&l, std::path::Path::new("/nonexistent")) {
+            Ok(s) => return s,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("not yet: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("the management etcd never answered: {e}"),
+        }
+    }
+}
+
+fn cp(name: &str) -> ControlPlane {
+    ControlPlane {
+        name: name.into(),
+        spec: ControlPlaneSpec {
+            replicas: 3,
+            version: "3.4.23".parse().unwrap(),
+            rollout: RolloutStrategy::default(),
+            paused: false,
+            haproxy: None,
+            certificates: Default::default(),
+            insecure_plaintext: true,
+        },
+        deleting: false,
+    }
+}
+
+/// The behaviour both backends must share, step by step.
+fn behaviour(s: &mut Store) {
+    let v: Version = "3.4.23".parse().unwrap();
+    assert_eq!(s.control_planes().unwrap(), vec![]);
+    s.create_control_plane(&cp("a"), None, 1).unwrap();
+    assert!(matches!(
+        s.create_control_plane(&cp("a"), None, 2),
+        Err(StoreError::AlreadyExists(_))
+    ));
+    // A TLS control plane is never stored without its CA.
+    let mut tls = cp("t");
+    tls.spec.insecure_plaintext = false;
+    assert!(matches!(
+        s.create_control_plane(&tls, None, 1),
+        Err(StoreError::MissingCa(_))
+    ));
+    assert_eq!(s.control_plane("t").unwrap(), None);
+
+    let mut spec = cp("a").spec;
+    spec.replicas = 5;
+    s.update_spec("a", &spec).unwrap();
+    assert_eq!(s.get_control_plane("a").unwrap().spec.replicas, 5);
+    assert!(matches!(
+        s.update_spec("nope", &spec),
+        Err(StoreError::NotFound(_))
+    ));
+
+    let m1 = s.allocate_machine("a", true, v, None, &|_| true).unwrap();
+    let m2 = s
+        .allocate_machine("a", true, v, None, &|a| a.octets()[3] != 3)
+        .unwrap();
+    assert_eq!((m1.name.as_str(), m1.serial), ("a-1", 1));
+    assert_eq!((m2.name.as_str(), m2.serial), ("a-2", 2));
+    assert_ne!(m1.address, m2.address);
+    // A busy address is skipped.
+    assert_ne!(m2.address.octets()[3], 3);
+    s.mark_machine_deleting("a", "a-1").unwrap();
+    s.mark_machine_deleting("a", "a-1").unwrap();
+    assert!(s.machine("a", "a-1").unwrap().deleting);
+    s.delete_machine("a", "a-1").unwrap();
+    s.delete_machine("a", "a-1").unwrap();
+    assert_eq!(
+        s.machines("a")
+            .unwrap()
+            .iter()
+            .map(|m| m.serial)
+            .collect::<Vec<_>>(),
+        vec![2]
+    );
+    assert!(matches!(
+        s.mark_machine_deleting("a", "a-1"),
+        Err(StoreError::MachineNotFound { .. })
+    ));
+
+    assert_eq!(s.last_event_id("a").unwrap(), 0);
+    let e = |kind| NewEvent {
+        kind,
+        message: "m",
+        ok: true,
+        ..Default::default()
+    };
+    let id1 = s.record_event("a", 10, &e("one")).unwrap();
+    let id2 = s.record_event("a", 11, &e("two")).unwrap();
+    assert!(id2 > id1);
+    let evs = s.events_after("a", 0, 10).unwrap();
+    assert_eq!(
+        evs.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
+        ["one", "two"]
+    );
+    assert_eq!(s.events_after("a", id1, 10).unwrap().len(), 1);
+    assert_eq!(s.last_event_id("a").unwrap(), id2);
+
+    let st = PublishedStatus {
+        updated_at_ms: 5,
+        controller: "c".into(),
+        status: serde_json::json!({"converged": true}),
+    };
+    s.publish_status("a", &st).unwrap();
+    assert_eq!(s.published_status("a").unwrap(), Some(st));
+    s.controller_heartbeat("me", 42).unwrap();
+    assert_eq!(
+        s.last_controller_heartbeat().unwrap(),
+        Some(("me".to_string(), 42))
+    );
+    assert_eq!(s.setting_or_init("k", "1").unwrap(), "1");
+    assert_eq!(s.setting_or_init("k", "2").unwrap(), "1");
+
+    let before = s.data_version().unwrap();
+    s.mark_control_plane_deleting("a").unwrap();
+    assert!(s.get_control_plane("a").unwrap().deleting);
+    s.forget_control_plane("a").unwrap();
+    assert_eq!(s.control_plane("a").unwrap(), None);
+    assert_eq!(s.machines("a").unwrap(), vec![]);
+    assert_eq!(s.published_status("a").unwrap(), None);
+    // Events outlive the control plane until one of the same name is created again.
+    assert_eq!(s.events_after("a", 0, 10).unwrap().len(), 2);
+    s.create_control_plane(&cp("a"), None, 3).unwrap();
+    assert_eq!(s.events_after("a", 0, 10).unwrap().len(), 0);
+    // Serials start again; addresses are never reused.
+    let m3 = s.allocate_machine("a", true, v, None, &|_| true).unwrap();
+    assert_eq!(m3.serial, 1);
+    assert!(m3.address != m1.address && m3.address != m2.address);
+    assert!(s.data_version().unwrap() != before || s.location().ends_with("quorum.db"));
+}
+
+#[test]
+fn both_backends_behave_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let mut embedded = Store::open(&home).unwrap();
+    behaviour(&mut embedded);
+    let m = management("same", dir.path());
+    let mut distributed = etcd_store(&m, "same");
+    behaviour(&mut distributed);
+    // Another prefix is another state.
+    let other = etcd_store(&m, "other");
+    assert_eq!(other.control_planes().unwrap(), vec![]);
+}
+
+#[test]
+fn concurrent_writers_never_overwrite_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = management("concurrent", dir.path());
+    let mut s = etcd_store(&m, "c");
+    s.create_control_plane(&cp("a"), None, 1).unwrap();
+    let v: Version = "3.4.23".parse().unwrap();
+    let url = m.store_url("c");
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            std::thread::spawn(move || {
+                let l = StoreLocation::parse(&url, None).unwrap();
+                let mut s = Store::connect(&l, std::path::Path::new("/nonexistent")).unwrap();
+                let mut spec = cp("a").spec;
+                (0..5)
+                    .map(|i| {
+                        spec.replicas = 3 + i;
+                        s.update_spec("a", &spec).unwrap();
+                        s.allocate_machine("a", false, v, None, &|_| true).unwrap()
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut made: Vec<_> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    let stored = s.machines("a").unwrap();
+    assert_eq!(stored.len(), 20, "every allocation is stored");
+    made.sort_by_key(|m| m.serial);
+    assert_eq!(made, stored);
+    let serials: Vec<u64> = stored.iter().map(|m| m.serial).collect();
+    assert_eq!(serials, (1..=20).collect::<Vec<_>>());
+    let mut addrs: Vec<_> = stored.iter().map(|m| m.address).collect();
+    addrs.dedup();
+    assert_eq!(addrs.len(), 20, "no address handed out twice");
+}
+
+#[test]
+fn one_leader_and_a_deposed_leaders_writes_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = management("fence", dir.path());
+    let mut a = etcd_store(&m, "f");
+    let mut b = etcd_store(&m, "f");
+    let token_a = match a.campaign("a", 2_000).unwrap() {
+        Campaign::Leading { token } => token,
+        other => panic!("the first replica should lead: {other:?}"),
+    };
+    match b.campaign("b", 2_000).unwrap() {
+        Campaign::Standby { leader: Some(l) } => {
+            assert_eq!((l.identity.as_str(), l.token), ("a", token_a))
+        }
+        other => panic!("the second replica should stand by: {other:?}"),
+    }
+    assert_eq!(a.leader().unwrap().unwrap().identity, "a");
+    a.create_control_plane(&cp("x"), None, 1).unwrap();
+    a.ensure_leading(Some(500)).unwrap();
+    assert!(a.lease_left_ms().unwrap() > 500);
+    // The lease keeper renews: the deadline moves past the first TTL.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(3_000) {
+        assert!(Instant::now() < deadline);
+        a.ensure_leading(Some(200)).expect("renewed in time");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // A's lease ends in etcd while A still believes it leads.
+    a.release_lease_keeping_token().unwrap();
+    let token_b = match b.campaign("b", 2_000).unwrap() {
+        Campaign::Leading { token } => token,
+        other => panic!("b should lead once a's lease is gone: {other:?}"),
+    };
+    assert!(token_b > token_a);
+    // Every write of A is refused, and nothing of it lands.
+    let e = a.controller_heartbeat("a", 7).unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    let e = a.ensure_leading(None).unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    let e = a.mark_control_plane_deleting("x").unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    assert!(!b.get_control_plane("x").unwrap().deleting);
+    assert!(a
+        .allocate_machine("x", true, "3.4.23".parse().unwrap(), None, &|_| true)
+        .is_err());
+    assert_eq!(b.machines("x").unwrap(), vec![]);
+    // B's writes go through.
+    b.controller_heartbeat("b", 8).unwrap();
+    assert_eq!(b.last_controller_heartbeat().unwrap().unwrap().0, "b");
+    // A steps down and, while B leads, stands by.
+    a.step_down();
+    assert!(matches!(
+        a.campaign("a", 2_000).unwrap(),
+        Campaign::Standby { .. }
+    ));
+    // B steps down: its lease is released at once and A can take over.
+    b.step_down();
+    assert!(matches!(
+        a.campaign("a", 2_000).unwrap(),
+        Campaign::Leading { .. }
+    ));
+}
+
+#[test]
+fn an_unreachable_store_is_a_clear_error() {
+    // Nothing listens here (a fresh loopback address, port 9).
+    let l = StoreLocation::parse("etcd://127.9.9.9:9", None).unwrap();
+    let t = Instant::now();
+    let e = Store::connect(&l, std::path::Path::new("/nonexistent"))
+        .err()
+        .expect("no etcd there");
+    let msg = e.to_string();
+    eprintln!("{msg}");
+    assert!(msg.contains("etcd://127.9.9.9:9"), "{msg}");
+    assert!(!msg.contains('\n'), "{msg}");
+    assert!(t.elapsed() < Duration::from_secs(15));
+    for bad in [
+        "etcd://",
+        "etcd://host",
+        "etcd://h:99999",
+        "http://h:1",
+        "etcd://h:1//",
+    ] {
+        let e = StoreLocation::parse(bad, None).unwrap_err();
+        assert!(e.contains("--store"), "{bad}: {e}");
+    }
+}
