@@ -269,6 +269,10 @@ impl LocalProvider {
             format!("--listen-peer-urls={}", m.peer_url()),
             format!("--initial-advertise-peer-urls={}", m.peer_url()),
             format!("--initial-cluster-token={}", req.cluster_token),
+            // etcd's default since 3.4, stated so it cannot change under us: it refuses a
+            // membership change that would leave fewer healthy voters than a quorum. A
+            // deposed controller's stale removal relies on it (ARCHITECTURE.md).
+            "--strict-reconfig-check=true".into(),
             "--logger=zap".into(),
             "--log-outputs=stderr".into(),
         ];

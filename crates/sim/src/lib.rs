@@ -18,12 +18,37 @@
 //! change. The fault budget keeps at most one member impaired at a time, so faults alone
 //! never take quorum away: any quorum loss is quorum's own doing.
 //!
-//! After every step the invariants of DESIGN.md are checked; after the fault window the
+//! With `Config::replicas == 2` (`--replicas 2`), two controller replicas share the
+//! durable store, as they share a management etcd in the real system. The store keeps a
+//! leader key: holder, token (an increasing integer) and the lease's expiry by the
+//! store's clock. The leader renews every TTL/3; a renewal moves the store's expiry and
+//! the leader's own deadline to the same moment (send time + TTL), so the store never
+//! sees the lease end before its holder does. Before each side effect the leader checks
+//! that `lease::margin_ms` of its lease is left (`lease::may_act`), then makes a fenced
+//! no-op write; every store write carries its token and is refused once the key is gone
+//! or holds another token. A refused write, a refused renewal or a lease run out by its
+//! own clock makes a leader step down (dropping its memory); a standby polls every
+//! `lease::standby_poll_ms` and takes the key once it is free (a new token, fresh
+//! memory). Faults added: a replica paused (SIGSTOP) for up to twice the TTL, keeping its
+//! memory; a replica crashing and restarting as a standby; the lease lost right after a
+//! member removal (the origin bug report); and a leader paused between its check and
+//! one side effect for longer than the TTL, which it performs on resuming without
+//! re-checking (the deposed leader's one stale side effect: its etcd and machine effects
+//! land, its store writes are fenced; a member removal is held up so only with etcd's
+//! strict reconfiguration check on, as nothing else stops a stale removal decided before
+//! a member failed). With one replica (the default) nothing of this exists: the
+//! controller leads without a lease, as with the embedded store, and every seed's trace
+//! is what it was.
+//!
+//! After every step the invariants of DESIGN.md are checked (with two replicas also: no
+//! side effect without a valid lease except the deposed leader's one in-flight step, and
+//! never two replicas acting with valid leases in one step); after the fault window the
 //! run must converge within a bounded number of steps. The same seed always gives the
 //! same trace.
 
 pub mod model;
 
+use quorum_core::lease::{margin_ms, may_act, standby_poll_ms, DEFAULT_LEASE_TTL_MS};
 use quorum_core::{
     decide, quorum_size, Action, ClusterState, ControlPlane, ControlPlaneSpec, EndpointStatus,
     Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
@@ -42,6 +67,10 @@ const REMOVED_EXIT_MS: u64 = 1_000;
 const ELECTION_MS: u64 = 1_000;
 /// Steps after the fault window within which the run must converge.
 pub const CONVERGE_WITHIN_STEPS: u64 = 3_000;
+/// A crashed replica (of two) restarts as a standby after this many steps at least...
+const RESTART_MIN_STEPS: u64 = 5;
+/// ...plus up to this many more.
+const RESTART_SPREAD_STEPS: u64 = 40;
 
 /// splitmix64: small, fast, and the same on every platform.
 #[derive(Clone, Debug)]
@@ -129,6 +158,11 @@ pub struct Config {
     /// and quorum's own projection is the only guard, which is what the simulation must
     /// show holds; with it on, etcd's refusals and their 5 s waits are exercised.
     pub strict_reconfig: bool,
+    /// Controller replicas: 1 (the default: no lease, as with the embedded store) or 2
+    /// (sharing a leader lease, with pauses, crashes, lost leases and stale steps).
+    pub replicas: u8,
+    /// The leader lease's TTL (with 2 replicas).
+    pub lease_ttl_ms: u64,
 }
 
 impl Config {
@@ -140,7 +174,68 @@ impl Config {
             fault_per_mille: 60,
             trace: false,
             strict_reconfig: (seed / Scenario::ALL.len() as u64).is_multiple_of(2),
+            replicas: 1,
+            lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
         }
+    }
+
+    /// The same seed with two controller replicas.
+    pub fn with_two_replicas(seed: u64) -> Config {
+        Config {
+            replicas: 2,
+            ..Config::new(seed)
+        }
+    }
+}
+
+/// What happened to the controller replicas' leadership in a run (all zero with one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// Leader keys taken after the first (by either replica).
+    pub takeovers: u64,
+    /// Replicas paused (SIGSTOP), and of those, for longer than the TTL.
+    pub pauses: u64,
+    pub pauses_past_ttl: u64,
+    /// Replicas crashed (restarting as standbys).
+    pub crashes: u64,
+    /// Side effects on etcd or machines by a replica without a valid lease (the
+    /// deposed leader's one in-flight step).
+    pub stale_side_effects: u64,
+    /// Store writes (the no-op before a step included) refused by the token fence.
+    pub fenced_writes: u64,
+    /// Leases lost right after a member removal succeeded.
+    pub leases_lost_after_removal: u64,
+    /// Leaders that stepped down (fenced, lease run out, renewal refused).
+    pub step_downs: u64,
+}
+
+impl LeaseCounts {
+    pub fn add(&mut self, o: &LeaseCounts) {
+        self.takeovers += o.takeovers;
+        self.pauses += o.pauses;
+        self.pauses_past_ttl += o.pauses_past_ttl;
+        self.crashes += o.crashes;
+        self.stale_side_effects += o.stale_side_effects;
+        self.fenced_writes += o.fenced_writes;
+        self.leases_lost_after_removal += o.leases_lost_after_removal;
+        self.step_downs += o.step_downs;
+    }
+}
+
+impl std::fmt::Display for LeaseCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} takeovers, {} pauses ({} past the TTL), {} replica crashes, {} stale side effects, {} fenced writes, {} leases lost after a removal, {} step-downs",
+            self.takeovers,
+            self.pauses,
+            self.pauses_past_ttl,
+            self.crashes,
+            self.stale_side_effects,
+            self.fenced_writes,
+            self.leases_lost_after_removal,
+            self.step_downs
+        )
     }
 }
 
@@ -158,6 +253,10 @@ pub struct Outcome {
     /// A hash of the whole trace: equal for equal seeds.
     pub trace_hash: u64,
     pub trace: String,
+    /// Controller replicas and lease TTL of the run (to replay it).
+    pub replicas: u8,
+    pub lease_ttl_ms: u64,
+    pub lease: LeaseCounts,
 }
 
 #[derive(Clone, Debug)]
@@ -192,6 +291,46 @@ enum Impairment {
     Down(String),
 }
 
+/// A replica's leadership term, as the replica believes it.
+#[derive(Clone, Copy, Debug)]
+struct Term {
+    token: u64,
+    /// Its own lease deadline: send time of its last answered renewal + TTL. `None`: no
+    /// lease (the single controller of the embedded store).
+    deadline_ms: Option<u64>,
+    /// A renewal was refused: the lease is gone, whatever the deadline says.
+    lost: bool,
+    last_renewal_ms: u64,
+    /// It performed its one side effect after its lease had ended.
+    stale_done: bool,
+}
+
+/// One controller replica. Everything here but the token it holds is memory, lost on a
+/// crash or a step-down.
+#[derive(Clone, Debug, Default)]
+struct Replica {
+    /// Leading (by its own belief), or standing by.
+    term: Option<Term>,
+    retry_not_before_ms: BTreeMap<String, u64>,
+    /// Paused (SIGSTOP) until this step: no renewals, no polls, no actions.
+    paused_until_step: Option<u64>,
+    /// The side effect it was paused between checking and performing.
+    in_flight: Option<Action>,
+    /// Crashed: restarts as a standby at this step.
+    down_until_step: Option<u64>,
+    /// A standby's next look at the leader key.
+    next_poll_ms: u64,
+}
+
+/// The leader key of the simulated store (absent once its lease expires or is revoked).
+#[derive(Clone, Copy, Debug)]
+struct LeaderKey {
+    holder: usize,
+    token: u64,
+    /// The lease's end by the store's clock.
+    expires_at_ms: u64,
+}
+
 /// One simulated control plane with its controller.
 pub struct World {
     cfg: Config,
@@ -218,8 +357,15 @@ pub struct World {
     machines: Vec<Machine>,
     next_serial: u64,
     next_address: u32,
-    // -- controller memory (lost on a crash)
-    retry_not_before_ms: BTreeMap<String, u64>,
+    // -- controller replicas (one leads) and the store's leader key (two replicas only)
+    replicas: Vec<Replica>,
+    leader_key: Option<LeaderKey>,
+    last_token: u64,
+    /// Armed fault: the next successful member removal loses the leader's lease.
+    lose_lease_after_removal: bool,
+    /// Replicas that performed a side effect with a valid lease this step.
+    acted_with_lease: BTreeSet<usize>,
+    lease: LeaseCounts,
     // -- bookkeeping
     decisions: u64,
     /// What the controller's last decision said (a converged decision takes no action).
@@ -239,6 +385,8 @@ enum Answer {
     /// Transient: retry soon.
     Refused(&'static str),
     Failed(&'static str),
+    /// The store refused the write: another replica holds the leader key, or none does.
+    Fenced,
 }
 
 impl World {
@@ -275,7 +423,12 @@ impl World {
             machines: vec![],
             next_serial: 1,
             next_address: 1,
-            retry_not_before_ms: BTreeMap::new(),
+            replicas: vec![],
+            leader_key: None,
+            last_token: 0,
+            lose_lease_after_removal: false,
+            acted_with_lease: BTreeSet::new(),
+            lease: LeaseCounts::default(),
             decisions: 0,
             last_converged: false,
             faults: 0,
@@ -327,7 +480,29 @@ impl World {
             cfg.scenario.name(),
             if cfg.strict_reconfig { "on" } else { "off" }
         ));
+        w.start_replicas();
         w
+    }
+
+    /// One replica leading without a lease, or two with replica 0 holding the key.
+    fn start_replicas(&mut self) {
+        let n = usize::from(self.cfg.replicas.max(1));
+        self.replicas = vec![Replica::default(); n];
+        if n == 1 {
+            self.replicas[0].term = Some(Term {
+                token: 0,
+                deadline_ms: None,
+                lost: false,
+                last_renewal_ms: 0,
+                stale_done: false,
+            });
+            return;
+        }
+        self.note(format!(
+            "{n} controller replicas, lease TTL {} ms",
+            self.cfg.lease_ttl_ms
+        ));
+        self.take_lead(0);
     }
 
     fn new_member_id(&mut self) -> u64 {
@@ -710,10 +885,15 @@ impl World {
     // ---------------------------------------------------------------- controller
 
     /// Performs an action against the simulated world; the invariants that concern the
-    /// action itself are checked here, against the ground truth.
-    fn perform(&mut self, a: &Action) -> Answer {
+    /// action itself are checked here, against the ground truth. `fenced`: the store
+    /// refuses the performer's writes (its token is stale), so only its effects on etcd
+    /// and on machines land.
+    fn perform(&mut self, a: &Action, fenced: bool) -> Answer {
         let before_quorum = self.has_quorum();
         let answer = match a {
+            Action::AllocateMachine { .. } | Action::MarkDeleting { .. } if fenced => {
+                Answer::Fenced
+            }
             Action::AllocateMachine { bootstrap, version } => {
                 let m = self.alloc_machine(*bootstrap, *version);
                 self.note(format!("  allocated {}", m.name));
@@ -737,25 +917,8 @@ impl World {
                 }
                 Answer::Done
             }
-            Action::DeleteMachine { machine } => {
-                let url = self
-                    .machines
-                    .iter()
-                    .find(|m| &m.name == machine)
-                    .map(|m| m.peer_url());
-                if let Some(url) = url {
-                    if self
-                        .members
-                        .iter()
-                        .any(|m| m.peer_url == url && !m.is_learner)
-                    {
-                        self.violate(format!("{machine} deleted while its member still votes"));
-                    }
-                }
-                self.procs.remove(machine);
-                self.machines.retain(|m| &m.name != machine);
-                Answer::Done
-            }
+            Action::DeleteMachine { machine } => self.delete_machine(machine, fenced),
+            Action::ForgetControlPlane if fenced => Answer::Fenced,
             Action::ForgetControlPlane => Answer::Done,
         };
         if before_quorum && !self.has_quorum() {
@@ -767,9 +930,105 @@ impl World {
         answer
     }
 
-    /// One controller iteration: observe, decide, perform the actions in order until one
-    /// fails (or the controller crashes).
-    fn controller_step(&mut self, faults_on: bool) {
+    /// The machine goes (process and data), then its record, a store write.
+    fn delete_machine(&mut self, machine: &str, fenced: bool) -> Answer {
+        let url = self
+            .machines
+            .iter()
+            .find(|m| m.name == machine)
+            .map(|m| m.peer_url());
+        if let Some(url) = url {
+            if self
+                .members
+                .iter()
+                .any(|m| m.peer_url == url && !m.is_learner)
+            {
+                self.violate(format!("{machine} deleted while its member still votes"));
+            }
+        }
+        self.procs.remove(machine);
+        if fenced {
+            return Answer::Fenced;
+        }
+        self.machines.retain(|m| m.name != machine);
+        Answer::Done
+    }
+
+    /// An action with an effect outside the store (on etcd or a machine).
+    fn acts_outside_store(a: &Action) -> bool {
+        !matches!(
+            a,
+            Action::AllocateMachine { .. }
+                | Action::MarkDeleting { .. }
+                | Action::ForgetControlPlane
+        )
+    }
+
+    /// Performs an action as replica `i`, whose store writes carry its token. Every side
+    /// effect is by the holder of a valid lease, except the deposed leader's one
+    /// `in_flight` step (checked before its pause, performed after it without a check).
+    fn perform_as(&mut self, i: usize, a: &Action, in_flight: bool) -> Answer {
+        let holds = self.holds_lease(i);
+        if holds {
+            self.acted_with_lease.insert(i);
+            if self.acted_with_lease.len() > 1 {
+                self.violate(format!(
+                    "replicas {:?} acted in one step, each with a valid lease",
+                    self.acted_with_lease
+                ));
+            }
+        } else if !in_flight {
+            self.violate(format!(
+                "r{i} performed '{a}' without a valid lease, and not as its in-flight step"
+            ));
+        } else if Self::acts_outside_store(a) {
+            self.stale_side_effect(i, a);
+        }
+        let answer = self.perform(a, !holds);
+        let removed = matches!(a, Action::RemoveMember { .. }) && matches!(answer, Answer::Done);
+        if holds && removed && self.lose_lease_after_removal && self.faults_on() {
+            self.lose_lease_after_removal = false;
+            self.lease.leases_lost_after_removal += 1;
+            self.leader_key = None;
+            self.note(format!(
+                "FAULT r{i}'s lease is lost right after '{a}'; it still believes it leads"
+            ));
+        }
+        answer
+    }
+
+    /// The deposed leader's side effect: counted, and at most one per term.
+    fn stale_side_effect(&mut self, i: usize, a: &Action) {
+        self.lease.stale_side_effects += 1;
+        let store_token = self.leader_key.map_or(0, |k| k.token);
+        let Some(t) = self.replicas[i].term.as_mut() else {
+            self.violate(format!("r{i} performed '{a}' while standing by"));
+            return;
+        };
+        let (token, again) = (t.token, t.stale_done);
+        t.stale_done = true;
+        if again {
+            self.violate(format!(
+                "r{i} performed a second side effect after its lease ended: '{a}'"
+            ));
+        }
+        self.note(format!(
+            "STALE r{i} (token {token}, store token {store_token}) performs '{a}' without re-checking"
+        ));
+    }
+
+    /// One iteration of replica `i`, if it runs and leads: its own lease check, then
+    /// observe, decide, and perform the actions in order until one fails (or the replica
+    /// crashes, is paused, or steps down).
+    fn controller_step(&mut self, i: usize, faults_on: bool) {
+        if !self.runs(i) || self.replicas[i].term.is_none() {
+            return;
+        }
+        // A lease that ran out by its own clock ends the term before anything else.
+        if !may_act(self.lease_left_ms(i), 0) {
+            self.step_down(i, "its lease ran out by its own clock");
+            return;
+        }
         let obs = self.observe();
         let d = decide(&self.cp, &self.machines, &obs);
         self.decisions += 1;
@@ -785,13 +1044,25 @@ impl World {
                 d.actions
             ));
         }
+        let tag = self.tag(i);
         for a in &d.actions {
             let key = format!("{}:{a}", a.kind());
-            if self
+            if self.replicas[i]
                 .retry_not_before_ms
                 .get(&key)
                 .is_some_and(|t| *t > self.now_ms)
             {
+                return;
+            }
+            if !self.ensure_leading(i) {
+                return;
+            }
+            if faults_on
+                && self.ha()
+                && self.rng.chance(self.cfg.fault_per_mille / 3)
+                && self.may_pause_in_flight(a)
+            {
+                self.pause_in_flight(i, a);
                 return;
             }
             // Faults around the call.
@@ -799,42 +1070,47 @@ impl World {
                 self.faults += 1;
                 match self.rng.below(3) {
                     0 => {
-                        self.note(format!("CRASH before '{a}'"));
-                        self.crash_controller();
+                        self.note(format!("{tag}CRASH before '{a}'"));
+                        self.crash_replica(i);
                         return;
                     }
                     1 => {
-                        self.note(format!("TIMEOUT before '{a}' reached etcd"));
-                        self.backoff(key, true);
+                        self.note(format!("{tag}TIMEOUT before '{a}' reached etcd"));
+                        self.backoff(i, key, true);
                         return;
                     }
                     _ => {
-                        let ans = self.perform(a);
+                        let ans = self.perform_as(i, a, false);
                         let applied = matches!(ans, Answer::Done);
                         if self.rng.chance(500) {
-                            self.note(format!("CRASH after '{a}' (applied: {applied})"));
-                            self.crash_controller();
+                            self.note(format!("{tag}CRASH after '{a}' (applied: {applied})"));
+                            self.crash_replica(i);
                         } else {
-                            self.note(format!("LOST ANSWER of '{a}' (applied: {applied})"));
-                            self.backoff(key, true);
+                            self.note(format!("{tag}LOST ANSWER of '{a}' (applied: {applied})"));
+                            self.backoff(i, key, true);
                         }
                         return;
                     }
                 }
             }
-            match self.perform(a) {
+            match self.perform_as(i, a, false) {
                 Answer::Done => {
-                    self.note(format!("did '{a}'"));
-                    self.retry_not_before_ms.remove(&key);
+                    self.note(format!("{tag}did '{a}'"));
+                    self.replicas[i].retry_not_before_ms.remove(&key);
                 }
                 Answer::Refused(why) => {
-                    self.note(format!("'{a}' refused: {why}"));
-                    self.backoff(key, true);
+                    self.note(format!("{tag}'{a}' refused: {why}"));
+                    self.backoff(i, key, true);
                     return;
                 }
                 Answer::Failed(why) => {
-                    self.note(format!("'{a}' failed: {why}"));
-                    self.backoff(key, false);
+                    self.note(format!("{tag}'{a}' failed: {why}"));
+                    self.backoff(i, key, false);
+                    return;
+                }
+                Answer::Fenced => {
+                    self.lease.fenced_writes += 1;
+                    self.step_down(i, &format!("its write for '{a}' was fenced"));
                     return;
                 }
             }
@@ -842,21 +1118,318 @@ impl World {
     }
 
     /// The controller's retry policy (as quorum-controller's): 50 ms doubling, capped.
-    fn backoff(&mut self, key: String, refusal: bool) {
+    fn backoff(&mut self, i: usize, key: String, refusal: bool) {
         let cap = if refusal { 250 } else { 5_000 };
-        let prev = self
-            .retry_not_before_ms
-            .get(&key)
-            .copied()
-            .unwrap_or(self.now_ms);
-        let last_delay = prev.saturating_sub(self.now_ms).max(25);
+        let now = self.now_ms;
+        let retry = &mut self.replicas[i].retry_not_before_ms;
+        let prev = retry.get(&key).copied().unwrap_or(now);
+        let last_delay = prev.saturating_sub(now).max(25);
         let delay = (last_delay * 2).min(cap);
-        self.retry_not_before_ms.insert(key, self.now_ms + delay);
+        retry.insert(key, now + delay);
     }
 
-    fn crash_controller(&mut self) {
-        // Everything not in the durable store is gone.
-        self.retry_not_before_ms.clear();
+    /// A crash loses everything not in the durable store. The single controller restarts
+    /// at once (as before there were replicas); one of two restarts later, as a standby,
+    /// leaving its lease to expire in the store.
+    fn crash_replica(&mut self, i: usize) {
+        self.replicas[i].retry_not_before_ms.clear();
+        if !self.ha() {
+            return;
+        }
+        let steps = RESTART_MIN_STEPS + self.rng.below(RESTART_SPREAD_STEPS);
+        let r = &mut self.replicas[i];
+        r.term = None;
+        r.in_flight = None;
+        r.paused_until_step = None;
+        r.down_until_step = Some(self.step + steps);
+        self.lease.crashes += 1;
+        self.note(format!("r{i} is down for {steps} steps"));
+    }
+
+    // ---------------------------------------------------------------- replicas and lease
+
+    fn ha(&self) -> bool {
+        self.replicas.len() > 1
+    }
+
+    /// A prefix naming the replica in trace lines (none with a single controller, whose
+    /// trace is as it always was).
+    fn tag(&self, i: usize) -> String {
+        if self.ha() {
+            format!("r{i}: ")
+        } else {
+            String::new()
+        }
+    }
+
+    fn faults_on(&self) -> bool {
+        self.step <= self.cfg.fault_steps
+    }
+
+    fn ttl_steps(&self) -> u64 {
+        self.cfg.lease_ttl_ms.div_ceil(STEP_MS)
+    }
+
+    /// Neither paused nor down.
+    fn runs(&self, i: usize) -> bool {
+        let r = &self.replicas[i];
+        r.paused_until_step.is_none() && r.down_until_step.is_none()
+    }
+
+    fn replicas_settled(&self) -> bool {
+        (0..self.replicas.len()).all(|i| self.runs(i))
+    }
+
+    /// What is left of replica `i`'s lease by its own clock (`None`: no lease).
+    fn lease_left_ms(&self, i: usize) -> Option<i64> {
+        match self.replicas[i].term {
+            None => Some(-1),
+            Some(t) if t.lost => Some(-1),
+            Some(t) => t.deadline_ms.map(|d| d as i64 - self.now_ms as i64),
+        }
+    }
+
+    /// Does the store's leader key hold replica `i`'s token, unexpired? (Always, for the
+    /// single controller: the embedded store has no fence.)
+    fn holds_lease(&self, i: usize) -> bool {
+        if !self.ha() {
+            return true;
+        }
+        let Some(t) = self.replicas[i].term else {
+            return false;
+        };
+        self.leader_key
+            .is_some_and(|k| k.token == t.token && self.now_ms < k.expires_at_ms)
+    }
+
+    /// The leader's check before a side effect: enough of its lease left by its own clock,
+    /// then the fenced no-op write. Failing either, it steps down.
+    fn ensure_leading(&mut self, i: usize) -> bool {
+        let margin = margin_ms(self.cfg.lease_ttl_ms);
+        if !may_act(self.lease_left_ms(i), margin) {
+            self.step_down(i, "less than the margin of its lease is left");
+            return false;
+        }
+        if !self.holds_lease(i) {
+            self.lease.fenced_writes += 1;
+            self.step_down(i, "its fenced no-op write was refused");
+            return false;
+        }
+        true
+    }
+
+    /// The leader stops leading: its memory goes, and its lease is released if the key
+    /// still holds its token.
+    fn step_down(&mut self, i: usize, why: &str) {
+        let Some(t) = self.replicas[i].term.take() else {
+            return;
+        };
+        self.replicas[i].retry_not_before_ms.clear();
+        self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
+        self.lease.step_downs += 1;
+        if self.leader_key.is_some_and(|k| k.token == t.token) {
+            self.leader_key = None;
+        }
+        self.note(format!("r{i} steps down (token {}): {why}", t.token));
+    }
+
+    /// Replica `i` takes the free leader key: a new token, fresh memory.
+    fn take_lead(&mut self, i: usize) {
+        self.last_token += 1;
+        let (token, now, ttl_ms) = (self.last_token, self.now_ms, self.cfg.lease_ttl_ms);
+        self.leader_key = Some(LeaderKey {
+            holder: i,
+            token,
+            expires_at_ms: now + ttl_ms,
+        });
+        let r = &mut self.replicas[i];
+        r.retry_not_before_ms.clear();
+        r.term = Some(Term {
+            token,
+            deadline_ms: Some(now + ttl_ms),
+            lost: false,
+            last_renewal_ms: now,
+            stale_done: false,
+        });
+        if token > 1 {
+            self.lease.takeovers += 1;
+        }
+        self.note(format!("r{i} takes the lead (token {token})"));
+    }
+
+    /// The store's side of time: a lease not renewed in time ends, and its key with it.
+    fn expire_leader_key(&mut self) {
+        if let Some(k) = self.leader_key {
+            if k.expires_at_ms <= self.now_ms {
+                self.leader_key = None;
+                self.note(format!(
+                    "the lease of r{} (token {}) expired in the store",
+                    k.holder, k.token
+                ));
+            }
+        }
+    }
+
+    /// Each replica's tick (two replicas only): restarts, resumptions (with the in-flight
+    /// step), a leader's renewal, a standby's poll.
+    fn tick_replicas(&mut self) {
+        self.expire_leader_key();
+        for i in 0..self.replicas.len() {
+            self.restart_if_due(i);
+            // A resumed replica's renewal is still on its way this step.
+            if self.resume_if_due(i) || !self.runs(i) {
+                continue;
+            }
+            if self.replicas[i].term.is_some() {
+                self.renew_if_due(i);
+            } else {
+                self.campaign_if_due(i);
+            }
+        }
+    }
+
+    fn restart_if_due(&mut self, i: usize) {
+        if self.replicas[i]
+            .down_until_step
+            .is_some_and(|s| s <= self.step)
+        {
+            self.replicas[i].down_until_step = None;
+            self.replicas[i].next_poll_ms = self.now_ms;
+            self.note(format!("r{i} restarts as a standby"));
+        }
+    }
+
+    /// Ends a pause that is over; the replica then performs the step it was paused in
+    /// front of, without checking again. True if it resumed.
+    fn resume_if_due(&mut self, i: usize) -> bool {
+        if self.replicas[i]
+            .paused_until_step
+            .is_none_or(|s| s > self.step)
+        {
+            return false;
+        }
+        self.replicas[i].paused_until_step = None;
+        self.note(format!("r{i} resumes"));
+        if let Some(a) = self.replicas[i].in_flight.take() {
+            match self.perform_as(i, &a, true) {
+                Answer::Fenced => {
+                    self.lease.fenced_writes += 1;
+                    self.step_down(i, &format!("its in-flight write for '{a}' was fenced"));
+                }
+                Answer::Done => self.note(format!("r{i}: its in-flight '{a}' is done")),
+                Answer::Refused(why) | Answer::Failed(why) => {
+                    self.note(format!("r{i}: its in-flight '{a}' failed: {why}"))
+                }
+            }
+        }
+        true
+    }
+
+    /// Every TTL/3 the leader renews: the store's expiry and its own deadline move to
+    /// the same moment. A renewal of a lease the store no longer has is refused.
+    fn renew_if_due(&mut self, i: usize) {
+        let ttl_ms = self.cfg.lease_ttl_ms;
+        let now = self.now_ms;
+        let Some(t) = self.replicas[i].term else {
+            return;
+        };
+        if t.lost || now < t.last_renewal_ms + ttl_ms / 3 {
+            return;
+        }
+        match self.leader_key.as_mut() {
+            Some(k) if k.token == t.token => {
+                k.expires_at_ms = now + ttl_ms;
+                if let Some(t) = self.replicas[i].term.as_mut() {
+                    t.deadline_ms = Some(now + ttl_ms);
+                    t.last_renewal_ms = now;
+                }
+            }
+            _ => {
+                if let Some(t) = self.replicas[i].term.as_mut() {
+                    t.lost = true;
+                }
+                self.note(format!(
+                    "r{i}'s lease renewal is refused: the lease is gone"
+                ));
+            }
+        }
+    }
+
+    /// A standby looks at the leader key every poll interval and takes it if free.
+    fn campaign_if_due(&mut self, i: usize) {
+        if self.now_ms < self.replicas[i].next_poll_ms {
+            return;
+        }
+        self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
+        if self.leader_key.is_none() {
+            self.take_lead(i);
+        }
+    }
+
+    /// SIGSTOP for `steps` steps; memory kept.
+    fn pause(&mut self, i: usize, steps: u64, what: &str) {
+        self.lease.pauses += 1;
+        if steps * STEP_MS > self.cfg.lease_ttl_ms {
+            self.lease.pauses_past_ttl += 1;
+        }
+        self.replicas[i].paused_until_step = Some(self.step + steps);
+        self.note(format!(
+            "FAULT r{i} paused for {steps} steps ({} ms){what}",
+            steps * STEP_MS
+        ));
+    }
+
+    /// Which steps the in-flight pause may hold up. Without etcd's strict reconfiguration
+    /// check, not a removal: a removal decided while every voter was healthy and performed
+    /// after a member failed, during the pause, loses quorum, and only etcd's check can
+    /// refuse it (the model check's deposed controller runs with that check for the same
+    /// reason; `a_stale_removal_is_stopped_only_by_etcds_strict_check` shows both sides).
+    /// The margin and the fence bound a deposed leader's staleness, but not a pause
+    /// between its check and its side effect.
+    fn may_pause_in_flight(&self, a: &Action) -> bool {
+        self.cfg.strict_reconfig || !matches!(a, Action::RemoveMember { .. })
+    }
+
+    /// The worst case of a check followed by a side effect: the leader passed its check
+    /// for `a`, is paused past its TTL, and performs `a` when it resumes.
+    fn pause_in_flight(&mut self, i: usize, a: &Action) {
+        self.faults += 1;
+        let ttl_steps = self.ttl_steps();
+        let steps = ttl_steps + 1 + self.rng.below(ttl_steps);
+        self.replicas[i].in_flight = Some(a.clone());
+        self.pause(i, steps, &format!(" between its check and '{a}'"));
+    }
+
+    /// A fault of the replicas (two only): a pause (half of them past the TTL), a crash,
+    /// or the lease lost after the next member removal.
+    fn maybe_replica_fault(&mut self) {
+        if !self.rng.chance(self.cfg.fault_per_mille / 4) {
+            return;
+        }
+        let running: Vec<usize> = (0..self.replicas.len()).filter(|i| self.runs(*i)).collect();
+        match self.rng.below(3) {
+            0 => {
+                if let Some(i) = self.pick(&running) {
+                    self.faults += 1;
+                    let steps = 1 + self.rng.below(2 * self.ttl_steps());
+                    self.pause(i, steps, "");
+                }
+            }
+            1 => {
+                if let Some(i) = self.pick(&running) {
+                    self.faults += 1;
+                    self.note(format!("FAULT r{i} crashes"));
+                    self.crash_replica(i);
+                }
+            }
+            _ => {
+                if !self.lose_lease_after_removal {
+                    self.faults += 1;
+                    self.lose_lease_after_removal = true;
+                    self.note("FAULT armed: the next member removal loses the lease".into());
+                }
+            }
+        }
     }
 
     // ---------------------------------------------------------------- faults
@@ -1031,6 +1604,24 @@ impl World {
                 self.acked
             ));
         }
+        self.check_lease();
+    }
+
+    /// The store never sees a lease end before its holder does.
+    fn check_lease(&mut self) {
+        let Some(k) = self.leader_key else {
+            return;
+        };
+        let holder_deadline = self.replicas[k.holder]
+            .term
+            .filter(|t| t.token == k.token)
+            .and_then(|t| t.deadline_ms);
+        if holder_deadline.is_some_and(|d| d > k.expires_at_ms) {
+            self.violate(format!(
+                "the store's lease (token {}) ends at {} ms, before its holder's own deadline {holder_deadline:?}",
+                k.token, k.expires_at_ms
+            ));
+        }
     }
 
     /// Has the spec been met? Only asked again when the controller's last decision said
@@ -1049,8 +1640,8 @@ impl World {
             && self.members.len() == self.machines.len()
     }
 
-    /// One step: faults (in the window), healing, the cluster's tick, one controller
-    /// iteration, the invariant checks. Returns true when the run is over (converged,
+    /// One step: faults (in the window), healing, the cluster's tick, the replicas' tick
+    /// (two replicas), one iteration of each leading replica, the invariant checks. Returns true when the run is over (converged,
     /// violated, or past its step limit).
     pub fn step(&mut self) -> bool {
         let limit = self.cfg.fault_steps + CONVERGE_WITHIN_STEPS;
@@ -1062,12 +1653,21 @@ impl World {
         let faults_on = self.step <= self.cfg.fault_steps;
         if faults_on {
             self.maybe_fault();
+            if self.ha() {
+                self.maybe_replica_fault();
+            }
         }
         self.heal();
         self.tick_etcd();
-        self.controller_step(faults_on);
+        self.acted_with_lease.clear();
+        if self.ha() {
+            self.tick_replicas();
+        }
+        for i in 0..self.replicas.len() {
+            self.controller_step(i, faults_on);
+        }
         self.check_invariants();
-        if !faults_on && self.impairment.is_none() && self.converged() {
+        if !faults_on && self.impairment.is_none() && self.replicas_settled() && self.converged() {
             self.note("converged".into());
             return true;
         }
@@ -1100,6 +1700,9 @@ impl World {
             violation: self.violation,
             trace_hash: self.hash,
             trace: self.trace,
+            replicas: self.cfg.replicas,
+            lease_ttl_ms: self.cfg.lease_ttl_ms,
+            lease: self.lease,
         }
     }
 }
@@ -1177,11 +1780,18 @@ pub fn run(cfg: Config) -> Outcome {
 
 /// The command that replays a seed.
 pub fn replay_command(o: &Outcome) -> String {
-    format!(
+    let mut c = format!(
         "cargo run --release -p quorum-sim -- --seed {} --scenario {} --trace",
         o.seed,
         o.scenario.name()
-    )
+    );
+    if o.replicas > 1 {
+        let _ = write!(c, " --replicas {}", o.replicas);
+        if o.lease_ttl_ms != DEFAULT_LEASE_TTL_MS {
+            let _ = write!(c, " --lease-ttl-ms {}", o.lease_ttl_ms);
+        }
+    }
+    c
 }
 
 #[cfg(test)]
@@ -1206,7 +1816,7 @@ mod tests {
             member_id: victim,
             machine: None,
         };
-        assert!(matches!(w.perform(&a), Answer::Done));
+        assert!(matches!(w.perform(&a, false), Answer::Done));
         assert!(
             w.violation.as_deref().unwrap_or("").contains("quorum lost"),
             "{:?}",
@@ -1220,7 +1830,7 @@ mod tests {
         let a = Action::DeleteMachine {
             machine: "sim-1".into(),
         };
-        w.perform(&a);
+        w.perform(&a, false);
         assert!(
             w.violation.as_deref().unwrap_or("").contains("still votes"),
             "{:?}",
@@ -1248,6 +1858,176 @@ mod tests {
         assert!(
             matches!(w.add_learner("http://127.9.9.8:2380"), Answer::Refused(m) if m.contains("too many learner"))
         );
+    }
+
+    /// Two replicas, no random faults: only what a test injects happens.
+    fn two_replicas(scenario: Scenario, strict: bool) -> World {
+        let mut c = Config::with_two_replicas(1);
+        c.scenario = scenario;
+        c.strict_reconfig = strict;
+        c.fault_per_mille = 0;
+        c.trace = true;
+        World::new(c)
+    }
+
+    fn steps(w: &mut World, n: u64) {
+        for _ in 0..n {
+            w.step();
+        }
+    }
+
+    #[test]
+    fn one_replica_leads_without_a_lease() {
+        let w = world(Scenario::Rollout, true);
+        assert_eq!(w.replicas.len(), 1);
+        assert!(w.leader_key.is_none());
+        assert_eq!(w.lease_left_ms(0), None);
+        assert!(w.holds_lease(0));
+    }
+
+    #[test]
+    fn a_leader_renews_and_keeps_its_lease() {
+        let mut w = two_replicas(Scenario::ScaleUp, true);
+        let n = 3 * w.ttl_steps();
+        steps(&mut w, n);
+        let k = w.leader_key.expect("held");
+        assert_eq!((k.holder, k.token), (0, 1));
+        let left = w.lease_left_ms(0).expect("a lease");
+        assert!(left as u64 >= margin_ms(w.cfg.lease_ttl_ms), "{left}");
+        assert_eq!(w.lease, LeaseCounts::default(), "{}", w.trace);
+    }
+
+    #[test]
+    fn a_paused_leader_is_replaced_and_its_stale_step_lands_once() {
+        let mut w = two_replicas(Scenario::Rollout, true);
+        let a = Action::StartMachine {
+            machine: "sim-1".into(),
+            state: ClusterState::Existing,
+            initial_cluster: vec![],
+        };
+        w.replicas[0].in_flight = Some(a);
+        let pause_steps = w.ttl_steps() + 5;
+        w.pause(0, pause_steps, "");
+        steps(&mut w, pause_steps);
+        assert_eq!(w.leader_key.map(|k| k.holder), Some(1), "{}", w.trace);
+        assert_eq!(w.lease.takeovers, 1);
+        assert_eq!(w.lease.stale_side_effects, 1, "{}", w.trace);
+        assert!(w.replicas[0].term.is_none(), "r0 stepped down");
+        assert!(
+            w.trace.contains("STALE r0 (token 1, store token 2)"),
+            "{}",
+            w.trace
+        );
+        let o = w.run();
+        assert_eq!(o.violation, None, "{}", o.trace);
+    }
+
+    #[test]
+    fn a_deposed_leaders_store_write_is_fenced() {
+        let mut w = two_replicas(Scenario::ScaleDown, true);
+        w.replicas[0].in_flight = Some(Action::MarkDeleting {
+            machine: "sim-1".into(),
+            reason: quorum_core::DeleteReason::ScaleDown,
+        });
+        let pause_steps = w.ttl_steps() + 1;
+        w.pause(0, pause_steps, "");
+        steps(&mut w, pause_steps);
+        assert_eq!(w.lease.fenced_writes, 1, "{}", w.trace);
+        assert_eq!(w.lease.stale_side_effects, 0);
+        assert!(w
+            .trace
+            .contains("r0 steps down (token 1): its in-flight write"));
+        assert!(w.replicas[0].term.is_none());
+    }
+
+    #[test]
+    fn a_lease_lost_after_a_removal_fences_the_old_leader() {
+        let mut w = two_replicas(Scenario::Rollout, true);
+        w.lose_lease_after_removal = true;
+        for _ in 0..2_000 {
+            if w.lease.leases_lost_after_removal > 0 && w.lease.takeovers > 0 {
+                break;
+            }
+            w.step();
+        }
+        assert_eq!(w.lease.leases_lost_after_removal, 1, "{}", w.trace);
+        assert!(w.replicas[0].term.is_none(), "{}", w.trace);
+        assert_eq!(w.lease.takeovers, 1);
+        let o = w.run();
+        assert_eq!(o.violation, None, "{}", o.trace);
+    }
+
+    #[test]
+    fn the_checker_sees_a_side_effect_without_a_lease() {
+        let mut w = two_replicas(Scenario::Rollout, true);
+        w.leader_key = None;
+        let a = Action::StopMachine {
+            machine: "sim-9".into(),
+        };
+        w.perform_as(0, &a, false);
+        assert!(
+            w.violation
+                .as_deref()
+                .unwrap_or("")
+                .contains("without a valid lease"),
+            "{:?}",
+            w.violation
+        );
+    }
+
+    #[test]
+    fn the_checker_sees_two_replicas_acting_with_valid_leases() {
+        let mut w = two_replicas(Scenario::Rollout, true);
+        w.replicas[1].term = w.replicas[0].term;
+        let a = Action::StopMachine {
+            machine: "sim-9".into(),
+        };
+        w.perform_as(0, &a, false);
+        assert_eq!(w.violation, None);
+        w.perform_as(1, &a, false);
+        assert!(
+            w.violation
+                .as_deref()
+                .unwrap_or("")
+                .contains("acted in one step"),
+            "{:?}",
+            w.violation
+        );
+    }
+
+    /// The hazard the in-flight pause is kept away from without etcd's strict check: a
+    /// removal decided while 3 voters were healthy, performed stale after one failed.
+    #[test]
+    fn a_stale_removal_is_stopped_only_by_etcds_strict_check() {
+        for strict in [false, true] {
+            let mut w = two_replicas(Scenario::RolloutSurge0, strict);
+            let victim = w.members[2].id;
+            if let Some(p) = w.procs.get_mut("sim-2") {
+                p.running = false;
+            }
+            w.leader_key = None;
+            let a = Action::RemoveMember {
+                member_id: victim,
+                machine: Some("sim-3".into()),
+            };
+            let answer = w.perform_as(0, &a, true);
+            assert_eq!(w.lease.stale_side_effects, 1);
+            if strict {
+                assert!(matches!(answer, Answer::Refused(_)));
+                assert_eq!(w.violation, None);
+            } else {
+                assert!(
+                    w.violation.as_deref().unwrap_or("").contains("quorum lost"),
+                    "{:?}",
+                    w.violation
+                );
+            }
+            assert_eq!(
+                w.may_pause_in_flight(&a),
+                strict,
+                "the simulator holds a removal up only with the strict check"
+            );
+        }
     }
 
     #[test]

@@ -1,14 +1,14 @@
 //! `quorum-sim`: run seeds of the deterministic simulator, replay one, or benchmark.
 
 use clap::Parser;
-use quorum_sim::{replay_command, run, Config, Scenario};
+use quorum_sim::{replay_command, run, Config, LeaseCounts, Scenario};
 use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
     name = "quorum-sim",
     about = "Drives quorum's real decision function against a simulated etcd with seeded faults, checking its invariants after every step.",
-    after_help = "Examples:\n  quorum-sim --seeds 100000              # run seeds 0..100000, print seeds per second\n  quorum-sim --seed 42 --trace           # replay one seed, step by step\n  quorum-sim --seed 42 --scenario rollout"
+    after_help = "Examples:\n  quorum-sim --seeds 100000              # run seeds 0..100000, print seeds per second\n  quorum-sim --seed 42 --trace           # replay one seed, step by step\n  quorum-sim --seed 42 --scenario rollout\n  quorum-sim --seeds 10000 --replicas 2  # two controllers sharing a lease, with lease faults"
 )]
 struct Args {
     /// Replay exactly this seed.
@@ -26,6 +26,18 @@ struct Args {
     /// Print the whole trace of --seed.
     #[arg(long)]
     trace: bool,
+    /// Controller replicas: 1 (one controller, no lease, as with the embedded store) or 2
+    /// (two replicas sharing a leader lease in the store: renewals every TTL/3, a margin
+    /// check and a fenced no-op write before every side effect, takeover by the standby
+    /// once the lease expires; plus faults: a replica paused past its TTL, a replica
+    /// crashing, the lease lost right after a member removal, and a leader paused between
+    /// its check and a side effect that it performs, stale, on resuming). A different
+    /// number of replicas gives a different trace for the same seed.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    replicas: u8,
+    /// The leader lease's TTL with --replicas 2.
+    #[arg(long, value_name = "MS", default_value_t = quorum_core::lease::DEFAULT_LEASE_TTL_MS, value_parser = parse_ttl_ms)]
+    lease_ttl_ms: u64,
     /// Worker threads for --seeds.
     #[arg(long, default_value_t = 2)]
     threads: u64,
@@ -37,6 +49,14 @@ struct Args {
     /// two controller crashes and a deposed controller's stale step.
     #[arg(long)]
     model_check: bool,
+}
+
+/// A TTL in milliseconds, within the bounds the controller accepts.
+fn parse_ttl_ms(s: &str) -> Result<u64, String> {
+    let ttl_ms = s
+        .parse::<u64>()
+        .map_err(|e| format!("'{s}' is not a number of milliseconds: {e}"))?;
+    quorum_core::lease::check_ttl_ms(ttl_ms)
 }
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +74,8 @@ fn main() -> std::process::ExitCode {
         if let Some(s) = scenario {
             c.scenario = s;
         }
+        c.replicas = args.replicas;
+        c.lease_ttl_ms = args.lease_ttl_ms;
         c
     };
     if args.model_check {
@@ -115,6 +137,9 @@ fn main() -> std::process::ExitCode {
             o.trace_hash,
             o.violation.as_deref().unwrap_or("ok")
         );
+        if o.replicas > 1 {
+            println!("{} replicas: {}", o.replicas, o.lease);
+        }
         return if o.violation.is_some() {
             std::process::ExitCode::FAILURE
         } else {
@@ -127,13 +152,14 @@ fn main() -> std::process::ExitCode {
         let handles: Vec<_> = (0..threads)
             .map(|k| {
                 s.spawn(move || {
-                    let mut out = (0u64, 0u64, 0u64, Vec::new());
+                    let mut out = (0u64, 0u64, 0u64, Vec::new(), LeaseCounts::default());
                     let mut seed = from + k;
                     while seed < from + n {
                         let o = run(cfg(seed));
                         out.0 += 1;
                         out.1 += o.decisions;
                         out.2 += o.faults;
+                        out.4.add(&o.lease);
                         if o.violation.is_some() {
                             out.3.push(o);
                         }
@@ -152,6 +178,10 @@ fn main() -> std::process::ExitCode {
     let seeds: u64 = results.iter().map(|r| r.0).sum();
     let decisions: u64 = results.iter().map(|r| r.1).sum();
     let faults: u64 = results.iter().map(|r| r.2).sum();
+    let mut lease = LeaseCounts::default();
+    for r in &results {
+        lease.add(&r.4);
+    }
     let failed: Vec<_> = results.into_iter().flat_map(|r| r.3).collect();
     for o in &failed {
         println!(
@@ -169,6 +199,9 @@ fn main() -> std::process::ExitCode {
         seeds as f64 / secs,
         decisions as f64 / secs
     );
+    if args.replicas > 1 {
+        println!("{} replicas: {lease}", args.replicas);
+    }
     if failed.is_empty() {
         std::process::ExitCode::SUCCESS
     } else {

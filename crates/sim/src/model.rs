@@ -56,7 +56,13 @@ pub struct Variant {
     pub max_surge: u32,
     /// etcd's `--strict-reconfig-check`: a removal must leave a running majority.
     pub etcd_strict: bool,
-    /// A deposed controller may perform one stale side effect.
+    /// A deposed controller may perform one stale side effect: in lease terms, a replica
+    /// that passed its check (`lease::may_act` with the margin, then the fenced no-op
+    /// write) for its decision's first action, was paused past its TTL while the other
+    /// replica took the leader key (a new token), and performs that action on resuming
+    /// without checking again. Its store writes carry the old token and are refused; its
+    /// effects on etcd and on machines land. The simulator's two-replica mode (`lib.rs`,
+    /// `Config::replicas`) plays the same fault with timed leases, renewals and takeovers.
     pub deposed: bool,
 }
 

@@ -204,7 +204,19 @@ impl EtcdStore {
             events_recorded: AtomicU64::new(0),
         };
         // The client connects lazily: a read proves the cluster is there.
-        store.get(&store.key("setting/"), "reach the cluster")?;
+        if let Err(e) = store.get(&store.key("setting/"), "reach the cluster") {
+            let detail = match e {
+                StoreError::Etcd { detail, .. } if detail.contains("connect error") => {
+                    "no member of the management etcd accepts connections (is it running, and is --store right?)".to_string()
+                }
+                StoreError::Etcd { detail, .. } => detail,
+                other => return Err(other),
+            };
+            return Err(StoreError::Etcd {
+                location: store.location.clone(),
+                detail,
+            });
+        }
         Ok(store)
     }
 
@@ -710,26 +722,16 @@ impl StateStore for EtcdStore {
                 None => (0, absent(&addr_key)),
             };
             // Addresses are never reused (see the embedded store).
-            let address = loop {
-                let Some(a) = address_at(subnet, next_addr) else {
-                    return Err(StoreError::AddressesExhausted(format!("127.{}", subnet.0)));
-                };
-                next_addr += 1;
-                if is_free(a) {
-                    break a;
-                }
-            };
-            let serial = rec.next_serial;
-            let machine = Machine {
-                name: format!("{cp}-{serial}"),
-                serial,
-                address,
+            let machine = new_machine(
+                cp,
+                rec.next_serial,
+                subnet,
+                &mut next_addr,
+                is_free,
                 version,
                 bootstrap,
-                deleting: false,
-                tls: certificates_not_after_unix_s.is_some(),
                 certificates_not_after_unix_s,
-            };
+            )?;
             rec.next_serial += 1;
             let m_key = self.key(&format!("machine/{cp}/{}", machine.name));
             let compares = vec![

@@ -425,6 +425,41 @@ fn parse_subnet(s: &str) -> Option<(u8, u8)> {
     (a != 0).then_some((a, b))
 }
 
+/// A new machine record (both backends): serial `serial` of control plane `cp`, at the
+/// first address of `subnet` from `*next_addr` on that `is_free` accepts. `*next_addr`
+/// moves past the address taken, so addresses are never reused.
+#[allow(clippy::too_many_arguments)]
+fn new_machine(
+    cp: &str,
+    serial: u64,
+    subnet: (u8, u8),
+    next_addr: &mut u64,
+    is_free: &dyn Fn(Ipv4Addr) -> bool,
+    version: Version,
+    bootstrap: bool,
+    certificates_not_after_unix_s: Option<i64>,
+) -> Result<Machine> {
+    let address = loop {
+        let Some(a) = address_at(subnet, *next_addr) else {
+            return Err(StoreError::AddressesExhausted(format!("127.{}", subnet.0)));
+        };
+        *next_addr += 1;
+        if is_free(a) {
+            break a;
+        }
+    };
+    Ok(Machine {
+        name: format!("{cp}-{serial}"),
+        serial,
+        address,
+        version,
+        bootstrap,
+        deleting: false,
+        tls: certificates_not_after_unix_s.is_some(),
+        certificates_not_after_unix_s,
+    })
+}
+
 /// The `n`th machine address of subnet `127.A.B`: 250 hosts per /24, moving up through
 /// the third octet.
 fn address_at((a, b): (u8, u8), n: u64) -> Option<Ipv4Addr> {

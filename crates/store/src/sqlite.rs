@@ -555,7 +555,7 @@ impl StateStore for SqliteStore {
         let Some(serial) = serial else {
             return Err(StoreError::NotFound(cp.to_string()));
         };
-        let mut next_addr: i64 = tx
+        let next_addr: i64 = tx
             .query_row(
                 "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'next_address'",
                 [],
@@ -567,25 +567,18 @@ impl StateStore for SqliteStore {
         // Addresses are never reused within a state directory: a removed member's process
         // may linger for a moment, and a stale status from it must not be mistaken for
         // a new machine's.
-        let address = loop {
-            let Some(a) = address_at(subnet, next_addr as u64) else {
-                return Err(StoreError::AddressesExhausted(format!("127.{}", subnet.0)));
-            };
-            next_addr += 1;
-            if is_free(a) {
-                break a;
-            }
-        };
-        let machine = Machine {
-            name: format!("{cp}-{serial}"),
-            serial: serial as u64,
-            address,
+        let mut next = next_addr as u64;
+        let machine = new_machine(
+            cp,
+            serial as u64,
+            subnet,
+            &mut next,
+            is_free,
             version,
             bootstrap,
-            deleting: false,
-            tls: certificates_not_after_unix_s.is_some(),
             certificates_not_after_unix_s,
-        };
+        )?;
+        let next_addr = next as i64;
         tx.execute(
             "INSERT INTO machines(control_plane, name, doc) VALUES (?1, ?2, ?3)",
             params![cp, machine.name, to_json(&machine)],
