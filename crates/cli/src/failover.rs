@@ -3,8 +3,9 @@
 //!
 //! In a throwaway directory: a 3-member management etcd on loopback, `--replicas`
 //! controller processes (this binary) on it, then `--runs` times: SIGKILL the leading
-//! replica, time until a standby's first write as leader (its heartbeat, fenced with the
-//! new token; it reconciles right after), and restart the killed one as a standby.
+//! replica at a random point of its renewal cycle, time until a standby's first write as
+//! leader (its heartbeat, fenced with the new token; it reconciles right after), and
+//! restart the killed one as a standby.
 //! Everything started is stopped by PID at the end, whatever ends the run.
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -193,6 +194,11 @@ fn measure((runs, lease_ttl, replicas): (u32, Duration, u32), fleet: &mut Fleet)
             .iter()
             .position(|r| r.id == leader)
             .ok_or_else(|| anyhow!("the leader {leader:?} is not one of ours"))?;
+        // Kill at a random moment of the lease's renewal cycle, once the leader has
+        // renewed at least once (right after a takeover its lease is fresh, which
+        // would measure only the worst case).
+        let phase_ms = phase_ms(run, lease_ttl);
+        std::thread::sleep(Duration::from_millis(phase_ms));
         let killed_at_ms = now_ms();
         let killed = Instant::now();
         fleet.replicas[idx].child.kill()?;
@@ -216,6 +222,18 @@ fn measure((runs, lease_ttl, replicas): (u32, Duration, u32), fleet: &mut Fleet)
         version: version.to_string(),
         takeovers_ms,
     })
+}
+
+/// A delay in `[ttl/3, ttl)` that varies from run to run (splitmix64 of the run and
+/// the process id): where in the renewal cycle the leader dies.
+fn phase_ms(run: u32, ttl: Duration) -> u64 {
+    let mut z =
+        (u64::from(run) << 32 | u64::from(std::process::id())).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let ttl_ms = ttl.as_millis() as u64;
+    ttl_ms / 3 + z % (ttl_ms - ttl_ms / 3)
 }
 
 fn connect(location: &StoreLocation, fleet: &Fleet) -> Result<Store> {
