@@ -837,13 +837,15 @@ async fn run(cli: Cli) -> Result<()> {
 }
 
 fn list(at: &Place) -> Result<()> {
-    let home = &at.home;
     let ctx = Ctx::open(at)?;
     let cps = ctx.store.control_planes()?;
     if cps.is_empty() {
+        let place = match &at.store {
+            StoreLocation::Embedded => at.home.display().to_string(),
+            StoreLocation::Etcd(l) => l.url(),
+        };
         println!(
-            "No control planes in {}. Create one with `quorum create NAME --version 3.4.23`.",
-            home.display()
+            "No control planes in {place}. Create one with `quorum create NAME --version 3.4.23`."
         );
         return Ok(());
     }

@@ -2,7 +2,7 @@
 //! processes: what the tests and `quorum bench failover` use as the management etcd.
 //! It is not a managed control plane: no controller changes its membership.
 
-use crate::{LocalProvider, Result, StartRequest};
+use crate::{LocalProvider, MachineTls, ProviderError, Result, StartRequest};
 use quorum_core::{ClusterState, InitialMember, Machine, Version};
 use std::net::Ipv4Addr;
 use std::path::Path;
@@ -26,6 +26,31 @@ impl ManagementEtcd {
         version: Version,
         addresses: &[Ipv4Addr],
     ) -> Result<Self> {
+        Self::start_with(dir, etcd_dir, version, addresses, None)
+    }
+
+    /// The same with mutual TLS on both ports: every member's certificates come from
+    /// `ca` and last `lifetime_s`; clients need a certificate from `ca` too.
+    pub fn start_tls(
+        dir: &Path,
+        etcd_dir: &Path,
+        version: Version,
+        addresses: &[Ipv4Addr],
+        ca: &quorum_pki::Ca,
+        now_unix_s: i64,
+        lifetime_s: i64,
+    ) -> Result<Self> {
+        let tls = Some((ca, now_unix_s, lifetime_s));
+        Self::start_with(dir, etcd_dir, version, addresses, tls)
+    }
+
+    fn start_with(
+        dir: &Path,
+        etcd_dir: &Path,
+        version: Version,
+        addresses: &[Ipv4Addr],
+        tls: Option<(&quorum_pki::Ca, i64, i64)>,
+    ) -> Result<Self> {
         let provider = LocalProvider::new(dir, etcd_dir.to_path_buf());
         let machines: Vec<Machine> = addresses
             .iter()
@@ -37,8 +62,8 @@ impl ManagementEtcd {
                 version,
                 bootstrap: true,
                 deleting: false,
-                tls: false,
-                certificates_not_after_unix_s: None,
+                tls: tls.is_some(),
+                certificates_not_after_unix_s: tls.map(|(_, now, life)| now + life),
             })
             .collect();
         let initial: Vec<InitialMember> = machines
@@ -50,12 +75,35 @@ impl ManagementEtcd {
             .collect();
         let me = ManagementEtcd { provider, machines };
         for m in &me.machines {
+            let certs = match tls {
+                Some((ca, now, life)) => Some(
+                    ca.issue_machine_from(
+                        &m.name,
+                        m.address.into(),
+                        &[crate::LOCAL_SOURCE_ADDRESS],
+                        now,
+                        now + life,
+                    )
+                    .map_err(|e| ProviderError::Io {
+                        machine: m.name.clone(),
+                        what: "issue certificates",
+                        source: std::io::Error::other(e.to_string()),
+                    })?,
+                ),
+                None => None,
+            };
             me.provider.start(&StartRequest {
                 machine: m,
                 cluster_token: "quorum-management",
                 state: ClusterState::New,
                 initial_cluster: &initial,
-                tls: None,
+                tls: match (tls, &certs) {
+                    (Some((ca, _, _)), Some(certs)) => Some(MachineTls {
+                        ca_pem: ca.cert_pem(),
+                        certs,
+                    }),
+                    _ => None,
+                },
             })?;
         }
         let deadline = Instant::now() + Duration::from_millis(READY_TIMEOUT_MS);

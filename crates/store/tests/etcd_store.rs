@@ -285,6 +285,75 @@ fn one_leader_and_a_deposed_leaders_writes_are_refused() {
 }
 
 #[test]
+fn a_management_etcd_with_mutual_tls_is_reached_with_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let ca = quorum_pki::Ca::generate("management", now, 86_400).unwrap();
+    let mut h = DefaultHasher::new();
+    ("tls", std::process::id()).hash(&mut h);
+    let x = h.finish();
+    let (a, b) = (20 + (x % 200) as u8, ((x >> 8) % 200) as u8);
+    let addrs: Vec<Ipv4Addr> = (252..=254).map(|d| Ipv4Addr::new(127, a, b, d)).collect();
+    let m = ManagementEtcd::start_tls(
+        &dir.path().join("mgmt"),
+        &quorum_provider::default_etcd_dir(),
+        VERSION.parse().unwrap(),
+        &addrs,
+        &ca,
+        now,
+        3_600,
+    )
+    .expect("start the management etcd with TLS");
+    let id = ca
+        .issue_client("quorum-controller", now, now + 3_600)
+        .unwrap();
+    let tls = quorum_store::EtcdTls {
+        ca_pem: ca.cert_pem().to_string(),
+        cert_pem: id.cert_pem.clone(),
+        key_pem: id.key_pem.clone(),
+    };
+    let l = StoreLocation::parse(&m.store_url("tls"), Some(tls)).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut s = loop {
+        match Store::connect(&l, std::path::Path::new("/nonexistent")) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("not yet: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(e) => panic!("never reached over TLS: {e}"),
+        }
+    };
+    s.create_control_plane(&cp("a"), None, 1).unwrap();
+    assert_eq!(s.control_planes().unwrap().len(), 1);
+    assert!(matches!(
+        s.campaign("tls", 2_000).unwrap(),
+        Campaign::Leading { .. }
+    ));
+    // Without a client certificate, or plain HTTP, the store is not reached.
+    let plain = StoreLocation::parse(&m.store_url("tls"), None).unwrap();
+    let e = Store::connect(&plain, std::path::Path::new("/nonexistent"))
+        .err()
+        .expect("plain HTTP to a TLS management etcd fails");
+    eprintln!("plain: {e}");
+    let other = quorum_pki::Ca::generate("other", now, 86_400).unwrap();
+    let id = other.issue_client("mallory", now, now + 3_600).unwrap();
+    let wrong = quorum_store::EtcdTls {
+        ca_pem: ca.cert_pem().to_string(),
+        cert_pem: id.cert_pem.clone(),
+        key_pem: id.key_pem.clone(),
+    };
+    let l = StoreLocation::parse(&m.store_url("tls"), Some(wrong)).unwrap();
+    let e = Store::connect(&l, std::path::Path::new("/nonexistent"))
+        .err()
+        .expect("another CA's certificate is refused");
+    eprintln!("another CA: {e}");
+}
+
+#[test]
 fn an_unreachable_store_is_a_clear_error() {
     // Nothing listens here (a fresh loopback address, port 9).
     let l = StoreLocation::parse("etcd://127.9.9.9:9", None).unwrap();
