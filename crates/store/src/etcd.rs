@@ -396,24 +396,6 @@ impl EtcdStore {
         Ok(())
     }
 
-    fn lease_left_ms(&self) -> Option<i64> {
-        let l = self.leadership.as_ref()?;
-        if l.clock.lost.load(Ordering::SeqCst) {
-            return Some(-1);
-        }
-        let until = *l
-            .clock
-            .valid_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        Some(if until > now {
-            (until - now).as_millis() as i64
-        } else {
-            -((now - until).as_millis() as i64)
-        })
-    }
-
     /// Starts the task that renews the lease every third of its TTL and moves the
     /// deadline forward on each answer.
     fn keep_lease(
@@ -923,7 +905,7 @@ impl StateStore for EtcdStore {
 
     fn ensure_leading(&self, margin_ms: Option<u64>) -> Result<()> {
         let Some(l) = &self.leadership else {
-            return Err(StoreError::Fenced { token: 0 });
+            return Err(StoreError::NotLeading);
         };
         if let Some(margin_ms) = margin_ms {
             let left_ms = self.lease_left_ms().unwrap_or(-1);
@@ -946,7 +928,21 @@ impl StateStore for EtcdStore {
     }
 
     fn lease_left_ms(&self) -> Option<i64> {
-        EtcdStore::lease_left_ms(self)
+        let l = self.leadership.as_ref()?;
+        if l.clock.lost.load(Ordering::SeqCst) {
+            return Some(-1);
+        }
+        let until = *l
+            .clock
+            .valid_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        Some(if until > now {
+            (until - now).as_millis() as i64
+        } else {
+            -((now - until).as_millis() as i64)
+        })
     }
 
     fn step_down(&mut self) {

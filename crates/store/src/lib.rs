@@ -70,6 +70,9 @@ pub enum StoreError {
     /// replica leads now. Nothing was written.
     #[error("this controller no longer leads (its leadership token {token} is stale): the write was refused and nothing changed")]
     Fenced { token: i64 },
+    /// A side effect was about to be made by a replica that does not lead.
+    #[error("this controller does not lead the controllers of this store (it has not won the leadership, or gave it up): it must not act")]
+    NotLeading,
     /// The leader's own lease deadline (measured locally) is too close or past: it must
     /// not start a side effect.
     #[error("this controller's leadership lease ends in {left_ms} ms, less than the {margin_ms} ms margin a step needs")]
