@@ -662,12 +662,7 @@ impl StateStore for EtcdStore {
         for kv in self.list(&prefix, GetOptions::new(), "list machines")? {
             let m: Machine = self.parse(&kv)?;
             let name = &kv.key[prefix.len()..];
-            if m.name != name || m.name != format!("{cp}-{}", m.serial) {
-                return Err(self.corrupt(format!(
-                    "{:?} holds machine {:?} (serial {})",
-                    kv.key, m.name, m.serial
-                )));
-            }
+            check_machine_filed(cp, name, &m).map_err(|e| self.corrupt(e))?;
             out.push(m);
         }
         out.sort_by_key(|m| m.serial);

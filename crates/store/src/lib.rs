@@ -463,6 +463,20 @@ fn new_machine(
     })
 }
 
+/// Checks a machine record read back from where it is filed (`key_name`, under control
+/// plane `cp`): the name must be the one it is filed under, and `<cp>-<serial>`, so a
+/// record filed under another control plane is corruption, never a machine of this one.
+/// Returns what is wrong, for the backend's corruption error.
+fn check_machine_filed(cp: &str, key_name: &str, m: &Machine) -> Result<(), String> {
+    if m.name != key_name || m.name != format!("{cp}-{}", m.serial) {
+        return Err(format!(
+            "machine record {key_name:?} under control plane {cp:?} holds {:?} (serial {})",
+            m.name, m.serial
+        ));
+    }
+    Ok(())
+}
+
 /// The `n`th machine address of subnet `127.A.B`: 250 hosts per /24, moving up through
 /// the third octet.
 fn address_at((a, b): (u8, u8), n: u64) -> Option<Ipv4Addr> {

@@ -67,38 +67,38 @@ impl SqliteStore {
     /// state: SQLite's own page checks (`quick_check`, a full read; the state is small)
     /// and no machine record pointing at a control plane that does not exist.
     fn check_consistency(&self) -> Result<()> {
-        let quick: String = self
-            .conn
-            .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
-        if quick != "ok" {
-            return Err(self.corrupt(quick));
+        self.quick_check(Some(1))?;
+        for (table, what) in [
+            ("machines", "machine records"),
+            ("certificate_authorities", "certificate authorities"),
+        ] {
+            let orphans: i64 = self
+                .conn
+                .query_row(
+                    &format!("SELECT count(*) FROM {table} WHERE control_plane NOT IN (SELECT name FROM control_planes)"),
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(|e| self.err(e))?;
+            if orphans > 0 {
+                return Err(self.corrupt(format!("{orphans} {what} belong to no control plane")));
+            }
         }
-        let orphans: i64 = self
+        Ok(())
+    }
+
+    /// SQLite's page checks (`quick_check`), reporting at most `limit` problems.
+    fn quick_check(&self, limit: Option<u32>) -> Result<()> {
+        let sql = match limit {
+            Some(n) => format!("PRAGMA quick_check({n})"),
+            None => "PRAGMA quick_check".to_string(),
+        };
+        let res: String = self
             .conn
-            .query_row(
-                "SELECT count(*) FROM machines WHERE control_plane NOT IN (SELECT name FROM control_planes)",
-                [],
-                |r| r.get(0),
-            )
+            .query_row(&sql, [], |r| r.get(0))
             .map_err(|e| self.err(e))?;
-        if orphans > 0 {
-            return Err(self.corrupt(format!(
-                "{orphans} machine records belong to no control plane"
-            )));
-        }
-        let orphan_cas: i64 = self
-            .conn
-            .query_row(
-                "SELECT count(*) FROM certificate_authorities WHERE control_plane NOT IN (SELECT name FROM control_planes)",
-                [],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))?;
-        if orphan_cas > 0 {
-            return Err(self.corrupt(format!(
-                "{orphan_cas} certificate authorities belong to no control plane"
-            )));
+        if res != "ok" {
+            return Err(self.corrupt(res));
         }
         Ok(())
     }
@@ -284,14 +284,7 @@ impl StateStore for SqliteStore {
 
     /// Checks the file's integrity (a full read of every page).
     fn check_integrity(&self) -> Result<()> {
-        let res: String = self
-            .conn
-            .query_row("PRAGMA quick_check", [], |r| r.get(0))
-            .map_err(|e| self.err(e))?;
-        if res != "ok" {
-            return Err(self.corrupt(res));
-        }
-        Ok(())
+        self.quick_check(None)
     }
 
     // ---- settings
@@ -509,17 +502,7 @@ impl StateStore for SqliteStore {
             let (name, doc) = row.map_err(|e| self.err(e))?;
             let m: Machine = serde_json::from_str(&doc)
                 .map_err(|e| self.corrupt(format!("machine '{name}' of '{cp}': {e}")))?;
-            if m.name != name {
-                return Err(self.corrupt(format!("machine row '{name}' holds '{}'", m.name)));
-            }
-            // Machine names are `<control plane>-<serial>`: a record filed under another
-            // control plane is corruption, not a machine of that one.
-            if m.name != format!("{cp}-{}", m.serial) {
-                return Err(self.corrupt(format!(
-                    "machine '{name}' (serial {}) is filed under control plane '{cp}'",
-                    m.serial
-                )));
-            }
+            check_machine_filed(cp, &name, &m).map_err(|e| self.corrupt(e))?;
             out.push(m);
         }
         out.sort_by_key(|m| m.serial);
