@@ -263,6 +263,14 @@ impl Controller {
         if self.leading {
             return Ok(Lead::Leading);
         }
+        // A replica that just stepped down was the one cut off, paused or fenced: the
+        // others get the first go at the free lease (the HA tests rely on this order).
+        let since_step_down_ms = self
+            .stepped_down_at
+            .map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX));
+        if !quorum_core::lease::may_campaign(since_step_down_ms, self.cfg.lease_ttl_ms) {
+            return Ok(Lead::Standby(None));
+        }
         match self
             .store
             .campaign(&self.cfg.identity, self.cfg.lease_ttl_ms)?

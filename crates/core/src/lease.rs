@@ -32,6 +32,15 @@ pub fn rejoin_after_ms(ttl_ms: u64) -> u64 {
     ttl_ms / 2
 }
 
+/// Whether a replica may campaign, `since_step_down_ms` after it last stepped down
+/// (`None`: it never led, or not since it started).
+pub fn may_campaign(since_step_down_ms: Option<u64>, ttl_ms: u64) -> bool {
+    match since_step_down_ms {
+        None => true,
+        Some(since) => since >= rejoin_after_ms(ttl_ms),
+    }
+}
+
 /// Whether a leader with `left_ms` of lease (by its own clock; `None`: no lease, the
 /// embedded store's single controller) may start a step needing `margin_ms`.
 pub fn may_act(left_ms: Option<i64>, margin_ms: u64) -> bool {
@@ -76,6 +85,19 @@ mod tests {
         }
         assert_eq!(standby_poll_ms(4_000), 200);
         assert!(rejoin_after_ms(4_000) > standby_poll_ms(4_000));
+        // (ms since stepping down, ttl_ms, may campaign)
+        let rejoin: &[(Option<u64>, u64, bool)] = &[
+            (None, 4_000, true),
+            (Some(0), 4_000, false),
+            (Some(1_999), 4_000, false),
+            (Some(2_000), 4_000, true),
+            (Some(999), 2_000, false),
+            (Some(1_000), 2_000, true),
+            (Some(u64::MAX), 60_000, true),
+        ];
+        for (since, ttl, want) in rejoin {
+            assert_eq!(may_campaign(*since, *ttl), *want, "{since:?} {ttl}");
+        }
         assert_eq!(standby_poll_ms(60_000), 500);
         assert!(check_ttl_ms(1_000).is_err());
         assert_eq!(check_ttl_ms(4_000), Ok(4_000));
