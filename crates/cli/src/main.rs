@@ -3,6 +3,7 @@
 
 mod bench;
 mod demo;
+mod events;
 mod failover;
 mod manifest;
 mod naive;
@@ -205,6 +206,34 @@ etcd moves one minor version at a time, and never below the running cluster vers
         /// The control plane.
         name: String,
         /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+    },
+    /// Show a control plane's history: each step quorum took or was refused, when
+    /// (UTC), and which controller replica took it.
+    #[command(
+        after_help = "Examples:\n  quorum events prod                     the newest 50 steps\n  \
+quorum events prod --last 0 -o json    every step kept (up to 10,000), as JSON\n  \
+quorum events prod --follow            keep printing new steps (Ctrl-C stops)\n\n\
+BY names the controller replica (--identity) that wrote the step. After a failover the\n\
+new leader's steps carry its name; a deposed leader cannot write any (its writes are\n\
+fenced), so a step it still performed on a member shows only in its own log."
+    )]
+    Events {
+        /// The control plane.
+        name: String,
+        /// How many of the newest steps to show; 0 shows every one kept.
+        #[arg(
+            long,
+            default_value_t = 50,
+            value_name = "N",
+            allow_negative_numbers = true
+        )]
+        last: u32,
+        /// Keep printing new steps as they are recorded, until Ctrl-C or deletion.
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Output format (with --follow, -o json prints one object per line).
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: Output,
     },
@@ -664,6 +693,20 @@ async fn run(cli: Cli) -> Result<()> {
                 Output::Yaml => print!("{}", serde_yaml::to_string(&s)?),
             }
             Ok(())
+        }
+        Command::Events {
+            name,
+            last,
+            follow,
+            output,
+        } => {
+            let ctx = Ctx::open(&at)?;
+            let format = match output {
+                Output::Table => events::Format::Table,
+                Output::Json => events::Format::Json,
+                Output::Yaml => events::Format::Yaml,
+            };
+            events::run(&ctx.store, &name, last, follow, format).await
         }
         Command::List => list(&at),
         Command::Delete { name, wait } => {

@@ -42,6 +42,14 @@ fn offline_refusals_change_nothing() {
     assert!(one_line(&e).contains("even"), "{e}");
     let e = env.fails(&["upgrade", "a", "--version", NEW, "--timeout", "soon"]);
     assert!(e.contains("not a duration"), "{e}");
+    let e = env.fails(&["events", "nope"]);
+    assert!(one_line(&e).contains("does not exist"), "{e}");
+    let e = env.fails(&["events", "a", "--follow", "-o", "yaml"]);
+    assert!(one_line(&e).contains("not YAML"), "{e}");
+    let e = env.fails(&["events", "a", "--last", "-1"]);
+    assert!(e.contains("--last"), "{e}");
+    let out = env.ok(&["events", "a"]);
+    assert!(out.contains("no events yet"), "{out}");
 
     // Manifests.
     let dir = env.dir.path();

@@ -65,6 +65,19 @@ fn rollout_3_4_23_to_3_5_1_keeps_every_key() {
             rm.machine
         );
     }
+    // `quorum events` shows the same history, each step with the controller that took it.
+    let out = env.ok(&["events", "r", "--last", "0", "-o", "json"]);
+    let shown: Vec<serde_json::Value> = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown.len(), events.len(), "{out}");
+    assert!(
+        shown
+            .iter()
+            .all(|e| e["by"].as_str().is_some_and(|b| !b.is_empty())),
+        "{out}"
+    );
+    let table = env.ok(&["events", "r", "--last", "3"]);
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(table.starts_with("TIME (UTC)"), "{table}");
     // Going back below the cluster version is refused and changes nothing.
     let err = env.fails(&["upgrade", "r", "--version", OLD]);
     assert!(

@@ -201,6 +201,38 @@ fn one_replica_leads_and_a_standby_finishes_the_rollout_after_a_kill_9() {
     assert_keys(&env.endpoints("k"), "k/", &keys);
     assert_no_orphans(&env, "k");
     assert!(r2.log_text().contains("leading"), "{}", r2.log_text());
+    // The history names who took each step: r1 before the kill, r2 after it.
+    let h = history(&env, "k");
+    let (by_r1, by_r2): (Vec<_>, Vec<_>) = h.iter().partition(|(by, _, _)| by == "r1");
+    assert!(by_r2.iter().all(|(by, _, _)| by == "r2"), "{h:?}");
+    let killed_ms = by_r2.iter().map(|e| e.2).min().expect("r2 recorded steps");
+    assert!(by_r1.iter().all(|e| e.2 <= killed_ms), "{h:?}");
+    let table = env.ok(&["events", "k", "--last", "0"]);
+    let steps_by = |id: &str| {
+        table
+            .lines()
+            .filter(|l| l.split_whitespace().nth(2) == Some(id))
+            .count()
+    };
+    assert_eq!(steps_by("r1"), by_r1.len(), "{table}");
+    assert_eq!(steps_by("r2"), by_r2.len(), "{table}");
+}
+
+/// The store's history of `cp`: (writer, kind, at_ms) of every event kept.
+fn history(env: &Env, cp: &str) -> Vec<(String, String, i64)> {
+    env.store()
+        .events_after(cp, 0, 10_000)
+        .unwrap()
+        .into_iter()
+        .map(|e| (e.by.unwrap_or_default(), e.kind, e.at_ms))
+        .collect()
+}
+
+fn wall_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
 }
 
 /// Lines of `text` that record a performed action.
@@ -233,6 +265,7 @@ fn a_leader_stopped_past_its_lease_is_fenced_off_when_it_resumes() {
     });
     let r1_before = r1.log_text().len();
     let members_before = member_ids(&env, "s");
+    let resumed_ms = wall_ms();
     r1.signal(libc::SIGCONT);
     wait_for("r1 to step down", Duration::from_secs(30), || {
         r1.log_text()[r1_before..].contains("stepping down")
@@ -253,6 +286,19 @@ fn a_leader_stopped_past_its_lease_is_fenced_off_when_it_resumes() {
     assert_no_orphans(&env, "s");
     // r1 stands by from then on.
     assert!(performed(&r1.log_text()[r1_before..]).is_empty());
+    // The store's history agrees: r1 wrote nothing after it resumed (the fence refused
+    // it), and the steps since the takeover are r2's.
+    let h = history(&env, "s");
+    let late: Vec<_> = h
+        .iter()
+        .filter(|(by, _, at)| by == "r1" && *at >= resumed_ms)
+        .collect();
+    assert!(late.is_empty(), "r1 wrote after resuming: {late:?}");
+    assert!(
+        h.iter()
+            .any(|(by, kind, _)| by == "r2" && kind == "remove-member"),
+        "{h:?}"
+    );
     assert!(r1.log_text()[r1_before..].contains("standing by"));
 }
 
@@ -304,6 +350,23 @@ fn the_lease_lost_right_after_a_member_removal_and_the_new_leader_continues() {
         .unwrap_or_default();
     assert!(performed(after_loss).is_empty(), "{after_loss}");
     assert!(!performed(&r2.log_text()).is_empty());
+    // In the store's history the removal r1 performed is missing (its lease was gone
+    // before it could record it); the steps after it are all r2's.
+    let h = history(&env, "b");
+    let first_by_r2 = h
+        .iter()
+        .position(|(by, _, _)| by == "r2")
+        .expect("r2 acted");
+    assert!(
+        h[first_by_r2..].iter().all(|(by, _, _)| by == "r2"),
+        "{h:?}"
+    );
+    assert!(
+        !h[..first_by_r2]
+            .iter()
+            .any(|(_, kind, _)| kind == "remove-member"),
+        "{h:?}"
+    );
     assert_keys(&env.endpoints("b"), "k/", &keys);
     assert_no_orphans(&env, "b");
 }

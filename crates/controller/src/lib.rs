@@ -109,12 +109,22 @@ pub struct Config {
     pub lease_ttl_ms: u64,
 }
 
+/// A replica's name unless one is given: the host and the process id (`web-1-4242`),
+/// unique among the replicas sharing a store.
+fn default_identity() -> String {
+    let pid = std::process::id();
+    match std::fs::read_to_string("/proc/sys/kernel/hostname") {
+        Ok(host) if !host.trim().is_empty() => format!("{}-{pid}", host.trim()),
+        _ => format!("pid-{pid}"),
+    }
+}
+
 impl Config {
     pub fn new(home: &Path, etcd_dir: PathBuf) -> Self {
         Config {
             home: home.to_path_buf(),
             etcd_dir,
-            identity: format!("pid-{}", std::process::id()),
+            identity: default_identity(),
             busy_poll_ms: BUSY_POLL_MS,
             idle_poll_ms: IDLE_POLL_MS,
             drain_ms: DRAIN_MS,
@@ -744,6 +754,7 @@ impl Controller {
             ok,
             waited_ms,
             took_ms,
+            by: Some(&self.cfg.identity),
         };
         if let Err(err) = self.store.record_event(&cp.name, now_ms(), &e) {
             tracing::warn!("recording an event failed: {err}");
@@ -767,7 +778,11 @@ impl Controller {
                 .entry(cp.name.clone())
                 .or_default()
                 .last_endpoints = Some(d.endpoints.clone());
-            let msg = format!("client endpoints published: {}", d.endpoints.join(" "));
+            let msg = if d.endpoints.is_empty() {
+                "client endpoints published: none yet (no member serves)".to_string()
+            } else {
+                format!("client endpoints published: {}", d.endpoints.join(" "))
+            };
             self.event(cp, "endpoints", None, &msg, true, None, None);
         }
         let doc = StatusDoc {

@@ -472,6 +472,9 @@ struct EventRecord {
     ok: bool,
     waited_ms: Option<i64>,
     took_ms: Option<i64>,
+    /// Absent in records written before quorum recorded the writer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    by: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -773,6 +776,7 @@ impl StateStore for EtcdStore {
             ok: e.ok,
             waited_ms: e.waited_ms,
             took_ms: e.took_ms,
+            by: e.by.map(str::to_string),
         };
         let put = TxnOp::put(key.clone(), to_json(&rec), None);
         let id = match self.commit("record an event", vec![absent(&key)], vec![put])? {
@@ -804,6 +808,7 @@ impl StateStore for EtcdStore {
                     ok: r.ok,
                     waited_ms: r.waited_ms,
                     took_ms: r.took_ms,
+                    by: r.by,
                 })
             })
             .collect()

@@ -29,8 +29,9 @@ pub const INITIALIZED_MARKER: &str = "quorum.db.initialized";
 const BUSY_TIMEOUT_MS: u64 = 5_000;
 /// Pause between attempts to initialise a file another process is initialising.
 const INIT_RETRY_MS: u64 = 20;
-/// Schema version this build reads and writes.
-const SCHEMA_VERSION: i64 = 1;
+/// Schema version this build reads and writes. Version 1 (events without the replica
+/// that wrote them) is migrated on open.
+const SCHEMA_VERSION: i64 = 2;
 /// Events kept per control plane; older ones are pruned on insert.
 const EVENTS_KEPT_PER_CONTROL_PLANE: i64 = 10_000;
 /// Addresses per /24 used for machines: .2 to .251 (leave .0, .1, and the top free).
@@ -113,7 +114,9 @@ impl StoreError {
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// One entry of a control plane's history: a step quorum took (or failed to take).
+/// Serialised (by `quorum events -o json`) with the camelCase names of the other JSON.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Event {
     pub id: i64,
     pub control_plane: String,
@@ -129,6 +132,9 @@ pub struct Event {
     pub waited_ms: Option<i64>,
     /// How long the step took.
     pub took_ms: Option<i64>,
+    /// The controller replica (or CLI process) that wrote it; `None` for events written
+    /// before quorum recorded it.
+    pub by: Option<String>,
 }
 
 /// An event to append.
@@ -140,6 +146,8 @@ pub struct NewEvent<'a> {
     pub ok: bool,
     pub waited_ms: Option<i64>,
     pub took_ms: Option<i64>,
+    /// Who writes it: a controller's identity.
+    pub by: Option<&'a str>,
 }
 
 /// A control plane's certificate authority, as stored (PEM). The key never leaves the
@@ -579,6 +587,90 @@ mod tests {
             },
             deleting: false,
         }
+    }
+
+    /// A state file as quorum wrote it with schema version 1 (events without a writer).
+    fn write_v1_file(home: &Path, schema: &str) {
+        crate::create_private_file(&home.join(STATE_FILE)).unwrap();
+        let conn = rusqlite::Connection::open(home.join(STATE_FILE)).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL;
+             CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+             CREATE TABLE control_planes (name TEXT PRIMARY KEY, doc TEXT NOT NULL,
+                 next_serial INTEGER NOT NULL DEFAULT 1, created_at_ms INTEGER NOT NULL);
+             CREATE TABLE machines (control_plane TEXT NOT NULL REFERENCES control_planes(name)
+                 ON DELETE CASCADE, name TEXT NOT NULL, doc TEXT NOT NULL,
+                 PRIMARY KEY (control_plane, name));
+             CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT,
+                 control_plane TEXT NOT NULL, at_ms INTEGER NOT NULL, kind TEXT NOT NULL,
+                 machine TEXT, message TEXT NOT NULL, ok INTEGER NOT NULL,
+                 waited_ms INTEGER, took_ms INTEGER);
+             INSERT INTO events(control_plane, at_ms, kind, machine, message, ok)
+                 VALUES ('a', 7, 'promote', 'a-4', 'promote a-4 to voter', 1);",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('schema', ?1)",
+            [schema],
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn a_version_1_file_is_migrated_and_keeps_its_history() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = private(&dir);
+        write_v1_file(&home, "1");
+        // Two opens, as the CLI and a controller would: the second finds it migrated.
+        let s = Store::open(&home).unwrap();
+        let again = Store::open(&home).unwrap();
+        let old = s.events_after("a", 0, 10).unwrap();
+        assert_eq!(old.len(), 1);
+        assert_eq!(
+            (old[0].kind.as_str(), old[0].by.as_deref()),
+            ("promote", None)
+        );
+        let id = s
+            .record_event(
+                "a",
+                8,
+                &NewEvent {
+                    kind: "remove-member",
+                    message: "m",
+                    ok: true,
+                    by: Some("r1"),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let new = again.events_after("a", old[0].id, 10).unwrap();
+        assert_eq!((new[0].id, new[0].by.as_deref()), (id, Some("r1")));
+        drop((s, again));
+        let conn = rusqlite::Connection::open(home.join(STATE_FILE)).unwrap();
+        let v: String = conn
+            .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION.to_string());
+    }
+
+    #[test]
+    fn a_file_from_a_newer_quorum_is_refused_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = private(&dir);
+        write_v1_file(&home, "9");
+        let before = std::fs::read(home.join(STATE_FILE)).unwrap();
+        let Err(err) = Store::open(&home) else {
+            panic!("a file from a newer quorum was opened")
+        };
+        let err = err.to_string();
+        assert!(
+            err.contains("schema version 9, this quorum reads version 2"),
+            "{err}"
+        );
+        assert!(!err.contains('\n'), "{err}");
+        assert_eq!(std::fs::read(home.join(STATE_FILE)).unwrap(), before);
     }
 
     #[test]

@@ -157,6 +157,28 @@ impl SqliteStore {
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(self.corrupt(format!("cannot switch to WAL mode (got {mode})")));
         }
+        // The version first: a file from a newer quorum is refused before anything
+        // in it changes.
+        let version: Option<String> = if self.has_schema()? {
+            self.conn
+                .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(|e| self.err(e))?
+        } else {
+            None
+        };
+        match version.as_deref() {
+            None => {}
+            Some(v) if v == SCHEMA_VERSION.to_string() => {}
+            Some("1") => self.migrate_from_v1()?,
+            Some(v) => {
+                return Err(self.corrupt(format!(
+                    "schema version {v}, this quorum reads version {SCHEMA_VERSION}"
+                )))
+            }
+        }
         self.conn
             .execute_batch(
                 "PRAGMA synchronous=FULL;
@@ -181,7 +203,8 @@ impl SqliteStore {
                      message TEXT NOT NULL,
                      ok INTEGER NOT NULL,
                      waited_ms INTEGER,
-                     took_ms INTEGER);
+                     took_ms INTEGER,
+                     by_replica TEXT);
                  CREATE INDEX IF NOT EXISTS events_by_cp ON events(control_plane, id);
                  CREATE TABLE IF NOT EXISTS published (
                      control_plane TEXT PRIMARY KEY,
@@ -192,30 +215,49 @@ impl SqliteStore {
                      key_pem TEXT NOT NULL);",
             )
             .map_err(|e| self.err(e))?;
-        let version: Option<String> = self
-            .conn
-            .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
-                r.get(0)
-            })
-            .optional()
+        if version.is_none() {
+            self.conn
+                .execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
+                    params![SCHEMA_VERSION.to_string()],
+                )
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// Version 1 to 2: events gain the replica that wrote them (`by_replica`, absent in
+    /// the old rows). One immediate transaction that re-reads the version, so two
+    /// processes opening the same old file migrate it once.
+    fn migrate_from_v1(&self) -> Result<()> {
+        self.conn
+            .execute_batch("BEGIN IMMEDIATE")
             .map_err(|e| self.err(e))?;
-        match version {
-            None => {
+        let migrate = || -> Result<()> {
+            let v: String = self
+                .conn
+                .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
+                    r.get(0)
+                })
+                .map_err(|e| self.err(e))?;
+            if v == "1" {
                 self.conn
-                    .execute(
-                        "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
-                        params![SCHEMA_VERSION.to_string()],
+                    .execute_batch(
+                        "ALTER TABLE events ADD COLUMN by_replica TEXT;
+                         UPDATE meta SET value = '2' WHERE key = 'schema';",
                     )
                     .map_err(|e| self.err(e))?;
             }
-            Some(v) if v == SCHEMA_VERSION.to_string() => {}
-            Some(v) => {
-                return Err(self.corrupt(format!(
-                    "schema version {v}, this quorum reads version {SCHEMA_VERSION}"
-                )))
+            Ok(())
+        };
+        match migrate() {
+            Ok(()) => self.conn.execute_batch("COMMIT").map_err(|e| self.err(e)),
+            Err(e) => {
+                // The migration is all or nothing: the file stays at version 1.
+                let _ = self.conn.execute_batch("ROLLBACK");
+                Err(e)
             }
         }
-        Ok(())
     }
 
     fn parse_cp(&self, name: &str, doc: &str) -> Result<ControlPlane> {
@@ -616,9 +658,9 @@ impl StateStore for SqliteStore {
     fn record_event(&self, cp: &str, at_ms: i64, e: &NewEvent<'_>) -> Result<i64> {
         self.conn
             .execute(
-                "INSERT INTO events(control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![cp, at_ms, e.kind, e.machine, e.message, e.ok, e.waited_ms, e.took_ms],
+                "INSERT INTO events(control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms, by_replica)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                params![cp, at_ms, e.kind, e.machine, e.message, e.ok, e.waited_ms, e.took_ms, e.by],
             )
             .map_err(|e| self.err(e))?;
         let id = self.conn.last_insert_rowid();
@@ -638,7 +680,7 @@ impl StateStore for SqliteStore {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT id, control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms
+                "SELECT id, control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms, by_replica
                  FROM events WHERE control_plane = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
             )
             .map_err(|e| self.err(e))?;
@@ -654,6 +696,7 @@ impl StateStore for SqliteStore {
                     ok: r.get(6)?,
                     waited_ms: r.get(7)?,
                     took_ms: r.get(8)?,
+                    by: r.get(9)?,
                 })
             })
             .map_err(|e| self.err(e))?;

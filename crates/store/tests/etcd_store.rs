@@ -121,13 +121,27 @@ fn behaviour(s: &mut Store) {
         ok: true,
         ..Default::default()
     };
-    let id1 = s.record_event("a", 10, &e("one")).unwrap();
+    let id1 = s
+        .record_event(
+            "a",
+            10,
+            &NewEvent {
+                by: Some("r1"),
+                ..e("one")
+            },
+        )
+        .unwrap();
     let id2 = s.record_event("a", 11, &e("two")).unwrap();
     assert!(id2 > id1);
     let evs = s.events_after("a", 0, 10).unwrap();
     assert_eq!(
         evs.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
         ["one", "two"]
+    );
+    // The writer is kept; an event written without one reads back without one.
+    assert_eq!(
+        evs.iter().map(|e| e.by.as_deref()).collect::<Vec<_>>(),
+        [Some("r1"), None]
     );
     assert_eq!(s.events_after("a", id1, 10).unwrap().len(), 1);
     assert_eq!(s.last_event_id("a").unwrap(), id2);

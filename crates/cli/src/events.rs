@@ -1,0 +1,237 @@
+//! `quorum events NAME`: a control plane's history as the store keeps it. Each step
+//! quorum took or was refused, when (UTC), and which controller replica wrote it, so
+//! that after a failover one can tell what the old leader did and what the new one did.
+
+use crate::status::columns;
+use anyhow::{bail, Result};
+use quorum_store::{Event, Store};
+use std::time::Duration;
+
+/// Events read per store call while paging through the history.
+const PAGE: u32 = 1_000;
+/// How often `--follow` looks for new events.
+const FOLLOW_POLL_MS: u64 = 500;
+
+/// How the history is printed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Table,
+    /// One JSON array; with `--follow`, one object per line.
+    Json,
+    Yaml,
+}
+
+/// The newest `last` events of `name` (every event kept when `last` is 0), oldest first.
+/// The store keeps at most 10,000 per control plane, so paging through them is bounded.
+pub fn newest(store: &Store, name: &str, last: u32) -> Result<Vec<Event>> {
+    let mut all: Vec<Event> = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = store.events_after(name, after, PAGE)?;
+        let Some(tail) = page.last() else { break };
+        after = tail.id;
+        let full = page.len() == PAGE as usize;
+        all.extend(page);
+        if last > 0 && all.len() > 2 * last as usize {
+            // Keep memory bounded by the request, not the history.
+            all.drain(..all.len() - last as usize);
+        }
+        if !full {
+            break;
+        }
+    }
+    if last > 0 && all.len() > last as usize {
+        all.drain(..all.len() - last as usize);
+    }
+    Ok(all)
+}
+
+/// Prints the history and, with `follow`, every new event until the control plane is
+/// deleted or the process is interrupted (Ctrl-C ends it; nothing is left to clean up).
+pub async fn run(store: &Store, name: &str, last: u32, follow: bool, format: Format) -> Result<()> {
+    if follow && format == Format::Yaml {
+        bail!("--follow prints a table or JSON lines (-o json), not YAML");
+    }
+    store.get_control_plane(name)?;
+    let events = newest(store, name, last)?;
+    let mut after = events.last().map_or(0, |e| e.id);
+    match (format, follow) {
+        (Format::Table, _) => {
+            if events.is_empty() && !follow {
+                println!("{name}: no events yet (the controller records each step it takes)");
+                return Ok(());
+            }
+            print!("{}", table(&events, true));
+        }
+        (Format::Json, false) => println!("{}", serde_json::to_string_pretty(&events)?),
+        (Format::Json, true) => {
+            for e in &events {
+                println!("{}", serde_json::to_string(e)?);
+            }
+        }
+        (Format::Yaml, _) => print!("{}", serde_yaml::to_string(&events)?),
+    }
+    if !follow {
+        return Ok(());
+    }
+    let mut header = events.is_empty();
+    loop {
+        tokio::time::sleep(Duration::from_millis(FOLLOW_POLL_MS)).await;
+        if store.control_plane(name)?.is_none() {
+            println!("{name}: deleted");
+            return Ok(());
+        }
+        let new = store.events_after(name, after, PAGE)?;
+        let Some(tail) = new.last() else { continue };
+        after = tail.id;
+        match format {
+            Format::Table => {
+                print!("{}", table(&new, header));
+                header = false;
+            }
+            _ => {
+                for e in &new {
+                    println!("{}", serde_json::to_string(e)?);
+                }
+            }
+        }
+    }
+}
+
+/// The events as aligned columns; the message comes last, unpadded.
+fn table(events: &[Event], header: bool) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(events.len() + 1);
+    if header {
+        rows.push(
+            [
+                "TIME (UTC)",
+                "BY",
+                "RESULT",
+                "STEP",
+                "MACHINE",
+                "TOOK",
+                "MESSAGE",
+            ]
+            .map(String::from)
+            .to_vec(),
+        );
+    }
+    for e in events {
+        let result = match (e.ok, e.kind.as_str()) {
+            (true, _) => "ok",
+            (false, "refused") => "refused",
+            (false, _) => "failed",
+        };
+        rows.push(vec![
+            utc(e.at_ms),
+            e.by.clone().unwrap_or_else(|| "-".into()),
+            result.into(),
+            e.kind.clone(),
+            e.machine.clone().unwrap_or_else(|| "-".into()),
+            e.took_ms.map_or_else(|| "-".into(), |ms| format!("{ms}ms")),
+            e.message.clone(),
+        ]);
+    }
+    columns(&rows)
+}
+
+/// `2026-12-03 06:11:32.466` for milliseconds since the Unix epoch (proleptic
+/// Gregorian calendar, UTC; a time before 1970 prints as 1970-01-01 00:00:00.000).
+pub fn utc(at_ms: i64) -> String {
+    let at_ms = at_ms.max(0);
+    let (secs, ms) = (at_ms / 1000, at_ms % 1000);
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// The calendar date of a day count since 1970-01-01 (Howard Hinnant's
+/// `civil_from_days`: eras of 400 years, each 146,097 days, starting on March 1st so
+/// the leap day ends a year).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097); // day of the era, 0..=146_096
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the year from March 1st
+    let mp = (5 * doy + 2) / 153; // month from March, 0..=11
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_table() {
+        // (ms since the epoch, printed)
+        let rows: &[(i64, &str)] = &[
+            (0, "1970-01-01 00:00:00.000"),
+            (-5, "1970-01-01 00:00:00.000"),
+            (999, "1970-01-01 00:00:00.999"),
+            (86_399_999, "1970-01-01 23:59:59.999"),
+            (86_400_000, "1970-01-02 00:00:00.000"),
+            (951_782_400_000, "2000-02-29 00:00:00.000"),
+            (951_868_800_000, "2000-03-01 00:00:00.000"),
+            (1_709_164_800_000, "2024-02-29 00:00:00.000"),
+            (4_107_542_400_000, "2100-03-01 00:00:00.000"),
+            (1_796_278_292_466, "2026-12-03 06:11:32.466"),
+            (1_798_761_599_000, "2026-12-31 23:59:59.000"),
+        ];
+        for (ms, want) in rows {
+            assert_eq!(utc(*ms), *want, "{ms}");
+        }
+    }
+
+    fn ev(id: i64, by: Option<&str>, kind: &str, ok: bool) -> Event {
+        Event {
+            id,
+            control_plane: "a".into(),
+            at_ms: 1_796_278_292_466,
+            kind: kind.into(),
+            machine: Some("a-2".into()),
+            message: format!("{kind} a-2"),
+            ok,
+            waited_ms: None,
+            took_ms: Some(19),
+            by: by.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn the_table_names_the_writer_and_the_outcome() {
+        let t = table(
+            &[
+                ev(1, Some("r1"), "remove-member", true),
+                ev(2, None, "refused", false),
+                ev(3, Some("r2"), "promote", false),
+            ],
+            true,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4, "{t}");
+        assert!(lines[0].starts_with("TIME (UTC)"), "{t}");
+        assert!(
+            lines[1].contains(" r1 ") && lines[1].contains(" ok "),
+            "{t}"
+        );
+        assert!(lines[1].ends_with("remove-member a-2"), "{t}");
+        assert!(
+            lines[2].contains(" - ") && lines[2].contains(" refused "),
+            "{t}"
+        );
+        assert!(
+            lines[3].contains(" r2 ") && lines[3].contains(" failed "),
+            "{t}"
+        );
+        assert!(!table(&[ev(1, None, "x", true)], false).contains("TIME"));
+    }
+}
