@@ -143,6 +143,20 @@ pub struct Report {
     /// The latency-over-time picture, when one was asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plot: Option<PathBuf>,
+    /// Whether the members spoke mutual TLS (the default) or plain HTTP.
+    pub tls: bool,
+    /// Through HAProxy: how its calls reached the members.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub haproxy_backend: Option<BackendCalls>,
+}
+
+/// HAProxy's backend counters at the end of a run (`show stat`).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendCalls {
+    pub calls: u64,
+    pub connections_opened: u64,
+    pub connections_reused: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -629,6 +643,20 @@ async fn run_one(
         let _ = w.await;
     }
     let first_ok = probe.await.unwrap_or_default();
+    let haproxy_backend = match balancer {
+        Some(b) => {
+            let c = b
+                .api
+                .backend_connections(DEFAULT_HAPROXY_BACKEND)
+                .context("reading HAProxy's backend counters")?;
+            Some(BackendCalls {
+                calls: c.calls,
+                connections_opened: c.opened,
+                connections_reused: c.reused,
+            })
+        }
+        None => None,
+    };
     let t1 = now_ms();
     let steps = match naive_steps {
         Some(s) => s,
@@ -661,6 +689,7 @@ async fn run_one(
         steps,
     );
     report.new_members = new_members;
+    report.haproxy_backend = haproxy_backend;
     if let Some(dir) = &args.plot {
         let path = dir.join(format!("{}-{}.svg", label(strategy), label(mode)));
         std::fs::write(&path, picture(&report, &ops, t0, t1))
@@ -917,6 +946,8 @@ fn summarize(
         steps,
         new_members: Vec::new(),
         plot: None,
+        tls: !args.rollout.insecure_plaintext,
+        haproxy_backend: None,
     }
 }
 
@@ -934,13 +965,14 @@ fn print_table(r: &Report) {
         vec![
             "workload".to_string(),
             format!(
-                "{} ops/s from {} clients, {}; {} rollout {} -> {}",
+                "{} ops/s from {} clients, {}, {}; {} rollout {} -> {}",
                 r.rate,
                 r.clients,
                 match r.client_mode {
                     ClientMode::Follow => "following the published endpoints",
                     ClientMode::Haproxy => "through HAProxy",
                 },
+                if r.tls { "mutual TLS" } else { "plain HTTP" },
                 label(r.strategy),
                 r.from,
                 r.to
@@ -1002,6 +1034,17 @@ fn print_table(r: &Report) {
         "new members".into(),
         format!("serving after start: {}", serving.join(", ")),
     ]);
+    if let Some(b) = &r.haproxy_backend {
+        let mut line = format!(
+            "{} calls to the members over {} new connections ({} calls reused one)",
+            b.calls, b.connections_opened, b.connections_reused
+        );
+        if b.connections_reused == 0 && b.connections_opened > 1 {
+            // Measured on HAProxy 2.6.12; see the README's HAProxy section.
+            line.push_str("; HAProxy 2.6 never reuses a connection to a server added at run time");
+        }
+        rows.push(vec!["haproxy backend".into(), line]);
+    }
     print!("{}", status::columns(&rows));
     for (kind, msg) in &r.error_samples {
         println!("  first '{kind}' failure: {msg}");
@@ -1018,6 +1061,7 @@ fn print_comparison(reports: &[Report]) {
         "clients".into(),
         "failed".into(),
         "reads repeated".into(),
+        "p50 ms".into(),
         "p99 ms".into(),
         "max ms".into(),
         "longest gap ms".into(),
@@ -1030,6 +1074,7 @@ fn print_comparison(reports: &[Report]) {
             label(r.client_mode),
             format!("{} of {}", r.failed, r.attempted),
             r.retried_reads.to_string(),
+            format!("{:.1}", r.latency_ms_p50),
             format!("{:.1}", r.latency_ms_p99),
             format!("{:.1}", r.latency_ms_max),
             r.longest_no_success_ms.to_string(),

@@ -37,6 +37,9 @@ pub struct RolloutArgs {
     /// Give up after this long: 90s, 10m.
     #[arg(long, default_value = "10m", value_parser = wait::parse_duration)]
     pub timeout: Duration,
+    /// Run the control plane in plain HTTP, to see what mutual TLS (the default) costs.
+    #[arg(long)]
+    pub insecure_plaintext: bool,
 }
 
 impl RolloutArgs {
@@ -52,7 +55,7 @@ impl RolloutArgs {
             paused: false,
             haproxy: None,
             certificates: Default::default(),
-            insecure_plaintext: false,
+            insecure_plaintext: self.insecure_plaintext,
         }
     }
 }

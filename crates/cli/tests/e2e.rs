@@ -338,8 +338,19 @@ fn bench_rollout_short_form_loses_no_write() {
         assert_eq!(count("add-learner"), 3, "{steps:?}");
         let svg = std::fs::read_to_string(r["plot"].as_str().unwrap()).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("promote"), "{svg}");
+        assert_eq!(r["tls"], true, "{r:#}");
         if r["clientMode"] == "haproxy" {
             assert_eq!(count("lb-add"), 3, "{steps:?}");
+            // HAProxy's own count of the calls it passed on: at least every call a
+            // client saw succeed, each over a new or a reused connection.
+            let b = &r["haproxyBackend"];
+            let calls = b["calls"].as_u64().expect("haproxyBackend.calls");
+            assert!(calls >= r["succeeded"].as_u64().unwrap(), "{b:#}");
+            let (opened, reused) = (
+                b["connectionsOpened"].as_u64().unwrap(),
+                b["connectionsReused"].as_u64().unwrap(),
+            );
+            assert!(opened > 0 && opened + reused >= calls, "{b:#}");
             // For each removed machine: drained from HAProxy before its member goes.
             for (i, (kind, msg)) in steps.iter().enumerate() {
                 if *kind != "remove-member" {
@@ -372,6 +383,7 @@ fn bench_naive_baseline_runs() {
     let doc: serde_json::Value = serde_json::from_str(&out).expect("the report is JSON on stdout");
     let r = &doc["runs"][0];
     assert_eq!(r["strategy"], "naive", "{r:#}");
+    assert!(r.get("haproxyBackend").is_none(), "{r:#}");
     assert_eq!(r["lostWrites"], 0, "{r:#}");
     let kinds: Vec<&str> = r["steps"]
         .as_array()

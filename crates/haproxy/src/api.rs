@@ -39,6 +39,18 @@ pub struct Server {
     pub up: bool,
 }
 
+/// How the calls through a backend reached its servers, from `show stat` (counters
+/// since HAProxy started, servers deleted since included).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendConnections {
+    /// Calls (HTTP/2 streams) sent to the backend's servers (`stot`).
+    pub calls: u64,
+    /// Connections opened to the servers (`connect`).
+    pub opened: u64,
+    /// Calls sent over a connection that was already open (`reuse`).
+    pub reused: u64,
+}
+
 /// TLS towards a backend server: the names under which a CA file and a client
 /// certificate were loaded into HAProxy's memory (`load_ca_file`, `load_certificate`).
 /// HAProxy 2.6 reads no file when a server is added at run time, so both must be
@@ -99,6 +111,14 @@ impl RuntimeApi {
             return Err(refused(&cmd, &answer));
         }
         parse_servers_state(&answer, backend)
+    }
+
+    /// How the calls through `backend` reached its servers: opened versus reused
+    /// connections. HAProxy 2.6 never reuses a connection to a server added at run time
+    /// (fixed upstream in 3.0), so with TLS each call costs a handshake; this shows it.
+    pub fn backend_connections(&self, backend: &str) -> Result<BackendConnections, HaproxyError> {
+        check_name("backend", backend)?;
+        parse_backend_connections(&self.command("show stat")?, backend)
     }
 
     /// Adds server `name` at `addr` to `backend` and enables it (a new dynamic server
@@ -352,6 +372,74 @@ impl RuntimeApi {
     }
 }
 
+/// The column names of an answer's `# name name ...` header line, so that columns are
+/// found by name (HAProxy adds columns between versions).
+struct Columns<'a> {
+    names: Vec<&'a str>,
+    answer: &'static str,
+}
+
+impl<'a> Columns<'a> {
+    /// `line` split on `sep` (`None`: on whitespace); `answer` names the command.
+    fn parse(
+        line: Option<&'a str>,
+        answer: &'static str,
+        sep: Option<char>,
+    ) -> Result<Self, HaproxyError> {
+        let Some(h) = line.and_then(|h| h.strip_prefix('#')) else {
+            return Err(HaproxyError::Parse(format!(
+                "{answer}: no '# name ...' header line"
+            )));
+        };
+        let names = match sep {
+            Some(c) => h.split(c).map(str::trim).collect(),
+            None => h.split_whitespace().collect(),
+        };
+        Ok(Columns { names, answer })
+    }
+
+    fn index(&self, name: &str) -> Result<usize, HaproxyError> {
+        self.names
+            .iter()
+            .position(|h| *h == name)
+            .ok_or_else(|| HaproxyError::Parse(format!("{}: no {name} column", self.answer)))
+    }
+}
+
+/// Parses the `BACKEND` row of `backend` out of a `show stat` answer (CSV whose first
+/// line is `# pxname,svname,...`); columns are found by their header names.
+pub fn parse_backend_connections(
+    answer: &str,
+    backend: &str,
+) -> Result<BackendConnections, HaproxyError> {
+    let mut lines = answer.lines().map(str::trim).filter(|l| !l.is_empty());
+    let header = Columns::parse(lines.next(), "show stat", Some(','))?;
+    let col = |name: &str| header.index(name);
+    let (px, sv) = (col("pxname")?, col("svname")?);
+    let (stot, connect, reuse) = (col("stot")?, col("connect")?, col("reuse")?);
+    let row: Vec<&str> = lines
+        .map(|l| l.split(',').collect::<Vec<_>>())
+        .find(|f| f.get(px) == Some(&backend) && f.get(sv) == Some(&"BACKEND"))
+        .ok_or_else(|| HaproxyError::Parse(format!("show stat: no backend {backend:?}")))?;
+    let number = |i: usize, what: &str| -> Result<u64, HaproxyError> {
+        let field = row.get(i).copied().unwrap_or_default();
+        // An empty counter is one HAProxy does not keep for this row: zero.
+        if field.is_empty() {
+            return Ok(0);
+        }
+        field.parse().map_err(|_| {
+            HaproxyError::Parse(format!(
+                "show stat: backend {backend:?} has {what} {field:?}"
+            ))
+        })
+    };
+    Ok(BackendConnections {
+        calls: number(stot, "stot")?,
+        opened: number(connect, "connect")?,
+        reused: number(reuse, "reuse")?,
+    })
+}
+
 /// Parses a `show servers state` answer: the version line `1`, a `# be_id be_name ...`
 /// header, then one line per server. Columns are found by their header names, not
 /// positions; lines of other backends than `backend` are skipped.
@@ -365,20 +453,8 @@ pub fn parse_servers_state(answer: &str, backend: &str) -> Result<Vec<Server>, H
             )))
         }
     }
-    let header: Vec<&str> = match lines.next().and_then(|h| h.strip_prefix('#')) {
-        Some(h) => h.split_whitespace().collect(),
-        None => {
-            return Err(HaproxyError::Parse(
-                "show servers state: no '# be_id be_name ...' header".into(),
-            ))
-        }
-    };
-    let col = |name: &str| {
-        header
-            .iter()
-            .position(|h| *h == name)
-            .ok_or_else(|| HaproxyError::Parse(format!("show servers state: no {name} column")))
-    };
+    let header = Columns::parse(lines.next(), "show servers state", None)?;
+    let col = |name: &str| header.index(name);
     let (be_name, srv_name, srv_addr, srv_port, op_state, admin_state) = (
         col("be_name")?,
         col("srv_name")?,
@@ -390,11 +466,11 @@ pub fn parse_servers_state(answer: &str, backend: &str) -> Result<Vec<Server>, H
     let mut out = Vec::new();
     for line in lines {
         let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() != header.len() {
+        if fields.len() != header.names.len() {
             return Err(HaproxyError::Parse(format!(
                 "show servers state: {} fields for {} columns: {line:?}",
                 fields.len(),
-                header.len()
+                header.names.len()
             )));
         }
         if fields[be_name] != backend {
@@ -532,6 +608,40 @@ mod tests {
     use super::*;
 
     const HEADER: &str = "# be_id be_name srv_id srv_name srv_addr srv_op_state srv_admin_state srv_uweight srv_iweight srv_time_since_last_change srv_check_status srv_check_result srv_check_health srv_check_state srv_agent_state bk_f_forced_id srv_f_forced_id srv_fqdn srv_port srvrecord srv_use_ssl srv_check_port srv_check_addr srv_agent_addr srv_agent_port";
+
+    /// A `show stat` answer of HAProxy 2.6.12 (from a benchmark run), cut to one
+    /// server; the backend row says 5927 calls over 5927 new connections.
+    const SHOW_STAT: &str = concat!(
+        "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rate,rate_lim,rate_max,check_status,check_code,check_duration,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other,hanafail,req_rate,req_rate_max,req_tot,cli_abrt,srv_abrt,comp_in,comp_out,comp_byp,comp_rsp,lastsess,last_chk,last_agt,qtime,ctime,rtime,ttime,agent_status,agent_code,agent_duration,check_desc,agent_desc,check_rise,check_fall,check_health,agent_rise,agent_fall,agent_health,addr,cookie,mode,algo,conn_rate,conn_rate_max,conn_tot,intercepted,dcon,dses,wrew,connect,reuse,cache_lookups,cache_hits,srv_icur,src_ilim,qtime_max,ctime_max,rtime_max,ttime_max,eint,idle_conn_cur,safe_conn_cur,used_conn_cur,need_conn_est,uweight,agg_server_status,agg_server_check_status,agg_check_status,-,ssl_sess,ssl_reused_sess,ssl_failed_handshake,h2_headers_rcvd,h2_data_rcvd,h2_settings_rcvd,h2_rst_stream_rcvd,h2_goaway_rcvd,h2_detected_conn_protocol_errors,h2_detected_strm_protocol_errors,h2_rst_stream_resp,h2_goaway_resp,h2_open_connections,h2_backend_open_streams,h2_total_connections,h2_backend_total_streams,h1_open_connections,h1_open_streams,h1_total_connections,h1_total_streams,h1_bytes_in,h1_bytes_out,h1_spliced_bytes_in,h1_spliced_bytes_out,\n",
+        "etcd,FRONTEND,,,8,8,9986,8,1171480,700190,0,0,0,,,,,OPEN,,,,,,,,,1,2,0,,,,0,0,0,8,,,,0,5921,0,0,0,0,,490,496,5927,,,0,0,0,0,,,,,,,,,,,,,,,,,,,,,http,,0,8,8,0,0,0,0,,,0,0,,,,,,,0,,,,,,,,,-,0,0,0,5927,11854,24,0,0,0,0,0,0,8,6,8,5927,0,0,0,0,0,0,0,0,\n",
+        "etcd,bench-safe-haproxy-1,0,0,2,4,,1973,390056,232492,,0,,0,0,0,0,no check,1,1,0,,,14,,,1,3,1,,1973,,2,163,,165,,,,0,1971,0,0,0,0,,,,1971,0,0,,,,,0,,,0,2,4,22,,,,,,,,,,,,127.178.192.2:2379,,http,,,,,,,,0,1973,0,,,0,64,0,42,95,149,0,0,0,2,4,1,,,,-,0,0,0,,,,,,,,,,,,,,,,,,,,,,\n",
+        "etcd,BACKEND,0,0,6,8,999,5927,1171480,700190,0,0,,0,0,0,0,UP,3,3,0,,0,14,0,,1,3,0,,5927,,1,490,,496,,,,0,5921,0,0,0,0,,,,5921,0,0,0,0,0,0,0,,,0,2,4,22,,,,,,,,,,,,,,http,roundrobin,,,,,,,0,5927,0,0,0,,,0,42,95,161,0,,,,,3,0,0,0,-,0,0,0,17735,5921,17775,0,0,0,0,0,0,6,6,5927,5927,0,0,0,0,0,0,0,0,\n",
+        "\n"
+    );
+
+    #[test]
+    fn backend_connections_come_from_the_backend_row() {
+        assert_eq!(
+            parse_backend_connections(SHOW_STAT, "etcd").unwrap(),
+            BackendConnections {
+                calls: 5927,
+                opened: 5927,
+                reused: 0
+            }
+        );
+        let err = parse_backend_connections(SHOW_STAT, "other").unwrap_err();
+        assert!(err.to_string().contains("no backend \"other\""), "{err}");
+        let err = parse_backend_connections("etcd,BACKEND,1\n", "etcd").unwrap_err();
+        assert!(err.to_string().contains("header"), "{err}");
+        let no_reuse = "# pxname,svname,stot,connect\netcd,BACKEND,3,3\n";
+        let err = parse_backend_connections(no_reuse, "etcd").unwrap_err();
+        assert!(err.to_string().contains("no reuse column"), "{err}");
+        let bad = "# pxname,svname,stot,connect,reuse\netcd,BACKEND,3,x,\n";
+        let err = parse_backend_connections(bad, "etcd").unwrap_err();
+        assert!(err.to_string().contains("connect \"x\""), "{err}");
+        let empty = "# pxname,svname,stot,connect,reuse\netcd,BACKEND,3,3,\n";
+        assert_eq!(parse_backend_connections(empty, "etcd").unwrap().reused, 0);
+    }
 
     fn sample(lines: &[&str]) -> String {
         let mut s = format!("1\n{HEADER}\n");

@@ -20,7 +20,10 @@ mod health;
 mod plan;
 mod process;
 
-pub use api::{parse_servers_state, RuntimeApi, Server, ServerTls};
+pub use api::{
+    parse_backend_connections, parse_servers_state, BackendConnections, RuntimeApi, Server,
+    ServerTls,
+};
 pub use config::{config, FrontendTls};
 pub use health::etcd_health;
 pub use plan::{plan, LbOp};
