@@ -523,20 +523,25 @@ async fn run_one(
         ClientMode::Haproxy => Some(place_balancer(&ctx, home, name)?),
         ClientMode::Follow => None,
     };
-    let mut spec = args.rollout.initial_spec();
-    spec.haproxy = place.as_ref().map(|p| HaproxySpec {
-        runtime_api: p.socket.display().to_string(),
-        backend: DEFAULT_HAPROXY_BACKEND.to_string(),
-    });
     eprintln!(
         "bench {name}: creating {} members at etcd {}",
         args.rollout.replicas, args.rollout.from
     );
-    create(&mut ctx, name, spec, false)?;
+    create(&mut ctx, name, args.rollout.initial_spec(), false)?;
     let cp = ctx.store.get_control_plane(name)?;
     let tls = ctx.client_tls(&cp)?;
     if let Some(place) = place {
+        // HAProxy's TLS frontend needs the control plane's CA, so HAProxy starts after
+        // the control plane is created, and only then is it named in the spec: the
+        // controller never looks for an HAProxy that is not there yet.
+        let haproxy = HaproxySpec {
+            runtime_api: place.socket.display().to_string(),
+            backend: DEFAULT_HAPROXY_BACKEND.to_string(),
+        };
         *balancer = Some(start_balancer(&ctx, &cp, place)?);
+        let mut spec = cp.spec.clone();
+        spec.haproxy = Some(haproxy);
+        ctx.store.update_spec(name, &spec)?;
     }
     let balancer = balancer.as_ref();
     quiet_wait(&ctx, name, args.rollout.timeout).await?;

@@ -61,7 +61,11 @@ pub async fn run(store: &Store, name: &str, last: u32, follow: bool, format: For
                 println!("{name}: no events yet (the controller records each step it takes)");
                 return Ok(());
             }
-            print!("{}", table(&events, true));
+            if follow {
+                print!("{}", fixed_lines(&events, true));
+            } else {
+                print!("{}", table(&events, true));
+            }
         }
         (Format::Json, false) => println!("{}", serde_json::to_string_pretty(&events)?),
         (Format::Json, true) => {
@@ -86,7 +90,7 @@ pub async fn run(store: &Store, name: &str, last: u32, follow: bool, format: For
         after = tail.id;
         match format {
             Format::Table => {
-                print!("{}", table(&new, header));
+                print!("{}", fixed_lines(&new, header));
                 header = false;
             }
             _ => {
@@ -98,23 +102,46 @@ pub async fn run(store: &Store, name: &str, last: u32, follow: bool, format: For
     }
 }
 
+const HEADER: [&str; 7] = [
+    "TIME (UTC)",
+    "BY",
+    "RESULT",
+    "STEP",
+    "MACHINE",
+    "TOOK",
+    "MESSAGE",
+];
+/// Column widths for `--follow`, where later lines cannot widen earlier ones: wide
+/// enough for a timestamp, a host-pid identity, each outcome and step kind.
+const FOLLOW_WIDTHS: [usize; 6] = [23, 20, 7, 16, 12, 7];
+
 /// The events as aligned columns; the message comes last, unpadded.
 fn table(events: &[Event], header: bool) -> String {
+    columns(&rows(events, header))
+}
+
+/// The events in fixed-width columns (a longer cell widens its own line only), so that
+/// lines printed as they come stay aligned with the ones before.
+fn fixed_lines(events: &[Event], header: bool) -> String {
+    let mut out = String::new();
+    for r in rows(events, header) {
+        for (i, cell) in r.iter().enumerate() {
+            match FOLLOW_WIDTHS.get(i) {
+                Some(w) => out.push_str(&format!("{cell:<w$}  ")),
+                None => out.push_str(cell),
+            }
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+    }
+    out
+}
+
+/// The header (when asked for), then one row of cells per event, in `HEADER` order.
+fn rows(events: &[Event], header: bool) -> Vec<Vec<String>> {
     let mut rows: Vec<Vec<String>> = Vec::with_capacity(events.len() + 1);
     if header {
-        rows.push(
-            [
-                "TIME (UTC)",
-                "BY",
-                "RESULT",
-                "STEP",
-                "MACHINE",
-                "TOOK",
-                "MESSAGE",
-            ]
-            .map(String::from)
-            .to_vec(),
-        );
+        rows.push(HEADER.map(String::from).to_vec());
     }
     for e in events {
         let result = match (e.ok, e.kind.as_str()) {
@@ -132,7 +159,7 @@ fn table(events: &[Event], header: bool) -> String {
             e.message.clone(),
         ]);
     }
-    columns(&rows)
+    rows
 }
 
 /// `2026-12-03 06:11:32.466` for milliseconds since the Unix epoch (proleptic
@@ -233,5 +260,23 @@ mod tests {
             "{t}"
         );
         assert!(!table(&[ev(1, None, "x", true)], false).contains("TIME"));
+    }
+
+    #[test]
+    fn followed_lines_keep_their_columns_from_batch_to_batch() {
+        let first = fixed_lines(&[ev(1, Some("r1"), "promote", true)], true);
+        let later = fixed_lines(&[ev(2, Some("host-1-4242"), "remove-member", false)], false);
+        let at = |l: &str, m: &str| l.find(m).unwrap();
+        let (a, b) = (first.lines().nth(1).unwrap(), later.lines().next().unwrap());
+        assert_eq!(
+            at(a, "promote a-2"),
+            at(b, "remove-member a-2"),
+            "{first}{later}"
+        );
+        assert_eq!(
+            at(first.lines().next().unwrap(), "MESSAGE"),
+            at(a, "promote a-2")
+        );
+        assert!(!later.lines().any(|l| l.ends_with(' ')), "{later:?}");
     }
 }
