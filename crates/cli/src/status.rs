@@ -34,6 +34,8 @@ pub struct Status {
     /// The replica that leads the controllers, with a store shared by several (etcd).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub controller_leader: Option<quorum_store::LeaderInfo>,
+    /// The newest entry of the control plane's history (`quorum events` has them all).
+    pub last_event: Option<quorum_store::Event>,
     #[serde(skip)]
     pub decision: Decision,
 }
@@ -115,8 +117,18 @@ pub async fn live(
         conditions: decision.conditions.clone(),
         controller,
         controller_leader: store.leader()?,
+        last_event: newest_event(store, &cp.name)?,
         decision,
     })
+}
+
+/// The newest event of `cp` (event ids grow; the newest is the one with the last id).
+fn newest_event(store: &Store, cp: &str) -> Result<Option<quorum_store::Event>> {
+    let last = store.last_event_id(cp)?;
+    if last == 0 {
+        return Ok(None);
+    }
+    Ok(store.events_after(cp, last - 1, 1)?.into_iter().next())
 }
 
 fn machine_row(
@@ -234,6 +246,22 @@ pub fn render_table(s: &Status) -> String {
             &format!(
                 "{} (for {since_s}s; leadership token {})",
                 l.identity, l.token
+            ),
+        );
+    }
+    if let Some(e) = &s.last_event {
+        let mark = crate::wait::mark(e);
+        let ago_s = (now_ms() - e.at_ms).max(0) / 1000;
+        let by =
+            e.by.as_deref()
+                .map(|b| format!("by {b}, "))
+                .unwrap_or_default();
+        push(
+            &mut out,
+            "Last step",
+            &format!(
+                "{mark} {} ({by}{ago_s}s ago; all of them: quorum events {})",
+                e.message, s.name
             ),
         );
     }

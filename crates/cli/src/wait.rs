@@ -24,12 +24,16 @@ pub enum Goal {
 /// accepted yet and retried, ✗ failed and retried), what happened.
 pub fn format_event(e: &Event, since_ms: i64) -> String {
     let t = (e.at_ms - since_ms).max(0) as f64 / 1000.0;
-    let mark = match (e.ok, e.kind.as_str()) {
+    format!("[{t:>6.1}s] {} {}", mark(e), e.message)
+}
+
+/// ✓ done, … not accepted by etcd yet (retried), ✗ failed (retried).
+pub fn mark(e: &Event) -> &'static str {
+    match (e.ok, e.kind.as_str()) {
         (true, _) => "✓",
         (false, "refused") => "…",
         (false, _) => "✗",
-    };
-    format!("[{t:>6.1}s] {mark} {}", e.message)
+    }
 }
 
 /// Is a controller running on this home (a recent heartbeat)?

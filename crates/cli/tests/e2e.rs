@@ -78,6 +78,17 @@ fn rollout_3_4_23_to_3_5_1_keeps_every_key() {
     let table = env.ok(&["events", "r", "--last", "3"]);
     assert_eq!(table.lines().count(), 4, "{table}");
     assert!(table.starts_with("TIME (UTC)"), "{table}");
+    // `status` shows the newest of them.
+    // (The controller may record one more in between: newer is fine, older is not.)
+    let newest_before = store.last_event_id("r").unwrap();
+    let last = &env.status("r")["lastEvent"];
+    assert!(last["id"].as_i64().unwrap() >= newest_before, "{last:#}");
+    assert_eq!(last["by"], shown[0]["by"], "{last:#}");
+    let table = env.ok(&["status", "r"]);
+    assert!(
+        table.contains("Last step") && table.contains("quorum events r"),
+        "{table}"
+    );
     // Going back below the cluster version is refused and changes nothing.
     let err = env.fails(&["upgrade", "r", "--version", OLD]);
     assert!(

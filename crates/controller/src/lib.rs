@@ -485,9 +485,10 @@ impl Controller {
             let st = self.state.entry(cp.name.clone()).or_default();
             if !st.converged_recorded {
                 st.converged_recorded = true;
+                let n = machines.len();
                 let msg = format!(
-                    "{} machines at etcd {}, every member healthy",
-                    machines.len(),
+                    "{n} machine{} at etcd {}, every member healthy",
+                    if n == 1 { "" } else { "s" },
                     cp.spec.version
                 );
                 self.event(cp, "converged", None, &msg, true, None, None);
