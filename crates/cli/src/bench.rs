@@ -648,20 +648,24 @@ async fn run_one(
         let _ = w.await;
     }
     let first_ok = probe.await.unwrap_or_default();
-    let haproxy_backend = match balancer {
-        Some(b) => {
-            let c = b
-                .api
-                .backend_connections(DEFAULT_HAPROXY_BACKEND)
-                .context("reading HAProxy's backend counters")?;
-            Some(BackendCalls {
-                calls: c.calls,
-                connections_opened: c.opened,
-                connections_reused: c.reused,
-            })
-        }
-        None => None,
-    };
+    // The counters only describe the run; without them the report (and its lost-write
+    // check) still stands.
+    let haproxy_backend =
+        balancer.and_then(
+            |b| match b.api.backend_connections(DEFAULT_HAPROXY_BACKEND) {
+                Ok(c) => Some(BackendCalls {
+                    calls: c.calls,
+                    connections_opened: c.opened,
+                    connections_reused: c.reused,
+                }),
+                Err(e) => {
+                    eprintln!(
+                        "bench {name}: HAProxy's backend counters are not in the report: {e}"
+                    );
+                    None
+                }
+            },
+        );
     let t1 = now_ms();
     let steps = match naive_steps {
         Some(s) => s,

@@ -37,7 +37,8 @@ pub struct RolloutArgs {
     /// Give up after this long: 90s, 10m.
     #[arg(long, default_value = "10m", value_parser = wait::parse_duration)]
     pub timeout: Duration,
-    /// Run the control plane in plain HTTP, to see what mutual TLS (the default) costs.
+    /// Run the control plane in plain HTTP instead of mutual TLS (the default): for
+    /// comparing what TLS costs, never for data that matters.
     #[arg(long)]
     pub insecure_plaintext: bool,
 }

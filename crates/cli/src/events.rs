@@ -3,7 +3,7 @@
 //! that after a failover one can tell what the old leader did and what the new one did.
 
 use crate::status::columns;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use quorum_store::{Event, Store};
 use std::time::Duration;
 
@@ -48,58 +48,71 @@ pub fn newest(store: &Store, name: &str, last: u32) -> Result<Vec<Event>> {
 
 /// Prints the history and, with `follow`, every new event until the control plane is
 /// deleted or the process is interrupted (Ctrl-C ends it; nothing is left to clean up).
+/// The history outlives the control plane: after a deletion it still shows what was
+/// done. `--follow` with YAML is refused by the command line before this runs.
 pub async fn run(store: &Store, name: &str, last: u32, follow: bool, format: Format) -> Result<()> {
-    if follow && format == Format::Yaml {
-        bail!("--follow prints a table or JSON lines (-o json), not YAML");
-    }
-    store.get_control_plane(name)?;
+    let exists = store.control_plane(name)?.is_some();
     let events = newest(store, name, last)?;
+    if !exists && events.is_empty() {
+        // Neither a control plane nor a history: the store's own "does not exist".
+        store.get_control_plane(name)?;
+    }
     let mut after = events.last().map_or(0, |e| e.id);
     match (format, follow) {
-        (Format::Table, _) => {
-            if events.is_empty() && !follow {
-                println!("{name}: no events yet (the controller records each step it takes)");
-                return Ok(());
-            }
-            if follow {
-                print!("{}", fixed_lines(&events, true));
-            } else {
-                print!("{}", table(&events, true));
-            }
+        (Format::Table, false) if events.is_empty() => {
+            println!("{name}: no events yet (the controller records each step it takes)");
         }
+        (Format::Table, false) => print!("{}", table(&events, true)),
+        (Format::Table, true) => print!("{}", fixed_lines(&events, true)),
         (Format::Json, false) => println!("{}", serde_json::to_string_pretty(&events)?),
-        (Format::Json, true) => {
-            for e in &events {
-                println!("{}", serde_json::to_string(e)?);
-            }
-        }
+        (Format::Json, true) => print!("{}", json_lines(&events)?),
         (Format::Yaml, _) => print!("{}", serde_yaml::to_string(&events)?),
+    }
+    if !exists {
+        if format == Format::Table {
+            println!("{name} no longer exists: these are the steps recorded before its deletion");
+        }
+        return Ok(());
     }
     if !follow {
         return Ok(());
     }
-    let mut header = events.is_empty();
+    let mut gone = false;
     loop {
         tokio::time::sleep(Duration::from_millis(FOLLOW_POLL_MS)).await;
-        if store.control_plane(name)?.is_none() {
-            println!("{name}: deleted");
+        // Looked at before reading: the steps of a deletion are recorded before the
+        // record goes, except the last one, hence one more round once it is gone.
+        let last_round = gone;
+        gone = store.control_plane(name)?.is_none();
+        loop {
+            let new = store.events_after(name, after, PAGE)?;
+            let Some(tail) = new.last() else { break };
+            after = tail.id;
+            match format {
+                Format::Table => print!("{}", fixed_lines(&new, false)),
+                _ => print!("{}", json_lines(&new)?),
+            }
+            if new.len() < PAGE as usize {
+                break;
+            }
+        }
+        if last_round {
+            if format == Format::Table {
+                println!("{name}: deleted");
+            }
             return Ok(());
         }
-        let new = store.events_after(name, after, PAGE)?;
-        let Some(tail) = new.last() else { continue };
-        after = tail.id;
-        match format {
-            Format::Table => {
-                print!("{}", fixed_lines(&new, header));
-                header = false;
-            }
-            _ => {
-                for e in &new {
-                    println!("{}", serde_json::to_string(e)?);
-                }
-            }
-        }
     }
+}
+
+/// One JSON object per line.
+fn json_lines(events: &[Event]) -> Result<String> {
+    let mut out = String::new();
+    for e in events {
+        out.push_str(&serde_json::to_string(e)?);
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 const HEADER: [&str; 7] = [

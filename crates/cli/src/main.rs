@@ -700,6 +700,15 @@ async fn run(cli: Cli) -> Result<()> {
             follow,
             output,
         } => {
+            if follow && matches!(output, Output::Yaml) {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::ArgumentConflict,
+                        "--follow prints a table or JSON lines (-o json), not YAML",
+                    )
+                    .exit();
+            }
             let ctx = Ctx::open(&at)?;
             let format = match output {
                 Output::Table => events::Format::Table,

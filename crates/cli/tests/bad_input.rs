@@ -44,8 +44,10 @@ fn offline_refusals_change_nothing() {
     assert!(e.contains("not a duration"), "{e}");
     let e = env.fails(&["events", "nope"]);
     assert!(one_line(&e).contains("does not exist"), "{e}");
-    let e = env.fails(&["events", "a", "--follow", "-o", "yaml"]);
-    assert!(one_line(&e).contains("not YAML"), "{e}");
+    let out = env.run(&["events", "a", "--follow", "-o", "yaml"]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "a malformed command line: {e}");
+    assert!(e.contains("not YAML"), "{e}");
     let e = env.fails(&["events", "a", "--last", "-1"]);
     assert!(e.contains("--last"), "{e}");
     let out = env.ok(&["events", "a"]);

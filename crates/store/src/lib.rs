@@ -53,6 +53,12 @@ pub enum StoreError {
     },
     #[error("state store {location} is corrupt: {detail}. quorum did not change it; restore it from a backup or move it aside")]
     Corrupt { location: String, detail: String },
+    #[error("state store {location} has schema version {found}, written by a newer quorum; this one reads versions up to {reads}. Use a quorum at least as new (quorum did not change the file)")]
+    NewerSchema {
+        location: String,
+        found: String,
+        reads: i64,
+    },
     #[error("state store {location}: {detail}")]
     Etcd { location: String, detail: String },
     #[error("state store {location}: no answer within {timeout_ms} ms to {op}")]
@@ -666,7 +672,8 @@ mod tests {
         };
         let err = err.to_string();
         assert!(
-            err.contains("schema version 9, this quorum reads version 2"),
+            err.contains("schema version 9, written by a newer quorum")
+                && err.contains("reads versions up to 2"),
             "{err}"
         );
         assert!(!err.contains('\n'), "{err}");

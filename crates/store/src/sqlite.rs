@@ -173,11 +173,15 @@ impl SqliteStore {
             None => {}
             Some(v) if v == SCHEMA_VERSION.to_string() => {}
             Some("1") => self.migrate_from_v1()?,
-            Some(v) => {
-                return Err(self.corrupt(format!(
-                    "schema version {v}, this quorum reads version {SCHEMA_VERSION}"
-                )))
+            Some(v) if v.parse::<i64>().is_ok_and(|n| n > SCHEMA_VERSION) => {
+                return Err(StoreError::NewerSchema {
+                    location: self.path.display().to_string(),
+                    found: v.to_string(),
+                    reads: SCHEMA_VERSION,
+                })
             }
+            // No quorum ever wrote another value: the file is damaged.
+            Some(v) => return Err(self.corrupt(format!("unknown schema version {v:?}"))),
         }
         self.conn
             .execute_batch(
