@@ -21,12 +21,15 @@ pub enum Format {
     Yaml,
 }
 
+/// Pages read at most: the stores keep 10,000 events per control plane (the etcd store
+/// may briefly hold 256 more per replica before it prunes), well inside this.
+const MAX_PAGES: u32 = 20;
+
 /// The newest `last` events of `name` (every event kept when `last` is 0), oldest first.
-/// The store keeps at most 10,000 per control plane, so paging through them is bounded.
-pub fn newest(store: &Store, name: &str, last: u32) -> Result<Vec<Event>> {
+fn newest(store: &Store, name: &str, last: u32) -> Result<Vec<Event>> {
     let mut all: Vec<Event> = Vec::new();
     let mut after = 0;
-    loop {
+    for _ in 0..MAX_PAGES {
         let page = store.events_after(name, after, PAGE)?;
         let Some(tail) = page.last() else { break };
         after = tail.id;
@@ -58,23 +61,22 @@ pub async fn run(store: &Store, name: &str, last: u32, follow: bool, format: For
         store.get_control_plane(name)?;
     }
     let mut after = events.last().map_or(0, |e| e.id);
-    match (format, follow) {
+    let mut text = match (format, follow) {
         (Format::Table, false) if events.is_empty() => {
-            println!("{name}: no events yet (the controller records each step it takes)");
+            format!("{name}: no events yet (the controller records each step it takes)\n")
         }
-        (Format::Table, false) => print!("{}", table(&events, true)),
-        (Format::Table, true) => print!("{}", fixed_lines(&events, true)),
-        (Format::Json, false) => println!("{}", serde_json::to_string_pretty(&events)?),
-        (Format::Json, true) => print!("{}", json_lines(&events)?),
-        (Format::Yaml, _) => print!("{}", serde_yaml::to_string(&events)?),
+        (Format::Table, false) => table(&events, true),
+        (Format::Table, true) => fixed_lines(&events, true),
+        (Format::Json, false) => format!("{}\n", serde_json::to_string_pretty(&events)?),
+        (Format::Json, true) => json_lines(&events)?,
+        (Format::Yaml, _) => serde_yaml::to_string(&events)?,
+    };
+    if !exists && format == Format::Table {
+        text.push_str(&format!(
+            "{name} no longer exists: these are the steps recorded before its deletion\n"
+        ));
     }
-    if !exists {
-        if format == Format::Table {
-            println!("{name} no longer exists: these are the steps recorded before its deletion");
-        }
-        return Ok(());
-    }
-    if !follow {
+    if !emit(&text)? || !exists || !follow {
         return Ok(());
     }
     let mut gone = false;
@@ -84,13 +86,16 @@ pub async fn run(store: &Store, name: &str, last: u32, follow: bool, format: For
         // record goes, except the last one, hence one more round once it is gone.
         let last_round = gone;
         gone = store.control_plane(name)?.is_none();
-        loop {
+        for _ in 0..MAX_PAGES {
             let new = store.events_after(name, after, PAGE)?;
             let Some(tail) = new.last() else { break };
             after = tail.id;
-            match format {
-                Format::Table => print!("{}", fixed_lines(&new, false)),
-                _ => print!("{}", json_lines(&new)?),
+            let text = match format {
+                Format::Table => fixed_lines(&new, false),
+                _ => json_lines(&new)?,
+            };
+            if !emit(&text)? {
+                return Ok(());
             }
             if new.len() < PAGE as usize {
                 break;
@@ -98,10 +103,22 @@ pub async fn run(store: &Store, name: &str, last: u32, follow: bool, format: For
         }
         if last_round {
             if format == Format::Table {
-                println!("{name}: deleted");
+                emit(&format!("{name}: deleted\n"))?;
             }
             return Ok(());
         }
+    }
+}
+
+/// Writes `text` to standard output; `false` when the reader went away (`| head`),
+/// which ends the command quietly instead of with a panic.
+fn emit(text: &str) -> Result<bool> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e.into()),
     }
 }
 
