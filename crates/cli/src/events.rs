@@ -143,7 +143,7 @@ const HEADER: [&str; 7] = [
 ];
 /// Column widths for `--follow`, where later lines cannot widen earlier ones: wide
 /// enough for a timestamp, a host-pid identity, each outcome and step kind.
-const FOLLOW_WIDTHS: [usize; 6] = [23, 20, 7, 16, 12, 7];
+const FOLLOW_WIDTHS: [usize; 6] = [23, 20, 7, 20, 12, 7];
 
 /// The events as aligned columns; the message comes last, unpadded.
 fn table(events: &[Event], header: bool) -> String {

@@ -162,10 +162,8 @@ fn measure((runs, lease_ttl, replicas): (u32, Duration, u32), fleet: &mut Fleet)
         .map(|d| Ipv4Addr::new(127, a as u8, b as u8, d))
         .collect();
     eprintln!(
-        "management etcd {version} on {}.{}.{}..254; {} replicas, lease {} ms, {} runs",
-        addrs[0].octets()[0],
-        addrs[0].octets()[1],
-        addrs[0].octets()[2],
+        "management etcd {version} on {}..254; {} replicas, lease {} ms, {} runs",
+        addrs[0],
         replicas,
         lease_ttl.as_millis(),
         runs

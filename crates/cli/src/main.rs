@@ -738,6 +738,8 @@ async fn run(cli: Cli) -> Result<()> {
                     if !wait::controller_active(&ctx.store) {
                         println!("{name}: the controller stopped; finishing the deletion here");
                         teardown(&at, &name, Some(ctx.started_ms)).await?;
+                        // The teardown printed its own steps.
+                        last = ctx.store.last_event_id(&name)?;
                         break;
                     }
                     if std::time::Instant::now() >= deadline {
@@ -1045,8 +1047,8 @@ fn create(ctx: &mut Ctx, name: &str, spec: ControlPlaneSpec, force: bool) -> Res
     ctx.store.create_control_plane(&cp, ca.as_ref(), now_ms())?;
     say!(
         ctx,
-        "{name}: created: {} replicas at etcd {}",
-        spec.replicas,
+        "{name}: created: {} at etcd {}",
+        status::plural(spec.replicas, "replica"),
         spec.version
     );
     if let Some(w) = version_warning(spec.version) {
@@ -1073,8 +1075,8 @@ async fn change(
     if new == cp.spec {
         say!(
             ctx,
-            "{name}: unchanged (already {} replicas at etcd {})",
-            new.replicas,
+            "{name}: unchanged (already {} at etcd {})",
+            status::plural(new.replicas, "replica"),
             new.version
         );
         return Ok(());
@@ -1114,6 +1116,12 @@ async fn change(
     }
     validate_spec_change(&cp.spec, &new, lowest, cluster_version, force)?;
     ctx.store.update_spec(name, &new)?;
+    if new.paused {
+        say!(
+            ctx,
+            "note: {name} is paused: quorum takes no step until `quorum pause {name} --resume`"
+        );
+    }
     if new.version != cp.spec.version {
         let what = if new.version > cp.spec.version {
             "upgrade"

@@ -185,8 +185,8 @@ pub fn render_table(s: &Status) -> String {
         &mut out,
         "Spec",
         &format!(
-            "{} replicas, etcd {}, maxSurge {}{}",
-            s.spec.replicas,
+            "{}, etcd {}, maxSurge {}{}",
+            plural(s.spec.replicas, "replica"),
             s.spec.version,
             s.spec.rollout.max_surge,
             if s.spec.paused { ", paused" } else { "" }
@@ -337,6 +337,15 @@ pub fn render_table(s: &Status) -> String {
             .collect();
     out.push_str(&columns(&crow));
     out
+}
+
+/// `1 replica`, `3 replicas`.
+pub fn plural(n: u32, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 /// Left-aligned columns separated by two spaces.

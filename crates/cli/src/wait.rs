@@ -111,12 +111,17 @@ pub async fn wait(
             clear();
             let n = s.machines.len();
             println!(
-                "[{:>6.1}s] ✓ {name}: {n} machine{} at etcd {}, every member healthy",
+                "[{:>6.1}s] ✓ {name}: {n} machine{} at etcd {}, every member healthy; client endpoints: {}",
                 (quorum_controller::now_ms() - since_ms) as f64 / 1000.0,
                 if n == 1 { "" } else { "s" },
-                s.spec.version
+                s.spec.version,
+                s.endpoints.join(" ")
             );
             return Ok(());
+        }
+        if goal == Goal::Converged && s.spec.paused {
+            clear();
+            bail!("'{name}' is paused, so nothing changes until `quorum pause {name} --resume`; the change is recorded");
         }
         let reason = match (
             &s.waiting_for,

@@ -426,3 +426,90 @@ fn bench_naive_baseline_runs() {
     }
     assert!(!kinds.contains(&"add-learner") && !kinds.contains(&"move-leader"));
 }
+
+/// A controller process this test started; killed (SIGKILL, by PID) when dropped.
+struct Spawned(std::process::Child);
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A second `quorum controller` on the same home stands by instead of acting twice on
+/// every step, and takes over when the first one dies (the kernel releases its lock).
+#[test]
+fn a_second_controller_on_the_same_home_stands_by_until_the_first_dies() {
+    let mut env = Env::new("two-ctl");
+    env.start_controller();
+    env.ok(&[
+        "create",
+        "t",
+        "--replicas",
+        "1",
+        "--version",
+        NEW,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let log = env.dir.path().join("second.log");
+    let second = env
+        .cmd(&[
+            "controller",
+            "--metrics-addr",
+            "off",
+            "--identity",
+            "second",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let _second = Spawned(second);
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !log_text().contains("standing by") {
+        assert!(std::time::Instant::now() < deadline, "{}", log_text());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let store = quorum_store::Store::open(&env.home).unwrap();
+    let before_kill = store.last_event_id("t").unwrap();
+    let first = store.events_after("t", 0, 10_000).unwrap();
+    assert!(!first.is_empty());
+    assert!(
+        first.iter().all(|e| e.by.as_deref() != Some("second")),
+        "the second controller acted while the first one ran: {first:?}"
+    );
+    env.kill_controller();
+    env.ok(&[
+        "scale",
+        "t",
+        "--replicas",
+        "3",
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let after = store.events_after("t", before_kill, 10_000).unwrap();
+    assert!(after.iter().any(|e| e.kind == "add-learner"), "{after:?}");
+    assert!(
+        after.iter().all(|e| e.by.as_deref() == Some("second")),
+        "{after:?}"
+    );
+    // Every machine was started once: no step was taken twice.
+    let all = store.events_after("t", 0, 10_000).unwrap();
+    for m in ["t-1", "t-2", "t-3"] {
+        let starts = all
+            .iter()
+            .filter(|e| e.ok && e.kind == "start-machine" && e.machine.as_deref() == Some(m))
+            .count();
+        assert_eq!(starts, 1, "{m}: {all:?}");
+    }
+    assert!(
+        log_text().contains("leading") || log_text().contains("performed="),
+        "{}",
+        log_text()
+    );
+}

@@ -301,7 +301,10 @@ impl Controller {
             Campaign::Standby { leader } => {
                 let who = leader.map(|l| l.identity);
                 if who != self.last_standby {
-                    tracing::info!(leader = who.as_deref().unwrap_or("(none)"), "standing by");
+                    tracing::info!(
+                        leader = who.as_deref().unwrap_or("(none)"),
+                        "standing by: another controller leads; this one takes over when it stops"
+                    );
                     self.last_standby = who.clone();
                 }
                 Ok(Lead::Standby(who))

@@ -206,6 +206,9 @@ impl EtcdStore {
         // The client connects lazily: a read proves the cluster is there.
         if let Err(e) = store.get(&store.key("setting/"), "reach the cluster") {
             let detail = match e {
+                StoreError::Etcd { detail, .. } if detail.contains("dns error") => {
+                    "no host name of the management etcd resolves (is --store right?)".to_string()
+                }
                 StoreError::Etcd { detail, .. } if detail.contains("connect error") => {
                     "no member of the management etcd accepts connections (is it running, and is --store right?)".to_string()
                 }

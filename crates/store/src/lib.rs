@@ -281,7 +281,8 @@ pub trait StateStore: Send {
     // ---- leadership among controller replicas
 
     /// One attempt to lead the controllers of this store, with a lease of `ttl_ms`.
-    /// The embedded store has one controller per state directory: it always leads.
+    /// The embedded store has one controller per state directory: the process holding
+    /// its lock file leads, any other stands by (no lease, no fencing: one host).
     fn campaign(&mut self, identity: &str, ttl_ms: u64) -> Result<Campaign> {
         let _ = (identity, ttl_ms);
         Ok(Campaign::Leading { token: 0 })

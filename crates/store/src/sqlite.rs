@@ -8,7 +8,13 @@ use std::time::Duration;
 pub struct SqliteStore {
     conn: Connection,
     path: PathBuf,
+    /// While this process is the home's controller: the lock file, held with
+    /// `flock(LOCK_EX)`. The kernel releases it when the process ends, however it ends.
+    controller_lock: Option<std::fs::File>,
 }
+
+/// Beside the state file: held by the one controller of a home.
+pub const CONTROLLER_LOCK: &str = "controller.lock";
 
 impl SqliteStore {
     /// Opens (creating if needed) the store in `home`. The directory is created
@@ -31,7 +37,11 @@ impl SqliteStore {
         let conn = Connection::open(&path).map_err(sql)?;
         conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
             .map_err(sql)?;
-        let store = SqliteStore { conn, path };
+        let store = SqliteStore {
+            conn,
+            path,
+            controller_lock: None,
+        };
         if initialized && !store.has_schema()? {
             return Err(store
                 .corrupt("the file is empty or lost its tables, but this directory held a state"));
@@ -323,7 +333,87 @@ impl SqliteStore {
     }
 }
 
+impl SqliteStore {
+    fn controller_lock_path(&self) -> PathBuf {
+        self.path.with_file_name(CONTROLLER_LOCK)
+    }
+
+    /// Takes the home's controller lock without waiting. `Ok(None)`: taken (the lock
+    /// file now names `identity`); `Ok(Some(info))`: another live process holds it.
+    fn try_lock_controller(&mut self, identity: &str) -> Result<Option<LeaderInfo>> {
+        use std::io::{Read, Seek, Write};
+        use std::os::unix::io::AsRawFd;
+        let path = self.controller_lock_path();
+        let io = |source| StoreError::Directory {
+            path: path.clone(),
+            source,
+        };
+        create_private_file(&path)?;
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        // SAFETY: flock(2) on a descriptor this function owns; no memory is passed.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() != std::io::ErrorKind::WouldBlock {
+                return Err(io(err));
+            }
+            let mut text = String::new();
+            // The holder may be writing its name right now: a partial read only makes
+            // the name shown less precise.
+            let _ = file.read_to_string(&mut text);
+            let mut lines = text.lines();
+            let holder = lines.next().unwrap_or("").trim();
+            let since_ms = lines
+                .next()
+                .and_then(|l| l.trim().parse().ok())
+                .unwrap_or(0);
+            return Ok(Some(LeaderInfo {
+                identity: if holder.is_empty() {
+                    "another controller".into()
+                } else {
+                    holder.to_string()
+                },
+                since_ms,
+                token: 0,
+            }));
+        }
+        let since_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| write!(file, "{identity}\n{since_ms}\n"))
+            .and_then(|()| file.flush())
+            .map_err(io)?;
+        self.controller_lock = Some(file);
+        Ok(None)
+    }
+}
+
 impl StateStore for SqliteStore {
+    /// One controller per home: the first takes the lock file, the others stand by
+    /// until it ends (a second `quorum controller` on the same home would otherwise act
+    /// twice on every step).
+    fn campaign(&mut self, identity: &str, _ttl_ms: u64) -> Result<Campaign> {
+        if self.controller_lock.is_some() {
+            return Ok(Campaign::Leading { token: 0 });
+        }
+        match self.try_lock_controller(identity)? {
+            None => Ok(Campaign::Leading { token: 0 }),
+            Some(holder) => Ok(Campaign::Standby {
+                leader: Some(holder),
+            }),
+        }
+    }
+
+    fn step_down(&mut self) {
+        // Closing the file releases the lock.
+        self.controller_lock = None;
+    }
+
     fn location(&self) -> String {
         self.path.display().to_string()
     }
