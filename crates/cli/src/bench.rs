@@ -384,19 +384,23 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
     }
     let home =
         std::env::temp_dir().join(format!("quorum-bench-{}-{}", std::process::id(), now_ms()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let controller = demo::start_controller(&home, stop.clone())?;
     let mut reports = Vec::new();
     let mut result = Ok(());
     'runs: for strategy in args.strategy.clone() {
         for mode in args.client_mode.clone() {
             let name = format!("bench-{}-{}", label(strategy), label(mode));
+            // A controller per run: it is stopped before the teardown, which acts as
+            // the home's one controller.
+            let stop = Arc::new(AtomicBool::new(false));
+            let controller = demo::start_controller(&home, stop.clone())?;
             // The balancer outlives the control plane's teardown, which drains it.
             let mut balancer = None;
             let r = tokio::select! {
                 r = run_one(&home, &args, &name, strategy, mode, &mut balancer) => r,
                 _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
             };
+            stop.store(true, Ordering::Relaxed);
+            let _ = controller.join();
             let cleanup = teardown(&Place::embedded(&home), &name, None).await;
             if let Some(mut b) = balancer {
                 b.process.stop();
@@ -410,8 +414,6 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
             }
         }
     }
-    stop.store(true, Ordering::Relaxed);
-    let _ = controller.join();
     demo::kill_leftovers(&home);
     let _ = std::fs::remove_dir_all(&home);
     // The runs that finished are reported even when a later one failed.

@@ -92,9 +92,10 @@ pub async fn run(args: DemoArgs) -> Result<()> {
         _ = hup.recv() => Err(anyhow::anyhow!("hung up")),
     };
     say("\ncleaning up: stopping every machine the demo started");
-    let cleanup = teardown(&Place::embedded(&home), NAME, None).await;
+    // The controller stops first: the teardown acts as the home's one controller.
     stop.store(true, Ordering::Relaxed);
     let _ = controller.join();
+    let cleanup = teardown(&Place::embedded(&home), NAME, None).await;
     kill_leftovers(&home);
     if args.keep {
         say(&format!(
