@@ -180,7 +180,7 @@ fn rows(events: &[Event], header: bool) -> Vec<Vec<String>> {
             (false, _) => "failed",
         };
         rows.push(vec![
-            utc(e.at_ms),
+            quorum_pki::format_unix_ms(e.at_ms),
             e.by.clone().unwrap_or_else(|| "-".into()),
             result.into(),
             e.kind.clone(),
@@ -192,61 +192,9 @@ fn rows(events: &[Event], header: bool) -> Vec<Vec<String>> {
     rows
 }
 
-/// `2026-12-03 06:11:32.466` for milliseconds since the Unix epoch (proleptic
-/// Gregorian calendar, UTC; a time before 1970 prints as 1970-01-01 00:00:00.000).
-pub fn utc(at_ms: i64) -> String {
-    let at_ms = at_ms.max(0);
-    let (secs, ms) = (at_ms / 1000, at_ms % 1000);
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02}.{ms:03}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
-}
-
-/// The calendar date of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`: eras of 400 years, each 146,097 days, starting on March 1st so
-/// the leap day ends a year).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097); // day of the era, 0..=146_096
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365; // 0..=399
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100); // day of the year from March 1st
-    let mp = (5 * doy + 2) / 153; // month from March, 0..=11
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utc_table() {
-        // (ms since the epoch, printed)
-        let rows: &[(i64, &str)] = &[
-            (0, "1970-01-01 00:00:00.000"),
-            (-5, "1970-01-01 00:00:00.000"),
-            (999, "1970-01-01 00:00:00.999"),
-            (86_399_999, "1970-01-01 23:59:59.999"),
-            (86_400_000, "1970-01-02 00:00:00.000"),
-            (951_782_400_000, "2000-02-29 00:00:00.000"),
-            (951_868_800_000, "2000-03-01 00:00:00.000"),
-            (1_709_164_800_000, "2024-02-29 00:00:00.000"),
-            (4_107_542_400_000, "2100-03-01 00:00:00.000"),
-            (1_796_278_292_466, "2026-12-03 06:11:32.466"),
-            (1_798_761_599_000, "2026-12-31 23:59:59.000"),
-        ];
-        for (ms, want) in rows {
-            assert_eq!(utc(*ms), *want, "{ms}");
-        }
-    }
 
     fn ev(id: i64, by: Option<&str>, kind: &str, ok: bool) -> Event {
         Event {

@@ -405,17 +405,32 @@ impl Ca {
 /// moment `time` cannot represent).
 pub fn format_unix_s(unix_s: i64) -> String {
     match OffsetDateTime::from_unix_timestamp(unix_s) {
-        Ok(t) => format!(
-            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
-            t.year(),
-            u8::from(t.month()),
-            t.day(),
-            t.hour(),
-            t.minute(),
-            t.second()
-        ),
+        Ok(t) => format!("{} UTC", date_time(t)),
         Err(_) => format!("{unix_s} s after the Unix epoch"),
     }
+}
+
+/// A moment to the millisecond, in UTC, for columns headed "(UTC)":
+/// `2026-12-03 06:11:32.466` (or the milliseconds, for a moment `time` cannot represent).
+pub fn format_unix_ms(unix_ms: i64) -> String {
+    let (s, ms) = (unix_ms.div_euclid(1000), unix_ms.rem_euclid(1000));
+    match OffsetDateTime::from_unix_timestamp(s) {
+        Ok(t) => format!("{}.{ms:03}", date_time(t)),
+        Err(_) => format!("{unix_ms} ms after the Unix epoch"),
+    }
+}
+
+/// `2026-12-03 06:11:32`.
+fn date_time(t: OffsetDateTime) -> String {
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
 }
 
 /// The `notAfter` of a PEM certificate, in Unix seconds: to report and check the expiry

@@ -7,7 +7,8 @@ use std::path::Path;
 use std::process::Command;
 
 use quorum_pki::{
-    create_private_dir, not_after_unix_s, write_private, Ca, PkiError, DEFAULT_CA_LIFETIME_S,
+    create_private_dir, format_unix_ms, format_unix_s, not_after_unix_s, write_private, Ca,
+    PkiError, DEFAULT_CA_LIFETIME_S,
 };
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
@@ -440,4 +441,24 @@ fn openssl_verifies_the_chain() {
         .output()
         .unwrap();
     assert!(!out.status.success());
+}
+
+#[test]
+fn moments_print_in_utc() {
+    // (ms since the epoch, printed)
+    let rows: &[(i64, &str)] = &[
+        (0, "1970-01-01 00:00:00.000"),
+        (-5, "1969-12-31 23:59:59.995"),
+        (86_399_999, "1970-01-01 23:59:59.999"),
+        (951_782_400_000, "2000-02-29 00:00:00.000"),
+        (1_709_164_800_000, "2024-02-29 00:00:00.000"),
+        (4_107_542_400_000, "2100-03-01 00:00:00.000"),
+        (1_796_278_292_466, "2026-12-03 06:11:32.466"),
+        (1_798_761_599_000, "2026-12-31 23:59:59.000"),
+    ];
+    for (ms, want) in rows {
+        assert_eq!(format_unix_ms(*ms), *want, "{ms}");
+    }
+    assert_eq!(format_unix_s(NOW_UNIX_S), "2026-06-01 00:00:00 UTC");
+    assert!(format_unix_ms(i64::MAX).ends_with("ms after the Unix epoch"));
 }
