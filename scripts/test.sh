@@ -3,7 +3,9 @@
 # Installs what it needs first (idempotent), so it passes on a fresh Debian machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-./scripts/install.sh
+# Installs (the first time), then installs again (a no-op that checks everything is in
+# place), both traced with `bash -x` while every core is busy: the set-up must not flake.
+./scripts/check-install.sh 2
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 # --all-features compiles in the failpoints the crash tests need.
