@@ -171,31 +171,17 @@ pub async fn wait(
     }
 }
 
-/// Parses `90s`, `10m`, `1h`, `500ms` or plain seconds.
+/// The longest `--timeout`: a week. Longer is a mistake (or a job for a scheduler).
+const MAX_TIMEOUT_S: u64 = 7 * 86_400;
+
+/// Parses a `--timeout` in quorum's one duration grammar (`quorum_core::parse_duration`:
+/// `90s`, `10m`, `1h`, `1d`, `500ms`; a unit is required), between 1 ms and a week.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = match s.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => s.split_at(i),
-        None => (s, "s"),
-    };
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration: use for example 90s, 10m or 1h"))?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => {
-            return Err(format!(
-                "'{s}' has an unknown unit '{unit}': use ms, s, m or h"
-            ))
-        }
-    };
-    if !(secs > 0.0 && secs < 7.0 * 86400.0) {
-        return Err(format!("'{s}' is out of range: between 1ms and 7 days"));
+    let d = quorum_core::parse_duration(s).map_err(|e| e.to_string())?;
+    if d < Duration::from_millis(1) || d > Duration::from_secs(MAX_TIMEOUT_S) {
+        return Err(format!("{s:?} is out of range: between 1ms and 7d"));
     }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(d)
 }
 
 #[cfg(test)]
@@ -206,9 +192,10 @@ mod tests {
     fn durations() {
         assert_eq!(parse_duration("90s").unwrap(), Duration::from_secs(90));
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
-        assert_eq!(parse_duration("2").unwrap(), Duration::from_secs(2));
+        assert_eq!(parse_duration("1d").unwrap(), Duration::from_secs(86_400));
+        assert_eq!(parse_duration("5min").unwrap(), Duration::from_secs(300));
         assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
-        for bad in ["", "x", "10y", "-5s", "0s"] {
+        for bad in ["", "x", "10y", "-5s", "0s", "90", "8d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
     }

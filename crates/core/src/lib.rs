@@ -17,6 +17,6 @@ pub use decide::{
     Operation,
 };
 pub use model::*;
-pub use span::{Span, SpanError};
+pub use span::{parse_duration, Span, SpanError};
 pub use validate::{validate_name, validate_spec, validate_spec_change, SpecError};
 pub use version::{check_version_change, Version, VersionChangeError};

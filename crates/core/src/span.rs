@@ -1,9 +1,17 @@
-//! `Span`: a whole number of seconds, written the way people write lifetimes
-//! (`365d`, `12h`, `90s`, `4m30s`). Used for certificate lifetimes and renewal windows.
+//! Durations as people write them, with one grammar for every flag and manifest field:
+//! `parse_duration` (`10m`, `90s`, `1h30m`, `500ms`, `1d`, `365d`, `5min`, `2 weeks`) and
+//! `Span`, a whole number of seconds in that grammar, for certificate lifetimes and
+//! renewal windows.
+//!
+//! The grammar is `humantime`'s, with two rules of quorum's on top: a unit is always
+//! required (a bare `90` is refused, not guessed as seconds), and months and years are
+//! refused (their length varies; `M` next to `m` is a typo waiting to happen), so every
+//! accepted text has one exact length.
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 /// The longest span accepted: 100 years. Bounds every arithmetic on spans.
 pub const MAX_SPAN_S: u64 = 100 * 365 * 86_400;
@@ -34,44 +42,45 @@ impl Span {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0:?} is not a duration: write a number and a unit (d, h, m, s), for example 365d, 12h, 90s or 4m30s, at most 100 years")]
+#[error("{0:?} is not a duration: write a number and a unit (ms, s, m, h, d, w), for example 90s, 10m, 1h30m or 365d, at most 100 years")]
 pub struct SpanError(pub String);
+
+/// Units whose length varies (months, years): refused, see the module doc.
+const VARIABLE_UNITS: [&str; 6] = ["M", "month", "months", "y", "year", "years"];
+
+/// Parses a duration in quorum's one grammar (see the module doc).
+pub fn parse_duration(text: &str) -> Result<Duration, SpanError> {
+    let err = || SpanError(text.to_string());
+    // humantime trims nothing, but be explicit: a value with surrounding blanks is
+    // almost always a quoting mistake.
+    if text.trim() != text || text.is_empty() {
+        return Err(err());
+    }
+    let variable = text
+        .split(|c: char| !c.is_ascii_alphabetic())
+        .any(|unit| VARIABLE_UNITS.contains(&unit));
+    if variable {
+        return Err(err());
+    }
+    let d = humantime::parse_duration(text).map_err(|_| err())?;
+    if d.as_secs() > MAX_SPAN_S {
+        return Err(err());
+    }
+    Ok(d)
+}
 
 impl FromStr for Span {
     type Err = SpanError;
 
     fn from_str(s: &str) -> Result<Span, SpanError> {
-        let err = || SpanError(s.to_string());
-        let mut total: u64 = 0;
-        let mut digits = String::new();
-        let mut last_unit = usize::MAX;
-        for c in s.chars() {
-            if c.is_ascii_digit() {
-                if digits.len() >= 12 {
-                    return Err(err());
-                }
-                digits.push(c);
-                continue;
-            }
-            // Units in decreasing order, each once: "1d12h" yes, "12h1d" or "1h1h" no.
-            let Some(i) = UNITS.iter().position(|(u, _)| *u == c) else {
-                return Err(err());
-            };
-            if digits.is_empty() || (last_unit != usize::MAX && i <= last_unit) {
-                return Err(err());
-            }
-            let n: u64 = digits.parse().map_err(|_| err())?;
-            total = n
-                .checked_mul(UNITS[i].1)
-                .and_then(|v| v.checked_add(total))
-                .ok_or_else(err)?;
-            digits.clear();
-            last_unit = i;
+        let d = parse_duration(s)?;
+        // Spans are whole seconds (certificate validity has one-second resolution).
+        if d.subsec_nanos() != 0 {
+            return Err(SpanError(s.to_string()));
         }
-        if !digits.is_empty() || last_unit == usize::MAX || total > MAX_SPAN_S {
-            return Err(err());
-        }
-        Ok(Span { seconds: total })
+        Ok(Span {
+            seconds: d.as_secs(),
+        })
     }
 }
 
@@ -117,6 +126,11 @@ mod tests {
             ("4m30s", 270),
             ("1d12h", 36 * 3_600),
             ("0s", 0),
+            ("2w", 14 * 86_400),
+            ("5min", 300),
+            ("1h 30m", 5_400),
+            ("12h1d", 36 * 3_600),
+            ("1.5d", 36 * 3_600),
         ] {
             assert_eq!(text.parse::<Span>().unwrap().as_secs(), secs, "{text}");
         }
@@ -129,17 +143,40 @@ mod tests {
             "5",
             "d",
             "5x",
-            "1h1d",
-            "1h1h",
             "-5s",
-            "1.5d",
-            "5 d",
+            "1.5s",
             "36501d",
+            "1M",
+            "1y",
+            "2 years",
+            "1month",
+            "1500ms",
             "9999999999999s",
             "1d\n",
             " 5m",
         ] {
             assert!(bad.parse::<Span>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn durations_share_the_grammar_with_sub_second_units() {
+        for (text, ms) in [
+            ("500ms", 500),
+            ("90s", 90_000),
+            ("10m", 600_000),
+            ("5min", 300_000),
+            ("1d", 86_400_000),
+        ] {
+            assert_eq!(
+                parse_duration(text).unwrap(),
+                Duration::from_millis(ms),
+                "{text}"
+            );
+        }
+        for bad in ["", "90", "x", "10y", "-5s", " 5m", "1M"] {
+            let e = parse_duration(bad).unwrap_err().to_string();
+            assert!(e.contains("for example 90s"), "{bad:?}: {e}");
         }
     }
 
