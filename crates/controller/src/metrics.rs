@@ -1,4 +1,4 @@
-//! Prometheus metrics of a controller, and a minimal HTTP endpoint that serves them.
+//! Prometheus metrics of a controller, and the HTTP endpoint (hyper) that serves them.
 //!
 //! - `quorum_reconciles_total{outcome}`: reconciles by outcome (acted, waiting,
 //!   converged, error);
@@ -11,6 +11,8 @@
 //! - `quorum_quorum_margin{control_plane}`: healthy voters minus the quorum size; alert on
 //!   0 (one more failure loses quorum), and below 0 quorum is lost or unknown.
 
+use http_body_util::Full;
+use hyper::body::Bytes;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -20,7 +22,6 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type Labels = Vec<(String, String)>;
 
@@ -128,59 +129,73 @@ impl Metrics {
     }
 }
 
-/// Largest request head read from a scraper.
+/// Largest request head read from a scraper (hyper's smallest read buffer).
 const MAX_REQUEST_BYTES: usize = 8 * 1024;
-/// A scraper that does not send its request within this is dropped.
+/// A scraper's whole exchange (request and answer) must fit in this.
 const REQUEST_TIMEOUT_MS: u64 = 2_000;
+/// How often the accept loop looks at `stop`.
+const STOP_POLL_MS: u64 = 200;
+/// Scrapes served at once; a further connection waits in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 16;
 
-/// Serves `GET /metrics` on `listener` until `stop` is set.
+/// Serves `GET /metrics` (HTTP/1.1, hyper) on `listener` until `stop` is set.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     stop: Arc<AtomicBool>,
 ) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     while !stop.load(Ordering::Relaxed) {
-        let accepted = tokio::time::timeout(Duration::from_millis(200), listener.accept()).await;
-        let Ok(Ok((mut conn, _))) = accepted else {
+        let accepted =
+            tokio::time::timeout(Duration::from_millis(STOP_POLL_MS), listener.accept()).await;
+        let Ok(Ok((conn, _))) = accepted else {
             continue;
+        };
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
         };
         let m = metrics.clone();
         tokio::spawn(async move {
-            let mut buf = vec![0u8; MAX_REQUEST_BYTES];
-            let mut n = 0;
-            let deadline = tokio::time::Instant::now() + Duration::from_millis(REQUEST_TIMEOUT_MS);
-            while n < buf.len() && !buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                match tokio::time::timeout_at(deadline, conn.read(&mut buf[n..])).await {
-                    Ok(Ok(0)) | Ok(Err(_)) | Err(_) => return,
-                    Ok(Ok(k)) => n += k,
-                }
-            }
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let (status, body) =
-                if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?") {
-                    ("200 OK", m.encode())
-                } else {
-                    (
-                        "404 Not Found",
-                        "quorum serves only GET /metrics\n".to_string(),
-                    )
-                };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = tokio::time::timeout(
-                Duration::from_millis(REQUEST_TIMEOUT_MS),
-                conn.write_all(resp.as_bytes()),
-            )
-            .await;
+            let service = hyper::service::service_fn(move |req| {
+                let m = m.clone();
+                async move { Ok::<_, std::convert::Infallible>(answer(&req, &m)) }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
+                .max_buf_size(MAX_REQUEST_BYTES)
+                .keep_alive(false)
+                .serve_connection(hyper_util::rt::TokioIo::new(conn), service);
+            // A scraper that stalls is dropped: the timeout bounds the task's life.
+            let _ = tokio::time::timeout(Duration::from_millis(REQUEST_TIMEOUT_MS), served).await;
+            drop(slot);
         });
     }
+}
+
+/// The answer to one request: the exposition for `GET /metrics`, 404 otherwise.
+fn answer<B>(req: &hyper::Request<B>, m: &Metrics) -> hyper::Response<Full<Bytes>> {
+    let (status, body) = if req.method() == hyper::Method::GET && req.uri().path() == "/metrics" {
+        (hyper::StatusCode::OK, m.encode())
+    } else {
+        (
+            hyper::StatusCode::NOT_FOUND,
+            "quorum serves only GET /metrics\n".to_string(),
+        )
+    };
+    let mut res = hyper::Response::new(Full::new(Bytes::from(body)));
+    *res.status_mut() = status;
+    res.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        ),
+    );
+    res
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[test]
     fn exposition_names_every_metric() {

@@ -7,6 +7,7 @@
 //! API and `quorum-core`'s data; the only judgement it makes is classifying etcd's
 //! answers (done, already done, refused for now, failed).
 
+mod http;
 mod tls;
 
 pub use tls::{ClientTls, TlsError};
@@ -17,7 +18,6 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio_rustls::rustls;
 
 /// Time limits for every kind of call. Loopback etcd answers in milliseconds; the limits
@@ -290,29 +290,23 @@ impl Etcd {
     /// whole cluster speaks, which moves up only when every member runs the new one.
     pub async fn cluster_version(&self, endpoint: &str) -> Result<Option<Version>, EtcdError> {
         let t = self.timeouts.observe_ms;
-        let get = http_get(endpoint, "/version", self.rustls());
+        let get = http::get(endpoint, "/version", self.rustls());
         let (_, body) = bounded_io("version", endpoint, t, get).await?;
-        // {"etcdserver":"3.5.1","etcdcluster":"3.5.0"}
-        let v = body
-            .split("\"etcdcluster\":\"")
-            .nth(1)
-            .and_then(|rest| rest.split('"').next())
-            .and_then(|v| v.parse().ok());
-        Ok(v)
+        Ok(http::cluster_version_field(&body).and_then(|v| v.parse().ok()))
     }
 
     /// A member's own `/health`: `Ok` when it answers 200 with `"health":"true"`.
     pub async fn health(&self, endpoint: &str) -> Result<(), EtcdError> {
         let t = self.timeouts.observe_ms;
-        let get = http_get(endpoint, "/health", self.rustls());
+        let get = http::get(endpoint, "/health", self.rustls());
         let (status, body) = bounded_io("health", endpoint, t, get).await?;
-        if status == 200 && body.contains("\"health\":\"true\"") {
+        if status == 200 && http::says_healthy(&body) {
             Ok(())
         } else {
             Err(EtcdError::Refused {
                 op: "health",
                 endpoint: endpoint.to_string(),
-                message: format!("HTTP {status}: {}", body.trim()),
+                message: format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim()),
             })
         }
     }
@@ -496,77 +490,4 @@ async fn bounded_io<T>(
             timeout_ms,
         }),
     }
-}
-
-/// Largest HTTP answer read from `/version` (it is a few dozen bytes).
-const MAX_HTTP_BODY_BYTES: u64 = 64 * 1024;
-
-/// A minimal HTTP/1.0 GET for etcd's plain-text endpoints (`/version`, `/health`), over
-/// TLS for `https://` endpoints (then `tls` must be given: quorum never talks TLS
-/// without verifying the member against the control plane's CA). Returns the status
-/// code and the body.
-async fn http_get(
-    endpoint: &str,
-    path: &str,
-    tls: Option<Arc<rustls::ClientConfig>>,
-) -> std::io::Result<(u16, String)> {
-    let (hostport, secure) = match (
-        endpoint.strip_prefix("http://"),
-        endpoint.strip_prefix("https://"),
-    ) {
-        (Some(h), _) => (h, false),
-        (_, Some(h)) => (h, true),
-        _ => {
-            return Err(std::io::Error::other(format!(
-                "{endpoint} is not an http:// or https:// URL"
-            )))
-        }
-    };
-    let tcp = tokio::net::TcpStream::connect(hostport).await?;
-    if !secure {
-        return http_exchange(tcp, hostport, path).await;
-    }
-    let config = tls.ok_or_else(|| {
-        std::io::Error::other(format!(
-            "{endpoint} needs TLS but no credentials were given"
-        ))
-    })?;
-    let host = hostport.rsplit_once(':').map_or(hostport, |(h, _)| h);
-    let name = tls::server_name(host).map_err(std::io::Error::other)?;
-    let stream = tokio_rustls::TlsConnector::from(config)
-        .connect(name, tcp)
-        .await?;
-    http_exchange(stream, hostport, path).await
-}
-
-async fn http_exchange<S: AsyncRead + AsyncWrite + Unpin>(
-    mut s: S,
-    hostport: &str,
-    path: &str,
-) -> std::io::Result<(u16, String)> {
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {hostport}\r\n\r\n").as_bytes())
-        .await?;
-    let mut buf = Vec::new();
-    // etcd closes the connection after an HTTP/1.0 answer; a TLS peer that closes
-    // without close_notify still delivered the whole answer, so that is not an error.
-    match (&mut s)
-        .take(MAX_HTTP_BODY_BYTES)
-        .read_to_end(&mut buf)
-        .await
-    {
-        Ok(_) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => {}
-        Err(e) => return Err(e),
-    }
-    let text = String::from_utf8_lossy(&buf);
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
 }

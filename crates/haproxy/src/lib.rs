@@ -4,19 +4,18 @@
 //! through HAProxy's runtime API (a unix `stats socket ... level admin`): `plan()` is a
 //! pure function from the endpoints wanted and the servers present to the operations
 //! that close the gap (`LbOp`), and `RuntimeApi` performs them. `config()` writes the
-//! initial configuration, `etcd_health()` probes a member before it is added, and
-//! `HaproxyProcess` runs HAProxy as a child for tests and the benchmark.
+//! initial configuration, and `HaproxyProcess` runs HAProxy as a child for tests and the benchmark.
 //!
 //! Architecture invariant: every socket operation is bounded by a timeout (one
 //! deadline per runtime command covers connect, write and read); answers HAProxy gives
 //! for "already done" (a server that exists with the same address, a server already
 //! gone) are success, any other answer that is not the known success text is
 //! `HaproxyError::Refused` carrying HAProxy's own text. No async: std and a few libc
-//! calls (a connect with a timeout, signals).
+//! calls (a connect with a timeout, signals). Members' `/health` is not asked here:
+//! the controller asks it through quorum-etcd's one HTTP client.
 
 mod api;
 mod config;
-mod health;
 mod plan;
 mod process;
 
@@ -25,7 +24,6 @@ pub use api::{
     ServerTls,
 };
 pub use config::{config, FrontendTls};
-pub use health::etcd_health;
 pub use plan::{plan, LbOp};
 pub use process::{haproxy_binary, HaproxyProcess};
 

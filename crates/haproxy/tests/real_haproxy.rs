@@ -5,8 +5,7 @@
 //! panic (guards). No fixed sleeps: conditions are polled with deadlines.
 
 use quorum_haproxy::{
-    config, etcd_health, haproxy_binary, HaproxyError, HaproxyProcess, RuntimeApi, Server,
-    DEFAULT_BACKEND,
+    config, haproxy_binary, HaproxyError, HaproxyProcess, RuntimeApi, Server, DEFAULT_BACKEND,
 };
 use std::fs;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -321,7 +320,7 @@ fn add_drain_delete_with_traffic_through_haproxy() {
 
     let m1 = subnet.client(1);
     wait_for("etcd's /health", Duration::from_secs(30), || {
-        etcd_health(m1, 1_000).is_ok()
+        etcd_health(m1).is_ok()
     });
 
     // Add: registered, enabled, serving.
@@ -494,20 +493,31 @@ fn refusals_and_unreachable_sockets() {
     assert!(started.elapsed() < Duration::from_secs(2));
 }
 
+/// A member's own `/health`, asked the way the controller asks it (quorum-etcd's client).
+fn etcd_health(addr: SocketAddr) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let etcd = quorum_etcd::Etcd::new(quorum_etcd::Timeouts::default());
+    rt.block_on(etcd.health(&format!("http://{addr}")))
+        .map_err(|e| e.to_string())
+}
+
 #[test]
 fn etcd_health_on_a_closed_port_and_on_etcd() {
     let tmp = tempfile::tempdir().unwrap();
     let subnet = Subnet::pick();
     // Nothing listens on the subnet yet (checked by pick).
-    let err = etcd_health(subnet.client(1), 500).unwrap_err();
-    assert!(err.contains("connect"), "{err}");
+    let err = etcd_health(subnet.client(1)).unwrap_err();
+    assert!(err.contains("refused"), "{err}");
 
     let mut etcd = start_etcd(tmp.path(), &subnet, 1);
     wait_for("etcd's /health", Duration::from_secs(30), || {
-        etcd_health(subnet.client(1), 1_000).is_ok()
+        etcd_health(subnet.client(1)).is_ok()
     });
     let pid = etcd.pid();
     etcd.stop();
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
-    assert!(etcd_health(subnet.client(1), 500).is_err());
+    assert!(etcd_health(subnet.client(1)).is_err());
 }
