@@ -202,13 +202,13 @@ fn measure((runs, lease_ttl, replicas): (u32, Duration, u32), fleet: &mut Fleet)
         fleet.replicas[idx].child.kill()?;
         fleet.replicas[idx].child.wait()?;
         let new = wait_new_leader(&store, Some(&leader), killed, &fleet.stop)?;
-        let (who, at_ms) = store
+        let beat = store
             .last_controller_heartbeat()?
             .ok_or_else(|| anyhow!("no heartbeat after the takeover"))?;
-        if who != new {
-            bail!("the heartbeat is {who:?}'s, the leader {new:?}");
+        if beat.identity != new {
+            bail!("the heartbeat is {:?}'s, the leader {new:?}", beat.identity);
         }
-        let ms = at_ms - killed_at_ms;
+        let ms = beat.at_ms - killed_at_ms;
         eprintln!("run {run:>3}: {leader} killed, {new} led after {ms} ms");
         takeovers_ms.push(ms);
         // The killed replica comes back as a standby.
@@ -260,7 +260,7 @@ fn wait_new_leader(
         }
         if let Some(l) = store.leader()? {
             let beat = store.last_controller_heartbeat()?;
-            if Some(l.identity.as_str()) != old && beat.is_some_and(|(who, _)| who == l.identity) {
+            if Some(l.identity.as_str()) != old && beat.is_some_and(|b| b.identity == l.identity) {
                 return Ok(l.identity);
             }
         }

@@ -69,7 +69,18 @@ pub struct MachineRow {
 pub struct ControllerInfo {
     pub identity: String,
     pub last_seen_ms_ago: i64,
+    /// Its heartbeat is fresh (a controller that stopped withdraws it at once).
     pub active: bool,
+    /// The step on this control plane it is in the middle of, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_on: Option<StepInfo>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StepInfo {
+    pub step: String,
+    pub for_ms: i64,
 }
 
 pub async fn live(
@@ -92,12 +103,28 @@ pub async fn live(
         .as_ref()
         .and_then(|_| rows.iter().find(|r| r.role == "leader"))
         .map(|r| r.name.clone());
+    // Liveness from the home's heartbeat (beaten from its own thread, so a long step
+    // does not make a live controller look dead), not from when it last published.
+    let beat = store.last_controller_heartbeat()?;
     let controller = store.published_status(&cp.name)?.map(|p| {
-        let ago = now_ms() - p.updated_at_ms;
+        let now = now_ms();
+        let beat = beat.filter(|b| b.identity == p.controller);
+        let seen_ms = beat
+            .as_ref()
+            .map_or(p.updated_at_ms, |b| b.at_ms.max(p.updated_at_ms));
+        let working_on = beat
+            .as_ref()
+            .and_then(|b| b.step.as_ref())
+            .filter(|step| step.control_plane == cp.name)
+            .map(|step| StepInfo {
+                step: step.description.clone(),
+                for_ms: (now - step.since_ms).max(0),
+            });
         ControllerInfo {
+            active: beat.is_some_and(|b| now - b.at_ms < CONTROLLER_STALE_MS),
             identity: p.controller,
-            last_seen_ms_ago: ago,
-            active: ago < CONTROLLER_STALE_MS,
+            last_seen_ms_ago: now - seen_ms,
+            working_on,
         }
     });
     Ok(Status {
@@ -225,11 +252,20 @@ pub fn render_table(s: &Status) -> String {
     };
     push(&mut out, "Operation", &op);
     let ctl = match &s.controller {
-        Some(c) if c.active => format!(
-            "{} (seen {:.1}s ago)",
-            c.identity,
-            c.last_seen_ms_ago as f64 / 1000.0
-        ),
+        Some(c) if c.active => match &c.working_on {
+            Some(w) => format!(
+                "{} (seen {:.1}s ago; working on: {} for {:.1}s)",
+                c.identity,
+                c.last_seen_ms_ago as f64 / 1000.0,
+                w.step,
+                w.for_ms as f64 / 1000.0
+            ),
+            None => format!(
+                "{} (seen {:.1}s ago)",
+                c.identity,
+                c.last_seen_ms_ago as f64 / 1000.0
+            ),
+        },
         Some(c) => format!(
             "none active (last: {}, {}s ago) — start one with `quorum controller`",
             c.identity,

@@ -42,8 +42,8 @@ pub fn controller_active(store: &Store) -> bool {
         .last_controller_heartbeat()
         .ok()
         .flatten()
-        .is_some_and(|(_, at)| {
-            quorum_controller::now_ms() - at < quorum_controller::CONTROLLER_STALE_MS
+        .is_some_and(|beat| {
+            quorum_controller::now_ms() - beat.at_ms < quorum_controller::CONTROLLER_STALE_MS
         })
 }
 

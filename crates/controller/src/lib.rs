@@ -13,6 +13,7 @@
 pub mod access;
 pub mod balancer;
 pub mod failpoints;
+pub mod heartbeat;
 pub mod metrics;
 
 use access::{now_unix_s, Access};
@@ -52,8 +53,6 @@ const PUBLISH_EVERY_MS: i64 = 1_000;
 /// (measured with `quorum bench rollout`: removing 14 ms after publishing failed
 /// requests of clients that re-read the endpoints every 100 ms).
 pub const DRAIN_MS: u64 = 500;
-/// How often the controller records that it is alive (home-wide).
-const HEARTBEAT_EVERY_MS: i64 = 1_000;
 /// A heartbeat older than this means no controller is running on the home.
 pub const CONTROLLER_STALE_MS: i64 = 5_000;
 
@@ -238,6 +237,8 @@ pub struct Controller {
     last_standby: Option<String>,
     /// When this replica last stepped down (it waits before campaigning again).
     stepped_down_at: Option<Instant>,
+    /// The heartbeat thread, while `run` runs (without it, `reconcile_all` beats).
+    heartbeats: Option<heartbeat::Heartbeats>,
 }
 
 /// What one attempt to lead came to.
@@ -263,6 +264,7 @@ impl Controller {
             leading: false,
             last_standby: None,
             stepped_down_at: None,
+            heartbeats: None,
         })
     }
 
@@ -290,8 +292,11 @@ impl Controller {
                 self.leading = true;
                 self.last_standby = None;
                 let now = now_ms();
-                self.store.controller_heartbeat(&self.cfg.identity, now)?;
+                self.store.controller_heartbeat(&self.beat(now))?;
                 self.last_heartbeat_ms = now;
+                if let Some(h) = &self.heartbeats {
+                    h.lead(self.store.heartbeat_writer()?);
+                }
                 self.metrics.leading(true);
                 if token != 0 {
                     tracing::info!(token, ttl_ms = self.cfg.lease_ttl_ms, "leading");
@@ -318,6 +323,9 @@ impl Controller {
             return;
         }
         tracing::warn!("stepping down: {why}");
+        if let Some(h) = &self.heartbeats {
+            h.stand_down();
+        }
         self.store.step_down();
         self.leading = false;
         self.stepped_down_at = Some(Instant::now());
@@ -339,20 +347,46 @@ impl Controller {
         self.metrics.clone()
     }
 
+    /// A heartbeat of this replica at `now_ms`, with no step in progress.
+    fn beat(&self, now_ms: i64) -> quorum_store::Heartbeat {
+        quorum_store::Heartbeat {
+            identity: self.cfg.identity.clone(),
+            at_ms: now_ms,
+            step: None,
+        }
+    }
+
     /// Runs until `stop` is set. Errors reading the store are reported and retried.
     pub async fn run(&mut self, stop: Arc<AtomicBool>) {
         tracing::info!(home = %self.cfg.home.display(), store = %self.store.location(), "controller running");
+        self.heartbeats = Some(heartbeat::Heartbeats::start(&self.cfg.identity));
+        self.run_loop(&stop).await;
+        if let Some(h) = self.heartbeats.take() {
+            h.stop();
+        }
+        // Said at once, so readers do not wait for the heartbeat to go stale (and while
+        // still leading, so the write passes the fence).
+        if self.leading {
+            if let Err(e) = self.store.controller_stopped(&self.cfg.identity) {
+                tracing::warn!("withdrawing the heartbeat: {e}");
+            }
+        }
+        self.store.step_down();
+        tracing::info!("controller stopped");
+    }
+
+    async fn run_loop(&mut self, stop: &Arc<AtomicBool>) {
         let standby_poll_ms = quorum_core::lease::standby_poll_ms(self.cfg.lease_ttl_ms);
         while !stop.load(Ordering::Relaxed) {
             match self.lead() {
                 Ok(Lead::Leading) => {}
                 Ok(Lead::Standby(_)) => {
-                    sleep_unless(&stop, standby_poll_ms).await;
+                    sleep_unless(stop, standby_poll_ms).await;
                     continue;
                 }
                 Err(e) => {
                     tracing::error!("campaign: {e}");
-                    sleep_unless(&stop, standby_poll_ms).await;
+                    sleep_unless(stop, standby_poll_ms).await;
                     continue;
                 }
             }
@@ -377,12 +411,10 @@ impl Controller {
             };
             match outcome {
                 Outcome::Acted => {}
-                Outcome::Waiting => sleep_unless(&stop, self.cfg.busy_poll_ms).await,
-                Outcome::Converged => self.idle(&stop).await,
+                Outcome::Waiting => sleep_unless(stop, self.cfg.busy_poll_ms).await,
+                Outcome::Converged => self.idle(stop).await,
             }
         }
-        self.store.step_down();
-        tracing::info!("controller stopped");
     }
 
     /// Sleeps up to the idle interval, waking early if the store changes.
@@ -403,8 +435,10 @@ impl Controller {
     /// One pass over every control plane; the most urgent outcome wins.
     pub async fn reconcile_all(&mut self) -> Result<Outcome, StoreError> {
         let now = now_ms();
-        if now - self.last_heartbeat_ms >= HEARTBEAT_EVERY_MS {
-            self.store.controller_heartbeat(&self.cfg.identity, now)?;
+        // Without `run`'s heartbeat thread (a caller driving passes itself), beat here.
+        let every_ms = heartbeat::HEARTBEAT_EVERY_MS as i64;
+        if self.heartbeats.is_none() && now - self.last_heartbeat_ms >= every_ms {
+            self.store.controller_heartbeat(&self.beat(now))?;
             self.last_heartbeat_ms = now;
         }
         let cps = self.store.control_planes()?;
@@ -829,10 +863,17 @@ impl Controller {
         // Every action is a side effect (on a member, a machine or the store): only a
         // leader with time to spare may start one, and the store confirms the token.
         self.store.ensure_leading(self.lease_margin_ms())?;
+        // Under way from here (a `sleep(ms)` failpoint after it makes a long step).
+        self.report_step(Some((cp, action)));
         failpoints::crash_point(&format!("crash-before-{kind}"));
-        self.perform_inner(cp, access, machines, observed, action)
-            .await?;
-        failpoints::crash_point(&format!("crash-after-{kind}"));
+        let res = self
+            .perform_inner(cp, access, machines, observed, action)
+            .await;
+        if res.is_ok() {
+            failpoints::crash_point(&format!("crash-after-{kind}"));
+        }
+        self.report_step(None);
+        res?;
         if kind == "remove-member" && failpoints::active("lose-lease-after-remove-member") {
             // The origin bug report: the lease is lost right after etcd acknowledged the
             // removal; this replica does not know yet.
@@ -848,6 +889,17 @@ impl Controller {
             }));
         }
         Ok(())
+    }
+
+    /// Tells the heartbeat thread which step is under way (`None`: none).
+    fn report_step(&self, step: Option<(&ControlPlane, &Action)>) {
+        if let Some(h) = &self.heartbeats {
+            h.step(step.map(|(cp, action)| quorum_store::StepInProgress {
+                control_plane: cp.name.clone(),
+                description: action.to_string(),
+                since_ms: now_ms(),
+            }));
+        }
     }
 
     async fn perform_inner(

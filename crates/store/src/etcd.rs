@@ -155,6 +155,79 @@ enum Committed {
     Conflict,
 }
 
+/// Runs one etcd call on `rt`, bounded by `CALL_TIMEOUT_MS`, from a thread that is not
+/// one of the runtime's.
+fn bounded_call<T, F, Fut>(
+    rt: &tokio::runtime::Handle,
+    client: &Client,
+    location: &str,
+    op: &'static str,
+    f: F,
+) -> Result<T>
+where
+    F: FnOnce(Client) -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+    T: Send + 'static,
+{
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let fut = f(client.clone());
+    rt.spawn(async move {
+        let r = tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), fut).await;
+        let _ = tx.send(r);
+    });
+    match rx.recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS + 1_000)) {
+        Ok(Ok(Ok(v))) => Ok(v),
+        Ok(Ok(Err(e))) => Err(StoreError::Etcd {
+            location: location.to_string(),
+            detail: format!("{op}: {}", one_line(&e.to_string())),
+        }),
+        Ok(Err(_)) | Err(_) => Err(StoreError::Timeout {
+            location: location.to_string(),
+            op,
+            timeout_ms: CALL_TIMEOUT_MS,
+        }),
+    }
+}
+
+/// The controller's heartbeat thread's writer: the store's client and runtime, and the
+/// fence of the term it was taken in.
+struct EtcdHeartbeat {
+    rt: tokio::runtime::Handle,
+    client: Client,
+    location: String,
+    key: String,
+    leader_key: String,
+    fence: Option<i64>,
+}
+
+impl HeartbeatWriter for EtcdHeartbeat {
+    fn beat(&mut self, beat: &Heartbeat) -> Result<()> {
+        let mut txn = Txn::new();
+        if let Some(token) = self.fence {
+            txn = txn.when([Compare::create_revision(
+                self.leader_key.clone(),
+                CompareOp::Equal,
+                token,
+            )]);
+        }
+        let txn = txn.and_then([TxnOp::put(self.key.clone(), beat.encode(), None)]);
+        let op = "record a heartbeat";
+        let ok = bounded_call(
+            &self.rt,
+            &self.client,
+            &self.location,
+            op,
+            |mut c| async move { Ok(c.txn(txn).await?.succeeded()) },
+        )?;
+        match (ok, self.fence) {
+            (true, _) => Ok(()),
+            (false, Some(token)) => Err(StoreError::Fenced { token }),
+            // Without a fence the transaction has no condition: it cannot fail.
+            (false, None) => Ok(()),
+        }
+    }
+}
+
 impl EtcdStore {
     /// Connects and checks, within a deadline, that the cluster answers.
     pub fn connect(l: &EtcdLocation) -> Result<EtcdStore> {
@@ -241,25 +314,7 @@ impl EtcdStore {
         Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
         T: Send + 'static,
     {
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let fut = f(self.client.clone());
-        self.rt().spawn(async move {
-            let r = tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), fut).await;
-            let _ = tx.send(r);
-        });
-        let timeout = || StoreError::Timeout {
-            location: self.location.clone(),
-            op,
-            timeout_ms: CALL_TIMEOUT_MS,
-        };
-        match rx.recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS + 1_000)) {
-            Ok(Ok(Ok(v))) => Ok(v),
-            Ok(Ok(Err(e))) => Err(StoreError::Etcd {
-                location: self.location.clone(),
-                detail: format!("{op}: {}", one_line(&e.to_string())),
-            }),
-            Ok(Err(_)) | Err(_) => Err(timeout()),
-        }
+        bounded_call(self.rt().handle(), &self.client, &self.location, op, f)
     }
 
     fn get(&self, key: &str, op: &'static str) -> Result<Option<Kv>> {
@@ -608,19 +663,46 @@ impl StateStore for EtcdStore {
         Ok(ca)
     }
 
-    fn controller_heartbeat(&self, identity: &str, now_ms: i64) -> Result<()> {
-        let put = TxnOp::put(self.key("heartbeat"), format!("{now_ms} {identity}"), None);
+    fn controller_heartbeat(&self, beat: &Heartbeat) -> Result<()> {
+        let put = TxnOp::put(self.key("heartbeat"), beat.encode(), None);
         self.commit("record a heartbeat", vec![], vec![put])
             .map(drop)
     }
 
-    fn last_controller_heartbeat(&self) -> Result<Option<(String, i64)>> {
+    fn last_controller_heartbeat(&self) -> Result<Option<Heartbeat>> {
         let Some(kv) = self.get(&self.key("heartbeat"), "read the heartbeat")? else {
             return Ok(None);
         };
-        let v = String::from_utf8_lossy(&kv.value).into_owned();
-        Ok(v.split_once(' ')
-            .and_then(|(at, who)| Some((who.to_string(), at.parse().ok()?))))
+        Ok(Heartbeat::decode(&String::from_utf8_lossy(&kv.value)))
+    }
+
+    fn heartbeat_writer(&self) -> Result<Box<dyn HeartbeatWriter>> {
+        Ok(Box::new(EtcdHeartbeat {
+            rt: self.rt().handle().clone(),
+            client: self.client.clone(),
+            location: self.location.clone(),
+            key: self.key("heartbeat"),
+            leader_key: self.key("leader"),
+            fence: self.leadership.as_ref().map(|l| l.token),
+        }))
+    }
+
+    fn controller_stopped(&self, identity: &str) -> Result<()> {
+        let Some(kv) = self.get(&self.key("heartbeat"), "read the heartbeat")? else {
+            return Ok(());
+        };
+        let ours = Heartbeat::decode(&String::from_utf8_lossy(&kv.value))
+            .is_some_and(|b| b.identity == identity);
+        if !ours {
+            return Ok(());
+        }
+        // Only if nobody beat since it was read; a conflict means another replica
+        // leads now, and its heartbeat stays.
+        let unchanged =
+            Compare::mod_revision(self.key("heartbeat"), CompareOp::Equal, kv.mod_revision);
+        let delete = TxnOp::delete(self.key("heartbeat"), None);
+        self.commit("withdraw the heartbeat", vec![unchanged], vec![delete])
+            .map(drop)
     }
 
     fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>> {

@@ -232,10 +232,18 @@ pub trait StateStore: Send {
     /// control plane without one is corruption.
     fn certificate_authority(&self, cp: &ControlPlane) -> Result<Option<StoredCa>>;
 
-    /// Records that a controller is alive (`identity`, at `now_ms`).
-    fn controller_heartbeat(&self, identity: &str, now_ms: i64) -> Result<()>;
-    /// The last controller heartbeat: (identity, at_ms).
-    fn last_controller_heartbeat(&self) -> Result<Option<(String, i64)>>;
+    /// Records that a controller is alive (fenced like every write of a leader).
+    fn controller_heartbeat(&self, beat: &Heartbeat) -> Result<()>;
+    /// The last controller heartbeat, if a controller has beaten and not stopped since.
+    fn last_controller_heartbeat(&self) -> Result<Option<Heartbeat>>;
+    /// A handle that records heartbeats from another thread, with this store's current
+    /// fence: the controller beats from a thread of its own, so a long step never makes
+    /// it look dead. Take a new one after every change of leadership (a writer taken
+    /// while leading is refused as `Fenced` once the leadership is gone).
+    fn heartbeat_writer(&self) -> Result<Box<dyn HeartbeatWriter>>;
+    /// A controller that stops cleanly withdraws its heartbeat (only its own), so
+    /// readers know at once that none runs, instead of after `CONTROLLER_STALE_MS`.
+    fn controller_stopped(&self, identity: &str) -> Result<()>;
 
     fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>>;
     fn control_planes(&self) -> Result<Vec<ControlPlane>>;
@@ -419,6 +427,54 @@ impl std::ops::DerefMut for Store {
     fn deref_mut(&mut self) -> &mut Self::Target {
         self.inner.as_mut()
     }
+}
+
+/// A controller's sign of life: who, when (ms since the Unix epoch), and the step it is
+/// in the middle of, if any (so a reader can tell "busy for 8 s" from "dead").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub identity: String,
+    pub at_ms: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<StepInProgress>,
+}
+
+/// A step a controller has started and not finished.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepInProgress {
+    pub control_plane: String,
+    /// The step as the controller describes it (`remove member 3a1f… (prod-2)`).
+    pub description: String,
+    /// When it started, in ms since the Unix epoch.
+    pub since_ms: i64,
+}
+
+impl Heartbeat {
+    /// The stored form: JSON.
+    pub(crate) fn encode(&self) -> String {
+        // A struct of strings and integers always serialises.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads the stored form: JSON, or `"<at_ms> <identity>"` as quorum wrote it before
+    /// heartbeats said which step was in progress.
+    pub(crate) fn decode(text: &str) -> Option<Heartbeat> {
+        if let Ok(beat) = serde_json::from_str::<Heartbeat>(text) {
+            return Some(beat);
+        }
+        let (at, identity) = text.split_once(' ')?;
+        Some(Heartbeat {
+            identity: identity.to_string(),
+            at_ms: at.parse().ok()?,
+            step: None,
+        })
+    }
+}
+
+/// Records heartbeats from a thread of the controller's own (see
+/// `StateStore::heartbeat_writer`). Each call is bounded like every store call.
+pub trait HeartbeatWriter: Send {
+    fn beat(&mut self, beat: &Heartbeat) -> Result<()>;
 }
 
 /// Milliseconds since the Unix epoch (for records only; no decision reads it).

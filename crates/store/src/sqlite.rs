@@ -13,6 +13,28 @@ pub struct SqliteStore {
     controller_lock: Option<std::fs::File>,
 }
 
+/// Writes the home's heartbeat record.
+fn write_heartbeat(conn: &Connection, beat: &Heartbeat) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT INTO meta(key, value) VALUES ('controller.heartbeat', ?1)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        params![beat.encode()],
+    )
+    .map(drop)
+}
+
+/// The controller's heartbeat thread's own connection to the state file.
+struct SqliteHeartbeat {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl HeartbeatWriter for SqliteHeartbeat {
+    fn beat(&mut self, beat: &Heartbeat) -> Result<()> {
+        write_heartbeat(&self.conn, beat).map_err(sql_error(&self.path))
+    }
+}
+
 /// Beside the state file: held by the one controller of a home.
 pub const CONTROLLER_LOCK: &str = "controller.lock";
 
@@ -520,20 +542,11 @@ impl StateStore for SqliteStore {
         Ok(ca)
     }
 
-    /// Records that a controller is alive (`identity`, at `now_ms`).
-    fn controller_heartbeat(&self, identity: &str, now_ms: i64) -> Result<()> {
-        self.conn
-            .execute(
-                "INSERT INTO meta(key, value) VALUES ('controller.heartbeat', ?1)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![format!("{now_ms} {identity}")],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(())
+    fn controller_heartbeat(&self, beat: &Heartbeat) -> Result<()> {
+        write_heartbeat(&self.conn, beat).map_err(|e| self.err(e))
     }
 
-    /// The last controller heartbeat: (identity, at_ms).
-    fn last_controller_heartbeat(&self) -> Result<Option<(String, i64)>> {
+    fn last_controller_heartbeat(&self) -> Result<Option<Heartbeat>> {
         let v: Option<String> = self
             .conn
             .query_row(
@@ -543,10 +556,33 @@ impl StateStore for SqliteStore {
             )
             .optional()
             .map_err(|e| self.err(e))?;
-        Ok(v.and_then(|v| {
-            let (at, who) = v.split_once(' ')?;
-            Some((who.to_string(), at.parse().ok()?))
+        Ok(v.as_deref().and_then(Heartbeat::decode))
+    }
+
+    fn heartbeat_writer(&self) -> Result<Box<dyn HeartbeatWriter>> {
+        // A connection of its own: rusqlite's connections are not shared across threads.
+        let sql = sql_error(&self.path);
+        let conn = Connection::open(&self.path).map_err(sql)?;
+        conn.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS))
+            .map_err(sql_error(&self.path))?;
+        Ok(Box::new(SqliteHeartbeat {
+            conn,
+            path: self.path.clone(),
         }))
+    }
+
+    fn controller_stopped(&self, identity: &str) -> Result<()> {
+        // One controller per home (the lock), so no other heartbeat can race this one;
+        // the identity check keeps a stale process from erasing a live one's.
+        let Some(beat) = self.last_controller_heartbeat()? else {
+            return Ok(());
+        };
+        if beat.identity == identity {
+            self.conn
+                .execute("DELETE FROM meta WHERE key = 'controller.heartbeat'", [])
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
     }
 
     fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>> {

@@ -4,7 +4,10 @@
 
 use quorum_core::{ControlPlane, ControlPlaneSpec, RolloutStrategy, Version};
 use quorum_provider::management::ManagementEtcd;
-use quorum_store::{Campaign, NewEvent, PublishedStatus, Store, StoreError, StoreLocation};
+use quorum_store::{
+    Campaign, Heartbeat, NewEvent, PublishedStatus, StepInProgress, Store, StoreError,
+    StoreLocation,
+};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::net::Ipv4Addr;
@@ -41,6 +44,14 @@ fn etcd_store(m: &ManagementEtcd, prefix: &str) -> Store {
             }
             Err(e) => panic!("the management etcd never answered: {e}"),
         }
+    }
+}
+
+fn beat(identity: &str, at_ms: i64) -> Heartbeat {
+    Heartbeat {
+        identity: identity.into(),
+        at_ms,
+        step: None,
     }
 }
 
@@ -153,11 +164,28 @@ fn behaviour(s: &mut Store) {
     };
     s.publish_status("a", &st).unwrap();
     assert_eq!(s.published_status("a").unwrap(), Some(st));
-    s.controller_heartbeat("me", 42).unwrap();
-    assert_eq!(
-        s.last_controller_heartbeat().unwrap(),
-        Some(("me".to_string(), 42))
-    );
+    s.controller_heartbeat(&beat("me", 42)).unwrap();
+    assert_eq!(s.last_controller_heartbeat().unwrap(), Some(beat("me", 42)));
+    // From another thread, through a writer, with the step in progress.
+    let busy = Heartbeat {
+        step: Some(StepInProgress {
+            control_plane: "a".into(),
+            description: "stop machine a-1".into(),
+            since_ms: 40,
+        }),
+        ..beat("me", 43)
+    };
+    let mut w = s.heartbeat_writer().unwrap();
+    let sent = busy.clone();
+    std::thread::spawn(move || w.beat(&sent).unwrap())
+        .join()
+        .unwrap();
+    assert_eq!(s.last_controller_heartbeat().unwrap(), Some(busy));
+    // Only its own heartbeat is withdrawn by a controller that stops.
+    s.controller_stopped("someone else").unwrap();
+    assert!(s.last_controller_heartbeat().unwrap().is_some());
+    s.controller_stopped("me").unwrap();
+    assert_eq!(s.last_controller_heartbeat().unwrap(), None);
     assert_eq!(s.setting_or_init("k", "1").unwrap(), "1");
     assert_eq!(s.setting_or_init("k", "2").unwrap(), "1");
 
@@ -243,6 +271,8 @@ fn one_leader_and_a_deposed_leaders_writes_are_refused() {
         Campaign::Leading { token } => token,
         other => panic!("the first replica should lead: {other:?}"),
     };
+    let mut a_beats = a.heartbeat_writer().unwrap();
+    a_beats.beat(&beat("a", 6)).unwrap();
     match b.campaign("b", 2_000).unwrap() {
         Campaign::Standby { leader: Some(l) } => {
             assert_eq!((l.identity.as_str(), l.token), ("a", token_a))
@@ -270,7 +300,10 @@ fn one_leader_and_a_deposed_leaders_writes_are_refused() {
     };
     assert!(token_b > token_a);
     // Every write of A is refused, and nothing of it lands.
-    let e = a.controller_heartbeat("a", 7).unwrap_err();
+    let e = a.controller_heartbeat(&beat("a", 7)).unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    // So are the beats of the heartbeat thread it started while it led.
+    let e = a_beats.beat(&beat("a", 7)).unwrap_err();
     assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
     let e = a.ensure_leading(None).unwrap_err();
     assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
@@ -282,8 +315,11 @@ fn one_leader_and_a_deposed_leaders_writes_are_refused() {
         .is_err());
     assert_eq!(b.machines("x").unwrap(), vec![]);
     // B's writes go through.
-    b.controller_heartbeat("b", 8).unwrap();
-    assert_eq!(b.last_controller_heartbeat().unwrap().unwrap().0, "b");
+    b.controller_heartbeat(&beat("b", 8)).unwrap();
+    assert_eq!(
+        b.last_controller_heartbeat().unwrap().unwrap().identity,
+        "b"
+    );
     // A steps down and, while B leads, stands by.
     a.step_down();
     assert!(matches!(

@@ -132,6 +132,18 @@ impl Env {
         }
     }
 
+    /// Stops the controller with SIGTERM, by PID, and returns its exit code (it must
+    /// exit within 30 s).
+    pub fn terminate_controller(&mut self) -> Option<i32> {
+        let c = self.controller.as_ref()?;
+        let pid = libc::pid_t::try_from(c.id()).expect("a pid fits pid_t");
+        // SAFETY: kill(2) on the pid of a child this env spawned and has not reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0, "SIGTERM");
+        let code = self.controller_exit(Duration::from_secs(30));
+        assert!(self.controller.is_none(), "the controller ignored SIGTERM");
+        code
+    }
+
     /// Where this env's controller serves metrics: .1 of its own subnet (machines start at .2).
     pub fn metrics_addr(&self) -> String {
         format!("127.{}.1:9479", self.subnet)
@@ -180,8 +192,8 @@ impl Env {
         while store
             .last_controller_heartbeat()
             .unwrap()
-            .is_some_and(|(_, at)| {
-                quorum_controller::now_ms() - at < quorum_controller::CONTROLLER_STALE_MS
+            .is_some_and(|beat| {
+                quorum_controller::now_ms() - beat.at_ms < quorum_controller::CONTROLLER_STALE_MS
             })
         {
             assert!(Instant::now() < deadline, "the heartbeat never went stale");
