@@ -51,6 +51,9 @@ pub enum StoreError {
         #[source]
         source: std::io::Error,
     },
+    /// A command that only reads found no home (nothing was created there).
+    #[error("no quorum home at {home} (nothing was created there; `quorum create NAME` makes one, or pass --home DIR or set QUORUM_HOME to the one you meant)")]
+    NoHome { home: PathBuf },
     #[error("state store {location} is corrupt: {detail}. quorum did not change it; restore it from a backup or move it aside")]
     Corrupt { location: String, detail: String },
     #[error("state store {location} has schema version {found}, written by a newer quorum; this one reads versions up to {reads}. Use a quorum at least as new (quorum did not change the file)")]
@@ -405,6 +408,27 @@ impl Store {
         })
     }
 
+    /// Opens the embedded store in `home` only if it exists: for commands that only
+    /// read, which must not leave a new home behind (`StoreError::NoHome`). A home that
+    /// held a state and lost it is still reported as corrupt.
+    pub fn open_existing(home: &Path) -> Result<Store> {
+        let held_state = home.join(STATE_FILE).exists() || home.join(INITIALIZED_MARKER).exists();
+        if !held_state {
+            return Err(StoreError::NoHome {
+                home: home.to_path_buf(),
+            });
+        }
+        Store::open(home)
+    }
+
+    /// `connect`, for commands that only read: the embedded store must already exist.
+    pub fn connect_existing(location: &StoreLocation, home: &Path) -> Result<Store> {
+        match location {
+            StoreLocation::Embedded => Store::open_existing(home),
+            StoreLocation::Etcd(_) => Store::connect(location, home),
+        }
+    }
+
     /// Opens the store at `location` (the embedded one lives in `home`).
     pub fn connect(location: &StoreLocation, home: &Path) -> Result<Store> {
         match location {
@@ -635,6 +659,31 @@ fn private(dir: &tempfile::TempDir) -> PathBuf {
 mod tests {
     use super::*;
     use quorum_core::RolloutStrategy;
+
+    #[test]
+    fn opening_for_reading_creates_no_home() {
+        let tmp = tempfile::tempdir().unwrap();
+        let home = tmp.path().join("never-made");
+        let e = Store::open_existing(&home).err().unwrap();
+        assert!(matches!(e, StoreError::NoHome { .. }), "{e}");
+        assert!(e.to_string().contains("no quorum home at"), "{e}");
+        assert!(!home.exists(), "a read created the home");
+        // An existing directory without a state is not a home either, and stays empty.
+        std::fs::create_dir(&home).unwrap();
+        std::fs::set_permissions(&home, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        assert!(matches!(
+            Store::open_existing(&home),
+            Err(StoreError::NoHome { .. })
+        ));
+        assert_eq!(std::fs::read_dir(&home).unwrap().count(), 0);
+        // Once made, it opens; once its state is lost, that is corruption, not "no home".
+        drop(Store::open(&home).unwrap());
+        assert!(Store::open_existing(&home).is_ok());
+        std::fs::remove_file(home.join(STATE_FILE)).unwrap();
+        let e = Store::open_existing(&home).err().unwrap();
+        assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    }
 
     fn cp(name: &str) -> ControlPlane {
         ControlPlane {
