@@ -246,7 +246,7 @@ pub fn render_table(s: &Status) -> String {
     );
     let op = match &s.waiting_for {
         Some(w) if s.decision.is_blocked() => format!("{} — BLOCKED: {w}", s.operation),
-        Some(w) => format!("{} — waiting for {w}", s.operation),
+        Some(w) => format!("{} — {w}", s.operation),
         None if s.converged => "idle (converged)".to_string(),
         None => format!("{} — next: {}", s.operation, summarize(&s.next_actions)),
     };

@@ -129,7 +129,7 @@ pub async fn wait(
             s.decision.actions.first(),
         ) {
             (Some(w), true, _) => format!("BLOCKED: {w}"),
-            (Some(w), false, _) => format!("waiting for {w}"),
+            (Some(w), false, _) => w.clone(),
             (None, _, Some(a)) if retrying => {
                 format!("next: {a} (not accepted by etcd yet, retrying)")
             }

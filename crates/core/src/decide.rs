@@ -261,7 +261,9 @@ pub struct Decision {
     /// To perform in order; the runtime stops at the first failure and observes again.
     pub actions: Vec<Action>,
     pub operation: Operation,
-    /// When there is no action: what quorum is waiting for (or why it refuses).
+    /// When there is no action: what quorum is waiting for, or why it refuses, as a
+    /// sentence of its own ("waiting for learner prod-4 to answer", "not removing prod-2:
+    /// …"); readers print it as it is, after the operation.
     pub waiting_for: Option<String>,
     pub conditions: Vec<Condition>,
     /// Client URLs clients should use: voting, healthy, not deleting.
@@ -542,7 +544,13 @@ impl<'a> View<'a> {
             return self.teardown();
         }
         if self.spec().paused {
-            return Step::wait(Operation::Paused, "the control plane is paused");
+            return Step::wait(
+                Operation::Paused,
+                format!(
+                    "paused: quorum takes no step until `quorum pause {} --resume`",
+                    self.cp.name
+                ),
+            );
         }
         if let Some(step) = self.bootstrap() {
             return step;
@@ -630,7 +638,7 @@ impl<'a> View<'a> {
         if actions.is_empty() {
             return Some(Step::wait(
                 Operation::Bootstrapping,
-                "the initial members to elect a leader",
+                "waiting for the initial members to elect a leader",
             ));
         }
         Some(Step {
@@ -759,10 +767,16 @@ impl<'a> View<'a> {
         let op = self.growth_operation();
         let name = &s.machine.name;
         let Some(st) = s.status() else {
-            return Some(Step::wait(op, format!("learner {name} to answer")));
+            return Some(Step::wait(
+                op,
+                format!("waiting for learner {name} to answer"),
+            ));
         };
         let Some(leader) = self.leader_status() else {
-            return Some(Step::wait(op, "a leader to compare the learner with"));
+            return Some(Step::wait(
+                op,
+                "waiting for a leader to compare the learner with",
+            ));
         };
         // etcd promotes a learner whose log is at 90% of the leader's or more; asking
         // earlier only earns a refusal.
@@ -770,7 +784,7 @@ impl<'a> View<'a> {
             return Some(Step::wait(
                 op,
                 format!(
-                    "learner {name} to catch up ({} of {})",
+                    "waiting for learner {name} to catch up ({} of {})",
                     st.raft_applied_index, leader.raft_index
                 ),
             ));
@@ -910,7 +924,7 @@ impl<'a> View<'a> {
             return Some(Step::act(op, Action::StopMachine { machine: name }));
         }
         if let Err(why) = self.preflight() {
-            return Some(Step::wait(op, format!("before adding {name}: {why}")));
+            return Some(Step::wait(op, format!("not adding {name} yet: {why}")));
         }
         Some(Step::act(
             op,
@@ -954,7 +968,7 @@ impl<'a> View<'a> {
 
     fn allocate(&self, op: Operation) -> Step {
         if let Err(why) = self.preflight() {
-            return Step::wait(op, format!("before adding a machine: {why}"));
+            return Step::wait(op, format!("not adding a machine yet: {why}"));
         }
         Step::act(
             op,
@@ -983,7 +997,7 @@ impl<'a> View<'a> {
         if let Err(why) = self.preflight() {
             return Step::wait(
                 op,
-                format!("before removing {}: {why}", victim.machine.name),
+                format!("not removing {} yet: {why}", victim.machine.name),
             );
         }
         if let Err(why) = self.safe_to_remove_voter(member.id) {
@@ -1083,8 +1097,10 @@ impl<'a> View<'a> {
                 kind: ConditionKind::Scaled,
                 status: scaled,
                 message: format!(
-                    "{voters} voters, {learners} learners, {} machines ({leaving} leaving), {} wanted",
-                    self.seen.len(),
+                    "{}, {}, {} ({leaving} leaving), {} wanted",
+                    counted(voters, "voter"),
+                    counted(learners, "learner"),
+                    counted(self.seen.len(), "machine"),
                     spec.replicas
                 ),
             },
@@ -1120,5 +1136,14 @@ impl<'a> View<'a> {
             .filter(|s| s.member.is_some_and(|m| !m.is_learner && self.healthy(m)))
             .map(|s| s.machine.client_url())
             .collect()
+    }
+}
+
+/// "1 voter", "3 voters": a count and its noun, agreeing.
+fn counted(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
     }
 }
