@@ -1084,7 +1084,7 @@ async fn change(
     validate_spec(&new, force)?;
     let lowest = ctx.store.machines(name)?.iter().map(|m| m.version).min();
     // The version rules that need no cluster first: they give the clearest answer.
-    validate_spec_change(&cp.spec, &new, lowest, None, force)?;
+    validate_spec_change(&cp.spec, &new, lowest, None, force, false)?;
     etcd_binary(ctx.provider.etcd_dir(), new.version)?;
     let s = ctx.live(&cp).await?;
     // Members that do not answer. Without a leader every machine is suspect; with one,
@@ -1114,7 +1114,7 @@ async fn change(
     {
         bail!("{name}: cannot read the cluster version (no leader answered), so the version change cannot be checked; bring the control plane back first, or pass --force");
     }
-    validate_spec_change(&cp.spec, &new, lowest, cluster_version, force)?;
+    validate_spec_change(&cp.spec, &new, lowest, cluster_version, force, false)?;
     ctx.store.update_spec(name, &new)?;
     if new.paused {
         say!(

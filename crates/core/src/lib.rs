@@ -19,4 +19,6 @@ pub use decide::{
 pub use model::*;
 pub use span::{parse_duration, Span, SpanError};
 pub use validate::{validate_name, validate_spec, validate_spec_change, SpecError};
-pub use version::{check_version_change, Version, VersionChangeError};
+pub use version::{
+    check_version_change, ResolveError, Version, VersionChangeError, VersionRequest,
+};

@@ -98,13 +98,15 @@ fn validate_haproxy(h: &HaproxySpec) -> Result<(), SpecError> {
 }
 
 /// A change from `old` to `new`, given the lowest version any machine runs now and the
-/// cluster version etcd reports (if it could be asked).
+/// cluster version etcd reports (if it could be asked). `allow_downgrade` is the user's
+/// confirmation of a move to an older version (never stored: it confirms one change).
 pub fn validate_spec_change(
     old: &ControlPlaneSpec,
     new: &ControlPlaneSpec,
     lowest_running: Option<Version>,
     cluster_version: Option<Version>,
     allow_even: bool,
+    allow_downgrade: bool,
 ) -> Result<(), SpecError> {
     validate_spec(new, allow_even)?;
     if new.insecure_plaintext != old.insecure_plaintext {
@@ -115,7 +117,17 @@ pub fn validate_spec_change(
     }
     if new.version != old.version {
         let from = lowest_running.unwrap_or(old.version).min(old.version);
-        check_version_change(from, cluster_version, new.version)?;
+        // A downgrade is judged against the spec's version (what members run or are
+        // rolling to), so undoing an interrupted upgrade needs the confirmation too.
+        // The rules no confirmation lifts come first: their answer is the final one.
+        check_version_change(from, cluster_version, new.version, true)?;
+        if new.version < old.version && !allow_downgrade {
+            return Err(VersionChangeError::Downgrade {
+                from: old.version,
+                to: new.version,
+            }
+            .into());
+        }
     }
     Ok(())
 }
@@ -164,12 +176,12 @@ mod tests {
         let old = spec(3, "3.5.1", 1);
         let mut new = old.clone();
         new.insecure_plaintext = true;
-        let e = validate_spec_change(&old, &new, None, None, false).unwrap_err();
+        let e = validate_spec_change(&old, &new, None, None, false, false).unwrap_err();
         assert!(matches!(e, SpecError::TransportChange { .. }), "{e}");
-        assert!(validate_spec_change(&new, &old, None, None, false).is_err());
+        assert!(validate_spec_change(&new, &old, None, None, false, false).is_err());
         let mut longer = old.clone();
         longer.certificates.lifetime = Span::days(730);
-        assert!(validate_spec_change(&old, &longer, None, None, false).is_ok());
+        assert!(validate_spec_change(&old, &longer, None, None, false, false).is_ok());
     }
 
     #[test]
@@ -221,6 +233,50 @@ mod tests {
     }
 
     #[test]
+    fn downgrades_need_a_confirmation() {
+        let v = |s: &str| s.parse::<Version>().unwrap();
+        let at = spec(3, "3.5.1", 1);
+        let patch_back = spec(3, "3.5.0", 1);
+        // The walkthrough's silent downgrade: refused, and the message says how to confirm.
+        let e = validate_spec_change(
+            &at,
+            &patch_back,
+            Some(v("3.5.1")),
+            Some(v("3.5.0")),
+            false,
+            false,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--allow-downgrade"), "{e}");
+        assert!(validate_spec_change(
+            &at,
+            &patch_back,
+            Some(v("3.5.1")),
+            Some(v("3.5.0")),
+            false,
+            true
+        )
+        .is_ok());
+        // Undoing an interrupted upgrade (one member still at 3.4.23) is a downgrade too.
+        let back = spec(3, "3.4.23", 1);
+        assert!(matches!(
+            validate_spec_change(
+                &at,
+                &back,
+                Some(v("3.4.23")),
+                Some(v("3.4.0")),
+                false,
+                false
+            ),
+            Err(SpecError::Version(VersionChangeError::Downgrade { .. }))
+        ));
+        assert!(
+            validate_spec_change(&at, &back, Some(v("3.4.23")), Some(v("3.4.0")), false, true)
+                .is_ok()
+        );
+    }
+
+    #[test]
     fn changes() {
         let old = spec(3, "3.4.23", 1);
         let v = |s: &str| s.parse::<Version>().unwrap();
@@ -229,11 +285,19 @@ mod tests {
             &spec(3, "3.5.1", 1),
             Some(v("3.4.23")),
             Some(v("3.4.0")),
+            false,
             false
         )
         .is_ok());
         assert!(matches!(
-            validate_spec_change(&old, &spec(3, "3.6.0", 1), Some(v("3.4.23")), None, false),
+            validate_spec_change(
+                &old,
+                &spec(3, "3.6.0", 1),
+                Some(v("3.4.23")),
+                None,
+                false,
+                false
+            ),
             Err(SpecError::Version(VersionChangeError::SkipsMinor { .. }))
         ));
         let new = spec(3, "3.5.1", 1);
@@ -243,13 +307,16 @@ mod tests {
                 &spec(3, "3.4.23", 1),
                 Some(v("3.5.1")),
                 Some(v("3.5.0")),
-                false
+                false,
+                true
             ),
             Err(SpecError::Version(
                 VersionChangeError::BelowClusterVersion { .. }
             ))
         ));
         // Changing only replicas never trips the version rules.
-        assert!(validate_spec_change(&old, &spec(5, "3.4.23", 1), None, None, false).is_ok());
+        assert!(
+            validate_spec_change(&old, &spec(5, "3.4.23", 1), None, None, false, false).is_ok()
+        );
     }
 }

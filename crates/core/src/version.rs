@@ -90,6 +90,93 @@ impl<'de> Deserialize<'de> for Version {
     }
 }
 
+/// A version as a user writes it: exact (`3.5.1`, `v3.5.1`) or a minor line (`3.5`,
+/// meaning the newest installed 3.5.x). Every place that takes a version from a user
+/// (flags and manifests) reads it with this and `resolve`s it the same way, so `3.5`
+/// can never mean 3.5.0 in one place and 3.5.1 in another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VersionRequest {
+    Exact(Version),
+    Line { major: u32, minor: u32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    #[error("{input:?} is not an etcd version: write MAJOR.MINOR.PATCH (3.5.1) or MAJOR.MINOR for the newest installed patch (3.5); see `quorum versions`")]
+    NotAVersion { input: String },
+    #[error("etcd {wanted} is not installed (installed: {installed}); scripts/install.sh installs the supported ones")]
+    NotInstalled { wanted: String, installed: String },
+}
+
+impl FromStr for VersionRequest {
+    type Err = ResolveError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let err = || ResolveError::NotAVersion {
+            input: s.to_string(),
+        };
+        let t = s.strip_prefix('v').unwrap_or(s);
+        let parts: Vec<&str> = t.split('.').collect();
+        let number = |p: &str| -> Result<u32, ResolveError> {
+            if p.is_empty() || p.len() > 6 || !p.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(err());
+            }
+            p.parse().map_err(|_| err())
+        };
+        match parts.as_slice() {
+            [major, minor] => Ok(VersionRequest::Line {
+                major: number(major)?,
+                minor: number(minor)?,
+            }),
+            [major, minor, patch] => Ok(VersionRequest::Exact(Version::new(
+                number(major)?,
+                number(minor)?,
+                number(patch)?,
+            ))),
+            _ => Err(err()),
+        }
+    }
+}
+
+impl fmt::Display for VersionRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            VersionRequest::Exact(v) => write!(f, "{v}"),
+            VersionRequest::Line { major, minor } => write!(f, "{major}.{minor}"),
+        }
+    }
+}
+
+impl VersionRequest {
+    /// The version meant, among the `installed` ones: an exact one must be installed; a
+    /// line means its newest installed patch.
+    pub fn resolve(self, installed: &[Version]) -> Result<Version, ResolveError> {
+        let found = match self {
+            VersionRequest::Exact(v) => installed.iter().copied().find(|i| *i == v),
+            VersionRequest::Line { major, minor } => installed
+                .iter()
+                .copied()
+                .filter(|i| i.minor_line() == (major, minor))
+                .max(),
+        };
+        found.ok_or_else(|| ResolveError::NotInstalled {
+            wanted: match self {
+                VersionRequest::Exact(v) => v.to_string(),
+                VersionRequest::Line { major, minor } => format!("{major}.{minor}.x"),
+            },
+            installed: if installed.is_empty() {
+                "none".to_string()
+            } else {
+                installed
+                    .iter()
+                    .map(Version::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        })
+    }
+}
+
 /// Why a version change is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VersionChangeError {
@@ -99,14 +186,19 @@ pub enum VersionChangeError {
     BelowClusterVersion { to: Version, cluster: Version },
     #[error("etcd {from} -> {to} changes the major version; quorum supports etcd 3 only")]
     ChangesMajor { from: Version, to: Version },
+    #[error("etcd {from} -> {to} is a downgrade; quorum refuses downgrades unless you confirm one (--allow-downgrade, or rollout.allowDowngrade: true in a manifest){warning}", warning = if to.has_known_data_inconsistency_bug() { format!(". Note: etcd {to} has a known data inconsistency bug (fixed in 3.5.3)") } else { String::new() })]
+    Downgrade { from: Version, to: Version },
 }
 
 /// Checks that a control plane running `from` (its lowest member version) with
-/// cluster version `cluster` (if known) may move to `to`.
+/// cluster version `cluster` (if known) may move to `to`. Any move to an older version,
+/// a patch included, is refused unless `allow_downgrade` confirms it (as kubeadm and the
+/// etcd operators refuse one).
 pub fn check_version_change(
     from: Version,
     cluster: Option<Version>,
     to: Version,
+    allow_downgrade: bool,
 ) -> Result<(), VersionChangeError> {
     if from.major != to.major {
         return Err(VersionChangeError::ChangesMajor { from, to });
@@ -118,6 +210,9 @@ pub fn check_version_change(
         if to.minor_line() < cluster.minor_line() {
             return Err(VersionChangeError::BelowClusterVersion { to, cluster });
         }
+    }
+    if to < from && !allow_downgrade {
+        return Err(VersionChangeError::Downgrade { from, to });
     }
     Ok(())
 }
@@ -151,6 +246,34 @@ mod tests {
     }
 
     #[test]
+    fn one_resolution_of_what_users_write() {
+        let installed = [
+            Version::new(3, 4, 23),
+            Version::new(3, 5, 0),
+            Version::new(3, 5, 1),
+        ];
+        let r = |s: &str| {
+            s.parse::<VersionRequest>()
+                .and_then(|q| q.resolve(&installed))
+        };
+        // The walkthrough's downgrade: "3.5" is the newest 3.5.x, never 3.5.0.
+        assert_eq!(r("3.5"), Ok(Version::new(3, 5, 1)));
+        assert_eq!(r("v3.5"), Ok(Version::new(3, 5, 1)));
+        assert_eq!(r("3.5.0"), Ok(Version::new(3, 5, 0)));
+        assert_eq!(r("3.4"), Ok(Version::new(3, 4, 23)));
+        let e = r("3.6").unwrap_err();
+        assert!(e.to_string().contains("3.6.x is not installed"), "{e}");
+        assert!(e.to_string().contains("3.4.23, 3.5.0, 3.5.1"), "{e}");
+        assert!(matches!(r("3.5.9"), Err(ResolveError::NotInstalled { .. })));
+        for bad in ["", "3", "latest", "3.5.1.2", " 3.5", "3.5.", "3.x"] {
+            assert!(
+                matches!(r(bad), Err(ResolveError::NotAVersion { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
     fn orders_numerically() {
         assert!(Version::new(3, 4, 23) < Version::new(3, 5, 0));
         assert!(Version::new(3, 5, 10) > Version::new(3, 5, 9));
@@ -159,18 +282,25 @@ mod tests {
     #[test]
     fn version_change_rules() {
         let v = |s: &str| s.parse::<Version>().unwrap();
-        assert!(check_version_change(v("3.4.23"), Some(v("3.4.0")), v("3.5.1")).is_ok());
-        assert!(check_version_change(v("3.5.1"), Some(v("3.5.0")), v("3.5.0")).is_ok());
+        assert!(check_version_change(v("3.4.23"), Some(v("3.4.0")), v("3.5.1"), false).is_ok());
+        // A patch downgrade is refused unless confirmed, and says so.
+        let e = check_version_change(v("3.5.1"), Some(v("3.5.0")), v("3.5.0"), false).unwrap_err();
+        assert!(matches!(e, VersionChangeError::Downgrade { .. }));
+        assert!(e.to_string().contains("--allow-downgrade"), "{e}");
+        assert!(e.to_string().contains("data inconsistency"), "{e}");
+        assert!(check_version_change(v("3.5.1"), Some(v("3.5.0")), v("3.5.0"), true).is_ok());
         assert!(matches!(
-            check_version_change(v("3.4.23"), None, v("3.6.0")),
+            check_version_change(v("3.4.23"), None, v("3.6.0"), false),
             Err(VersionChangeError::SkipsMinor { .. })
         ));
+        // Confirming a downgrade never lets it go below the cluster version.
         assert!(matches!(
-            check_version_change(v("3.5.1"), Some(v("3.5.0")), v("3.4.23")),
+            check_version_change(v("3.5.1"), Some(v("3.5.0")), v("3.4.23"), true),
             Err(VersionChangeError::BelowClusterVersion { .. })
         ));
-        // A mixed cluster still at 3.4 may go back to 3.4.
-        assert!(check_version_change(v("3.4.23"), Some(v("3.4.0")), v("3.4.23")).is_ok());
+        // A mixed cluster still at 3.4 may go back to 3.4, once confirmed.
+        assert!(check_version_change(v("3.4.23"), Some(v("3.4.0")), v("3.4.23"), false).is_ok());
+        assert!(check_version_change(v("3.5.1"), Some(v("3.4.0")), v("3.4.23"), true).is_ok());
         assert!(v("3.5.1").has_known_data_inconsistency_bug());
         assert!(!v("3.5.3").has_known_data_inconsistency_bug());
     }
