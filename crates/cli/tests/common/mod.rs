@@ -132,6 +132,22 @@ impl Env {
         }
     }
 
+    /// `create NAME --replicas N --version V --wait`, within two minutes.
+    pub fn create_and_wait(&self, name: &str, replicas: u32, version: &str) -> String {
+        let replicas = replicas.to_string();
+        self.ok(&[
+            "create",
+            name,
+            "--replicas",
+            &replicas,
+            "--version",
+            version,
+            "--wait",
+            "--timeout",
+            "120s",
+        ])
+    }
+
     /// Stops the controller with SIGTERM, by PID, and returns its exit code (it must
     /// exit within 30 s).
     pub fn terminate_controller(&mut self) -> Option<i32> {
