@@ -12,17 +12,7 @@ use std::time::{Duration, Instant};
 fn a_stopped_controller_is_known_stopped_at_once() {
     let mut env = Env::new("life-stop");
     env.start_controller();
-    env.ok(&[
-        "create",
-        "ls",
-        "--replicas",
-        "1",
-        "--version",
-        OLD,
-        "--wait",
-        "--timeout",
-        "120s",
-    ]);
+    env.create_and_wait("ls", 1, OLD);
     let s = env.status("ls");
     assert_eq!(s["controller"]["active"], true, "{s}");
     assert_eq!(env.terminate_controller(), Some(0));
@@ -46,17 +36,7 @@ fn a_long_step_keeps_the_controller_alive_for_readers() {
         "FAILPOINTS",
         &format!("crash-after-stop-machine=1*sleep({STEP_MS})"),
     )]);
-    env.ok(&[
-        "create",
-        "ll",
-        "--replicas",
-        "1",
-        "--version",
-        OLD,
-        "--wait",
-        "--timeout",
-        "120s",
-    ]);
+    env.create_and_wait("ll", 1, OLD);
     let mut delete = env
         .cmd(&["delete", "ll", "--wait", "--timeout", "120s"])
         .stdout(std::process::Stdio::piped())
