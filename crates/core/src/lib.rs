@@ -5,6 +5,7 @@
 //! data (`ControlPlane`, `Machine` records, an `Observation`) and everything it wants
 //! done leaves as data (`Decision`).
 
+pub mod classify;
 pub mod decide;
 pub mod lease;
 pub mod model;
@@ -12,6 +13,7 @@ pub mod span;
 pub mod validate;
 pub mod version;
 
+pub use classify::{classify, ClientErrorKind, EtcdAnswer, EtcdCall, GrpcCode, Refusal, Verdict};
 pub use decide::{
     decide, Action, ClusterState, Condition, ConditionKind, Decision, DeleteReason, InitialMember,
     Operation,

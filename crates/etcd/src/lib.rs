@@ -5,7 +5,9 @@
 //!
 //! Architecture invariant: this crate decides nothing. It translates between etcd's
 //! API and `quorum-core`'s data; the only judgement it makes is classifying etcd's
-//! answers (done, already done, refused for now, failed).
+//! answers (done, already done, refused for now, failed), and that through the core's
+//! one classifier (`quorum_core::classify`), which the simulator's etcd answers through
+//! too.
 
 mod http;
 mod tls;
@@ -13,7 +15,7 @@ mod tls;
 pub use tls::{ClientTls, TlsError};
 
 use etcd_client::{AlarmAction, AlarmType, Client, ConnectOptions, MemberAddOptions};
-use quorum_core::{EndpointStatus, Member, Version};
+use quorum_core::{EndpointStatus, EtcdCall, GrpcCode, Member, Refusal, Verdict, Version};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -63,6 +65,7 @@ pub enum EtcdError {
         op: &'static str,
         endpoint: String,
         message: String,
+        refusal: Refusal,
     },
     #[error("{op} at {endpoint}: {message}")]
     Failed {
@@ -78,6 +81,15 @@ impl EtcdError {
         matches!(self, EtcdError::Refused { .. })
     }
 
+    /// Why etcd said no for now, in words for people (`None`: not a refusal).
+    pub fn reason(&self) -> Option<&'static str> {
+        match self {
+            EtcdError::Refused { refusal, .. } => Some(refusal.reason()),
+            EtcdError::Timeout { .. } => Some(Refusal::TimedOut.reason()),
+            EtcdError::Unreachable { .. } | EtcdError::Failed { .. } => None,
+        }
+    }
+
     /// What etcd (or the transport) said.
     pub fn message(&self) -> &str {
         match self {
@@ -89,55 +101,52 @@ impl EtcdError {
     }
 }
 
-/// Answers that mean "try again shortly".
-const TRANSIENT: &[&str] = &[
-    "unhealthy cluster",
-    "in sync with leader",
-    "too many learner",
-    "no leader",
-    "leader changed",
-    "not leader",
-    "not enough started members",
-    "timed out",
-    "request timed out",
-];
+/// What a call to etcd came to, when etcd did not refuse it.
+enum Answered<T> {
+    Done(T),
+    /// etcd's answer says an earlier call did it (its answer was lost).
+    AlreadyDone,
+}
 
-fn classify(op: &'static str, endpoint: &str, err: etcd_client::Error) -> EtcdError {
+/// An error answer that means success: the change was made by an earlier call.
+struct AlreadyDone;
+
+/// etcd's answer to `call` through the core's one classifier (`quorum_core::classify`).
+fn classify(
+    op: &'static str,
+    endpoint: &str,
+    call: EtcdCall,
+    err: etcd_client::Error,
+) -> Result<AlreadyDone, EtcdError> {
     let endpoint = endpoint.to_string();
-    match err {
+    let (verdict, message) = match err {
         etcd_client::Error::GRpcStatus(status) => {
+            let code = GrpcCode::from_i32(status.code() as i32);
             let message = status.message().to_string();
-            if status.code() == tonic::Code::Unavailable && !message.contains("etcdserver") {
-                return EtcdError::Unreachable {
-                    op,
-                    endpoint,
-                    message,
-                };
-            }
-            if TRANSIENT.iter().any(|t| message.contains(t)) {
-                EtcdError::Refused {
-                    op,
-                    endpoint,
-                    message,
-                }
-            } else {
-                EtcdError::Failed {
-                    op,
-                    endpoint,
-                    message,
-                }
-            }
+            (quorum_core::classify(call, code, &message), message)
         }
-        etcd_client::Error::TransportError(e) => EtcdError::Unreachable {
+        etcd_client::Error::TransportError(e) => (Verdict::Unreachable, e.to_string()),
+        other => (Verdict::Failed, other.to_string()),
+    };
+    match verdict {
+        Verdict::AlreadyDone => Ok(AlreadyDone),
+        Verdict::Refused(refusal) => Err(EtcdError::Refused {
             op,
             endpoint,
-            message: e.to_string(),
-        },
-        other => EtcdError::Failed {
+            message,
+            refusal,
+        }),
+        Verdict::Unreachable => Err(EtcdError::Unreachable {
             op,
             endpoint,
-            message: other.to_string(),
-        },
+            message,
+        }),
+        // `Done` is the answer of a call that succeeded: not an error's.
+        Verdict::Done | Verdict::Failed => Err(EtcdError::Failed {
+            op,
+            endpoint,
+            message,
+        }),
     }
 }
 
@@ -303,7 +312,8 @@ impl Etcd {
         if status == 200 && http::says_healthy(&body) {
             Ok(())
         } else {
-            Err(EtcdError::Refused {
+            // Not a refusal of a call: the member says it is not healthy (yet).
+            Err(EtcdError::Failed {
                 op: "health",
                 endpoint: endpoint.to_string(),
                 message: format!("HTTP {status}: {}", String::from_utf8_lossy(&body).trim()),
@@ -377,23 +387,20 @@ impl Etcd {
         let mut c = self.client(leader).await?;
         let t = self.timeouts.change_ms;
         let urls = [peer_url.to_string()];
-        let res = bounded("member add", leader, t, async {
+        let res = change("member add", leader, EtcdCall::AddLearner, t, async {
             c.member_add(urls, Some(MemberAddOptions::new().with_is_learner()))
                 .await
         })
-        .await;
+        .await?;
         match res {
-            Ok(r) => r.member().map(|m| m.id()).ok_or_else(|| EtcdError::Failed {
+            Answered::Done(r) => r.member().map(|m| m.id()).ok_or_else(|| EtcdError::Failed {
                 op: "member add",
                 endpoint: leader.to_string(),
                 message: "answer without the new member".into(),
             }),
-            // The same add again: etcd answers by peer URL or, as etcd 3.4 does when the
-            // member id derived from the same URLs collides, by id.
-            Err(EtcdError::Failed { message, .. })
-                if message.contains("Peer URLs already exists")
-                    || message.contains("member ID already exist") =>
-            {
+            // The same add again ("Peer URLs already exists", or "member ID already
+            // exist" within the same second): the member is there; find its id.
+            Answered::AlreadyDone => {
                 let members = self.member_list(leader).await?;
                 members
                     .iter()
@@ -405,7 +412,6 @@ impl Etcd {
                         message: format!("{peer_url} exists but is not in the member list"),
                     })
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -413,23 +419,18 @@ impl Etcd {
     pub async fn promote(&self, leader: &str, member_id: u64) -> Result<(), EtcdError> {
         let mut c = self.client(leader).await?;
         let t = self.timeouts.change_ms;
-        let res = bounded("member promote", leader, t, async {
+        change("member promote", leader, EtcdCall::Promote, t, async {
             c.member_promote(member_id).await
         })
-        .await;
-        match res {
-            Ok(_) => Ok(()),
-            // "can only promote a learner member" without "which is in sync": it votes.
-            Err(e) if e.message().ends_with("can only promote a learner member") => Ok(()),
-            Err(e) => Err(e),
-        }
+        .await
+        .map(|_| ())
     }
 
     /// Moves leadership to `to_member`; sent to the current leader.
     pub async fn move_leader(&self, leader: &str, to_member: u64) -> Result<(), EtcdError> {
         let mut c = self.client(leader).await?;
         let t = self.timeouts.change_ms;
-        bounded("move leader", leader, t, async {
+        change("move leader", leader, EtcdCall::MoveLeader, t, async {
             c.move_leader(to_member).await
         })
         .await
@@ -440,33 +441,48 @@ impl Etcd {
     pub async fn remove(&self, leader: &str, member_id: u64) -> Result<(), EtcdError> {
         let mut c = self.client(leader).await?;
         let t = self.timeouts.change_ms;
-        let res = bounded("member remove", leader, t, async {
+        change("member remove", leader, EtcdCall::RemoveMember, t, async {
             c.member_remove(member_id).await
         })
-        .await;
-        match res {
-            Ok(_) => Ok(()),
-            Err(EtcdError::Failed { message, .. }) if message.contains("member not found") => {
-                Ok(())
-            }
-            Err(e) => Err(e),
-        }
+        .await
+        .map(|_| ())
     }
 }
 
+/// A call to etcd within `timeout_ms`, its answer classified as an answer to `call`.
+async fn change<T>(
+    op: &'static str,
+    endpoint: &str,
+    call: EtcdCall,
+    timeout_ms: u64,
+    fut: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<Answered<T>, EtcdError> {
+    match tokio::time::timeout(Duration::from_millis(timeout_ms), fut).await {
+        Ok(Ok(v)) => Ok(Answered::Done(v)),
+        Ok(Err(e)) => classify(op, endpoint, call, e).map(|AlreadyDone| Answered::AlreadyDone),
+        Err(_) => Err(EtcdError::Timeout {
+            op,
+            endpoint: endpoint.to_string(),
+            timeout_ms,
+        }),
+    }
+}
+
+/// A read (connect, status, member list, alarms) within `timeout_ms`.
 async fn bounded<T>(
     op: &'static str,
     endpoint: &str,
     timeout_ms: u64,
     fut: impl Future<Output = Result<T, etcd_client::Error>>,
 ) -> Result<T, EtcdError> {
-    match tokio::time::timeout(Duration::from_millis(timeout_ms), fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(e)) => Err(classify(op, endpoint, e)),
-        Err(_) => Err(EtcdError::Timeout {
+    match change(op, endpoint, EtcdCall::Observe, timeout_ms, fut).await? {
+        Answered::Done(v) => Ok(v),
+        // The classifier has no "already done" answer to a read; were one to appear,
+        // it would be a failure, not a value.
+        Answered::AlreadyDone => Err(EtcdError::Failed {
             op,
             endpoint: endpoint.to_string(),
-            timeout_ms,
+            message: "an answer meaning \"already done\" to a read".into(),
         }),
     }
 }
