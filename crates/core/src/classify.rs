@@ -149,9 +149,10 @@ pub const NOT_SUPPORTED_FOR_LEARNER: EtcdAnswer = EtcdAnswer::new(
 pub const SERVER_DEADLINE: EtcdAnswer =
     EtcdAnswer::new(GrpcCode::Unknown, "context deadline exceeded");
 /// The client's deadline (tonic's answer, not etcd's): a membership change without a
-/// leader waits until then, and one proposed while etcd still applies the previous
-/// one is dropped by raft and waits until then too (3.5, where even a change that is
-/// then refused goes through raft).
+/// leader waits until then, so does a leader move to a voter that is not connected, and
+/// a change proposed while etcd still applies the previous one is dropped by raft and
+/// waits until then too (3.5, where even a change that is then refused goes through
+/// raft).
 pub const CLIENT_DEADLINE: EtcdAnswer = EtcdAnswer::new(GrpcCode::Cancelled, "Timeout expired");
 
 // Seen by the benchmark (docs/bench/report.json), from members being stopped or

@@ -63,6 +63,8 @@ const TABLE: &[Row] = &[
         Refused(Refusal::LearnerNotInSync)),
     (ALL, "move leader, asked of a follower", MoveLeader, FailedPrecondition,
         "etcdserver: not leader", Refused(Refusal::NotLeader)),
+    (ALL, "move leader to a voter never started (etcd waits; the client's deadline)",
+        MoveLeader, Cancelled, "Timeout expired", Refused(Refusal::TimedOut)),
     (ALL, "move leader without a leader", MoveLeader, FailedPrecondition,
         "etcdserver: not leader", Refused(Refusal::NotLeader)),
     (ALL, "promote without a leader (after 7 s)", Promote, Unavailable,

@@ -280,6 +280,30 @@ async fn without_a_quorum(version: &str, etcd: &Etcd) {
         &[NOT_LEADER],
         Refused(Refusal::NotLeader),
     );
+    let never_started = etcd
+        .member_list(&lead)
+        .await
+        .unwrap()
+        .iter()
+        .find(|m| m.name == a.machine(3).name)
+        .map(|m| m.id)
+        .unwrap();
+    let r = client(&lead, false, SHORT_CALL_MS)
+        .await
+        .move_leader(never_started)
+        .await;
+    // etcd waits for the transfer until the client gives up (its own deadline is the
+    // client's, counted from a moment later).
+    let what = "move leader to a voter never started";
+    let timed_out = Refused(Refusal::TimedOut);
+    check(
+        version,
+        what,
+        MoveLeader,
+        answer(r),
+        &[CLIENT_DEADLINE],
+        timed_out,
+    );
     // The adapter says why, in the words events will carry.
     let e = etcd.add_learner(&lead, &phantom).await.unwrap_err();
     assert!(e.is_refusal(), "{version}: {e}");
