@@ -7,9 +7,10 @@
 //! from the leader to a connected voter; a removed member stops about a second later; a
 //! member must be added before its process starts; the strict reconfiguration check
 //! refuses an add unless the leader has been connected to every voter for 5 s, and a
-//! removal unless a quorum of the remaining voters has been; and the answers etcd gives
-//! ("unhealthy cluster", "Peer URLs already exists", "member not found", ...), mapped to
-//! success, refusal or failure the way `quorum-etcd` maps them.
+//! removal unless a quorum of the remaining voters has been; and the answers etcd gives:
+//! its real (gRPC code, message) pairs from `quorum_core::classify` ("unhealthy
+//! cluster", "Peer URLs already exists", "member not found", ...), turned into success,
+//! refusal or failure by the same classifier `quorum-etcd` uses.
 //!
 //! Faults, chosen by the seed during a fault window: controller crash (at any point of a
 //! decision's actions, losing everything not in the durable store), a lost answer after
@@ -48,6 +49,11 @@
 
 pub mod model;
 
+use quorum_core::classify::{
+    EtcdAnswer, EtcdCall, Verdict, BAD_LEADER_TRANSFEREE, CLIENT_DEADLINE, LEARNER_NOT_IN_SYNC,
+    MEMBER_NOT_FOUND, NOT_A_LEARNER, NOT_LEADER, NO_LEADER, PEER_URLS_EXIST, TOO_MANY_LEARNERS,
+    UNHEALTHY_CLUSTER,
+};
 use quorum_core::lease::{margin_ms, may_act, standby_poll_ms, DEFAULT_LEASE_TTL_MS};
 use quorum_core::{
     decide, quorum_size, Action, ClusterState, ControlPlane, ControlPlaneSpec, EndpointStatus,
@@ -379,7 +385,7 @@ pub struct World {
 const OLD: Version = Version::new(3, 4, 23);
 const NEW: Version = Version::new(3, 5, 1);
 
-/// What the simulated etcd (through the adapter's classification) answered.
+/// What an action came to; for a call to etcd, etcd's reply through the classifier.
 enum Answer {
     Done,
     /// Transient: retry soon.
@@ -387,6 +393,19 @@ enum Answer {
     Failed(&'static str),
     /// The store refused the write: another replica holds the leader key, or none does.
     Fenced,
+}
+
+/// etcd's reply to `call` as the controller sees it: through the core's classifier, the
+/// one `quorum-etcd` uses, so a change to it changes the simulator too.
+fn etcd_answer(call: EtcdCall, reply: Result<(), EtcdAnswer>) -> Answer {
+    let Err(a) = reply else {
+        return Answer::Done;
+    };
+    match a.verdict(call) {
+        Verdict::Done | Verdict::AlreadyDone => Answer::Done,
+        Verdict::Refused(_) => Answer::Refused(a.message),
+        Verdict::Unreachable | Verdict::Failed => Answer::Failed(a.message),
+    }
 }
 
 impl World {
@@ -676,18 +695,20 @@ impl World {
         self.member_connected(m) && self.now_ms >= m.connected_since_ms + HEALTH_INTERVAL_MS
     }
 
-    fn add_learner(&mut self, peer: &str) -> Answer {
+    /// etcd's reply (its real answers; `Ok` for success) to an add of a learner.
+    fn add_learner(&mut self, peer: &str) -> Result<(), EtcdAnswer> {
         if self.leader.is_none() {
-            return Answer::Refused("etcdserver: no leader");
+            // The former leader is connected to no voter: the strict check answers.
+            return Err(UNHEALTHY_CLUSTER);
         }
         if self.members.iter().any(|m| m.peer_url == peer) {
-            return Answer::Done; // "Peer URLs already exists": the earlier add took effect
+            return Err(PEER_URLS_EXIST); // the earlier add took effect
         }
         if self.members.iter().any(|m| m.is_learner) {
-            return Answer::Refused("etcdserver: too many learner members in cluster");
+            return Err(TOO_MANY_LEARNERS);
         }
         if self.cfg.strict_reconfig && !self.voters().all(|m| self.connected_for_interval(m)) {
-            return Answer::Refused("etcdserver: unhealthy cluster");
+            return Err(UNHEALTHY_CLUSTER);
         }
         let id = self.new_member_id();
         self.members.push(SimMember {
@@ -698,24 +719,22 @@ impl World {
             log: 0,
             connected_since_ms: self.now_ms,
         });
-        Answer::Done
+        Ok(())
     }
 
-    fn promote(&mut self, id: u64) -> Answer {
+    fn promote(&mut self, id: u64) -> Result<(), EtcdAnswer> {
         if self.leader.is_none() {
-            return Answer::Refused("etcdserver: no leader");
+            return Err(NO_LEADER);
         }
         let commit = self.commit;
         let Some(m) = self.members.iter().find(|m| m.id == id) else {
-            return Answer::Failed("etcdserver: member not found");
+            return Err(MEMBER_NOT_FOUND);
         };
         if !m.is_learner {
-            return Answer::Done; // "can only promote a learner member": it votes already
+            return Err(NOT_A_LEARNER); // it votes already
         }
         if !self.member_connected(m) || m.log * 10 < commit * 9 {
-            return Answer::Refused(
-                "etcdserver: can only promote a learner member which is in sync with leader",
-            );
+            return Err(LEARNER_NOT_IN_SYNC);
         }
         let m = self
             .members
@@ -723,33 +742,38 @@ impl World {
             .find(|m| m.id == id)
             .expect("found above");
         m.is_learner = false;
-        Answer::Done
+        Ok(())
     }
 
-    fn move_leader(&mut self, to: u64) -> Answer {
+    fn move_leader(&mut self, to: u64) -> Result<(), EtcdAnswer> {
         let Some(l) = self.leader else {
-            return Answer::Refused("etcdserver: no leader");
+            return Err(NOT_LEADER); // asked of the former leader
         };
         if l == to {
-            return Answer::Done;
+            return Ok(());
         }
         let Some(t) = self.members.iter().find(|m| m.id == to) else {
-            return Answer::Failed("etcdserver: bad leader transferee");
+            return Err(BAD_LEADER_TRANSFEREE);
         };
-        if t.is_learner || !self.member_connected(t) {
-            return Answer::Failed("etcdserver: bad leader transferee");
+        if t.is_learner {
+            return Err(BAD_LEADER_TRANSFEREE);
+        }
+        if !self.member_connected(t) {
+            // etcd waits for the transfer until the client gives up.
+            return Err(CLIENT_DEADLINE);
         }
         self.leader = Some(to);
         self.term += 1;
-        Answer::Done
+        Ok(())
     }
 
-    fn remove_member(&mut self, id: u64) -> Answer {
+    fn remove_member(&mut self, id: u64) -> Result<(), EtcdAnswer> {
         if self.leader.is_none() {
-            return Answer::Refused("etcdserver: no leader");
+            // etcd holds the change until the client gives up.
+            return Err(CLIENT_DEADLINE);
         }
         let Some(idx) = self.members.iter().position(|m| m.id == id) else {
-            return Answer::Done; // "member not found": removed already
+            return Err(MEMBER_NOT_FOUND); // removed already
         };
         if self.cfg.strict_reconfig && !self.members[idx].is_learner {
             // Strict check: a quorum of the remaining voters connected for the interval.
@@ -759,7 +783,7 @@ impl World {
                 .filter(|m| self.connected_for_interval(m))
                 .count();
             if remaining.is_empty() || ok < quorum_size(remaining.len()) {
-                return Answer::Refused("etcdserver: unhealthy cluster");
+                return Err(UNHEALTHY_CLUSTER);
             }
         }
         let m = self.members.remove(idx);
@@ -776,7 +800,7 @@ impl World {
             self.leader = None;
             self.leaderless_since_ms = self.now_ms;
         }
-        Answer::Done
+        Ok(())
     }
 
     fn start_machine(&mut self, name: &str, state: ClusterState) -> Answer {
@@ -900,16 +924,24 @@ impl World {
                 Answer::Done
             }
             Action::StartMachine { machine, state, .. } => self.start_machine(machine, *state),
-            Action::AddLearner { peer_url, .. } => self.add_learner(peer_url),
-            Action::Promote { member_id, .. } => self.promote(*member_id),
+            Action::AddLearner { peer_url, .. } => {
+                etcd_answer(EtcdCall::AddLearner, self.add_learner(peer_url))
+            }
+            Action::Promote { member_id, .. } => {
+                etcd_answer(EtcdCall::Promote, self.promote(*member_id))
+            }
             Action::MarkDeleting { machine, .. } => {
                 if let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) {
                     m.deleting = true;
                 }
                 Answer::Done
             }
-            Action::MoveLeader { to_member, .. } => self.move_leader(*to_member),
-            Action::RemoveMember { member_id, .. } => self.remove_member(*member_id),
+            Action::MoveLeader { to_member, .. } => {
+                etcd_answer(EtcdCall::MoveLeader, self.move_leader(*to_member))
+            }
+            Action::RemoveMember { member_id, .. } => {
+                etcd_answer(EtcdCall::RemoveMember, self.remove_member(*member_id))
+            }
             Action::StopMachine { machine } => {
                 if let Some(p) = self.procs.get_mut(machine) {
                     p.running = false;
@@ -1842,21 +1874,18 @@ mod tests {
     fn strict_reconfig_refuses_an_early_add() {
         let mut w = world(Scenario::ScaleUp, true);
         w.members[0].connected_since_ms = w.now_ms;
-        assert!(
-            matches!(w.add_learner("http://127.9.9.9:2380"), Answer::Refused(m) if m.contains("unhealthy cluster"))
+        let add = |w: &mut World, peer| etcd_answer(EtcdCall::AddLearner, w.add_learner(peer));
+        assert_eq!(
+            w.add_learner("http://127.9.9.9:2380"),
+            Err(UNHEALTHY_CLUSTER)
         );
         w.now_ms += HEALTH_INTERVAL_MS;
-        assert!(matches!(
-            w.add_learner("http://127.9.9.9:2380"),
-            Answer::Done
-        ));
+        assert!(matches!(add(&mut w, "http://127.9.9.9:2380"), Answer::Done));
         // The same add again is "already done"; a second learner is refused.
-        assert!(matches!(
-            w.add_learner("http://127.9.9.9:2380"),
-            Answer::Done
-        ));
+        assert_eq!(w.add_learner("http://127.9.9.9:2380"), Err(PEER_URLS_EXIST));
+        assert!(matches!(add(&mut w, "http://127.9.9.9:2380"), Answer::Done));
         assert!(
-            matches!(w.add_learner("http://127.9.9.8:2380"), Answer::Refused(m) if m.contains("too many learner"))
+            matches!(add(&mut w, "http://127.9.9.8:2380"), Answer::Refused(m) if m == TOO_MANY_LEARNERS.message)
         );
     }
 
@@ -2033,11 +2062,20 @@ mod tests {
     #[test]
     fn a_lagging_learner_is_not_promoted() {
         let mut w = world(Scenario::ScaleUp, false);
-        w.add_learner("http://127.9.9.9:2380");
+        assert_eq!(w.add_learner("http://127.9.9.9:2380"), Ok(()));
         let id = w.members.last().unwrap().id;
-        assert!(matches!(w.promote(id), Answer::Refused(m) if m.contains("in sync")));
+        assert_eq!(w.promote(id), Err(LEARNER_NOT_IN_SYNC));
+        assert!(matches!(
+            etcd_answer(EtcdCall::Promote, w.promote(id)),
+            Answer::Refused(_)
+        ));
+        let voter = w.members[0].id;
+        assert_eq!(w.promote(voter), Err(NOT_A_LEARNER));
         assert!(
-            matches!(w.promote(w.members[0].id), Answer::Done),
+            matches!(
+                etcd_answer(EtcdCall::Promote, w.promote(voter)),
+                Answer::Done
+            ),
             "a voter: already done"
         );
     }
