@@ -18,7 +18,9 @@ use crate::{change, create, demo, status, teardown, wait, Ctx, Place};
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 use quorum_controller::{address_is_free, endpoints_path, now_ms};
-use quorum_core::{ControlPlaneSpec, HaproxySpec, CLIENT_PORT, DEFAULT_HAPROXY_BACKEND};
+use quorum_core::{
+    ClientErrorKind, ControlPlaneSpec, GrpcCode, HaproxySpec, CLIENT_PORT, DEFAULT_HAPROXY_BACKEND,
+};
 use quorum_etcd::ClientTls;
 use quorum_haproxy::{HaproxyProcess, RuntimeApi};
 use serde::Serialize;
@@ -105,7 +107,7 @@ struct Op {
     retried: bool,
     write: bool,
     /// None: succeeded; else its kind and what the client library said.
-    error: Option<(&'static str, String)>,
+    error: Option<OpError>,
 }
 
 #[derive(Debug, Serialize)]
@@ -167,26 +169,25 @@ pub struct Step {
     pub message: String,
 }
 
-/// Classifies a failed operation the way an operator would read it.
-fn error_kind(e: &str) -> &'static str {
-    let e = e.to_ascii_lowercase();
-    if e.contains("leader changed") {
-        "leader changed"
-    } else if e.contains("no leader") {
-        "no leader"
-    } else if e.contains("learner") {
-        "learner"
-    } else if e.contains("timed out") || e.contains("deadline") || e.contains("timeout") {
-        "timed out"
-    } else if e.contains("unavailable")
-        || e.contains("transport")
-        || e.contains("connect")
-        || e.contains("refused")
-    {
-        "unavailable"
-    } else {
-        "other"
-    }
+/// A failed operation: its kind, the way an operator would read it, and what the client
+/// library said.
+type OpError = (ClientErrorKind, String);
+
+/// etcd's answer (or the transport's) through the core's one classifier.
+fn op_error(e: etcd_client::Error) -> OpError {
+    let kind = match &e {
+        etcd_client::Error::GRpcStatus(s) => {
+            ClientErrorKind::of(GrpcCode::from_i32(s.code() as i32), s.message())
+        }
+        etcd_client::Error::TransportError(_) => ClientErrorKind::Unavailable,
+        _ => ClientErrorKind::Other,
+    };
+    (kind, e.to_string())
+}
+
+/// The client's own deadline (`OP_TIMEOUT_MS`).
+fn timed_out() -> OpError {
+    (ClientErrorKind::TimedOut, "timed out".into())
 }
 
 pub fn read_endpoints(path: &Path) -> Vec<String> {
@@ -203,21 +204,22 @@ pub fn read_endpoints(path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn connect(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Client, String> {
+async fn connect(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Client, OpError> {
+    let unavailable = |m: String| (ClientErrorKind::Unavailable, m);
     if endpoints.is_empty() {
-        return Err("unavailable: no endpoint to connect to".into());
+        return Err(unavailable("no endpoint to connect to".into()));
     }
     let opts = demo::client_options(tls)
         .with_connect_timeout(Duration::from_millis(500))
         .with_timeout(Duration::from_millis(OP_TIMEOUT_MS));
     Client::connect(endpoints, Some(opts))
         .await
-        .map_err(|e| format!("unavailable: connecting to {endpoints:?}: {e}"))
+        .map_err(|e| unavailable(format!("connecting to {endpoints:?}: {e}")))
 }
 
 /// Connects before the workload starts, so that the measurement holds the rollout and
 /// not the clients' start-up.
-async fn connect_first(source: &Source, tls: Option<&ClientTls>) -> Result<Client, String> {
+async fn connect_first(source: &Source, tls: Option<&ClientTls>) -> Result<Client, OpError> {
     let start = Instant::now();
     loop {
         match connect(&source.endpoints(), tls).await {
@@ -229,7 +231,7 @@ async fn connect_first(source: &Source, tls: Option<&ClientTls>) -> Result<Clien
 }
 
 /// A linearizable read.
-async fn read(c: &mut Client) -> Result<(), String> {
+async fn read(c: &mut Client) -> Result<(), OpError> {
     match tokio::time::timeout(
         Duration::from_millis(OP_TIMEOUT_MS),
         c.get("bench/probe", None),
@@ -237,8 +239,8 @@ async fn read(c: &mut Client) -> Result<(), String> {
     .await
     {
         Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("timed out".into()),
+        Ok(Err(e)) => Err(op_error(e)),
+        Err(_) => Err(timed_out()),
     }
 }
 
@@ -300,7 +302,7 @@ async fn client_loop(
         let start_ms = now_ms();
         let started = Instant::now();
         let mut retried = false;
-        let result: Result<(), String> = match client.as_mut() {
+        let result: Result<(), OpError> = match client.as_mut() {
             Err(e) => Err(e.clone()),
             Ok(c) => {
                 if write {
@@ -320,15 +322,17 @@ async fn client_loop(
                                 .push((key, value));
                             Ok(())
                         }
-                        Ok(Err(e)) => Err(e.to_string()),
-                        Err(_) => Err("timed out".into()),
+                        Ok(Err(e)) => Err(op_error(e)),
+                        Err(_) => Err(timed_out()),
                     }
                 } else {
                     let mut r = read(c).await;
                     // etcd fails a linearizable read that was waiting when leadership
                     // moved with "leader changed"; a read is safe to repeat, and etcd's
                     // own Go client repeats it. Writes are never repeated.
-                    if r.as_ref().is_err_and(|e| e.contains("leader changed")) {
+                    if r.as_ref()
+                        .is_err_and(|(kind, _)| *kind == ClientErrorKind::LeaderChanged)
+                    {
                         retried = true;
                         r = read(c).await;
                     }
@@ -342,7 +346,7 @@ async fn client_loop(
             latency_us: started.elapsed().as_micros() as u64,
             write,
             retried,
-            error: result.err().map(|e| (error_kind(&e), e)),
+            error: result.err(),
         };
         let mut all = ops.lock().unwrap_or_else(|p| p.into_inner());
         if all.len() < MAX_OPS {
@@ -909,8 +913,10 @@ fn summarize(
     let mut failed_by_kind = BTreeMap::new();
     let mut error_samples = BTreeMap::new();
     for (kind, msg) in ops.iter().filter_map(|o| o.error.as_ref()) {
-        *failed_by_kind.entry(*kind).or_insert(0) += 1;
-        error_samples.entry(*kind).or_insert_with(|| msg.clone());
+        *failed_by_kind.entry(kind.as_str()).or_insert(0) += 1;
+        error_samples
+            .entry(kind.as_str())
+            .or_insert_with(|| msg.clone());
     }
     let mut lat: Vec<f64> = ops
         .iter()

@@ -14,7 +14,9 @@ use etcd_client::Client;
 use quorum_controller::access::now_unix_s;
 use quorum_controller::balancer::LbTls;
 use quorum_controller::{address_is_free, now_ms};
-use quorum_core::{ClusterState, InitialMember, Machine, Version};
+use quorum_core::{
+    ClusterState, EtcdCall, GrpcCode, InitialMember, Machine, Refusal, Verdict, Version,
+};
 use quorum_etcd::ClientTls;
 use quorum_haproxy::RuntimeApi;
 use quorum_provider::MachineTls;
@@ -147,8 +149,11 @@ pub async fn rollout(
             let mut c = connect(&[new.client_url()], tls).await?;
             let start = Instant::now();
             while let Err(e) = bounded("remove a member", c.member_remove(id)).await {
-                if !refused_for_now(&e, start) {
-                    return Err(e);
+                match verdict(EtcdCall::RemoveMember, &e) {
+                    // An earlier try whose answer was lost removed it.
+                    Verdict::AlreadyDone => break,
+                    Verdict::Refused(_) if within_join_limit(start) => {}
+                    _ => return Err(e),
                 }
                 tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
             }
@@ -162,37 +167,46 @@ pub async fn rollout(
     Ok(steps)
 }
 
+/// The core's verdict (the one classifier of etcd's answers) on a call that failed.
 /// etcd's strict reconfiguration check answers "unhealthy cluster" until every member
 /// has been connected for 5 s, and a cluster electing a leader answers late or not at
-/// all; a script's retry loop tries again, for a while.
-fn refused_for_now(e: &anyhow::Error, since: Instant) -> bool {
-    let e = format!("{e:#}");
-    let transient = [
-        "unhealthy cluster",
-        "no answer within",
-        "Timeout expired",
-        "leader changed",
-        "no leader",
-    ];
-    transient.iter().any(|t| e.contains(t))
-        && since.elapsed() < Duration::from_millis(JOIN_LIMIT_MS)
+/// all: refusals, which a script's retry loop tries again, for a while.
+fn verdict(call: EtcdCall, e: &anyhow::Error) -> Verdict {
+    if e.downcast_ref::<tokio::time::error::Elapsed>().is_some() {
+        return Verdict::Refused(Refusal::TimedOut); // the script's own deadline
+    }
+    match e.downcast_ref::<etcd_client::Error>() {
+        Some(etcd_client::Error::GRpcStatus(s)) => {
+            quorum_core::classify(call, GrpcCode::from_i32(s.code() as i32), s.message())
+        }
+        Some(etcd_client::Error::TransportError(_)) => Verdict::Unreachable,
+        _ => Verdict::Failed,
+    }
+}
+
+fn within_join_limit(since: Instant) -> bool {
+    since.elapsed() < Duration::from_millis(JOIN_LIMIT_MS)
 }
 
 /// Adds `m` as a voter, retrying while etcd refuses or does not answer (an add whose
-/// answer was lost shows up as "already exists" on the retry); returns the members.
+/// answer was lost shows up as "already exists" on the retry: etcd answers an add of a
+/// voter as it answers a learner's); returns the members.
 async fn add_voter(client: &mut Client, m: &Machine) -> Result<Vec<etcd_client::Member>> {
     let start = Instant::now();
     loop {
-        match bounded("add a voter", client.member_add(vec![m.peer_url()], None)).await {
+        let e = match bounded("add a voter", client.member_add(vec![m.peer_url()], None)).await {
             Ok(r) => return Ok(r.member_list().to_vec()),
-            Err(e) if format!("{e:#}").contains("already exists") => {
+            Err(e) => e,
+        };
+        match verdict(EtcdCall::AddLearner, &e) {
+            Verdict::AlreadyDone => {
                 let list = bounded("list members", client.member_list()).await?;
                 return Ok(list.members().to_vec());
             }
-            Err(e) if refused_for_now(&e, start) => {
+            Verdict::Refused(_) if within_join_limit(start) => {
                 tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
             }
-            Err(e) => return Err(e),
+            _ => return Err(e),
         }
     }
 }
@@ -212,7 +226,10 @@ async fn bounded<T>(
 ) -> Result<T> {
     match tokio::time::timeout(Duration::from_millis(RPC_TIMEOUT_MS), f).await {
         Ok(r) => r.with_context(|| format!("naive rollout: {what}")),
-        Err(_) => bail!("naive rollout: {what}: no answer within {RPC_TIMEOUT_MS} ms"),
+        // Kept as the error underneath, for `verdict`.
+        Err(elapsed) => Err(anyhow::Error::new(elapsed).context(format!(
+            "naive rollout: {what}: no answer within {RPC_TIMEOUT_MS} ms"
+        ))),
     }
 }
 
@@ -251,5 +268,27 @@ async fn wait_answers(etcd: &quorum_etcd::Etcd, m: &Machine) -> Result<()> {
             );
         }
         tokio::time::sleep(Duration::from_millis(POLL_MS)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The verdict finds the error underneath the script's context: its own deadline is
+    /// a refusal (retried), a client library error that is no answer of etcd's fails.
+    #[tokio::test]
+    async fn verdicts_see_through_the_context() {
+        let elapsed = tokio::time::timeout(Duration::ZERO, std::future::pending::<()>())
+            .await
+            .unwrap_err();
+        let e = anyhow::Error::new(elapsed).context("naive rollout: add a voter: no answer");
+        assert_eq!(
+            verdict(EtcdCall::AddLearner, &e),
+            Verdict::Refused(Refusal::TimedOut)
+        );
+        let e = anyhow::Error::new(etcd_client::Error::InvalidArgs("x".into()))
+            .context("naive rollout: remove a member");
+        assert_eq!(verdict(EtcdCall::RemoveMember, &e), Verdict::Failed);
     }
 }
