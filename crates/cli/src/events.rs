@@ -2,8 +2,8 @@
 //! quorum took or was refused, when (UTC), and which controller replica wrote it, so
 //! that after a failover one can tell what the old leader did and what the new one did.
 
-use crate::status::columns;
 use anyhow::Result;
+use quorum_ops::status::columns;
 use quorum_store::{Event, Store};
 use std::time::Duration;
 

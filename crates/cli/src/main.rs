@@ -1,35 +1,28 @@
 //! The `quorum` command line. Everything here is the binary's edge: it parses input,
 //! checks it against the core's rules, writes the store, and prints.
 
-mod bench;
-mod demo;
 mod events;
-mod failover;
 mod manifest;
-mod naive;
-mod plot;
-mod status;
-mod wait;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Parser, Subcommand, ValueEnum};
-use quorum_controller::access::{self, Access};
-use quorum_controller::{now_ms, Config, Controller};
+use quorum_bench::{demo, failover, rollout};
+use quorum_controller::access;
+use quorum_controller::{Config, Controller};
 use quorum_core::{
-    validate_name, validate_spec, validate_spec_change, CertificatesSpec, ControlPlane,
-    ControlPlaneSpec, HaproxySpec, RolloutBefore, RolloutStrategy, Span, Version, CLIENT_PORT,
-    DEFAULT_HAPROXY_BACKEND,
+    CertificatesSpec, ControlPlaneSpec, HaproxySpec, RolloutBefore, RolloutStrategy, Span,
+    CLIENT_PORT, DEFAULT_HAPROXY_BACKEND,
 };
-use quorum_etcd::{ClientTls, Etcd, Timeouts};
-use quorum_provider::{default_etcd_dir, etcd_binary, installed_versions, LocalProvider};
-use quorum_store::{Store, StoreLocation};
-use std::collections::HashMap;
+use quorum_ops::{
+    change, create, haproxy_frontend_tls, parse_lease_ttl, status, teardown, wait, Ctx, Place,
+};
+use quorum_provider::{default_etcd_dir, installed_versions};
+use quorum_store::StoreLocation;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 const ABOUT: &str =
@@ -314,7 +307,7 @@ enum BenchCommand {
                                              a short run, machine-readable
   quorum bench rollout --strategy safe,naive --client-mode follow,haproxy --plot docs/bench
                                              the side-by-side comparison (4 fresh control planes)")]
-    Rollout(bench::BenchArgs),
+    Rollout(rollout::BenchArgs),
     /// Several controllers on a throwaway 3-member management etcd: SIGKILL the leading
     /// one again and again and time until a standby's first write as leader.
     #[command(after_help = "Examples:
@@ -365,12 +358,6 @@ fn main() -> ExitCode {
     }
 }
 
-fn parse_lease_ttl(s: &str) -> Result<Duration, String> {
-    let d = wait::parse_duration(s)?;
-    quorum_core::lease::check_ttl_ms(d.as_millis() as u64)?;
-    Ok(d)
-}
-
 /// `--store` (else `QUORUM_STORE`, else embedded) with its TLS files.
 fn store_location(cli: &Cli) -> Result<StoreLocation> {
     let url = cli
@@ -405,160 +392,21 @@ fn home(cli_home: Option<PathBuf>) -> PathBuf {
         .unwrap_or_else(|| quorum_provider::data_home().join("quorum").join("state"))
 }
 
-/// Where a command works: the home (local machines, endpoint files; the embedded
-/// store) and the store.
-#[derive(Clone)]
-struct Place {
-    home: PathBuf,
-    store: StoreLocation,
-}
-
-impl Place {
-    fn embedded(home: &Path) -> Place {
-        Place {
-            home: home.to_path_buf(),
-            store: StoreLocation::Embedded,
-        }
+/// `--wait`: follows `name` to `goal`; without it, says when nothing will act.
+async fn wait_for(
+    ctx: &Ctx,
+    name: &str,
+    goal: wait::Goal,
+    w: &WaitArgs,
+    after_event: i64,
+) -> Result<()> {
+    if w.wait {
+        ctx.follow(name, goal, w.timeout, after_event, ctx.started_ms)
+            .await?;
+    } else if !wait::controller_active(&ctx.store) {
+        println!("note: no controller is running on this home; nothing happens until one runs: `quorum controller`");
     }
-}
-
-struct Ctx {
-    store: Store,
-    provider: LocalProvider,
-    /// How to reach each control plane's members, built on first use.
-    access: Mutex<HashMap<String, Arc<Access>>>,
-    /// When the command started (progress times count from here).
-    started_ms: i64,
-    /// Print nothing but errors (for commands whose output is a report).
-    quiet: bool,
-}
-
-/// `println!` unless the context is quiet.
-macro_rules! say {
-    ($ctx:expr, $($arg:tt)*) => {
-        if !$ctx.quiet {
-            println!($($arg)*);
-        }
-    };
-}
-
-impl Ctx {
-    fn open(at: &Place) -> Result<Ctx> {
-        let store = Store::connect(&at.store, &at.home)?;
-        let provider = LocalProvider::new(&at.home, default_etcd_dir());
-        Ok(Ctx {
-            store,
-            provider,
-            access: Mutex::new(HashMap::new()),
-            started_ms: now_ms(),
-            quiet: false,
-        })
-    }
-
-    /// The adapter (with quorum's own client certificate, for a TLS control plane) for
-    /// `cp`'s members.
-    fn access(&self, cp: &ControlPlane) -> Result<Arc<Access>> {
-        let mut cache = self.access.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(a) = cache.get(&cp.name) {
-            if a.fresh(access::now_unix_s()) {
-                return Ok(a.clone());
-            }
-        }
-        let a = Arc::new(access::open(
-            &self.store,
-            cp,
-            "quorum-cli",
-            Timeouts::default(),
-        )?);
-        cache.insert(cp.name.clone(), a.clone());
-        Ok(a)
-    }
-
-    /// The credentials a client of `cp` presents (`None` for plain HTTP).
-    fn client_tls(&self, cp: &ControlPlane) -> Result<Option<ClientTls>> {
-        Ok(self.access(cp)?.client.clone())
-    }
-
-    /// Observes and decides for `cp` now.
-    async fn live(&self, cp: &ControlPlane) -> Result<status::Status> {
-        let a = self.access(cp)?;
-        status::live(&self.store, &self.provider, &a.etcd, cp).await
-    }
-
-    /// Follows `name` until `goal`, printing its steps after `after_event` with times
-    /// counted from `since_ms`.
-    async fn follow(
-        &self,
-        name: &str,
-        goal: wait::Goal,
-        timeout: Duration,
-        after_event: i64,
-        since_ms: i64,
-    ) -> Result<()> {
-        // A control plane that is already gone needs no credentials.
-        let etcd = match self.store.control_plane(name)? {
-            Some(cp) => self.access(&cp)?.etcd.clone(),
-            None => Arc::new(Etcd::default()),
-        };
-        wait::wait(
-            &self.store,
-            &self.provider,
-            &etcd,
-            name,
-            goal,
-            timeout,
-            after_event,
-            since_ms,
-        )
-        .await
-    }
-
-    async fn wait(
-        &self,
-        name: &str,
-        goal: wait::Goal,
-        w: &WaitArgs,
-        after_event: i64,
-    ) -> Result<()> {
-        if w.wait {
-            self.follow(name, goal, w.timeout, after_event, self.started_ms)
-                .await?;
-        } else if !wait::controller_active(&self.store) {
-            println!("note: no controller is running on this home; nothing happens until one runs: `quorum controller`");
-        }
-        Ok(())
-    }
-
-    /// Resolves a user's version: `3.5.1` as is, `3.5` to the newest installed 3.5.x.
-    fn version(&self, s: &str) -> Result<Version> {
-        let installed = installed_versions(self.provider.etcd_dir());
-        let t = s.trim().trim_start_matches('v');
-        if t.split('.').count() == 2 {
-            let line: Version = t.parse()?;
-            return installed
-                .iter()
-                .rev()
-                .find(|v| v.minor_line() == line.minor_line())
-                .copied()
-                .ok_or_else(|| {
-                    anyhow!(
-                        "no etcd {t}.x is installed (installed: {})",
-                        list_versions(&installed)
-                    )
-                });
-        }
-        Ok(t.parse()?)
-    }
-}
-
-fn list_versions(vs: &[Version]) -> String {
-    if vs.is_empty() {
-        return "none; run scripts/install.sh".into();
-    }
-    vs.iter()
-        .map(|v| v.to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
+    Ok(())
 }
 
 async fn run(cli: Cli) -> Result<()> {
@@ -604,7 +452,7 @@ async fn run(cli: Cli) -> Result<()> {
                 insecure_plaintext,
             };
             create(&mut ctx, &name, spec, force)?;
-            ctx.wait(&name, wait::Goal::Converged, &wait, 0).await
+            wait_for(&ctx, &name, wait::Goal::Converged, &wait, 0).await
         }
         Command::Apply { file, force, wait } => {
             let (text, source) = if file.as_os_str() == "-" {
@@ -626,7 +474,7 @@ async fn run(cli: Cli) -> Result<()> {
             } else {
                 create(&mut ctx, &name, m.spec, force)?;
             }
-            ctx.wait(&name, wait::Goal::Converged, &wait, after).await
+            wait_for(&ctx, &name, wait::Goal::Converged, &wait, after).await
         }
         Command::Upgrade {
             name,
@@ -643,7 +491,7 @@ async fn run(cli: Cli) -> Result<()> {
                 ..s.clone()
             })
             .await?;
-            ctx.wait(&name, wait::Goal::Converged, &wait, after).await
+            wait_for(&ctx, &name, wait::Goal::Converged, &wait, after).await
         }
         Command::Scale {
             name,
@@ -658,7 +506,7 @@ async fn run(cli: Cli) -> Result<()> {
                 ..s.clone()
             })
             .await?;
-            ctx.wait(&name, wait::Goal::Converged, &wait, after).await
+            wait_for(&ctx, &name, wait::Goal::Converged, &wait, after).await
         }
         Command::Pause { name, resume } => {
             let mut ctx = Ctx::open(&at)?;
@@ -885,7 +733,7 @@ async fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
         Command::Demo(args) => demo::run(args).await,
-        Command::Bench(BenchCommand::Rollout(args)) => bench::run(args).await,
+        Command::Bench(BenchCommand::Rollout(args)) => rollout::run(args).await,
         Command::Bench(BenchCommand::Failover(args)) => failover::run(args).await,
     }
 }
@@ -980,216 +828,4 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
         "Clients should follow `quorum status {name} -o json` (endpoints) as members are replaced."
     );
     Ok(())
-}
-
-/// HAProxy's frontend certificate (SAN: the bind address) and the CA bundle, written
-/// into `dir` for the configuration to reference.
-fn haproxy_frontend_tls(
-    name: &str,
-    stored: &quorum_store::StoredCa,
-    bind: std::net::SocketAddr,
-    dir: &Path,
-) -> Result<quorum_haproxy::FrontendTls> {
-    let ca = quorum_pki::Ca::from_pem(name, &stored.cert_pem, &stored.key_pem)?;
-    let now = access::now_unix_s();
-    let not_after = (now + 365 * 86_400).min(ca.not_after_unix_s());
-    let certs = ca.issue_machine(&format!("{name}-haproxy"), bind.ip(), now, not_after)?;
-    quorum_pki::create_private_dir(dir)
-        .with_context(|| format!("cannot create {}", dir.display()))?;
-    let tls = quorum_haproxy::FrontendTls {
-        crt: dir.join("haproxy.pem"),
-        ca_file: dir.join("ca.crt"),
-    };
-    let bundle = format!(
-        "{}\n{}\n",
-        certs.server.cert_pem.trim_end(),
-        certs.server.key_pem.trim_end()
-    );
-    quorum_pki::write_private(&tls.crt, bundle.as_bytes())?;
-    quorum_pki::write_private(&tls.ca_file, ca.cert_pem().as_bytes())?;
-    eprintln!(
-        "{name}: wrote HAProxy's certificate {} (mode 0600) and the CA bundle {}",
-        tls.crt.display(),
-        tls.ca_file.display()
-    );
-    Ok(tls)
-}
-
-fn version_warning(v: Version) -> Option<String> {
-    v.has_known_data_inconsistency_bug()
-        .then(|| format!("warning: etcd {v} has a known data inconsistency bug, fixed in 3.5.3"))
-}
-
-/// Checks and stores a new control plane.
-fn create(ctx: &mut Ctx, name: &str, spec: ControlPlaneSpec, force: bool) -> Result<()> {
-    validate_name(name)?;
-    validate_spec(&spec, force)?;
-    etcd_binary(ctx.provider.etcd_dir(), spec.version)?;
-    let cp = ControlPlane {
-        name: name.to_string(),
-        spec: spec.clone(),
-        deleting: false,
-    };
-    // The control plane's own CA, stored with it in one transaction.
-    let ca = if spec.tls() {
-        let ca = quorum_pki::Ca::generate(
-            name,
-            access::now_unix_s(),
-            quorum_pki::DEFAULT_CA_LIFETIME_S,
-        )?;
-        Some(quorum_store::StoredCa {
-            cert_pem: ca.cert_pem().to_string(),
-            key_pem: ca.key_pem().to_string(),
-        })
-    } else {
-        None
-    };
-    ctx.store.create_control_plane(&cp, ca.as_ref(), now_ms())?;
-    say!(
-        ctx,
-        "{name}: created: {} at etcd {}",
-        status::plural(spec.replicas, "replica"),
-        spec.version
-    );
-    if let Some(w) = version_warning(spec.version) {
-        say!(ctx, "{w}");
-    }
-    if !spec.tls() {
-        say!(ctx, "warning: {name} uses plain HTTP (--insecure-plaintext): anyone who can reach its members can read and change all of its data");
-    }
-    Ok(())
-}
-
-/// Checks a spec change against the live cluster and stores it.
-async fn change(
-    ctx: &mut Ctx,
-    name: &str,
-    force: bool,
-    f: impl FnOnce(&ControlPlaneSpec) -> ControlPlaneSpec,
-) -> Result<()> {
-    let cp = ctx.store.get_control_plane(name)?;
-    if cp.deleting {
-        bail!("{name} is being deleted; create it again once `quorum list` no longer shows it");
-    }
-    let new = f(&cp.spec);
-    if new == cp.spec {
-        say!(
-            ctx,
-            "{name}: unchanged (already {} at etcd {})",
-            status::plural(new.replicas, "replica"),
-            new.version
-        );
-        return Ok(());
-    }
-    validate_spec(&new, force)?;
-    let lowest = ctx.store.machines(name)?.iter().map(|m| m.version).min();
-    // The version rules that need no cluster first: they give the clearest answer.
-    validate_spec_change(&cp.spec, &new, lowest, None, force, false)?;
-    etcd_binary(ctx.provider.etcd_dir(), new.version)?;
-    let s = ctx.live(&cp).await?;
-    // Members that do not answer. Without a leader every machine is suspect; with one,
-    // a machine without a member (one still joining) is not.
-    let leaderless = s.leader.is_none();
-    let unhealthy: Vec<&str> = s
-        .machines
-        .iter()
-        .filter(|m| (leaderless || m.role != "none") && !m.healthy && !m.deleting)
-        .map(|m| m.name.as_str())
-        .collect();
-    if !force && !s.machines.is_empty() && !unhealthy.is_empty() {
-        bail!(
-            "{name}: {} not healthy or unreachable{} (see `quorum status {name}`); fix that first, or pass --force to record the change anyway (quorum still refuses every unsafe step)",
-            unhealthy.join(", "),
-            if leaderless { ", and no member answers as leader" } else { "" }
-        );
-    }
-    let cluster_version = s
-        .cluster_version
-        .as_deref()
-        .and_then(|v| v.parse::<Version>().ok());
-    if new.version != cp.spec.version
-        && cluster_version.is_none()
-        && !force
-        && !s.machines.is_empty()
-    {
-        bail!("{name}: cannot read the cluster version (no leader answered), so the version change cannot be checked; bring the control plane back first, or pass --force");
-    }
-    validate_spec_change(&cp.spec, &new, lowest, cluster_version, force, false)?;
-    ctx.store.update_spec(name, &new)?;
-    if new.paused {
-        say!(
-            ctx,
-            "note: {name} is paused: quorum takes no step until `quorum pause {name} --resume`"
-        );
-    }
-    if new.version != cp.spec.version {
-        let what = if new.version > cp.spec.version {
-            "upgrade"
-        } else {
-            "downgrade"
-        };
-        say!(
-            ctx,
-            "{name}: {what} recorded: etcd {} -> {} (member by member)",
-            cp.spec.version,
-            new.version
-        );
-        if let Some(w) = version_warning(new.version) {
-            say!(ctx, "{w}");
-        }
-    }
-    if new.replicas != cp.spec.replicas {
-        say!(
-            ctx,
-            "{name}: scale recorded: {} -> {} replicas",
-            cp.spec.replicas,
-            new.replicas
-        );
-    }
-    if new.rollout != cp.spec.rollout || new.paused != cp.spec.paused {
-        say!(ctx, "{name}: rollout settings recorded");
-    }
-    Ok(())
-}
-
-/// Drives the teardown of a control plane until it is gone (marking it deleting first,
-/// idempotently). With `print_since_ms`, prints each step as it happens.
-async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Result<()> {
-    // Bounded: stopping a machine takes at most its grace period plus the SIGKILL wait.
-    const TEARDOWN_LIMIT: Duration = Duration::from_secs(120);
-    let mut c = Controller::new(Config {
-        store: at.store.clone(),
-        identity: format!("quorum-delete-{}", std::process::id()),
-        ..Config::new(&at.home, default_etcd_dir())
-    })?;
-    // Acting as the controller takes the leadership, as any controller would.
-    if let quorum_controller::Lead::Standby(who) = c.lead()? {
-        bail!(
-            "{name}: controller {} leads and will finish the deletion; follow it with `quorum status {name}`",
-            who.as_deref().unwrap_or("(another)")
-        );
-    }
-    let mut store = Store::connect(&at.store, &at.home)?;
-    let mut last_event = store.last_event_id(name)?;
-    match store.mark_control_plane_deleting(name) {
-        Ok(()) | Err(quorum_store::StoreError::NotFound(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
-    let start = std::time::Instant::now();
-    while start.elapsed() < TEARDOWN_LIMIT {
-        let Some(cp) = store.control_plane(name)? else {
-            return Ok(());
-        };
-        let outcome = c.reconcile(&cp).await?;
-        if let Some(since) = print_since_ms {
-            wait::print_events(&store, name, &mut last_event, since, false)?;
-        }
-        if outcome != quorum_controller::Outcome::Acted {
-            tokio::time::sleep(Duration::from_millis(quorum_controller::BUSY_POLL_MS)).await;
-        }
-    }
-    Err(anyhow!(
-        "{name}: teardown did not finish within {}s; see `quorum status {name}`",
-        TEARDOWN_LIMIT.as_secs()
-    ))
 }

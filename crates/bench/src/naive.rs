@@ -7,8 +7,7 @@
 //! then remove the old member without moving leadership off it, kill its process
 //! (SIGKILL) and leave its address where the clients find it.
 
-use crate::bench::Step;
-use crate::Ctx;
+use crate::rollout::Step;
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 use quorum_controller::access::now_unix_s;
@@ -19,6 +18,7 @@ use quorum_core::{
 };
 use quorum_etcd::ClientTls;
 use quorum_haproxy::RuntimeApi;
+use quorum_ops::Ctx;
 use quorum_provider::MachineTls;
 use quorum_provider::StartRequest;
 use std::path::PathBuf;
@@ -236,7 +236,7 @@ async fn bounded<T>(
 fn add_to_clients(clients: &Clients, m: &Machine) -> Result<()> {
     match clients {
         Clients::File(path) => {
-            let mut eps = crate::bench::read_endpoints(path);
+            let mut eps = crate::rollout::read_endpoints(path);
             eps.push(m.client_url());
             let doc = serde_json::json!({ "endpoints": eps, "updatedAtMs": now_ms() });
             let tmp = path.with_extension("json.tmp");

@@ -26,7 +26,7 @@ pub struct FailoverArgs {
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(1..=1000))]
     runs: u32,
     /// The controllers' leadership lease (`controller --lease-ttl`).
-    #[arg(long, default_value = "4s", value_parser = crate::parse_lease_ttl)]
+    #[arg(long, default_value = "4s", value_parser = quorum_ops::parse_lease_ttl)]
     lease_ttl: Duration,
     /// Controller processes sharing the store.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(2..=5))]

@@ -1,12 +1,12 @@
 //! `quorum demo`: the whole product in two minutes, in a throwaway home.
 
-use crate::{change, create, status, teardown, wait, Ctx, Place};
 use anyhow::{bail, Context, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use futures::FutureExt;
 use quorum_controller::{now_ms, Config, Controller};
 use quorum_core::{ControlPlaneSpec, RolloutStrategy, Version};
 use quorum_etcd::ClientTls;
+use quorum_ops::{change, create, status, teardown, wait, Ctx, Place};
 use quorum_provider::default_etcd_dir;
 use quorum_store::Event;
 use std::path::Path;

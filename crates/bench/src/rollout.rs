@@ -12,9 +12,9 @@
 //! and it reads back every acknowledged write: a missing one is a lost write and fails
 //! the run.
 
+use crate::demo;
 use crate::naive;
 use crate::plot::{latency_svg, PlotOp, PlotStep};
-use crate::{change, create, demo, status, teardown, wait, Ctx, Place};
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 use quorum_controller::{address_is_free, endpoints_path, now_ms};
@@ -23,6 +23,7 @@ use quorum_core::{
 };
 use quorum_etcd::ClientTls;
 use quorum_haproxy::{HaproxyProcess, RuntimeApi};
+use quorum_ops::{change, create, status, teardown, wait, Ctx, Place};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -494,7 +495,7 @@ fn start_balancer(
         socket,
     } = place;
     let tls = match ctx.store.certificate_authority(cp)? {
-        Some(stored) => Some(crate::haproxy_frontend_tls(
+        Some(stored) => Some(quorum_ops::haproxy_frontend_tls(
             &cp.name, &stored, frontend, &dir,
         )?),
         None => None,

@@ -1,0 +1,11 @@
+//! quorum's benchmark and demo tooling, kept out of the product crates: `quorum bench
+//! rollout` (paced clients during a rollout by quorum or by a naive script, with
+//! pictures), `quorum bench failover` (controller takeover times) and `quorum demo`.
+//! Each drives the same operations as the `quorum` commands (`quorum-ops`) in a
+//! throwaway home, and cleans up every process it started.
+
+pub mod demo;
+pub mod failover;
+mod naive;
+mod plot;
+pub mod rollout;

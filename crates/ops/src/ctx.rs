@@ -1,0 +1,145 @@
+//! Where a command works and what it holds open while it works.
+
+use crate::{status, wait};
+use anyhow::{anyhow, Result};
+use quorum_controller::access::{self, Access};
+use quorum_controller::now_ms;
+use quorum_core::{ControlPlane, Version};
+use quorum_etcd::{ClientTls, Etcd, Timeouts};
+use quorum_provider::{default_etcd_dir, installed_versions, LocalProvider};
+use quorum_store::{Store, StoreLocation};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Where a command works: the home (local machines, endpoint files; the embedded
+/// store) and the store.
+#[derive(Clone)]
+pub struct Place {
+    pub home: PathBuf,
+    pub store: StoreLocation,
+}
+
+impl Place {
+    pub fn embedded(home: &Path) -> Place {
+        Place {
+            home: home.to_path_buf(),
+            store: StoreLocation::Embedded,
+        }
+    }
+}
+
+pub struct Ctx {
+    pub store: Store,
+    pub provider: LocalProvider,
+    /// How to reach each control plane's members, built on first use.
+    access: Mutex<HashMap<String, Arc<Access>>>,
+    /// When the command started (progress times count from here).
+    pub started_ms: i64,
+    /// Print nothing but errors (for commands whose output is a report).
+    pub quiet: bool,
+}
+
+impl Ctx {
+    pub fn open(at: &Place) -> Result<Ctx> {
+        let store = Store::connect(&at.store, &at.home)?;
+        let provider = LocalProvider::new(&at.home, default_etcd_dir());
+        Ok(Ctx {
+            store,
+            provider,
+            access: Mutex::new(HashMap::new()),
+            started_ms: now_ms(),
+            quiet: false,
+        })
+    }
+
+    /// The adapter (with quorum's own client certificate, for a TLS control plane) for
+    /// `cp`'s members.
+    pub fn access(&self, cp: &ControlPlane) -> Result<Arc<Access>> {
+        let mut cache = self.access.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = cache.get(&cp.name) {
+            if a.fresh(access::now_unix_s()) {
+                return Ok(a.clone());
+            }
+        }
+        let a = Arc::new(access::open(
+            &self.store,
+            cp,
+            "quorum-cli",
+            Timeouts::default(),
+        )?);
+        cache.insert(cp.name.clone(), a.clone());
+        Ok(a)
+    }
+
+    /// The credentials a client of `cp` presents (`None` for plain HTTP).
+    pub fn client_tls(&self, cp: &ControlPlane) -> Result<Option<ClientTls>> {
+        Ok(self.access(cp)?.client.clone())
+    }
+
+    /// Observes and decides for `cp` now.
+    pub async fn live(&self, cp: &ControlPlane) -> Result<status::Status> {
+        let a = self.access(cp)?;
+        status::live(&self.store, &self.provider, &a.etcd, cp).await
+    }
+
+    /// Follows `name` until `goal`, printing its steps after `after_event` with times
+    /// counted from `since_ms`.
+    pub async fn follow(
+        &self,
+        name: &str,
+        goal: wait::Goal,
+        timeout: Duration,
+        after_event: i64,
+        since_ms: i64,
+    ) -> Result<()> {
+        // A control plane that is already gone needs no credentials.
+        let etcd = match self.store.control_plane(name)? {
+            Some(cp) => self.access(&cp)?.etcd.clone(),
+            None => Arc::new(Etcd::default()),
+        };
+        wait::wait(
+            &self.store,
+            &self.provider,
+            &etcd,
+            name,
+            goal,
+            timeout,
+            after_event,
+            since_ms,
+        )
+        .await
+    }
+
+    /// Resolves a user's version: `3.5.1` as is, `3.5` to the newest installed 3.5.x.
+    pub fn version(&self, s: &str) -> Result<Version> {
+        let installed = installed_versions(self.provider.etcd_dir());
+        let t = s.trim().trim_start_matches('v');
+        if t.split('.').count() == 2 {
+            let line: Version = t.parse()?;
+            return installed
+                .iter()
+                .rev()
+                .find(|v| v.minor_line() == line.minor_line())
+                .copied()
+                .ok_or_else(|| {
+                    anyhow!(
+                        "no etcd {t}.x is installed (installed: {})",
+                        list_versions(&installed)
+                    )
+                });
+        }
+        Ok(t.parse()?)
+    }
+}
+
+pub fn list_versions(vs: &[Version]) -> String {
+    if vs.is_empty() {
+        return "none; run scripts/install.sh".into();
+    }
+    vs.iter()
+        .map(|v| v.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}

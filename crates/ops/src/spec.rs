@@ -1,0 +1,147 @@
+//! Creating a control plane and changing its spec: the checks, then the store write.
+
+use crate::{status, Ctx};
+use anyhow::{bail, Result};
+use quorum_controller::access;
+use quorum_controller::now_ms;
+use quorum_core::{
+    validate_name, validate_spec, validate_spec_change, ControlPlane, ControlPlaneSpec, Version,
+};
+use quorum_provider::etcd_binary;
+
+pub fn version_warning(v: Version) -> Option<String> {
+    v.has_known_data_inconsistency_bug()
+        .then(|| format!("warning: etcd {v} has a known data inconsistency bug, fixed in 3.5.3"))
+}
+
+/// Checks and stores a new control plane.
+pub fn create(ctx: &mut Ctx, name: &str, spec: ControlPlaneSpec, force: bool) -> Result<()> {
+    validate_name(name)?;
+    validate_spec(&spec, force)?;
+    etcd_binary(ctx.provider.etcd_dir(), spec.version)?;
+    let cp = ControlPlane {
+        name: name.to_string(),
+        spec: spec.clone(),
+        deleting: false,
+    };
+    // The control plane's own CA, stored with it in one transaction.
+    let ca = if spec.tls() {
+        let ca = quorum_pki::Ca::generate(
+            name,
+            access::now_unix_s(),
+            quorum_pki::DEFAULT_CA_LIFETIME_S,
+        )?;
+        Some(quorum_store::StoredCa {
+            cert_pem: ca.cert_pem().to_string(),
+            key_pem: ca.key_pem().to_string(),
+        })
+    } else {
+        None
+    };
+    ctx.store.create_control_plane(&cp, ca.as_ref(), now_ms())?;
+    say!(
+        ctx,
+        "{name}: created: {} at etcd {}",
+        status::plural(spec.replicas, "replica"),
+        spec.version
+    );
+    if let Some(w) = version_warning(spec.version) {
+        say!(ctx, "{w}");
+    }
+    if !spec.tls() {
+        say!(ctx, "warning: {name} uses plain HTTP (--insecure-plaintext): anyone who can reach its members can read and change all of its data");
+    }
+    Ok(())
+}
+
+/// Checks a spec change against the live cluster and stores it.
+pub async fn change(
+    ctx: &mut Ctx,
+    name: &str,
+    force: bool,
+    f: impl FnOnce(&ControlPlaneSpec) -> ControlPlaneSpec,
+) -> Result<()> {
+    let cp = ctx.store.get_control_plane(name)?;
+    if cp.deleting {
+        bail!("{name} is being deleted; create it again once `quorum list` no longer shows it");
+    }
+    let new = f(&cp.spec);
+    if new == cp.spec {
+        say!(
+            ctx,
+            "{name}: unchanged (already {} at etcd {})",
+            status::plural(new.replicas, "replica"),
+            new.version
+        );
+        return Ok(());
+    }
+    validate_spec(&new, force)?;
+    let lowest = ctx.store.machines(name)?.iter().map(|m| m.version).min();
+    // The version rules that need no cluster first: they give the clearest answer.
+    validate_spec_change(&cp.spec, &new, lowest, None, force, false)?;
+    etcd_binary(ctx.provider.etcd_dir(), new.version)?;
+    let s = ctx.live(&cp).await?;
+    // Members that do not answer. Without a leader every machine is suspect; with one,
+    // a machine without a member (one still joining) is not.
+    let leaderless = s.leader.is_none();
+    let unhealthy: Vec<&str> = s
+        .machines
+        .iter()
+        .filter(|m| (leaderless || m.role != "none") && !m.healthy && !m.deleting)
+        .map(|m| m.name.as_str())
+        .collect();
+    if !force && !s.machines.is_empty() && !unhealthy.is_empty() {
+        bail!(
+            "{name}: {} not healthy or unreachable{} (see `quorum status {name}`); fix that first, or pass --force to record the change anyway (quorum still refuses every unsafe step)",
+            unhealthy.join(", "),
+            if leaderless { ", and no member answers as leader" } else { "" }
+        );
+    }
+    let cluster_version = s
+        .cluster_version
+        .as_deref()
+        .and_then(|v| v.parse::<Version>().ok());
+    if new.version != cp.spec.version
+        && cluster_version.is_none()
+        && !force
+        && !s.machines.is_empty()
+    {
+        bail!("{name}: cannot read the cluster version (no leader answered), so the version change cannot be checked; bring the control plane back first, or pass --force");
+    }
+    validate_spec_change(&cp.spec, &new, lowest, cluster_version, force, false)?;
+    ctx.store.update_spec(name, &new)?;
+    if new.paused {
+        say!(
+            ctx,
+            "note: {name} is paused: quorum takes no step until `quorum pause {name} --resume`"
+        );
+    }
+    if new.version != cp.spec.version {
+        let what = if new.version > cp.spec.version {
+            "upgrade"
+        } else {
+            "downgrade"
+        };
+        say!(
+            ctx,
+            "{name}: {what} recorded: etcd {} -> {} (member by member)",
+            cp.spec.version,
+            new.version
+        );
+        if let Some(w) = version_warning(new.version) {
+            say!(ctx, "{w}");
+        }
+    }
+    if new.replicas != cp.spec.replicas {
+        say!(
+            ctx,
+            "{name}: scale recorded: {} -> {} replicas",
+            cp.spec.replicas,
+            new.replicas
+        );
+    }
+    if new.rollout != cp.spec.rollout || new.paused != cp.spec.paused {
+        say!(ctx, "{name}: rollout settings recorded");
+    }
+    Ok(())
+}

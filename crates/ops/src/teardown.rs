@@ -1,0 +1,50 @@
+//! Deleting a control plane: the teardown, driven here as the home's one controller.
+
+use crate::{wait, Place};
+use anyhow::{anyhow, bail, Result};
+use quorum_controller::{Config, Controller};
+use quorum_provider::default_etcd_dir;
+use quorum_store::Store;
+use std::time::Duration;
+
+/// Drives the teardown of a control plane until it is gone (marking it deleting first,
+/// idempotently). With `print_since_ms`, prints each step as it happens.
+pub async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Result<()> {
+    // Bounded: stopping a machine takes at most its grace period plus the SIGKILL wait.
+    const TEARDOWN_LIMIT: Duration = Duration::from_secs(120);
+    let mut c = Controller::new(Config {
+        store: at.store.clone(),
+        identity: format!("quorum-delete-{}", std::process::id()),
+        ..Config::new(&at.home, default_etcd_dir())
+    })?;
+    // Acting as the controller takes the leadership, as any controller would.
+    if let quorum_controller::Lead::Standby(who) = c.lead()? {
+        bail!(
+            "{name}: controller {} leads and will finish the deletion; follow it with `quorum status {name}`",
+            who.as_deref().unwrap_or("(another)")
+        );
+    }
+    let mut store = Store::connect(&at.store, &at.home)?;
+    let mut last_event = store.last_event_id(name)?;
+    match store.mark_control_plane_deleting(name) {
+        Ok(()) | Err(quorum_store::StoreError::NotFound(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let start = std::time::Instant::now();
+    while start.elapsed() < TEARDOWN_LIMIT {
+        let Some(cp) = store.control_plane(name)? else {
+            return Ok(());
+        };
+        let outcome = c.reconcile(&cp).await?;
+        if let Some(since) = print_since_ms {
+            wait::print_events(&store, name, &mut last_event, since, false)?;
+        }
+        if outcome != quorum_controller::Outcome::Acted {
+            tokio::time::sleep(Duration::from_millis(quorum_controller::BUSY_POLL_MS)).await;
+        }
+    }
+    Err(anyhow!(
+        "{name}: teardown did not finish within {}s; see `quorum status {name}`",
+        TEARDOWN_LIMIT.as_secs()
+    ))
+}
