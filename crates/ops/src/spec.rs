@@ -80,7 +80,23 @@ pub async fn change(
     // The version rules that need no cluster first: they give the clearest answer.
     validate_spec_change(&cp.spec, &new, lowest, None, force, false)?;
     etcd_binary(ctx.provider.etcd_dir(), new.version)?;
-    let s = ctx.live(&cp).await?;
+    let cluster_version = live_cluster_version(ctx, &cp, &new, force).await?;
+    validate_spec_change(&cp.spec, &new, lowest, cluster_version, force, false)?;
+    ctx.store.update_spec(name, &new)?;
+    say_recorded(ctx, name, &cp.spec, &new);
+    Ok(())
+}
+
+/// Checks the live cluster before a change is recorded: every member answers (unless
+/// `force`), and a version change can read the cluster version. Returns that version.
+async fn live_cluster_version(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    new: &ControlPlaneSpec,
+    force: bool,
+) -> Result<Option<Version>> {
+    let name = &cp.name;
+    let s = ctx.live(cp).await?;
     // Members that do not answer. Without a leader every machine is suspect; with one,
     // a machine without a member (one still joining) is not.
     let leaderless = s.leader.is_none();
@@ -108,16 +124,19 @@ pub async fn change(
     {
         bail!("{name}: cannot read the cluster version (no leader answered), so the version change cannot be checked; bring the control plane back first, or pass --force");
     }
-    validate_spec_change(&cp.spec, &new, lowest, cluster_version, force, false)?;
-    ctx.store.update_spec(name, &new)?;
+    Ok(cluster_version)
+}
+
+/// Says what a recorded change will do.
+fn say_recorded(ctx: &Ctx, name: &str, old: &ControlPlaneSpec, new: &ControlPlaneSpec) {
     if new.paused {
         say!(
             ctx,
             "note: {name} is paused: quorum takes no step until `quorum pause {name} --resume`"
         );
     }
-    if new.version != cp.spec.version {
-        let what = if new.version > cp.spec.version {
+    if new.version != old.version {
+        let what = if new.version > old.version {
             "upgrade"
         } else {
             "downgrade"
@@ -125,23 +144,22 @@ pub async fn change(
         say!(
             ctx,
             "{name}: {what} recorded: etcd {} -> {} (member by member)",
-            cp.spec.version,
+            old.version,
             new.version
         );
         if let Some(w) = version_warning(new.version) {
             say!(ctx, "{w}");
         }
     }
-    if new.replicas != cp.spec.replicas {
+    if new.replicas != old.replicas {
         say!(
             ctx,
             "{name}: scale recorded: {} -> {} replicas",
-            cp.spec.replicas,
+            old.replicas,
             new.replicas
         );
     }
-    if new.rollout != cp.spec.rollout || new.paused != cp.spec.paused {
+    if new.rollout != old.rollout || new.paused != old.paused {
         say!(ctx, "{name}: rollout settings recorded");
     }
-    Ok(())
 }

@@ -1,0 +1,335 @@
+//! The command line's grammar: every command, flag and help text (clap derive). What
+//! each command does is in `cmd/`, one module per command.
+
+use clap::{Parser, Subcommand, ValueEnum};
+use quorum_bench::{demo, failover, rollout};
+use quorum_core::{Span, DEFAULT_HAPROXY_BACKEND};
+use quorum_ops::{parse_lease_ttl, wait};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::manifest;
+
+const ABOUT: &str =
+    "quorum keeps etcd control planes healthy through upgrades, scaling and machine \
+replacement, without ever losing quorum and without getting stuck after a crash.";
+
+const AFTER_HELP: &str = "\
+A first session:
+  quorum demo                                   # everything below, in a throwaway home
+  quorum controller &                           # the reconcile loop (keep it running)
+  quorum create prod --replicas 3 --version 3.4.23 --wait
+  quorum status prod
+  quorum upgrade prod --version 3.5.1 --wait    # member by member, learner first
+  quorum scale prod --replicas 5 --wait
+  quorum delete prod --wait
+
+State lives in --home (or QUORUM_HOME), default ~/.local/share/quorum/state.
+etcd binaries are looked up in QUORUM_ETCD_DIR (default ~/.local/share/quorum/etcd/<version>/etcd);
+scripts/install.sh puts them there. QUORUM_LOG sets the log filter (for example debug).
+Exit status: 0 done, 1 refused or failed (one line on stderr says why), 2 malformed command line.";
+
+#[derive(Parser)]
+#[command(name = "quorum", version, about = ABOUT, after_help = AFTER_HELP)]
+pub struct Cli {
+    /// State directory: the store and the local machines [env: QUORUM_HOME]
+    #[arg(long, global = true, value_name = "DIR")]
+    pub home: Option<PathBuf>,
+    /// Where the state lives: `embedded` (a file in --home) or a management etcd,
+    /// `etcd://host:port,host:port[/prefix]`, shared by several controllers [env: QUORUM_STORE]
+    #[arg(long, global = true, value_name = "URL")]
+    pub store: Option<String>,
+    /// With --store etcd://: the CA bundle that signed the management etcd's certificates
+    /// (PEM); with --store-cert and --store-key, the store is reached over mutual TLS
+    #[arg(long, global = true, value_name = "FILE", requires_all = ["store_cert", "store_key"])]
+    pub store_ca: Option<PathBuf>,
+    /// With --store-ca: the client certificate for the management etcd (PEM)
+    #[arg(long, global = true, value_name = "FILE", requires = "store_ca")]
+    pub store_cert: Option<PathBuf>,
+    /// With --store-ca: the client certificate's key (PEM)
+    #[arg(long, global = true, value_name = "FILE", requires = "store_ca")]
+    pub store_key: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Output {
+    Table,
+    Json,
+    Yaml,
+}
+
+#[derive(clap::Args)]
+pub struct WaitArgs {
+    /// Follow the change until the spec is met, printing each step.
+    #[arg(long)]
+    pub wait: bool,
+    /// With --wait: give up (exit 1) after this long: 90s, 10m, 1h.
+    #[arg(long, default_value = "10m", value_parser = wait::parse_duration, value_name = "DURATION")]
+    pub timeout: Duration,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Create a control plane.
+    #[command(
+        after_help = "Example: quorum create prod --replicas 3 --version 3.4.23 --wait\n\n\
+Members speak mutual TLS on the client and peer ports, with certificates from a CA that\n\
+quorum creates for this control plane and keeps in its state. To reach the members,\n\
+get a client certificate: quorum credentials NAME --out DIR."
+    )]
+    Create(CreateArgs),
+    /// Write a client certificate, its key and the CA bundle for a control plane, and
+    /// print the etcdctl flags that use them.
+    #[command(after_help = "Example:\n  \
+quorum credentials prod --out ./prod-creds\n  \
+etcdctl --endpoints https://127.0.0.1:2379 --cacert prod-creds/ca.crt \\\n    \
+--cert prod-creds/client.crt --key prod-creds/client.key get foo\n\n\
+The key file is written with mode 0600 in a 0700 directory; existing files are replaced.")]
+    Credentials(CredentialsArgs),
+    /// Create or change a control plane from a YAML manifest.
+    #[command(after_help = format!("A manifest:\n\n{}", manifest::EXAMPLE))]
+    Apply(ApplyArgs),
+    /// Roll a control plane to another etcd version, one member at a time.
+    #[command(
+        after_help = "Example: quorum upgrade prod --version 3.5.1 --wait --timeout 15m\n\n\
+etcd moves one minor version at a time, and never below the running cluster version."
+    )]
+    Upgrade(UpgradeArgs),
+    /// Change the number of members.
+    #[command(after_help = "Example: quorum scale prod --replicas 5 --wait")]
+    Scale(ScaleArgs),
+    /// Show machines, members, health, conditions and client endpoints.
+    #[command(after_help = "The fields of -o json and -o yaml are described in the README.")]
+    Status(StatusArgs),
+    /// Show a control plane's history: each step quorum took or was refused, when
+    /// (UTC), and which controller replica took it.
+    #[command(
+        after_help = "Examples:\n  quorum events prod                     the newest 50 steps\n  \
+quorum events prod --last 0 -o json    every step kept (up to 10,000), as JSON\n  \
+quorum events prod --follow            keep printing new steps (Ctrl-C stops)\n\n\
+BY names the controller replica (--identity) that wrote the step. After a failover the\n\
+new leader's steps carry its name; a deposed leader cannot write any (its writes are\n\
+fenced), so a step it still performed on a member shows only in its own log."
+    )]
+    Events(EventsArgs),
+    /// List the control planes.
+    List,
+    /// Delete a control plane: stop and remove every machine and its data.
+    Delete(DeleteArgs),
+    /// Run the reconcile loop in the foreground for every control plane (Ctrl-C stops it;
+    /// the machines keep running).
+    #[command(
+        after_help = "The controller keeps <home>/endpoints/<name>.json current: the client URLs \
+clients should use (voting, healthy, not leaving), replaced before a leaving member is removed."
+    )]
+    Controller(ControllerArgs),
+    /// Pause or resume the reconciliation of one control plane.
+    Pause(PauseArgs),
+    /// Print an HAProxy configuration for a control plane: an HTTP/2 frontend for its
+    /// clients, the admin socket quorum drives, and a backend with its current members.
+    #[command(after_help = "Example:\n  \
+quorum create prod --version 3.5.1 --haproxy-runtime-api /run/quorum-haproxy/admin.sock\n  \
+quorum haproxy-config prod --bind 127.0.0.1:2379 > haproxy.cfg && haproxy -f haproxy.cfg\n\n\
+From then on the controller adds a member to the backend once its /health passes, and\n\
+sets a leaving member to maintenance (then shuts its sessions) before removing it.")]
+    HaproxyConfig(HaproxyConfigArgs),
+    /// List the installed etcd versions.
+    Versions,
+    /// In a fresh temporary home: create 3 members at etcd 3.4.23, write keys, upgrade to
+    /// 3.5.1 with progress, verify every key, report timings, clean up.
+    Demo(demo::DemoArgs),
+    /// Measure what clients see.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// In a fresh temporary home: a paced client workload (writes and linearizable reads)
+    /// during a rollout, through the published endpoints or an HAProxy, by quorum or by a
+    /// naive script; reports failures by kind, latency, the longest gap without a
+    /// success, when new members began to serve, and lost writes (which fail the run).
+    #[command(after_help = "Examples:
+  quorum bench rollout                       quorum's rollout, clients following the endpoints
+  quorum bench rollout --rate 100 --settle 1s -o json
+                                             a short run, machine-readable
+  quorum bench rollout --strategy safe,naive --client-mode follow,haproxy --plot docs/bench
+                                             the side-by-side comparison (4 fresh control planes)")]
+    Rollout(rollout::BenchArgs),
+    /// Several controllers on a throwaway 3-member management etcd: SIGKILL the leading
+    /// one again and again and time until a standby's first write as leader.
+    #[command(after_help = "Examples:
+  quorum bench failover                      20 kills, lease 4s, 2 replicas
+  quorum bench failover --runs 5 --lease-ttl 2s --replicas 3 -o json")]
+    Failover(failover::FailoverArgs),
+}
+
+#[derive(clap::Args)]
+pub struct CreateArgs {
+    /// Name of the new control plane: lowercase letters, digits and '-'.
+    pub name: String,
+    /// Number of etcd members: 1, 3, 5 or 7.
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
+    pub replicas: u32,
+    /// etcd version, installed (see `quorum versions`); 3.4 means the newest installed 3.4.x.
+    #[arg(long)]
+    pub version: String,
+    /// 1: add each new member before removing an old one; 0: remove first (3+ replicas).
+    #[arg(long, default_value_t = 1)]
+    pub max_surge: u32,
+    /// Accept an even replica count.
+    #[arg(long)]
+    pub force: bool,
+    /// Keep this HAProxy's backend in step with the members: the path of its runtime
+    /// API socket (a `stats socket ... level admin` line; see `quorum haproxy-config`).
+    #[arg(long, value_name = "SOCKET")]
+    pub haproxy_runtime_api: Option<String>,
+    /// With --haproxy-runtime-api: the backend that holds the members.
+    #[arg(long, default_value = DEFAULT_HAPROXY_BACKEND, value_name = "NAME")]
+    pub haproxy_backend: String,
+    /// How long each machine's certificates are valid: 365d, 12h, 90s.
+    #[arg(long, default_value = "365d", value_name = "DURATION")]
+    pub certificate_lifetime: Span,
+    /// Replace a machine (by a normal rollout) when its certificates expire within
+    /// this span. Default: a fifth of the lifetime.
+    #[arg(long, value_name = "DURATION")]
+    pub renew_before: Option<Span>,
+    /// DANGEROUS: plain HTTP on the client and peer ports, no certificates. Anyone
+    /// who can reach a member's address can read and change everything in it.
+    #[arg(long)]
+    pub insecure_plaintext: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(clap::Args)]
+pub struct CredentialsArgs {
+    /// The control plane.
+    pub name: String,
+    /// Directory for ca.crt, client.crt and client.key (created owner-only).
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// The certificate's common name (who the client is, in etcd's logs).
+    #[arg(long, default_value = "quorum-user", value_name = "CN")]
+    pub common_name: String,
+    /// How long the certificate is valid: 30d, 12h.
+    #[arg(long, default_value = "30d", value_name = "DURATION")]
+    pub lifetime: Span,
+}
+
+#[derive(clap::Args)]
+pub struct ApplyArgs {
+    /// The manifest ('-' for standard input).
+    #[arg(short = 'f', long = "filename", value_name = "FILE")]
+    pub file: PathBuf,
+    /// Accept an even replica count, or a change while a member is unreachable.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(clap::Args)]
+pub struct UpgradeArgs {
+    /// The control plane.
+    pub name: String,
+    /// The etcd version to roll to (installed; 3.5 means the newest installed 3.5.x).
+    #[arg(long)]
+    pub version: String,
+    /// Record the change even if a member is unreachable (quorum still refuses every unsafe step).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(clap::Args)]
+pub struct ScaleArgs {
+    /// The control plane.
+    pub name: String,
+    /// The new number of etcd members: 1, 3, 5 or 7.
+    #[arg(long, allow_negative_numbers = true)]
+    pub replicas: u32,
+    /// Accept an even count, or a change while a member is unreachable.
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// The control plane.
+    pub name: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: Output,
+}
+
+#[derive(clap::Args)]
+pub struct EventsArgs {
+    /// The control plane.
+    pub name: String,
+    /// How many of the newest steps to show; 0 shows every one kept.
+    #[arg(
+        long,
+        default_value_t = 50,
+        value_name = "N",
+        allow_negative_numbers = true
+    )]
+    pub last: u32,
+    /// Keep printing new steps as they are recorded, until Ctrl-C or deletion.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+    /// Output format (with --follow, -o json prints one object per line).
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: Output,
+}
+
+#[derive(clap::Args)]
+pub struct DeleteArgs {
+    /// The control plane.
+    pub name: String,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(clap::Args)]
+pub struct ControllerArgs {
+    /// Serve Prometheus metrics on ADDR (GET /metrics), or 'off'.
+    #[arg(long, default_value = "127.0.0.1:9479", value_name = "ADDR")]
+    pub metrics_addr: String,
+    /// With --store etcd://: the leadership lease. A dead leader is replaced within
+    /// about this long; a leader that cannot renew stops acting before it ends.
+    #[arg(long, default_value = "4s", value_parser = parse_lease_ttl, value_name = "DURATION")]
+    pub lease_ttl: Duration,
+    /// Name this replica publishes (in `quorum status` and the leader key).
+    /// Default: host and process id.
+    #[arg(long, value_name = "NAME")]
+    pub identity: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct PauseArgs {
+    /// The control plane.
+    pub name: String,
+    /// Resume instead of pausing.
+    #[arg(long)]
+    pub resume: bool,
+}
+
+#[derive(clap::Args)]
+pub struct HaproxyConfigArgs {
+    /// The control plane (created with --haproxy-runtime-api, or a manifest's spec.haproxy).
+    pub name: String,
+    /// Address the frontend listens on for etcd clients: IP:PORT.
+    #[arg(long, value_name = "ADDR")]
+    pub bind: std::net::SocketAddr,
+    /// For a TLS control plane: where to write HAProxy's own certificate and key
+    /// (haproxy.pem, for its frontend) and the CA bundle (ca.crt).
+    /// Default: <home>/haproxy/<name>.
+    #[arg(long, value_name = "DIR")]
+    pub tls_dir: Option<PathBuf>,
+}

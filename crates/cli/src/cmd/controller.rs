@@ -1,0 +1,65 @@
+//! `quorum controller`: the reconcile loop in the foreground, with its metrics endpoint,
+//! until Ctrl-C or SIGTERM (the machines keep running).
+
+use crate::args::ControllerArgs;
+use anyhow::{Context, Result};
+use quorum_controller::{Config, Controller};
+use quorum_ops::Place;
+use quorum_provider::default_etcd_dir;
+use quorum_store::StoreLocation;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub async fn run(at: &Place, a: ControllerArgs) -> Result<()> {
+    let home = &at.home;
+    let mut cfg = Config::new(home, default_etcd_dir());
+    cfg.store = at.store.clone();
+    cfg.lease_ttl_ms = a.lease_ttl.as_millis() as u64;
+    if let Some(id) = a.identity {
+        cfg.identity = id;
+    }
+    let where_ = match &at.store {
+        StoreLocation::Embedded => home.display().to_string(),
+        StoreLocation::Etcd(l) => l.url(),
+    };
+    let mut c = Controller::new(cfg).with_context(|| format!("opening the store {where_}"))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    if a.metrics_addr != "off" {
+        serve_metrics(&a.metrics_addr, &c, &stop).await?;
+    }
+    tokio::spawn(stop_on_signal(stop.clone()));
+    eprintln!(
+        "quorum controller: home {}, store {} (Ctrl-C to stop; machines keep running)",
+        home.display(),
+        where_
+    );
+    c.run(stop).await;
+    Ok(())
+}
+
+/// Serves Prometheus metrics on `addr` until `stop`.
+async fn serve_metrics(addr: &str, c: &Controller, stop: &Arc<AtomicBool>) -> Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
+        format!("cannot serve metrics on {addr} (another controller there?); choose another with --metrics-addr, or 'off'")
+    })?;
+    eprintln!(
+        "quorum controller: metrics on http://{}/metrics",
+        listener.local_addr()?
+    );
+    tokio::spawn(quorum_controller::metrics::serve(
+        listener,
+        c.metrics(),
+        stop.clone(),
+    ));
+    Ok(())
+}
+
+/// Sets `stop` on Ctrl-C or SIGTERM.
+async fn stop_on_signal(stop: Arc<AtomicBool>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
+    }
+    stop.store(true, Ordering::Relaxed);
+}

@@ -1,0 +1,35 @@
+//! `quorum create`: a new control plane from flags.
+
+use crate::args::CreateArgs;
+use crate::cmd::wait_for;
+use anyhow::Result;
+use quorum_core::{
+    CertificatesSpec, ControlPlaneSpec, HaproxySpec, RolloutBefore, RolloutStrategy,
+};
+use quorum_ops::{create, wait, Ctx, Place};
+
+pub async fn run(at: &Place, a: CreateArgs) -> Result<()> {
+    let mut ctx = Ctx::open(at)?;
+    let version = ctx.version(&a.version)?;
+    let spec = ControlPlaneSpec {
+        replicas: a.replicas,
+        version,
+        rollout: RolloutStrategy {
+            max_surge: a.max_surge,
+            before: RolloutBefore {
+                certificates_expiry: a.renew_before,
+            },
+        },
+        paused: false,
+        haproxy: a.haproxy_runtime_api.map(|runtime_api| HaproxySpec {
+            runtime_api,
+            backend: a.haproxy_backend,
+        }),
+        certificates: CertificatesSpec {
+            lifetime: a.certificate_lifetime,
+        },
+        insecure_plaintext: a.insecure_plaintext,
+    };
+    create(&mut ctx, &a.name, spec, a.force)?;
+    wait_for(&ctx, &a.name, wait::Goal::Converged, &a.wait, 0).await
+}

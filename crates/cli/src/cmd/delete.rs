@@ -1,0 +1,65 @@
+//! `quorum delete`: mark a control plane deleting; the running controller removes its
+//! machines, or, when none runs, this command does (the teardown needs no quorum).
+
+use crate::args::{DeleteArgs, WaitArgs};
+use anyhow::{bail, Result};
+use quorum_ops::{teardown, wait, Ctx, Place};
+use std::time::{Duration, Instant};
+
+/// How often `delete --wait` looks at a deletion the controller performs.
+const DELETE_POLL_MS: u64 = 200;
+
+pub async fn run(at: &Place, a: DeleteArgs) -> Result<()> {
+    let name = a.name;
+    let mut ctx = Ctx::open(at)?;
+    ctx.store.get_control_plane(&name)?;
+    let after = ctx.store.last_event_id(&name)?;
+    ctx.store.mark_control_plane_deleting(&name)?;
+    if wait::controller_active(&ctx.store) {
+        println!("{name}: marked for deletion; the running controller removes its machines");
+        if !a.wait.wait {
+            return Ok(());
+        }
+        follow_controller(at, &ctx, &name, &a.wait, after).await?;
+    } else {
+        // Teardown needs no quorum and no controller: do it here.
+        println!("{name}: marked for deletion; stopping and removing its machines");
+        teardown(at, &name, Some(ctx.started_ms)).await?;
+    }
+    if ctx.store.control_plane(&name)?.is_none() {
+        println!("{name}: deleted");
+    }
+    Ok(())
+}
+
+/// Follows the controller's deletion of `name`, printing its steps; should the
+/// controller stop (a stale heartbeat), finishes the teardown here.
+async fn follow_controller(
+    at: &Place,
+    ctx: &Ctx,
+    name: &str,
+    w: &WaitArgs,
+    after: i64,
+) -> Result<()> {
+    let mut last = after;
+    let deadline = Instant::now() + w.timeout;
+    while ctx.store.control_plane(name)?.is_some() {
+        wait::print_events(&ctx.store, name, &mut last, ctx.started_ms, false)?;
+        if !wait::controller_active(&ctx.store) {
+            println!("{name}: the controller stopped; finishing the deletion here");
+            teardown(at, name, Some(ctx.started_ms)).await?;
+            // The teardown printed its own steps.
+            last = ctx.store.last_event_id(name)?;
+            break;
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "{name}: not deleted within {}s; see `quorum status {name}`",
+                w.timeout.as_secs()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(DELETE_POLL_MS)).await;
+    }
+    wait::print_events(&ctx.store, name, &mut last, ctx.started_ms, false)?;
+    Ok(())
+}

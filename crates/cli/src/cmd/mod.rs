@@ -1,0 +1,80 @@
+//! One module per command. Each takes its parsed arguments and the place to work in;
+//! the operations they share with the benchmark tooling are in `quorum-ops`.
+
+mod apply;
+mod controller;
+mod create;
+mod credentials;
+mod delete;
+mod events;
+mod haproxy_config;
+mod list;
+mod pause;
+mod scale;
+mod status;
+mod upgrade;
+mod versions;
+
+use crate::args::{BenchCommand, Command, EventsArgs, Output, WaitArgs};
+use anyhow::Result;
+use quorum_bench::{demo, failover, rollout};
+use quorum_ops::{wait, Ctx, Place};
+
+/// Runs one command.
+pub async fn run(at: &Place, command: Command) -> Result<()> {
+    match command {
+        Command::Create(a) => create::run(at, a).await,
+        Command::Apply(a) => apply::run(at, a).await,
+        Command::Upgrade(a) => upgrade::run(at, a).await,
+        Command::Scale(a) => scale::run(at, a).await,
+        Command::Pause(a) => pause::run(at, a),
+        Command::Status(a) => status::run(at, a).await,
+        Command::Events(a) => run_events(at, a).await,
+        Command::List => list::run(at),
+        Command::Delete(a) => delete::run(at, a).await,
+        Command::Controller(a) => controller::run(at, a).await,
+        Command::Credentials(a) => credentials::run(at, a),
+        Command::HaproxyConfig(a) => haproxy_config::run(at, a),
+        Command::Versions => versions::run(),
+        Command::Demo(a) => demo::run(a).await,
+        Command::Bench(BenchCommand::Rollout(a)) => rollout::run(a).await,
+        Command::Bench(BenchCommand::Failover(a)) => failover::run(a).await,
+    }
+}
+
+/// `--wait`: follows `name` to `goal`; without it, says when nothing will act.
+async fn wait_for(
+    ctx: &Ctx,
+    name: &str,
+    goal: wait::Goal,
+    w: &WaitArgs,
+    after_event: i64,
+) -> Result<()> {
+    if w.wait {
+        ctx.follow(name, goal, w.timeout, after_event, ctx.started_ms)
+            .await?;
+    } else if !wait::controller_active(&ctx.store) {
+        println!("note: no controller is running on this home; nothing happens until one runs: `quorum controller`");
+    }
+    Ok(())
+}
+
+/// `quorum events`: the flags' checks; the history is read and printed in `events`.
+async fn run_events(at: &Place, a: EventsArgs) -> Result<()> {
+    if a.follow && matches!(a.output, Output::Yaml) {
+        use clap::CommandFactory;
+        crate::args::Cli::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--follow prints a table or JSON lines (-o json), not YAML",
+            )
+            .exit();
+    }
+    let ctx = Ctx::open(at)?;
+    let format = match a.output {
+        Output::Table => events::Format::Table,
+        Output::Json => events::Format::Json,
+        Output::Yaml => events::Format::Yaml,
+    };
+    events::run(&ctx.store, &a.name, a.last, a.follow, format).await
+}
