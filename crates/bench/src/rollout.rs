@@ -708,7 +708,7 @@ async fn run_one(
     report.haproxy_backend = haproxy_backend;
     if let Some(dir) = &args.plot {
         let path = dir.join(format!("{}-{}.svg", label(strategy), label(mode)));
-        std::fs::write(&path, picture(&report, &ops, t0, t1))
+        std::fs::write(&path, picture(&report, &ops, t0, t1)?)
             .with_context(|| format!("writing {}", path.display()))?;
         report.plot = Some(path);
     }
@@ -726,7 +726,7 @@ pub struct NewMember {
 }
 
 /// The latency-over-time picture of a run.
-fn picture(r: &Report, ops: &[Op], t0: i64, t1: i64) -> String {
+fn picture(r: &Report, ops: &[Op], t0: i64, t1: i64) -> Result<String> {
     let plot_ops: Vec<PlotOp> = ops
         .iter()
         .map(|o| PlotOp {
