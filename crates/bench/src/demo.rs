@@ -195,9 +195,24 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     let total = t_up.elapsed();
 
     println!("\n== 4. verify");
+    verify(&ctx, args, tls.as_ref(), &values).await?;
+
+    let events = ctx.store.events_after(NAME, after, 10_000)?;
+    print_report(&events, total);
+    Ok(())
+}
+
+/// Every key reads back intact, every member runs the new version, and the cluster
+/// version follows.
+async fn verify(
+    ctx: &Ctx,
+    args: &DemoArgs,
+    tls: Option<&ClientTls>,
+    values: &[(String, String)],
+) -> Result<()> {
     let cp = ctx.store.get_control_plane(NAME)?;
     let s = ctx.live(&cp).await?;
-    verify_keys(&s.endpoints, tls.as_ref(), &values).await?;
+    verify_keys(&s.endpoints, tls, values).await?;
     println!("✓ all {} keys read back intact", values.len());
     for m in &s.machines {
         if m.running_version.as_deref() != Some(&args.rollout.to.to_string()) {
@@ -230,9 +245,6 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         bail!("cluster version is {cluster:?}, expected {want_cluster}");
     }
     println!("✓ cluster version {want_cluster}");
-
-    let events = ctx.store.events_after(NAME, after, 10_000)?;
-    print_report(&events, total);
     Ok(())
 }
 

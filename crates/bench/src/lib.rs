@@ -4,8 +4,10 @@
 //! Each drives the same operations as the `quorum` commands (`quorum-ops`) in a
 //! throwaway home, and cleans up every process it started.
 
+mod balancer;
 pub mod demo;
 pub mod failover;
 mod naive;
 mod plot;
+mod report;
 pub mod rollout;

@@ -12,21 +12,21 @@
 //! and it reads back every acknowledged write: a missing one is a lost write and fails
 //! the run.
 
+use crate::balancer::{place_balancer, start_balancer, wait_backend, Balancer};
 use crate::demo;
 use crate::naive;
 use crate::plot::{latency_svg, PlotOp, PlotStep};
+use crate::report;
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
-use quorum_controller::{address_is_free, endpoints_path, now_ms};
+use quorum_controller::{endpoints_path, now_ms};
 use quorum_core::{
-    ClientErrorKind, ControlPlaneSpec, GrpcCode, HaproxySpec, CLIENT_PORT, DEFAULT_HAPROXY_BACKEND,
+    ClientErrorKind, ControlPlaneSpec, GrpcCode, HaproxySpec, DEFAULT_HAPROXY_BACKEND,
 };
 use quorum_etcd::ClientTls;
-use quorum_haproxy::{HaproxyProcess, RuntimeApi};
-use quorum_ops::{change, create, status, teardown, wait, Ctx, Place};
+use quorum_ops::{change, create, teardown, wait, Ctx, Place};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,8 +41,6 @@ const ENDPOINTS_POLL_MS: u64 = 100;
 const MAX_OPS: usize = 1_000_000;
 /// Clients that cannot connect within this long before the workload fail the run.
 const WARM_UP_LIMIT_MS: u64 = 10_000;
-/// Every HAProxy runtime API command gives up after this long.
-const HAPROXY_TIMEOUT_MS: u64 = 2_000;
 
 /// Who rolls the control plane.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
@@ -426,13 +424,7 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
         let doc = serde_json::json!({ "runs": reports });
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
-        for r in &reports {
-            print_table(r);
-            println!();
-        }
-        if reports.len() > 1 {
-            print_comparison(&reports);
-        }
+        report::print(&reports);
     }
     result?;
     let lost: usize = reports.iter().map(|r| r.lost_writes).sum();
@@ -442,78 +434,10 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn label<T: clap::ValueEnum>(v: T) -> String {
+pub(crate) fn label<T: clap::ValueEnum>(v: T) -> String {
     v.to_possible_value()
         .map(|p| p.get_name().to_string())
         .unwrap_or_default()
-}
-
-/// An HAProxy in front of one control plane, started for the run and stopped with it.
-struct Balancer {
-    process: HaproxyProcess,
-    api: RuntimeApi,
-    frontend: SocketAddr,
-}
-
-/// Where a control plane's HAProxy will run: its frontend (a free address of the
-/// home's subnet) and its directory and admin socket.
-struct BalancerPlace {
-    frontend: SocketAddr,
-    dir: PathBuf,
-    socket: PathBuf,
-}
-
-fn place_balancer(ctx: &Ctx, home: &Path, name: &str) -> Result<BalancerPlace> {
-    let (a, b) = ctx.store.subnet()?;
-    // Machines take addresses from .1 upwards; the balancers take them from the top.
-    let ip = (200u8..=250)
-        .rev()
-        .map(|x| Ipv4Addr::new(127, a, b, x))
-        .find(|ip| address_is_free(*ip))
-        .context("no free address for HAProxy in 127.A.B.200-250")?;
-    let frontend = SocketAddr::from((ip, CLIENT_PORT));
-    let dir = home.join("haproxy").join(name);
-    std::fs::create_dir_all(&dir)?;
-    let socket = dir.join("admin.sock");
-    Ok(BalancerPlace {
-        frontend,
-        dir,
-        socket,
-    })
-}
-
-/// Starts an HAProxy with an empty backend for `cp` (which exists: a TLS frontend
-/// needs a certificate from its CA).
-fn start_balancer(
-    ctx: &Ctx,
-    cp: &quorum_core::ControlPlane,
-    place: BalancerPlace,
-) -> Result<Balancer> {
-    let BalancerPlace {
-        frontend,
-        dir,
-        socket,
-    } = place;
-    let tls = match ctx.store.certificate_authority(cp)? {
-        Some(stored) => Some(quorum_ops::haproxy_frontend_tls(
-            &cp.name, &stored, frontend, &dir,
-        )?),
-        None => None,
-    };
-    let config = quorum_haproxy::config(
-        &cp.name,
-        frontend,
-        &socket,
-        DEFAULT_HAPROXY_BACKEND,
-        &[],
-        tls.as_ref(),
-    );
-    let process = HaproxyProcess::start(&dir, &config, &socket, 10_000)?;
-    Ok(Balancer {
-        process,
-        api: RuntimeApi::new(&socket, HAPROXY_TIMEOUT_MS),
-        frontend,
-    })
 }
 
 async fn run_one(
@@ -526,80 +450,9 @@ async fn run_one(
 ) -> Result<Report> {
     let mut ctx = Ctx::open(&Place::embedded(home))?;
     ctx.quiet = true;
-    let place = match mode {
-        ClientMode::Haproxy => Some(place_balancer(&ctx, home, name)?),
-        ClientMode::Follow => None,
-    };
-    eprintln!(
-        "bench {name}: creating {} members at etcd {}",
-        args.rollout.replicas, args.rollout.from
-    );
-    create(&mut ctx, name, args.rollout.initial_spec(), false)?;
-    let cp = ctx.store.get_control_plane(name)?;
-    let tls = ctx.client_tls(&cp)?;
-    if let Some(place) = place {
-        // HAProxy's TLS frontend needs the control plane's CA, so HAProxy starts after
-        // the control plane is created, and only then is it named in the spec: the
-        // controller never looks for an HAProxy that is not there yet.
-        let haproxy = HaproxySpec {
-            runtime_api: place.socket.display().to_string(),
-            backend: DEFAULT_HAPROXY_BACKEND.to_string(),
-        };
-        *balancer = Some(start_balancer(&ctx, &cp, place)?);
-        let mut spec = cp.spec.clone();
-        spec.haproxy = Some(haproxy);
-        ctx.store.update_spec(name, &spec)?;
-    }
+    let (tls, source) = prepare(&mut ctx, home, args, name, (strategy, mode), balancer).await?;
     let balancer = balancer.as_ref();
-    quiet_wait(&ctx, name, args.rollout.timeout).await?;
-    if let Some(b) = &balancer {
-        wait_backend(&b.api, args.rollout.replicas as usize, args.rollout.timeout).await?;
-    }
-    // The controller publishes the endpoints on its next pass after convergence.
-    wait_endpoints_file(
-        &endpoints_path(home, name),
-        args.rollout.replicas as usize,
-        args.rollout.timeout,
-    )
-    .await?;
-    let source = match (balancer, strategy) {
-        (Some(b), _) => Source::Fixed(vec![b.frontend.to_string()]),
-        (None, Strategy::Safe) => Source::File(endpoints_path(home, name)),
-        (None, Strategy::Naive) => {
-            // The naive script keeps its own list: it adds members, never removes one.
-            let path = home.join("naive").join(format!("{name}.json"));
-            std::fs::create_dir_all(home.join("naive"))?;
-            std::fs::copy(endpoints_path(home, name), &path)?;
-            Source::File(path)
-        }
-    };
-    let ops = Arc::new(Mutex::new(Vec::new()));
-    let acked = Arc::new(Mutex::new(Vec::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let interval = Duration::from_secs_f64(f64::from(args.clients) / f64::from(args.rate));
-    let ready = Arc::new(tokio::sync::Barrier::new(args.clients as usize + 1));
-    let workers: Vec<_> = (0..args.clients)
-        .map(|id| {
-            tokio::spawn(client_loop(
-                id,
-                source.clone(),
-                tls.clone(),
-                interval,
-                args.write_ratio,
-                ready.clone(),
-                stop.clone(),
-                ops.clone(),
-                acked.clone(),
-            ))
-        })
-        .collect();
-    ready.wait().await;
-    let probe = tokio::spawn(probe_serving(
-        home.to_path_buf(),
-        name.to_string(),
-        tls.clone(),
-        stop.clone(),
-    ));
+    let workload = Workload::start(args, &source, &tls, home, name).await;
     let t0 = now_ms();
     eprintln!(
         "bench {name}: {} ops/s from {} clients; {} rollout to {} after {:?}",
@@ -632,68 +485,25 @@ async fn run_one(
                 ..s.clone()
             })
             .await?;
-            let clients = match (balancer, &source) {
-                (Some(b), _) => naive::Clients::Haproxy {
-                    api: b.api.clone(),
-                    backend: DEFAULT_HAPROXY_BACKEND.to_string(),
-                    tls: tls.as_ref().map(|c| quorum_controller::balancer::LbTls {
-                        ca_pem: c.ca_pem.clone(),
-                        bundle_pem: format!("{}\n{}", c.cert_pem.trim_end(), c.key_pem.trim_end()),
-                        names: quorum_controller::balancer::LbTls::names(name),
-                    }),
-                },
-                (None, Source::File(p)) => naive::Clients::File(p.clone()),
-                (None, Source::Fixed(_)) => bail!("a fixed endpoint needs a balancer"),
-            };
+            let clients = naive_clients(balancer, &source, tls.as_ref(), name)?;
             Some(naive::rollout(&mut ctx, name, to, &clients, t0).await?)
         }
     };
     let rollout_ms = now_ms() - up_start;
     tokio::time::sleep(args.settle).await;
-    stop.store(true, Ordering::Relaxed);
-    for w in workers {
-        let _ = w.await;
-    }
-    let first_ok = probe.await.unwrap_or_default();
+    let (ops, acked, first_ok) = workload.finish().await;
     // The counters only describe the run; without them the report (and its lost-write
     // check) still stands.
-    let haproxy_backend =
-        balancer.and_then(
-            |b| match b.api.backend_connections(DEFAULT_HAPROXY_BACKEND) {
-                Ok(c) => Some(BackendCalls {
-                    calls: c.calls,
-                    connections_opened: c.opened,
-                    connections_reused: c.reused,
-                }),
-                Err(e) => {
-                    eprintln!(
-                        "bench {name}: HAProxy's backend counters are not in the report: {e}"
-                    );
-                    None
-                }
-            },
-        );
+    let haproxy_backend = balancer.and_then(|b| backend_calls(b, name));
     let t1 = now_ms();
     let steps = match naive_steps {
         Some(s) => s,
-        None => ctx
-            .store
-            .events_after(name, after, 10_000)?
-            .into_iter()
-            .filter(|e| e.ok && e.kind != "converged")
-            .map(|e| Step {
-                at_ms: e.at_ms - t0,
-                kind: e.kind,
-                message: e.message,
-            })
-            .collect(),
+        None => recorded_steps(&ctx, name, after, t0)?,
     };
     let cp = ctx.store.get_control_plane(name)?;
     let endpoints = ctx.live(&cp).await?.endpoints;
-    let acked = std::mem::take(&mut *acked.lock().unwrap_or_else(|p| p.into_inner()));
     // Acknowledged writes missing (or changed) when read back are lost writes.
     let (lost, _) = demo::missing_keys(&endpoints, tls.as_ref(), KEY_PREFIX, &acked).await?;
-    let ops = std::mem::take(&mut *ops.lock().unwrap_or_else(|p| p.into_inner()));
     let new_members = new_members(&steps, &first_ok, t0);
     let mut report = summarize(
         args,
@@ -713,6 +523,187 @@ async fn run_one(
         report.plot = Some(path);
     }
     Ok(report)
+}
+
+/// Creates the control plane (and its HAProxy, in that mode) and waits until it serves:
+/// converged, in the backend, and in the published endpoints. Returns the clients'
+/// credentials and where they find the members.
+async fn prepare(
+    ctx: &mut Ctx,
+    home: &Path,
+    args: &BenchArgs,
+    name: &str,
+    (strategy, mode): (Strategy, ClientMode),
+    balancer: &mut Option<Balancer>,
+) -> Result<(Option<ClientTls>, Source)> {
+    let place = match mode {
+        ClientMode::Haproxy => Some(place_balancer(ctx, home, name)?),
+        ClientMode::Follow => None,
+    };
+    eprintln!(
+        "bench {name}: creating {} members at etcd {}",
+        args.rollout.replicas, args.rollout.from
+    );
+    create(ctx, name, args.rollout.initial_spec(), false)?;
+    let cp = ctx.store.get_control_plane(name)?;
+    let tls = ctx.client_tls(&cp)?;
+    if let Some(place) = place {
+        // HAProxy's TLS frontend needs the control plane's CA, so HAProxy starts after
+        // the control plane is created, and only then is it named in the spec: the
+        // controller never looks for an HAProxy that is not there yet.
+        let haproxy = HaproxySpec {
+            runtime_api: place.socket.display().to_string(),
+            backend: DEFAULT_HAPROXY_BACKEND.to_string(),
+        };
+        *balancer = Some(start_balancer(ctx, &cp, place)?);
+        let mut spec = cp.spec.clone();
+        spec.haproxy = Some(haproxy);
+        ctx.store.update_spec(name, &spec)?;
+    }
+    let balancer = balancer.as_ref();
+    quiet_wait(ctx, name, args.rollout.timeout).await?;
+    if let Some(b) = &balancer {
+        wait_backend(&b.api, args.rollout.replicas as usize, args.rollout.timeout).await?;
+    }
+    // The controller publishes the endpoints on its next pass after convergence.
+    wait_endpoints_file(
+        &endpoints_path(home, name),
+        args.rollout.replicas as usize,
+        args.rollout.timeout,
+    )
+    .await?;
+    let source = match (balancer, strategy) {
+        (Some(b), _) => Source::Fixed(vec![b.frontend.to_string()]),
+        (None, Strategy::Safe) => Source::File(endpoints_path(home, name)),
+        (None, Strategy::Naive) => {
+            // The naive script keeps its own list: it adds members, never removes one.
+            let path = home.join("naive").join(format!("{name}.json"));
+            std::fs::create_dir_all(home.join("naive"))?;
+            std::fs::copy(endpoints_path(home, name), &path)?;
+            Source::File(path)
+        }
+    };
+    Ok((tls, source))
+}
+
+/// The paced clients of one run and the probe of new members, running until `finish`.
+struct Workload {
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    probe: tokio::task::JoinHandle<BTreeMap<String, i64>>,
+    stop: Arc<AtomicBool>,
+    ops: Arc<Mutex<Vec<Op>>>,
+    acked: Arc<Mutex<Vec<(String, String)>>>,
+}
+
+impl Workload {
+    /// Starts the clients and returns once every one of them is ready.
+    async fn start(
+        args: &BenchArgs,
+        source: &Source,
+        tls: &Option<ClientTls>,
+        home: &Path,
+        name: &str,
+    ) -> Workload {
+        let ops = Arc::new(Mutex::new(Vec::new()));
+        let acked = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let interval = Duration::from_secs_f64(f64::from(args.clients) / f64::from(args.rate));
+        let ready = Arc::new(tokio::sync::Barrier::new(args.clients as usize + 1));
+        let workers: Vec<_> = (0..args.clients)
+            .map(|id| {
+                tokio::spawn(client_loop(
+                    id,
+                    source.clone(),
+                    tls.clone(),
+                    interval,
+                    args.write_ratio,
+                    ready.clone(),
+                    stop.clone(),
+                    ops.clone(),
+                    acked.clone(),
+                ))
+            })
+            .collect();
+        ready.wait().await;
+        let probe = tokio::spawn(probe_serving(
+            home.to_path_buf(),
+            name.to_string(),
+            tls.clone(),
+            stop.clone(),
+        ));
+        Workload {
+            workers,
+            probe,
+            stop,
+            ops,
+            acked,
+        }
+    }
+
+    /// Stops the clients and the probe. Returns every operation, the acknowledged
+    /// writes (key, value), and when each new member first answered.
+    async fn finish(self) -> (Vec<Op>, Vec<(String, String)>, BTreeMap<String, i64>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for w in self.workers {
+            let _ = w.await;
+        }
+        let first_ok = self.probe.await.unwrap_or_default();
+        let acked = std::mem::take(&mut *self.acked.lock().unwrap_or_else(|p| p.into_inner()));
+        let ops = std::mem::take(&mut *self.ops.lock().unwrap_or_else(|p| p.into_inner()));
+        (ops, acked, first_ok)
+    }
+}
+
+/// Where the naive script puts new members for the clients to find.
+fn naive_clients(
+    balancer: Option<&Balancer>,
+    source: &Source,
+    tls: Option<&ClientTls>,
+    name: &str,
+) -> Result<naive::Clients> {
+    Ok(match (balancer, source) {
+        (Some(b), _) => naive::Clients::Haproxy {
+            api: b.api.clone(),
+            backend: DEFAULT_HAPROXY_BACKEND.to_string(),
+            tls: tls.map(|c| quorum_controller::balancer::LbTls {
+                ca_pem: c.ca_pem.clone(),
+                bundle_pem: format!("{}\n{}", c.cert_pem.trim_end(), c.key_pem.trim_end()),
+                names: quorum_controller::balancer::LbTls::names(name),
+            }),
+        },
+        (None, Source::File(p)) => naive::Clients::File(p.clone()),
+        (None, Source::Fixed(_)) => bail!("a fixed endpoint needs a balancer"),
+    })
+}
+
+/// HAProxy's backend counters at the end of a run, when it answers.
+fn backend_calls(b: &Balancer, name: &str) -> Option<BackendCalls> {
+    match b.api.backend_connections(DEFAULT_HAPROXY_BACKEND) {
+        Ok(c) => Some(BackendCalls {
+            calls: c.calls,
+            connections_opened: c.opened,
+            connections_reused: c.reused,
+        }),
+        Err(e) => {
+            eprintln!("bench {name}: HAProxy's backend counters are not in the report: {e}");
+            None
+        }
+    }
+}
+
+/// The steps quorum's controller recorded during the rollout, from the store.
+fn recorded_steps(ctx: &Ctx, name: &str, after: i64, t0: i64) -> Result<Vec<Step>> {
+    Ok(ctx
+        .store
+        .events_after(name, after, 10_000)?
+        .into_iter()
+        .filter(|e| e.ok && e.kind != "converged")
+        .map(|e| Step {
+            at_ms: e.at_ms - t0,
+            kind: e.kind,
+            message: e.message,
+        })
+        .collect())
 }
 
 /// A machine the rollout started, and when it began to serve clients.
@@ -854,26 +845,6 @@ async fn wait_endpoints_file(path: &Path, n: usize, timeout: Duration) -> Result
     Ok(())
 }
 
-/// Waits until HAProxy's backend holds `n` enabled servers.
-async fn wait_backend(api: &RuntimeApi, n: usize, timeout: Duration) -> Result<()> {
-    let start = Instant::now();
-    loop {
-        let api2 = api.clone();
-        let servers =
-            tokio::task::spawn_blocking(move || api2.servers(DEFAULT_HAPROXY_BACKEND)).await??;
-        if servers.iter().filter(|s| !s.maintenance).count() == n {
-            return Ok(());
-        }
-        if start.elapsed() > timeout {
-            bail!(
-                "HAProxy's backend did not reach {n} servers within {}s: {servers:?}",
-                timeout.as_secs()
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// Waits for convergence without printing progress (the report is the output).
 async fn quiet_wait(ctx: &Ctx, name: &str, timeout: Duration) -> Result<()> {
     let start = Instant::now();
@@ -967,138 +938,4 @@ fn summarize(
         tls: !args.rollout.insecure_plaintext,
         haproxy_backend: None,
     }
-}
-
-fn print_table(r: &Report) {
-    let failures = if r.failed_by_kind.is_empty() {
-        "none".to_string()
-    } else {
-        r.failed_by_kind
-            .iter()
-            .map(|(k, n)| format!("{k}: {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    let rows = vec![
-        vec![
-            "workload".to_string(),
-            format!(
-                "{} ops/s from {} clients, {}, {}; {} rollout {} -> {}",
-                r.rate,
-                r.clients,
-                match r.client_mode {
-                    ClientMode::Follow => "following the published endpoints",
-                    ClientMode::Haproxy => "through HAProxy",
-                },
-                if r.tls { "mutual TLS" } else { "plain HTTP" },
-                label(r.strategy),
-                r.from,
-                r.to
-            ),
-        ],
-        vec![
-            "operations".into(),
-            format!(
-                "{} attempted ({} writes), {} succeeded, {} failed ({failures}; {} of them \
-                 writes), {} reads repeated after 'leader changed'",
-                r.attempted,
-                r.writes_attempted,
-                r.succeeded,
-                r.failed,
-                r.failed_writes,
-                r.retried_reads
-            ),
-        ],
-        vec![
-            "latency".into(),
-            format!(
-                "p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms",
-                r.latency_ms_p50, r.latency_ms_p99, r.latency_ms_max
-            ),
-        ],
-        vec![
-            "longest gap".into(),
-            format!(
-                "{} ms without a successful operation",
-                r.longest_no_success_ms
-            ),
-        ],
-        vec![
-            "writes".into(),
-            format!(
-                "{} acknowledged, {} lost",
-                r.acknowledged_writes, r.lost_writes
-            ),
-        ],
-        vec![
-            "rollout".into(),
-            format!(
-                "{:.1} s, {} steps",
-                r.rollout_ms as f64 / 1000.0,
-                r.steps.len()
-            ),
-        ],
-    ];
-    let serving: Vec<String> = r
-        .new_members
-        .iter()
-        .map(|m| match m.serving_after_ms {
-            Some(ms) => format!("{} {:.2} s", m.machine, ms as f64 / 1000.0),
-            None => format!("{} never", m.machine),
-        })
-        .collect();
-    let mut rows = rows;
-    rows.push(vec![
-        "new members".into(),
-        format!("serving after start: {}", serving.join(", ")),
-    ]);
-    if let Some(b) = &r.haproxy_backend {
-        let mut line = format!(
-            "{} calls to the members over {} new connections ({} calls reused one)",
-            b.calls, b.connections_opened, b.connections_reused
-        );
-        if b.connections_reused == 0 && b.connections_opened > 1 {
-            // Measured on HAProxy 2.6.12; see the README's HAProxy section.
-            line.push_str("; HAProxy 2.6 never reuses a connection to a server added at run time");
-        }
-        rows.push(vec!["haproxy backend".into(), line]);
-    }
-    print!("{}", status::columns(&rows));
-    for (kind, msg) in &r.error_samples {
-        println!("  first '{kind}' failure: {msg}");
-    }
-    if let Some(p) = &r.plot {
-        println!("  picture: {}", p.display());
-    }
-}
-
-/// One line per run, side by side.
-fn print_comparison(reports: &[Report]) {
-    let mut rows = vec![vec![
-        "strategy".to_string(),
-        "clients".into(),
-        "failed".into(),
-        "reads repeated".into(),
-        "p50 ms".into(),
-        "p99 ms".into(),
-        "max ms".into(),
-        "longest gap ms".into(),
-        "rollout s".into(),
-        "lost writes".into(),
-    ]];
-    for r in reports {
-        rows.push(vec![
-            label(r.strategy),
-            label(r.client_mode),
-            format!("{} of {}", r.failed, r.attempted),
-            r.retried_reads.to_string(),
-            format!("{:.1}", r.latency_ms_p50),
-            format!("{:.1}", r.latency_ms_p99),
-            format!("{:.1}", r.latency_ms_max),
-            r.longest_no_success_ms.to_string(),
-            format!("{:.1}", r.rollout_ms as f64 / 1000.0),
-            r.lost_writes.to_string(),
-        ]);
-    }
-    print!("{}", status::columns(&rows));
 }
