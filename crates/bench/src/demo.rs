@@ -4,7 +4,7 @@ use anyhow::{bail, Context, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use futures::FutureExt;
 use quorum_controller::{now_ms, Config, Controller};
-use quorum_core::{ControlPlaneSpec, RolloutStrategy, Version};
+use quorum_core::{ActionKind, ControlPlaneSpec, RolloutStrategy, Version};
 use quorum_etcd::ClientTls;
 use quorum_ops::{change, create, status, teardown, wait, Ctx, Place};
 use quorum_provider::default_etcd_dir;
@@ -339,22 +339,22 @@ fn replacements(events: &[Event]) -> Vec<Replacement> {
     let mut done = Vec::new();
     let mut open: Option<Replacement> = None;
     for e in events.iter().filter(|e| e.ok) {
-        match (e.kind.as_str(), open.as_mut()) {
-            ("allocate-machine", _) => {
+        match (e.kind.action(), open.as_mut()) {
+            (Some(ActionKind::AllocateMachine), _) => {
                 open = Some(Replacement {
                     allocated_ms: e.at_ms,
                     ..Default::default()
                 })
             }
-            ("add-learner", Some(r)) => {
+            (Some(ActionKind::AddLearner), Some(r)) => {
                 r.learner_added_ms = Some(e.at_ms);
                 r.new_machine = e.machine.clone();
             }
-            ("mark-deleting", Some(r)) => {
+            (Some(ActionKind::MarkDeleting), Some(r)) => {
                 r.marked_ms = Some(e.at_ms);
                 r.old_machine = e.machine.clone();
             }
-            ("delete-machine", Some(r)) => {
+            (Some(ActionKind::DeleteMachine), Some(r)) => {
                 r.deleted_ms = Some(e.at_ms);
                 done.extend(open.take());
             }

@@ -7,14 +7,14 @@
 //! then remove the old member without moving leadership off it, kill its process
 //! (SIGKILL) and leave its address where the clients find it.
 
-use crate::rollout::Step;
+use crate::rollout::{Step, StepKind};
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 use quorum_controller::access::now_unix_s;
 use quorum_controller::balancer::LbTls;
 use quorum_controller::{address_is_free, now_ms};
 use quorum_core::{
-    ClusterState, EtcdCall, GrpcCode, InitialMember, Machine, Refusal, Verdict, Version,
+    ActionKind, ClusterState, EtcdCall, GrpcCode, InitialMember, Machine, Refusal, Verdict, Version,
 };
 use quorum_etcd::ClientTls;
 use quorum_haproxy::RuntimeApi;
@@ -61,10 +61,11 @@ pub async fn rollout(
     let tls = access.client.clone();
     let tls = tls.as_ref();
     let mut steps = Vec::new();
-    let mut step = |kind: &str, message: String| {
+    let mut step = |kind: StepKind, machine: &str, message: String| {
         steps.push(Step {
             at_ms: now_ms() - t0_ms,
-            kind: kind.to_string(),
+            kind,
+            machine: Some(machine.to_string()),
             message,
         })
     };
@@ -92,7 +93,11 @@ pub async fn rollout(
             .store
             .allocate_machine(cp, false, to, not_after, &address_is_free)?;
         let add = add_voter(&mut client, &new).await?;
-        step("add-voter", format!("added {} as a voter", new.name));
+        step(
+            StepKind::AddVoter,
+            &new.name,
+            format!("added {} as a voter", new.name),
+        );
         let initial: Vec<InitialMember> = add
             .iter()
             .flat_map(|m| {
@@ -130,10 +135,15 @@ pub async fn rollout(
                 certs,
             }),
         })?;
-        step("start-machine", format!("started {}", new.name));
+        step(
+            StepKind::Action(ActionKind::StartMachine),
+            &new.name,
+            format!("started {}", new.name),
+        );
         add_to_clients(clients, &new)?;
         step(
-            "add-endpoint",
+            StepKind::AddEndpoint,
+            &new.name,
             format!("clients may use {} at once", new.name),
         );
         wait_answers(&access.etcd, &new).await?;
@@ -157,10 +167,18 @@ pub async fn rollout(
                 }
                 tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
             }
-            step("remove-member", format!("removed {}'s member", o.name));
+            step(
+                StepKind::Action(ActionKind::RemoveMember),
+                &o.name,
+                format!("removed {}'s member", o.name),
+            );
         }
         ctx.provider.kill(&o.name)?;
-        step("kill-machine", format!("killed {} (SIGKILL)", o.name));
+        step(
+            StepKind::KillMachine,
+            &o.name,
+            format!("killed {} (SIGKILL)", o.name),
+        );
         ctx.provider.delete(&o.name)?;
         ctx.store.delete_machine(cp, &o.name)?;
     }

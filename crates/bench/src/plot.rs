@@ -36,6 +36,8 @@ pub struct PlotOp {
 pub struct PlotStep {
     pub at_ms: i64,
     pub label: String,
+    /// What kind of step it is (its color); typed by the caller, never read from the label.
+    pub kind: StepKind,
 }
 
 // The canvas, and the plot area inside it. The right margin holds the legend, so the
@@ -416,9 +418,9 @@ fn draw_p99_line(
     Ok(())
 }
 
-/// Step kinds, by the first word of a step's label; each has its own color.
+/// Step kinds, each with its own color.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum StepKind {
+pub enum StepKind {
     Learner,
     Promote,
     MoveLeader,
@@ -437,27 +439,6 @@ impl StepKind {
         StepKind::Stop,
         StepKind::Other,
     ];
-
-    fn of(label: &str) -> StepKind {
-        let first = label
-            .split_whitespace()
-            .next()
-            .unwrap_or("")
-            .to_ascii_lowercase();
-        if first.contains("learner") {
-            StepKind::Learner
-        } else if first.starts_with("promote") {
-            StepKind::Promote
-        } else if first.contains("leader") {
-            StepKind::MoveLeader
-        } else if first.starts_with("remove") {
-            StepKind::Remove
-        } else if first.starts_with("stop") {
-            StepKind::Stop
-        } else {
-            StepKind::Other
-        }
-    }
 
     fn color(self) -> RGBColor {
         match self {
@@ -489,7 +470,7 @@ fn draw_step_lines(
     steps: &[&PlotStep],
 ) -> Result<()> {
     for step in steps {
-        let style = StepKind::of(&step.label).color().stroke_width(1);
+        let style = step.kind.color().stroke_width(1);
         let bottom = frame.point(step.at_ms, FLOOR_MS);
         let top = frame.point(step.at_ms, frame.top_ms);
         chart.draw_series(DashedLineSeries::new(
@@ -544,7 +525,7 @@ fn draw_step_labels(
             let halo = on_end(&WHITE, FontStyle::Bold);
             root.draw(&Text::new(label.as_str(), (x + dx, top + dy), halo))?;
         }
-        let color = StepKind::of(&step.label).color();
+        let color = step.kind.color();
         let text = on_end(&color, FontStyle::Normal);
         root.draw(&Text::new(label.as_str(), (x, top), text))?;
     }
@@ -592,7 +573,7 @@ fn draw_legend(root: &Area<'_>, steps: &[&PlotStep], p99_window_ms: i64) -> Resu
         .legend(|(x, y)| PathElement::new([(x, y), (x + 18, y)], P99_COLOR.stroke_width(2)));
     let kinds: Vec<StepKind> = StepKind::ALL
         .into_iter()
-        .filter(|kind| steps.iter().any(|s| StepKind::of(&s.label) == *kind))
+        .filter(|kind| steps.iter().any(|s| s.kind == *kind))
         .collect();
     if !kinds.is_empty() {
         legend

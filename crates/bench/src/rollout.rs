@@ -15,16 +15,18 @@
 use crate::balancer::{place_balancer, start_balancer, wait_backend, Balancer};
 use crate::demo;
 use crate::naive;
-use crate::plot::{latency_svg, PlotOp, PlotStep};
+use crate::plot::{latency_svg, PlotOp, PlotStep, StepKind as PlotStepKind};
 use crate::report;
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 use quorum_controller::{endpoints_path, now_ms};
 use quorum_core::{
-    ClientErrorKind, ControlPlaneSpec, GrpcCode, HaproxySpec, DEFAULT_HAPROXY_BACKEND,
+    ActionKind, ClientErrorKind, ControlPlaneSpec, GrpcCode, HaproxySpec,
+    DEFAULT_HAPROXY_BACKEND,
 };
 use quorum_etcd::ClientTls;
 use quorum_ops::{change, create, teardown, wait, Ctx, Place};
+use quorum_store::EventKind;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -164,8 +166,63 @@ pub struct BackendCalls {
 #[serde(rename_all = "camelCase")]
 pub struct Step {
     pub at_ms: i64,
-    pub kind: String,
+    pub kind: StepKind,
+    /// The machine it acted on.
+    pub machine: Option<String>,
     pub message: String,
+}
+
+/// What a rollout step was: an entry of quorum's history, or one of the naive script's
+/// own steps. Serialized as its name (`add-learner`, `add-voter`, ...).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StepKind {
+    /// A step of quorum's (or the naive script's step of the same kind).
+    Action(ActionKind),
+    /// Another entry of quorum's history (endpoints published, the load balancer).
+    Event(EventKind),
+    /// The naive script adds the new member straight as a voter.
+    AddVoter,
+    /// The naive script tells its clients about the new member.
+    AddEndpoint,
+    /// The naive script kills the old machine (SIGKILL).
+    KillMachine,
+}
+
+impl StepKind {
+    pub fn as_str(&self) -> &str {
+        match self {
+            StepKind::Action(k) => k.as_str(),
+            StepKind::Event(e) => e.as_str(),
+            StepKind::AddVoter => "add-voter",
+            StepKind::AddEndpoint => "add-endpoint",
+            StepKind::KillMachine => "kill-machine",
+        }
+    }
+
+    fn of(kind: EventKind) -> StepKind {
+        match kind {
+            EventKind::Action(k) => StepKind::Action(k),
+            other => StepKind::Event(other),
+        }
+    }
+
+    /// Its color class in the picture.
+    fn plot_kind(&self) -> PlotStepKind {
+        match self {
+            StepKind::Action(ActionKind::AddLearner) => PlotStepKind::Learner,
+            StepKind::Action(ActionKind::Promote) => PlotStepKind::Promote,
+            StepKind::Action(ActionKind::MoveLeader) => PlotStepKind::MoveLeader,
+            StepKind::Action(ActionKind::RemoveMember) => PlotStepKind::Remove,
+            StepKind::Action(ActionKind::StopMachine) => PlotStepKind::Stop,
+            _ => PlotStepKind::Other,
+        }
+    }
+}
+
+impl Serialize for StepKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
 }
 
 /// A failed operation: its kind, the way an operator would read it, and what the client
@@ -697,10 +754,11 @@ fn recorded_steps(ctx: &Ctx, name: &str, after: i64, t0: i64) -> Result<Vec<Step
         .store
         .events_after(name, after, 10_000)?
         .into_iter()
-        .filter(|e| e.ok && e.kind != "converged")
+        .filter(|e| e.ok && e.kind != EventKind::Converged)
         .map(|e| Step {
             at_ms: e.at_ms - t0,
-            kind: e.kind,
+            kind: StepKind::of(e.kind),
+            machine: e.machine,
             message: e.message,
         })
         .collect())
@@ -727,14 +785,24 @@ fn picture(r: &Report, ops: &[Op], t0: i64, t1: i64) -> Result<String> {
         })
         .collect();
     // Bookkeeping steps (allocating a record, marking intent) change nothing a client sees.
-    let quiet = ["allocate-machine", "mark-deleting", "delete-machine"];
+    let quiet = [
+        ActionKind::AllocateMachine,
+        ActionKind::MarkDeleting,
+        ActionKind::DeleteMachine,
+    ]
+    .map(StepKind::Action);
     let steps: Vec<PlotStep> = r
         .steps
         .iter()
-        .filter(|s| !quiet.contains(&s.kind.as_str()))
+        .filter(|s| !quiet.contains(&s.kind))
         .map(|s| PlotStep {
             at_ms: s.at_ms,
-            label: format!("{} {}", s.kind, step_machine(&s.message)),
+            label: format!(
+                "{} {}",
+                s.kind.as_str(),
+                s.machine.as_deref().unwrap_or_default()
+            ),
+            kind: s.kind.plot_kind(),
         })
         .collect();
     let title = format!(
@@ -760,19 +828,6 @@ fn picture(r: &Report, ops: &[Op], t0: i64, t1: i64) -> Result<String> {
         r.lost_writes
     );
     latency_svg(&title, &subtitle, &plot_ops, &steps, t1 - t0)
-}
-
-/// The machine a step's message names (its first word that looks like `<cp>-<serial>`).
-fn step_machine(message: &str) -> String {
-    message
-        .split(|c: char| c.is_whitespace() || c == '\'' || c == ',' || c == ':')
-        .find(|w| {
-            w.rsplit_once('-').is_some_and(|(a, n)| {
-                !a.is_empty() && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
-            })
-        })
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// How often the bench looks for machines that have started answering.
@@ -816,11 +871,11 @@ async fn probe_serving(
 fn new_members(steps: &[Step], first_ok: &BTreeMap<String, i64>, t0: i64) -> Vec<NewMember> {
     steps
         .iter()
-        .filter(|s| s.kind == "start-machine")
+        .filter(|s| s.kind == StepKind::Action(ActionKind::StartMachine))
         .filter_map(|s| {
-            let machine = step_machine(&s.message);
+            let machine = s.machine.clone()?;
             let serving_after_ms = first_ok.get(&machine).map(|t| t - t0 - s.at_ms);
-            (!machine.is_empty()).then_some(NewMember {
+            Some(NewMember {
                 machine,
                 started_at_ms: s.at_ms,
                 serving_after_ms,

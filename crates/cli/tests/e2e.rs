@@ -4,6 +4,8 @@
 mod common;
 
 use common::*;
+use quorum_core::ActionKind;
+use quorum_store::EventKind;
 use std::time::Duration;
 
 const TIMEOUT: &str = "180s";
@@ -53,10 +55,14 @@ fn rollout_3_4_23_to_3_5_1_keeps_every_key() {
     // Each member is removed only after the drain: its machine left the endpoints first.
     let store = quorum_store::Store::open(&env.home).unwrap();
     let events = store.events_after("r", 0, 10_000).unwrap();
-    for rm in events.iter().filter(|e| e.ok && e.kind == "remove-member") {
+    let step = |k| EventKind::Action(k);
+    for rm in events
+        .iter()
+        .filter(|e| e.ok && e.kind == step(ActionKind::RemoveMember))
+    {
         let marked = events
             .iter()
-            .find(|e| e.ok && e.kind == "mark-deleting" && e.machine == rm.machine)
+            .find(|e| e.ok && e.kind == step(ActionKind::MarkDeleting) && e.machine == rm.machine)
             .expect("marked before removed");
         let drained = rm.at_ms - marked.at_ms;
         assert!(
@@ -274,6 +280,19 @@ fn scale_1_to_3() {
         metrics.contains("quorum_membership_operations_total{kind=\"promote\",outcome=\"ok\"} 2"),
         "{metrics}"
     );
+    // With no controller running, `list` and `status` derive the state from the same
+    // decision (walkthrough item 5: `list` showed the stopped controller's last
+    // published "idle" while `status` said "scaling up").
+    env.kill_controller();
+    env.ok(&["scale", "one", "--replicas", "5"]);
+    let operation = env.status("one")["operation"].as_str().unwrap().to_string();
+    assert_eq!(operation, "scaling up");
+    let list = env.ok(&["list"]);
+    let row = list
+        .lines()
+        .find(|l| l.starts_with("one "))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(row.ends_with("  scaling up"), "{list}");
 }
 
 #[test]
@@ -493,7 +512,12 @@ fn a_second_controller_on_the_same_home_stands_by_until_the_first_dies() {
         TIMEOUT,
     ]);
     let after = store.events_after("t", before_kill, 10_000).unwrap();
-    assert!(after.iter().any(|e| e.kind == "add-learner"), "{after:?}");
+    assert!(
+        after
+            .iter()
+            .any(|e| e.kind == EventKind::Action(ActionKind::AddLearner)),
+        "{after:?}"
+    );
     assert!(
         after.iter().all(|e| e.by.as_deref() == Some("second")),
         "{after:?}"
@@ -503,7 +527,10 @@ fn a_second_controller_on_the_same_home_stands_by_until_the_first_dies() {
     for m in ["t-1", "t-2", "t-3"] {
         let starts = all
             .iter()
-            .filter(|e| e.ok && e.kind == "start-machine" && e.machine.as_deref() == Some(m))
+            .filter(|e| {
+                e.ok && e.kind == EventKind::Action(ActionKind::StartMachine)
+                    && e.machine.as_deref() == Some(m)
+            })
             .count();
         assert_eq!(starts, 1, "{m}: {all:?}");
     }

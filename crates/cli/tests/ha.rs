@@ -7,7 +7,9 @@
 mod common;
 
 use common::*;
+use quorum_core::ActionKind;
 use quorum_provider::management::ManagementEtcd;
+use quorum_store::EventKind;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
@@ -136,14 +138,14 @@ fn wait_leader(env: &Env, id: &str, timeout: Duration) {
 }
 
 /// Waits until the store's history of `cp` after `after` has a successful `kind`.
-fn wait_event(env: &Env, cp: &str, after: i64, kind: &str, timeout: Duration) {
+fn wait_event(env: &Env, cp: &str, after: i64, kind: ActionKind, timeout: Duration) {
     let store = env.store();
     wait_for(&format!("a {kind} event"), timeout, || {
         store
             .events_after(cp, after, 10_000)
             .unwrap()
             .iter()
-            .any(|e| e.ok && e.kind == kind)
+            .any(|e| e.ok && e.kind == EventKind::Action(kind))
     });
 }
 
@@ -186,7 +188,13 @@ fn one_replica_leads_and_a_standby_finishes_the_rollout_after_a_kill_9() {
     let after = env.store().last_event_id("k").unwrap();
     env.ok(&["upgrade", "k", "--version", NEW]);
     // In the middle of the rollout: the first new member has joined as a learner.
-    wait_event(&env, "k", after, "add-learner", Duration::from_secs(120));
+    wait_event(
+        &env,
+        "k",
+        after,
+        ActionKind::AddLearner,
+        Duration::from_secs(120),
+    );
     r1.kill9();
     let killed = Instant::now();
     wait_leader(&env, "r2", Duration::from_secs(30));
@@ -210,7 +218,9 @@ fn one_replica_leads_and_a_standby_finishes_the_rollout_after_a_kill_9() {
     assert!(!by_r1.is_empty(), "{h:?}");
     assert!(by_r2.iter().all(|(by, _, _)| by == "r2"), "{h:?}");
     assert!(
-        by_r2.iter().any(|(_, kind, _)| kind == "remove-member"),
+        by_r2
+            .iter()
+            .any(|(_, step, _)| *step == Some(ActionKind::RemoveMember)),
         "{h:?}"
     );
     let table = env.ok(&["events", "k", "--last", "0"]);
@@ -224,13 +234,17 @@ fn one_replica_leads_and_a_standby_finishes_the_rollout_after_a_kill_9() {
     assert_eq!(steps_by("r2"), by_r2.len(), "{table}");
 }
 
-/// The store's history of `cp`: (writer, kind, at_ms) of every event kept.
-fn history(env: &Env, cp: &str) -> Vec<(String, String, i64)> {
+/// The store's history of `cp`: (writer, the step done, at_ms) of every event kept; the
+/// step is `None` for an event that records no step done (a refusal, the endpoints...).
+fn history(env: &Env, cp: &str) -> Vec<(String, Option<ActionKind>, i64)> {
     env.store()
         .events_after(cp, 0, 10_000)
         .unwrap()
         .into_iter()
-        .map(|e| (e.by.unwrap_or_default(), e.kind, e.at_ms))
+        .map(|e| {
+            let done = e.kind.action().filter(|_| e.ok);
+            (e.by.unwrap_or_default(), done, e.at_ms)
+        })
         .collect()
 }
 
@@ -260,7 +274,13 @@ fn a_leader_stopped_past_its_lease_is_fenced_off_when_it_resumes() {
     let keys = create_and_fill(&env, "s");
     let after = env.store().last_event_id("s").unwrap();
     env.ok(&["upgrade", "s", "--version", NEW]);
-    wait_event(&env, "s", after, "add-learner", Duration::from_secs(120));
+    wait_event(
+        &env,
+        "s",
+        after,
+        ActionKind::AddLearner,
+        Duration::from_secs(120),
+    );
 
     r1.signal(libc::SIGSTOP);
     wait_leader(&env, "r2", Duration::from_secs(30));
@@ -302,7 +322,7 @@ fn a_leader_stopped_past_its_lease_is_fenced_off_when_it_resumes() {
     assert!(late.is_empty(), "r1 wrote after resuming: {late:?}");
     assert!(
         h.iter()
-            .any(|(by, kind, _)| by == "r2" && kind == "remove-member"),
+            .any(|(by, step, _)| by == "r2" && *step == Some(ActionKind::RemoveMember)),
         "{h:?}"
     );
     assert!(r1.log_text()[r1_before..].contains("standing by"));
@@ -370,7 +390,7 @@ fn the_lease_lost_right_after_a_member_removal_and_the_new_leader_continues() {
     assert!(
         !h[..first_by_r2]
             .iter()
-            .any(|(_, kind, _)| kind == "remove-member"),
+            .any(|(_, step, _)| *step == Some(ActionKind::RemoveMember)),
         "{h:?}"
     );
     assert_keys(&env.endpoints("b"), "k/", &keys);

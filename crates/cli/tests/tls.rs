@@ -349,7 +349,9 @@ fn machines_whose_certificates_expire_soon_are_replaced_with_data_intact() {
         .unwrap();
     let marked: Vec<_> = history
         .iter()
-        .filter(|e| e.kind == "mark-deleting" && e.ok)
+        .filter(|e| {
+            e.kind == quorum_store::EventKind::Action(quorum_core::ActionKind::MarkDeleting) && e.ok
+        })
         .collect();
     assert_eq!(marked.len(), 3, "{marked:?}");
     assert!(

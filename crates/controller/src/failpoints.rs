@@ -14,13 +14,18 @@
 //! - `lose-answer-<kind>` for membership changes and leader moves: the call reached
 //!   etcd and took effect, but its answer is lost (the action reports a timeout).
 
-use quorum_core::Action;
+use quorum_core::ActionKind;
 
 /// Exit code of a process that crashed at a failpoint.
 pub const CRASH_EXIT_CODE: i32 = 86;
 
 /// Action kinds whose answer can be lost after the change took effect.
-pub const LOSABLE: [&str; 4] = ["add-learner", "promote", "move-leader", "remove-member"];
+pub const LOSABLE: [ActionKind; 4] = [
+    ActionKind::AddLearner,
+    ActionKind::Promote,
+    ActionKind::MoveLeader,
+    ActionKind::RemoveMember,
+];
 
 /// Leadership failpoints, exercised by the tests of several controllers (not crashes):
 /// - `ignore-lease-deadline`: the leader skips its own lease deadline, so only the
@@ -33,7 +38,7 @@ pub const LEADERSHIP: [&str; 2] = ["ignore-lease-deadline", "lose-lease-after-re
 /// Every crash failpoint name, in the order a test should enumerate them.
 pub fn all() -> Vec<String> {
     let mut out = Vec::new();
-    for kind in Action::KINDS {
+    for kind in ActionKind::ALL {
         out.push(format!("crash-before-{kind}"));
         out.push(format!("crash-after-{kind}"));
     }
@@ -139,10 +144,29 @@ mod tests {
         let names = all();
         let unique: std::collections::BTreeSet<&String> = names.iter().collect();
         assert_eq!(unique.len(), names.len());
-        for kind in Action::KINDS {
+        for kind in ActionKind::ALL {
             assert!(names.contains(&format!("crash-before-{kind}")));
             assert!(names.contains(&format!("crash-after-{kind}")));
         }
+    }
+
+    /// The crash tests name failpoints by these strings: a renamed kind would leave a
+    /// test configuring a failpoint that no longer exists.
+    #[test]
+    fn names_are_the_ones_the_crash_tests_use() {
+        let names = all();
+        for name in [
+            "crash-before-allocate-machine",
+            "crash-after-add-learner",
+            "crash-after-remove-member",
+            "crash-before-forget-control-plane",
+            "crash-after-destroy-machine",
+            "lose-answer-promote",
+            "lose-answer-move-leader",
+        ] {
+            assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
+        }
+        assert_eq!(names.len(), 2 * ActionKind::ALL.len() + 3 + LOSABLE.len());
     }
 
     #[cfg(feature = "failpoints")]

@@ -18,13 +18,15 @@ pub mod metrics;
 
 use access::{now_unix_s, Access};
 use quorum_core::{
-    decide, Action, ControlPlane, Decision, Machine, MachineObservation, Observation, ProcessState,
-    CLIENT_PORT, PEER_PORT,
+    decide, Action, ActionKind, ControlPlane, Decision, Machine, MachineObservation, Observation,
+    ProcessState, Refusal, CLIENT_PORT, PEER_PORT,
 };
 use quorum_etcd::{ClusterView, Etcd, EtcdError, Timeouts};
 use quorum_haproxy::LbOp;
 use quorum_provider::{etcd_binary, LocalProvider, MachineTls, ProviderError, StartRequest};
-use quorum_store::{Campaign, NewEvent, PublishedStatus, Store, StoreError, StoreLocation};
+use quorum_store::{
+    Campaign, EventKind, NewEvent, PublishedStatus, StepOutcome, Store, StoreError, StoreLocation,
+};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
@@ -80,6 +82,17 @@ impl ActionError {
             ActionError::Etcd(e) => e.is_refusal() || matches!(e, EtcdError::Timeout { .. }),
             ActionError::NoLeader => true,
             _ => false,
+        }
+    }
+
+    /// What a refusal means, in words for the history (the core's classifier gives
+    /// them): etcd's own ("etcdserver: unhealthy cluster") do not say that this is its
+    /// normal pacing of membership changes. `None` for a failure.
+    fn refusal_reason(&self) -> Option<&'static str> {
+        match self {
+            ActionError::Etcd(e) => e.reason(),
+            ActionError::NoLeader => Some(Refusal::NoLeader.reason()),
+            _ => None,
         }
     }
 }
@@ -528,7 +541,10 @@ impl Controller {
                     if n == 1 { "" } else { "s" },
                     cp.spec.version
                 );
-                self.event(cp, "converged", None, &msg, true, None, None);
+                self.event(
+                    cp,
+                    NewEvent::new(EventKind::Converged, StepOutcome::Ok, &msg),
+                );
             }
         } else {
             self.state
@@ -580,36 +596,41 @@ impl Controller {
             let took_ms = t0.elapsed().as_millis() as i64;
             let machine = action.machine();
             match res {
-                Ok(()) => {
-                    self.metrics.operation(action.kind(), "ok");
+                Ok(allocated) => {
+                    self.metrics.operation(action.kind().as_str(), "ok");
                     if matches!(action, Action::ForgetControlPlane) {
                         self.metrics.forget(&cp.name);
                         remove_endpoints_file(&self.cfg.home, &cp.name);
                     }
-                    tracing::info!(cp = %cp.name, performed = action.kind(), took_ms, "{action}");
+                    tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
                     let st = self.state.entry(cp.name.clone()).or_default();
                     st.retry.remove(&key);
                     st.last_error = None;
+                    let message = action.to_string();
                     self.event(
                         cp,
-                        action.kind(),
-                        machine,
-                        &action.to_string(),
-                        true,
-                        waited_ms,
-                        Some(took_ms),
+                        NewEvent {
+                            machine: allocated.as_deref().or(machine),
+                            waited_ms,
+                            took_ms: Some(took_ms),
+                            ..NewEvent::new(action.kind(), StepOutcome::Ok, &message)
+                        },
                     );
                     outcome = Outcome::Acted;
                 }
                 Err(ActionError::Store(e)) if e.lost_leadership() => return Err(e),
                 Err(e) => {
                     let refusal = e.is_refusal();
-                    self.metrics
-                        .operation(action.kind(), if refusal { "refused" } else { "failed" });
-                    let msg = if refusal {
-                        format!("{action}: not accepted yet, retrying ({e})")
+                    let outcome = if refusal {
+                        StepOutcome::Refused
                     } else {
-                        format!("{action}: {e}")
+                        StepOutcome::Failed
+                    };
+                    self.metrics
+                        .operation(action.kind().as_str(), outcome.as_str());
+                    let msg = match e.refusal_reason() {
+                        Some(reason) => format!("{action}: {reason} ({e})"),
+                        None => format!("{action}: {e}"),
                     };
                     let st = self.state.entry(cp.name.clone()).or_default();
                     let failures = st.retry.get(&key).map(|(n, _)| n + 1).unwrap_or(1);
@@ -631,8 +652,14 @@ impl Controller {
                         } else {
                             tracing::warn!(cp = %cp.name, "{msg}");
                         }
-                        let kind = if refusal { "refused" } else { "error" };
-                        self.event(cp, kind, machine, &msg, false, None, Some(took_ms));
+                        self.event(
+                            cp,
+                            NewEvent {
+                                machine,
+                                took_ms: Some(took_ms),
+                                ..NewEvent::new(action.kind(), outcome, &msg)
+                            },
+                        );
                     }
                     break;
                 }
@@ -723,18 +750,17 @@ impl Controller {
         for op in &synced.done {
             tracing::info!(cp = %cp.name, "haproxy: {op}");
             let kind = match op {
-                LbOp::Add { .. } | LbOp::Enable { .. } => "lb-add",
-                LbOp::Drain { .. } => "lb-drain",
-                LbOp::Delete { .. } => "lb-delete",
+                LbOp::Add { .. } | LbOp::Enable { .. } => EventKind::LbAdd,
+                LbOp::Drain { .. } => EventKind::LbDrain,
+                LbOp::Delete { .. } => EventKind::LbDelete,
             };
+            let message = format!("haproxy: {op}");
             self.event(
                 cp,
-                kind,
-                Some(op.name()),
-                &format!("haproxy: {op}"),
-                true,
-                None,
-                None,
+                NewEvent {
+                    machine: Some(op.name()),
+                    ..NewEvent::new(kind, StepOutcome::Ok, &message)
+                },
             );
         }
         let problem = synced
@@ -746,14 +772,10 @@ impl Controller {
             st.last_lb_problem = problem.clone();
             if let Some(p) = problem {
                 tracing::warn!(cp = %cp.name, "haproxy: {p}");
+                let message = format!("haproxy: {p}");
                 self.event(
                     cp,
-                    "error",
-                    None,
-                    &format!("haproxy: {p}"),
-                    false,
-                    None,
-                    None,
+                    NewEvent::new(EventKind::Error, StepOutcome::Failed, &message),
                 );
             }
         }
@@ -774,25 +796,12 @@ impl Controller {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn event(
-        &self,
-        cp: &ControlPlane,
-        kind: &str,
-        machine: Option<&str>,
-        message: &str,
-        ok: bool,
-        waited_ms: Option<i64>,
-        took_ms: Option<i64>,
-    ) {
+    /// Records `e` as written by this controller. A failure is logged, not returned:
+    /// the history is for people, and a step must not fail because of it.
+    fn event(&self, cp: &ControlPlane, e: NewEvent<'_>) {
         let e = NewEvent {
-            kind,
-            machine,
-            message,
-            ok,
-            waited_ms,
-            took_ms,
             by: Some(&self.cfg.identity),
+            ..e
         };
         if let Err(err) = self.store.record_event(&cp.name, now_ms(), &e) {
             tracing::warn!("recording an event failed: {err}");
@@ -821,7 +830,10 @@ impl Controller {
             } else {
                 format!("client endpoints published: {}", d.endpoints.join(" "))
             };
-            self.event(cp, "endpoints", None, &msg, true, None, None);
+            self.event(
+                cp,
+                NewEvent::new(EventKind::Endpoints, StepOutcome::Ok, &msg),
+            );
         }
         let doc = StatusDoc {
             decision: d,
@@ -850,7 +862,8 @@ impl Controller {
         res
     }
 
-    /// Performs one action, with its failpoints around it.
+    /// Performs one action, with its failpoints around it. Returns the name of the
+    /// machine an allocation recorded (its event names it).
     async fn perform(
         &mut self,
         cp: &ControlPlane,
@@ -858,7 +871,7 @@ impl Controller {
         machines: &[Machine],
         observed: &Observed,
         action: &Action,
-    ) -> Result<(), ActionError> {
+    ) -> Result<Option<String>, ActionError> {
         let kind = action.kind();
         // Every action is a side effect (on a member, a machine or the store): only a
         // leader with time to spare may start one, and the store confirms the token.
@@ -873,8 +886,9 @@ impl Controller {
             failpoints::crash_point(&format!("crash-after-{kind}"));
         }
         self.report_step(None);
-        res?;
-        if kind == "remove-member" && failpoints::active("lose-lease-after-remove-member") {
+        let allocated = res?;
+        if kind == ActionKind::RemoveMember && failpoints::active("lose-lease-after-remove-member")
+        {
             // The origin bug report: the lease is lost right after etcd acknowledged the
             // removal; this replica does not know yet.
             self.store.release_lease_keeping_token()?;
@@ -888,7 +902,7 @@ impl Controller {
                 timeout_ms: 0,
             }));
         }
-        Ok(())
+        Ok(allocated)
     }
 
     /// Tells the heartbeat thread which step is under way (`None`: none).
@@ -909,7 +923,7 @@ impl Controller {
         machines: &[Machine],
         observed: &Observed,
         action: &Action,
-    ) -> Result<(), ActionError> {
+    ) -> Result<Option<String>, ActionError> {
         let find = |name: &str| machines.iter().find(|m| m.name == name);
         let leader = || {
             observed
@@ -937,7 +951,7 @@ impl Controller {
                     &address_is_free,
                 )?;
                 tracing::info!(cp = %cp.name, machine = %m.name, address = %m.address, "allocated");
-                Ok(())
+                Ok(Some(m.name))
             }
             Action::StartMachine {
                 machine,
@@ -945,7 +959,7 @@ impl Controller {
                 initial_cluster,
             } => {
                 let Some(m) = find(machine) else {
-                    return Ok(());
+                    return Ok(None);
                 };
                 // Fresh keys on every start, with the end fixed at allocation.
                 let certs = match (&access.ca, m.certificates_not_after_unix_s) {
@@ -972,23 +986,23 @@ impl Controller {
                     }),
                 };
                 self.provider.start(&req)?;
-                Ok(())
+                Ok(None)
             }
             Action::AddLearner { peer_url, .. } => {
                 access.etcd.add_learner(&leader()?, peer_url).await?;
-                Ok(())
+                Ok(None)
             }
             Action::Promote { member_id, .. } => {
                 access.etcd.promote(&leader()?, *member_id).await?;
-                Ok(())
+                Ok(None)
             }
             Action::MarkDeleting { machine, .. } => {
                 self.store.mark_machine_deleting(&cp.name, machine)?;
-                Ok(())
+                Ok(None)
             }
             Action::MoveLeader { to_member, .. } => {
                 access.etcd.move_leader(&leader()?, *to_member).await?;
-                Ok(())
+                Ok(None)
             }
             Action::RemoveMember { member_id, machine } => {
                 if let (Some(h), Some(m)) = (&cp.spec.haproxy, machine) {
@@ -998,22 +1012,23 @@ impl Controller {
                         .map_err(|e| ActionError::Join(e.to_string()))??;
                 }
                 access.etcd.remove(&leader()?, *member_id).await?;
-                Ok(())
+                Ok(None)
             }
             Action::StopMachine { machine } => {
                 self.on_machine(access, machines, machine, LocalProvider::stop)
-                    .await
+                    .await?;
+                Ok(None)
             }
             Action::DeleteMachine { machine } => {
                 self.on_machine(access, machines, machine, LocalProvider::delete)
                     .await?;
                 failpoints::crash_point("crash-after-destroy-machine");
                 self.store.delete_machine(&cp.name, machine)?;
-                Ok(())
+                Ok(None)
             }
             Action::ForgetControlPlane => {
                 self.store.forget_control_plane(&cp.name)?;
-                Ok(())
+                Ok(None)
             }
         }
     }
@@ -1077,5 +1092,36 @@ pub fn address_is_free(a: Ipv4Addr) -> bool {
 async fn sleep_unless(stop: &AtomicBool, ms: u64) {
     if !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal's event says what it means, in the classifier's words, and a failure
+    /// has no such reason.
+    #[test]
+    fn refusals_are_explained() {
+        let refused = ActionError::Etcd(EtcdError::Refused {
+            op: "member add",
+            endpoint: "http://127.0.0.2:2379".into(),
+            message: quorum_core::classify::UNHEALTHY_CLUSTER.message.into(),
+            refusal: Refusal::Unhealthy,
+        });
+        assert!(refused.is_refusal());
+        assert_eq!(
+            refused.refusal_reason(),
+            Some("etcd accepts one membership change per ~5 s; retrying")
+        );
+        assert!(ActionError::NoLeader
+            .refusal_reason()
+            .is_some_and(|r| r.contains("no leader")));
+        let failed = ActionError::Etcd(EtcdError::Failed {
+            op: "member add",
+            endpoint: "http://127.0.0.2:2379".into(),
+            message: "etcdserver: bad leader transferee".into(),
+        });
+        assert!(!failed.is_refusal() && failed.refusal_reason().is_none());
     }
 }

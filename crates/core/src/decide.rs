@@ -107,21 +107,6 @@ pub enum Action {
 }
 
 impl Action {
-    /// Every action kind (`Action::kind`), for enumerating side effects (failpoints,
-    /// metrics). A test checks that it lists every variant.
-    pub const KINDS: [&'static str; 10] = [
-        "allocate-machine",
-        "start-machine",
-        "add-learner",
-        "promote",
-        "mark-deleting",
-        "move-leader",
-        "remove-member",
-        "stop-machine",
-        "delete-machine",
-        "forget-control-plane",
-    ];
-
     /// A change of etcd membership (of which at most one is ever in flight).
     pub fn is_membership_change(&self) -> bool {
         matches!(
@@ -146,20 +131,72 @@ impl Action {
         }
     }
 
-    /// A short kebab-case name for events and metrics.
-    pub fn kind(&self) -> &'static str {
+    /// What kind of step this is (for events, metrics and failpoints).
+    pub fn kind(&self) -> ActionKind {
         match self {
-            Action::AllocateMachine { .. } => "allocate-machine",
-            Action::StartMachine { .. } => "start-machine",
-            Action::AddLearner { .. } => "add-learner",
-            Action::Promote { .. } => "promote",
-            Action::MarkDeleting { .. } => "mark-deleting",
-            Action::MoveLeader { .. } => "move-leader",
-            Action::RemoveMember { .. } => "remove-member",
-            Action::StopMachine { .. } => "stop-machine",
-            Action::DeleteMachine { .. } => "delete-machine",
-            Action::ForgetControlPlane => "forget-control-plane",
+            Action::AllocateMachine { .. } => ActionKind::AllocateMachine,
+            Action::StartMachine { .. } => ActionKind::StartMachine,
+            Action::AddLearner { .. } => ActionKind::AddLearner,
+            Action::Promote { .. } => ActionKind::Promote,
+            Action::MarkDeleting { .. } => ActionKind::MarkDeleting,
+            Action::MoveLeader { .. } => ActionKind::MoveLeader,
+            Action::RemoveMember { .. } => ActionKind::RemoveMember,
+            Action::StopMachine { .. } => ActionKind::StopMachine,
+            Action::DeleteMachine { .. } => ActionKind::DeleteMachine,
+            Action::ForgetControlPlane => ActionKind::ForgetControlPlane,
         }
+    }
+}
+
+/// Declares `ActionKind` from one list, so that its variants, `ALL`, the kebab-case
+/// names and their serde form cannot drift apart: a kind is added in one place.
+macro_rules! action_kinds {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)+) => {
+        /// The kind of an `Action`, without its data. Its kebab-case name is what events,
+        /// metrics and failpoints have always used (`add-learner`, ...): stored
+        /// histories depend on it, so a name never changes.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum ActionKind {
+            $($(#[$doc])* #[serde(rename = $name)] $variant,)+
+        }
+
+        impl ActionKind {
+            /// Every kind, in declaration order (failpoints and metrics enumerate it).
+            pub const ALL: &'static [ActionKind] = &[$(ActionKind::$variant),+];
+
+            /// The kebab-case name (`add-learner`, ...).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ActionKind::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+action_kinds! {
+    AllocateMachine = "allocate-machine",
+    StartMachine = "start-machine",
+    AddLearner = "add-learner",
+    Promote = "promote",
+    MarkDeleting = "mark-deleting",
+    MoveLeader = "move-leader",
+    RemoveMember = "remove-member",
+    StopMachine = "stop-machine",
+    DeleteMachine = "delete-machine",
+    ForgetControlPlane = "forget-control-plane",
+}
+
+impl ActionKind {
+    /// The kind named `name` (its `as_str`), if there is one.
+    pub fn from_name(name: &str) -> Option<ActionKind> {
+        ActionKind::ALL.iter().copied().find(|k| k.as_str() == name)
+    }
+}
+
+impl fmt::Display for ActionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -255,6 +292,41 @@ pub struct Condition {
     pub message: String,
 }
 
+/// The role of a machine's member, as observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Leader,
+    Follower,
+    Learner,
+    /// No member (not joined yet, or removed), or no leader answered with the list.
+    #[serde(rename = "none")]
+    NoMember,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Learner => "learner",
+            Role::NoMember => "none",
+        })
+    }
+}
+
+/// One machine as the decision judged it. Readers (`status`, `list`, the benchmarks)
+/// show this rather than a rule of their own, so what they call healthy is exactly
+/// what gates every membership change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineHealth {
+    pub machine: String,
+    pub role: Role,
+    /// Provably healthy: its member's own endpoint answered as that member, it knows a
+    /// leader and has no alarm. A machine without a member is never healthy.
+    pub healthy: bool,
+}
+
 /// The outcome of one decision.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Decision {
@@ -274,6 +346,8 @@ pub struct Decision {
     pub voters: usize,
     /// Voters that are provably healthy.
     pub healthy_voters: usize,
+    /// Every machine (oldest first): its member's role and health.
+    pub machines: Vec<MachineHealth>,
 }
 
 impl Decision {
@@ -295,6 +369,19 @@ impl Decision {
     pub fn is_blocked(&self) -> bool {
         self.condition(ConditionKind::Blocked)
             .is_some_and(|c| c.status)
+    }
+
+    /// How the decision judged `machine` (`None` for a machine it was not given).
+    pub fn machine(&self, machine: &str) -> Option<&MachineHealth> {
+        self.machines.iter().find(|m| m.machine == machine)
+    }
+
+    /// The machine whose member leads, when a leader answered.
+    pub fn leader(&self) -> Option<&str> {
+        self.machines
+            .iter()
+            .find(|m| m.role == Role::Leader)
+            .map(|m| m.machine.as_str())
     }
 }
 
@@ -332,6 +419,7 @@ pub fn decide(cp: &ControlPlane, machines: &[Machine], observed: &Observation) -
         converged,
         voters: view.voters().count(),
         healthy_voters: view.healthy_voters_except(None),
+        machines: view.machine_health(),
     }
 }
 
@@ -468,6 +556,26 @@ impl<'a> View<'a> {
             .is_some_and(|st| {
                 st.member_id == member.id && st.leader_id != 0 && st.alarms.is_empty()
             })
+    }
+
+    /// Each machine's role and health, by the rule of `healthy`.
+    fn machine_health(&self) -> Vec<MachineHealth> {
+        self.seen
+            .iter()
+            .map(|s| {
+                let role = match s.member {
+                    None => Role::NoMember,
+                    Some(m) if m.is_learner => Role::Learner,
+                    Some(m) if Some(m.id) == self.leader_id => Role::Leader,
+                    Some(_) => Role::Follower,
+                };
+                MachineHealth {
+                    machine: s.machine.name.clone(),
+                    role,
+                    healthy: s.member.is_some_and(|m| self.healthy(m)),
+                }
+            })
+            .collect()
     }
 
     fn healthy_voters_except(&self, except: Option<u64>) -> usize {

@@ -15,8 +15,8 @@ pub mod version;
 
 pub use classify::{classify, ClientErrorKind, EtcdAnswer, EtcdCall, GrpcCode, Refusal, Verdict};
 pub use decide::{
-    decide, Action, ClusterState, Condition, ConditionKind, Decision, DeleteReason, InitialMember,
-    Operation,
+    decide, Action, ActionKind, ClusterState, Condition, ConditionKind, Decision, DeleteReason,
+    InitialMember, MachineHealth, Operation, Role,
 };
 pub use model::*;
 pub use span::{parse_duration, Span, SpanError};

@@ -1202,6 +1202,88 @@ fn action_kinds_lists_every_variant() {
             | Action::ForgetControlPlane => {}
         }
     }
-    let kinds: Vec<&str> = all.iter().map(|a| a.kind()).collect();
-    assert_eq!(kinds, Action::KINDS);
+    let kinds: Vec<ActionKind> = all.iter().map(|a| a.kind()).collect();
+    assert_eq!(kinds, ActionKind::ALL);
+}
+
+/// The names are those stored in every history so far: a renamed kind would make old
+/// events unreadable as steps. Serde, `as_str`, `Display` and `from_name` agree.
+#[test]
+fn action_kind_names_are_stable() {
+    let names: Vec<&str> = ActionKind::ALL.iter().map(|k| k.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "allocate-machine",
+            "start-machine",
+            "add-learner",
+            "promote",
+            "mark-deleting",
+            "move-leader",
+            "remove-member",
+            "stop-machine",
+            "delete-machine",
+            "forget-control-plane",
+        ]
+    );
+    for k in ActionKind::ALL {
+        let json = serde_json::to_string(k).unwrap();
+        assert_eq!(json, format!("\"{k}\""));
+        assert_eq!(serde_json::from_str::<ActionKind>(&json).unwrap(), *k);
+        assert_eq!(ActionKind::from_name(k.as_str()), Some(*k));
+    }
+    assert_eq!(ActionKind::from_name("refused"), None);
+}
+
+/// Roles and health come from the rule that gates membership changes: a member is
+/// healthy only when its own endpoint answers as it, knows a leader and has no alarm.
+#[test]
+fn the_decision_reports_each_machine_role_and_health() {
+    let s = sit(
+        3,
+        OLD,
+        vec![
+            m(1, OLD),
+            m(2, OLD).alarm("NOSPACE"),
+            m(3, OLD).unreachable(),
+            m(4, OLD).learner(),
+            m(5, OLD).no_member().fresh(),
+            m(6, OLD).deleting(),
+        ],
+    );
+    let (cp, machines, observed) = s.build();
+    let d = decide(&cp, &machines, &observed);
+    let got: Vec<(String, Role, bool)> = d
+        .machines
+        .iter()
+        .map(|h| (h.machine.clone(), h.role, h.healthy))
+        .collect();
+    let want = [
+        ("cp-1", Role::Leader, true),
+        ("cp-2", Role::Follower, false),
+        ("cp-3", Role::Follower, false),
+        ("cp-4", Role::Learner, true),
+        ("cp-5", Role::NoMember, false),
+        // Leaving does not make a machine unhealthy (it only leaves the endpoints).
+        ("cp-6", Role::Follower, true),
+    ]
+    .map(|(n, r, h)| (n.to_string(), r, h));
+    assert_eq!(got, want);
+    assert_eq!(d.leader(), Some("cp-1"));
+    assert_eq!(d.machine("cp-4").map(|h| h.role), Some(Role::Learner));
+    // The endpoints and the Healthy condition agree with the per-machine health.
+    assert_eq!(d.endpoints, vec![machines[0].client_url()]);
+    let healthy = d.condition(ConditionKind::Healthy).unwrap();
+    assert!(
+        !healthy.status && healthy.message.contains("cp-2, cp-3"),
+        "{healthy:?}"
+    );
+    // Without a leader to ask, no member is known: no role, nothing provably healthy.
+    let (cp, machines, observed) = sit(3, OLD, vec![m(1, OLD), m(2, OLD)]).no_leader().build();
+    let d = decide(&cp, &machines, &observed);
+    assert!(d
+        .machines
+        .iter()
+        .all(|h| h.role == Role::NoMember && !h.healthy));
+    assert_eq!(d.leader(), None);
 }

@@ -103,7 +103,9 @@ async fn live_cluster_version(
     let unhealthy: Vec<&str> = s
         .machines
         .iter()
-        .filter(|m| (leaderless || m.role != "none") && !m.healthy && !m.deleting)
+        .filter(|m| {
+            (leaderless || m.role != quorum_core::Role::NoMember) && !m.healthy && !m.deleting
+        })
         .map(|m| m.name.as_str())
         .collect();
     if !force && !s.machines.is_empty() && !unhealthy.is_empty() {

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use quorum_controller::{now_ms, observe};
-use quorum_core::{decide, Condition, ControlPlane, Decision, Machine, ProcessState};
+use quorum_core::{decide, Condition, ControlPlane, Decision, Machine, ProcessState, Role};
 use quorum_etcd::Etcd;
 use quorum_provider::LocalProvider;
 use quorum_store::Store;
@@ -51,8 +51,9 @@ pub struct MachineRow {
     pub running_version: Option<String>,
     /// Hex, as etcdctl prints it.
     pub member_id: Option<String>,
-    /// leader, follower, learner, or none (no member).
-    pub role: String,
+    /// leader, follower, learner, or none (no member): the decision's.
+    pub role: Role,
+    /// By the decision's rule (the one that gates every membership change).
     pub healthy: bool,
     pub raft_index: Option<u64>,
     pub process: String,
@@ -83,26 +84,34 @@ pub struct StepInfo {
     pub for_ms: i64,
 }
 
+/// The decision on a fresh observation of `cp`, as the controller would make it now:
+/// the one source of what `status`, `list` and `--wait` say (its operation, each
+/// machine's role and health), whether or not a controller runs.
+pub async fn decision(
+    store: &Store,
+    provider: &LocalProvider,
+    etcd: &Etcd,
+    cp: &ControlPlane,
+) -> Result<(Vec<Machine>, quorum_controller::Observed, Decision)> {
+    let machines = store.machines(&cp.name)?;
+    let observed = observe(provider, etcd, &machines).await;
+    let decision = decide(cp, &machines, &observed.observation);
+    Ok((machines, observed, decision))
+}
+
 pub async fn live(
     store: &Store,
     provider: &LocalProvider,
     etcd: &Etcd,
     cp: &ControlPlane,
 ) -> Result<Status> {
-    let machines = store.machines(&cp.name)?;
-    let observed = observe(provider, etcd, &machines).await;
-    let decision = decide(cp, &machines, &observed.observation);
+    let (machines, observed, decision) = decision(store, provider, etcd, cp).await?;
     let obs = &observed.observation;
-    let leader = obs.leader_id();
     let rows: Vec<MachineRow> = machines
         .iter()
-        .map(|m| machine_row(m, &observed, leader, &decision))
+        .map(|m| machine_row(m, &observed, &decision))
         .collect();
-    let leader_name = obs
-        .members
-        .as_ref()
-        .and_then(|_| rows.iter().find(|r| r.role == "leader"))
-        .map(|r| r.name.clone());
+    let leader_name = decision.leader().map(str::to_string);
     // Liveness from the home's heartbeat (beaten from its own thread, so a long step
     // does not make a live controller look dead), not from when it last published.
     let beat = store.last_controller_heartbeat()?;
@@ -161,7 +170,6 @@ fn newest_event(store: &Store, cp: &str) -> Result<Option<quorum_store::Event>> 
 fn machine_row(
     m: &Machine,
     observed: &quorum_controller::Observed,
-    leader: Option<u64>,
     decision: &Decision,
 ) -> MachineRow {
     let o = observed.observation.machines.get(&m.name);
@@ -172,22 +180,17 @@ fn machine_row(
         .iter()
         .flatten()
         .find(|mb| mb.peer_urls.contains(&m.peer_url()));
-    let role = match member {
-        None => "none",
-        Some(mb) if mb.is_learner => "learner",
-        Some(mb) if Some(mb.id) == leader => "leader",
-        Some(_) => "follower",
-    };
-    let healthy = decision.endpoints.contains(&m.client_url())
-        || (member.is_some_and(|mb| mb.is_learner)
-            && st.is_some_and(|s| s.leader_id != 0 && s.alarms.is_empty()));
+    // The decision judged every machine it was given, and it was given these.
+    let judged = decision.machine(&m.name);
+    let role = judged.map_or(Role::NoMember, |h| h.role);
+    let healthy = judged.is_some_and(|h| h.healthy);
     MachineRow {
         name: m.name.clone(),
         address: m.address.to_string(),
         version: m.version.to_string(),
         running_version: st.and_then(|s| s.version).map(|v| v.to_string()),
         member_id: member.map(|mb| format!("{:x}", mb.id)),
-        role: role.into(),
+        role,
         healthy,
         raft_index: st.map(|s| s.raft_index),
         process: match o.map(|o| o.process) {
@@ -344,7 +347,7 @@ pub fn render_table(s: &Status) -> String {
             m.address.clone(),
             version,
             m.member_id.clone().unwrap_or_else(|| "-".into()),
-            m.role.clone(),
+            m.role.to_string(),
             health,
             m.raft_index
                 .map(|i| i.to_string())

@@ -37,7 +37,7 @@ pub async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Re
         };
         let outcome = c.reconcile(&cp).await?;
         if let Some(since) = print_since_ms {
-            wait::print_events(&store, name, &mut last_event, since, false)?;
+            wait::print_events(&store, name, &mut last_event, since, false, None)?;
         }
         if outcome != quorum_controller::Outcome::Acted {
             tokio::time::sleep(Duration::from_millis(quorum_controller::BUSY_POLL_MS)).await;

@@ -2,9 +2,10 @@
 
 use crate::status::{live, CONTROLLER_STALE_MS};
 use anyhow::{bail, Result};
+use quorum_core::{Action, ActionKind, Decision};
 use quorum_etcd::Etcd;
 use quorum_provider::LocalProvider;
-use quorum_store::{Event, Store};
+use quorum_store::{Event, EventKind, StepOutcome, Store};
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
@@ -29,10 +30,53 @@ pub fn format_event(e: &Event, since_ms: i64) -> String {
 
 /// ✓ done, … not accepted by etcd yet (retried), ✗ failed (retried).
 pub fn mark(e: &Event) -> &'static str {
-    match (e.ok, e.kind.as_str()) {
-        (true, _) => "✓",
-        (false, "refused") => "…",
-        (false, _) => "✗",
+    match e.outcome {
+        StepOutcome::Ok => "✓",
+        StepOutcome::Refused => "…",
+        StepOutcome::Failed => "✗",
+    }
+}
+
+/// A step etcd refused and that no step has been done since: while it is the next
+/// step, the live line says that it is being retried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    /// `None` for a refusal written before events recorded the step's kind.
+    kind: Option<ActionKind>,
+    machine: Option<String>,
+}
+
+impl Refusal {
+    /// The refusal pending after `e`, given the one pending before it.
+    pub fn after(pending: Option<Refusal>, e: &Event) -> Option<Refusal> {
+        match (e.outcome, &e.kind) {
+            (StepOutcome::Refused, kind) => Some(Refusal {
+                kind: kind.action(),
+                machine: e.machine.clone(),
+            }),
+            // A step done (or failed) since: the refusal is behind.
+            (_, EventKind::Action(_)) => None,
+            _ => pending,
+        }
+    }
+
+    /// Is `a` the step that was refused?
+    fn is(&self, a: &Action) -> bool {
+        self.kind.is_none_or(|k| k == a.kind()) && self.machine.as_deref() == a.machine()
+    }
+}
+
+/// What the live line says: what the decision waits for, or its next step (and
+/// whether etcd refused that very step and it is being retried).
+pub fn live_reason(d: &Decision, refused: Option<&Refusal>) -> String {
+    match (&d.waiting_for, d.is_blocked(), d.actions.first()) {
+        (Some(w), true, _) => format!("BLOCKED: {w}"),
+        (Some(w), false, _) => w.clone(),
+        (None, _, Some(a)) if refused.is_some_and(|r| r.is(a)) => {
+            format!("next: {a} (not accepted by etcd yet, retrying)")
+        }
+        (None, _, Some(a)) => format!("next: {a}"),
+        (None, _, None) => d.operation.to_string(),
     }
 }
 
@@ -47,22 +91,22 @@ pub fn controller_active(store: &Store) -> bool {
         })
 }
 
-/// Prints the events of `name` after `*last_event` (updating it); returns whether the
-/// newest printed one was a refusal that is being retried.
+/// Prints the events of `name` after `*last_event` (updating it); returns the refusal
+/// still pending after them (starting from `refused`).
 pub fn print_events(
     store: &Store,
     name: &str,
     last_event: &mut i64,
     since_ms: i64,
     tty: bool,
-) -> Result<bool> {
-    let mut refused = false;
+    mut refused: Option<Refusal>,
+) -> Result<Option<Refusal>> {
     for e in store.events_after(name, *last_event, 1_000)? {
         *last_event = e.id;
-        if e.kind == "converged" {
+        refused = Refusal::after(refused, &e);
+        if e.kind == EventKind::Converged {
             continue;
         }
-        refused = e.kind == "refused";
         if tty {
             eprint!("\r\x1b[K");
         }
@@ -93,12 +137,10 @@ pub async fn wait(
     let start = Instant::now();
     let mut last_event = after_event;
     let mut warned_no_controller = false;
-    let mut retrying = false;
+    let mut refused = None;
     let mut last_reason = String::new();
     loop {
-        if print_events(store, name, &mut last_event, since_ms, tty)? {
-            retrying = true;
-        }
+        refused = print_events(store, name, &mut last_event, since_ms, tty, refused)?;
         let Some(cp) = store.control_plane(name)? else {
             clear();
             if goal == Goal::Gone {
@@ -123,22 +165,7 @@ pub async fn wait(
             clear();
             bail!("'{name}' is paused, so nothing changes until `quorum pause {name} --resume`; the change is recorded");
         }
-        let reason = match (
-            &s.waiting_for,
-            s.decision.is_blocked(),
-            s.decision.actions.first(),
-        ) {
-            (Some(w), true, _) => format!("BLOCKED: {w}"),
-            (Some(w), false, _) => w.clone(),
-            (None, _, Some(a)) if retrying => {
-                format!("next: {a} (not accepted by etcd yet, retrying)")
-            }
-            (None, _, Some(a)) => format!("next: {a}"),
-            (None, _, None) => s.operation.clone(),
-        };
-        if s.waiting_for.is_some() {
-            retrying = false;
-        }
+        let reason = live_reason(&s.decision, refused.as_ref());
         if !warned_no_controller
             && start.elapsed() > Duration::from_millis(CONTROLLER_STALE_MS as u64)
             && !controller_active(store)
@@ -198,5 +225,115 @@ mod tests {
         for bad in ["", "x", "10y", "-5s", "0s", "90", "8d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
+    }
+
+    fn event(kind: ActionKind, outcome: StepOutcome, machine: &str) -> Event {
+        Event {
+            id: 1,
+            control_plane: "a".into(),
+            at_ms: 0,
+            kind: EventKind::Action(kind),
+            machine: Some(machine.into()),
+            message: format!("{kind} {machine}"),
+            ok: outcome == StepOutcome::Ok,
+            outcome,
+            waited_ms: None,
+            took_ms: None,
+            by: None,
+        }
+    }
+
+    fn next(action: Action) -> Decision {
+        Decision {
+            actions: vec![action],
+            operation: quorum_core::Operation::ScalingUp,
+            waiting_for: None,
+            conditions: vec![],
+            endpoints: vec![],
+            converged: false,
+            voters: 3,
+            healthy_voters: 3,
+            machines: vec![],
+        }
+    }
+
+    fn add(machine: &str) -> Action {
+        Action::AddLearner {
+            machine: machine.into(),
+            peer_url: format!("http://{machine}:2380"),
+        }
+    }
+
+    fn promote(machine: &str) -> Action {
+        Action::Promote {
+            machine: machine.into(),
+            member_id: 7,
+        }
+    }
+
+    /// Walkthrough item 6: the live line said "(not accepted by etcd yet, retrying)"
+    /// for later steps that etcd never refused.
+    #[test]
+    fn the_live_line_says_retrying_only_for_the_refused_step() {
+        let history = [
+            event(ActionKind::AddLearner, StepOutcome::Refused, "a-3"),
+            event(ActionKind::AddLearner, StepOutcome::Refused, "a-3"),
+        ];
+        let refused = history.iter().fold(None, Refusal::after);
+        let line = live_reason(&next(add("a-3")), refused.as_ref());
+        assert_eq!(
+            line,
+            "next: add a-3 as a learner (not accepted by etcd yet, retrying)"
+        );
+        // Another step next (another machine's, or another kind): nothing was refused.
+        assert_eq!(
+            live_reason(&next(add("a-4")), refused.as_ref()),
+            "next: add a-4 as a learner"
+        );
+        assert_eq!(
+            live_reason(&next(promote("a-3")), refused.as_ref()),
+            "next: promote a-3 to voter"
+        );
+        // Once a step is done, the refusal is behind, even if the same kind comes next.
+        let done = Refusal::after(
+            refused.clone(),
+            &event(ActionKind::AddLearner, StepOutcome::Ok, "a-3"),
+        );
+        assert_eq!(done, None);
+        assert_eq!(
+            live_reason(&next(add("a-3")), done.as_ref()),
+            "next: add a-3 as a learner"
+        );
+        // Events that are not steps (endpoints, the load balancer) leave it pending.
+        let mut lb = event(ActionKind::AddLearner, StepOutcome::Ok, "a-2");
+        lb.kind = EventKind::LbAdd;
+        assert_eq!(Refusal::after(refused.clone(), &lb), refused);
+        // A refusal written before events named the step matches by machine.
+        let mut old = event(ActionKind::AddLearner, StepOutcome::Refused, "a-3");
+        old.kind = EventKind::Refused;
+        let legacy = Refusal::after(None, &old);
+        assert!(live_reason(&next(add("a-3")), legacy.as_ref()).ends_with("retrying)"));
+        assert!(!live_reason(&next(add("a-4")), legacy.as_ref()).ends_with("retrying)"));
+        // Waiting or blocked: say so, whatever was refused.
+        let mut waiting = next(add("a-3"));
+        waiting.actions.clear();
+        waiting.waiting_for = Some("learner a-3 is catching up (900 of 1000)".into());
+        assert_eq!(
+            live_reason(&waiting, refused.as_ref()),
+            "learner a-3 is catching up (900 of 1000)"
+        );
+    }
+
+    #[test]
+    fn marks_follow_the_outcome() {
+        let m = |o| mark(&event(ActionKind::Promote, o, "a-1"));
+        assert_eq!(
+            [
+                m(StepOutcome::Ok),
+                m(StepOutcome::Refused),
+                m(StepOutcome::Failed)
+            ],
+            ["✓", "…", "✗"]
+        );
     }
 }

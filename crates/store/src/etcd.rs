@@ -524,7 +524,7 @@ struct CpRecord {
 #[serde(rename_all = "camelCase")]
 struct EventRecord {
     at_ms: i64,
-    kind: String,
+    kind: EventKind,
     machine: Option<String>,
     message: String,
     ok: bool,
@@ -533,6 +533,11 @@ struct EventRecord {
     /// Absent in records written before quorum recorded the writer.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     by: Option<String>,
+    /// Absent in records written before quorum recorded it (see
+    /// `StepOutcome::implied`). Read as text so that an outcome a newer release adds
+    /// does not make the record unreadable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    outcome: Option<String>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -855,13 +860,14 @@ impl StateStore for EtcdStore {
         let key = self.key(&format!("event/{cp}/{at_ms:015}-{nonce:016x}"));
         let rec = EventRecord {
             at_ms,
-            kind: e.kind.to_string(),
+            kind: e.kind.clone(),
             machine: e.machine.map(str::to_string),
             message: e.message.to_string(),
-            ok: e.ok,
+            ok: e.outcome == StepOutcome::Ok,
             waited_ms: e.waited_ms,
             took_ms: e.took_ms,
             by: e.by.map(str::to_string),
+            outcome: Some(e.outcome.as_str().to_string()),
         };
         let put = TxnOp::put(key.clone(), to_json(&rec), None);
         let id = match self.commit("record an event", vec![absent(&key)], vec![put])? {
@@ -883,6 +889,7 @@ impl StateStore for EtcdStore {
         kvs.iter()
             .map(|kv| {
                 let r: EventRecord = self.parse(kv)?;
+                let outcome = StepOutcome::read(r.outcome.as_deref(), &r.kind, r.ok);
                 Ok(Event {
                     id: kv.create_revision,
                     control_plane: cp.to_string(),
@@ -891,6 +898,7 @@ impl StateStore for EtcdStore {
                     machine: r.machine,
                     message: r.message,
                     ok: r.ok,
+                    outcome,
                     waited_ms: r.waited_ms,
                     took_ms: r.took_ms,
                     by: r.by,

@@ -16,8 +16,10 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod etcd;
+mod event;
 mod sqlite;
 pub use etcd::{EtcdLocation, EtcdStore, EtcdTls};
+pub use event::{Event, EventKind, NewEvent, StepOutcome, UnknownKind};
 pub use sqlite::SqliteStore;
 
 /// The file inside the state directory.
@@ -29,9 +31,10 @@ pub const INITIALIZED_MARKER: &str = "quorum.db.initialized";
 const BUSY_TIMEOUT_MS: u64 = 5_000;
 /// Pause between attempts to initialise a file another process is initialising.
 const INIT_RETRY_MS: u64 = 20;
-/// Schema version this build reads and writes. Version 1 (events without the replica
-/// that wrote them) is migrated on open.
-const SCHEMA_VERSION: i64 = 2;
+/// Schema version this build reads and writes. Older versions are migrated on open:
+/// 1 (events without the replica that wrote them) and 2 (events without their step's
+/// outcome; a refused or failed step was written as the kind `refused` or `error`).
+const SCHEMA_VERSION: i64 = 3;
 /// Events kept per control plane; older ones are pruned on insert.
 const EVENTS_KEPT_PER_CONTROL_PLANE: i64 = 10_000;
 /// Addresses per /24 used for machines: .2 to .251 (leave .0, .1, and the top free).
@@ -121,43 +124,6 @@ impl StoreError {
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
-
-/// One entry of a control plane's history: a step quorum took (or failed to take).
-/// Serialised (by `quorum events -o json`) with the camelCase names of the other JSON.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Event {
-    pub id: i64,
-    pub control_plane: String,
-    /// Milliseconds since the Unix epoch.
-    pub at_ms: i64,
-    /// An action kind (`add-learner`, ...) or `error`, `converged`.
-    pub kind: String,
-    pub machine: Option<String>,
-    pub message: String,
-    pub ok: bool,
-    /// How long the controller had been waiting before this step (time from the
-    /// observation that still said "wait" to this action), when it had been waiting.
-    pub waited_ms: Option<i64>,
-    /// How long the step took.
-    pub took_ms: Option<i64>,
-    /// The controller replica (or CLI process) that wrote it; `None` for events written
-    /// before quorum recorded it.
-    pub by: Option<String>,
-}
-
-/// An event to append.
-#[derive(Clone, Debug, Default)]
-pub struct NewEvent<'a> {
-    pub kind: &'a str,
-    pub machine: Option<&'a str>,
-    pub message: &'a str,
-    pub ok: bool,
-    pub waited_ms: Option<i64>,
-    pub took_ms: Option<i64>,
-    /// Who writes it: a controller's identity.
-    pub by: Option<&'a str>,
-}
 
 /// A control plane's certificate authority, as stored (PEM). The key never leaves the
 /// store except to sign; `Debug` does not print it.
@@ -658,7 +624,7 @@ fn private(dir: &tempfile::TempDir) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quorum_core::RolloutStrategy;
+    use quorum_core::{ActionKind, RolloutStrategy};
 
     #[test]
     fn opening_for_reading_creates_no_home() {
@@ -739,24 +705,24 @@ mod tests {
         let old = s.events_after("a", 0, 10).unwrap();
         assert_eq!(old.len(), 1);
         assert_eq!(
-            (old[0].kind.as_str(), old[0].by.as_deref()),
-            ("promote", None)
+            (old[0].kind.as_str(), old[0].by.as_deref(), old[0].outcome),
+            ("promote", None, StepOutcome::Ok)
         );
         let id = s
             .record_event(
                 "a",
                 8,
                 &NewEvent {
-                    kind: "remove-member",
-                    message: "m",
-                    ok: true,
                     by: Some("r1"),
-                    ..Default::default()
+                    ..NewEvent::new(ActionKind::RemoveMember, StepOutcome::Refused, "m")
                 },
             )
             .unwrap();
         let new = again.events_after("a", old[0].id, 10).unwrap();
-        assert_eq!((new[0].id, new[0].by.as_deref()), (id, Some("r1")));
+        assert_eq!(
+            (new[0].id, new[0].by.as_deref(), new[0].outcome, new[0].ok),
+            (id, Some("r1"), StepOutcome::Refused, false)
+        );
         drop((s, again));
         let conn = rusqlite::Connection::open(home.join(STATE_FILE)).unwrap();
         let v: String = conn
@@ -779,7 +745,7 @@ mod tests {
         let err = err.to_string();
         assert!(
             err.contains("schema version 9, written by a newer quorum")
-                && err.contains("reads versions up to 2"),
+                && err.contains("reads versions up to 3"),
             "{err}"
         );
         assert!(!err.contains('\n'), "{err}");
@@ -855,11 +821,8 @@ mod tests {
                 "a",
                 5,
                 &NewEvent {
-                    kind: "add-learner",
                     machine: Some("a-4"),
-                    message: "m",
-                    ok: true,
-                    ..Default::default()
+                    ..NewEvent::new(ActionKind::AddLearner, StepOutcome::Ok, "m")
                 },
             )
             .unwrap();

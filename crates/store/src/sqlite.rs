@@ -204,7 +204,7 @@ impl SqliteStore {
         match version.as_deref() {
             None => {}
             Some(v) if v == SCHEMA_VERSION.to_string() => {}
-            Some("1") => self.migrate_from_v1()?,
+            Some(v @ ("1" | "2")) => self.migrate(v)?,
             Some(v) if v.parse::<i64>().is_ok_and(|n| n > SCHEMA_VERSION) => {
                 return Err(StoreError::NewerSchema {
                     location: self.path.display().to_string(),
@@ -240,7 +240,8 @@ impl SqliteStore {
                      ok INTEGER NOT NULL,
                      waited_ms INTEGER,
                      took_ms INTEGER,
-                     by_replica TEXT);
+                     by_replica TEXT,
+                     outcome TEXT);
                  CREATE INDEX IF NOT EXISTS events_by_cp ON events(control_plane, id);
                  CREATE TABLE IF NOT EXISTS published (
                      control_plane TEXT PRIMARY KEY,
@@ -262,34 +263,54 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Version 1 to 2: events gain the replica that wrote them (`by_replica`, absent in
-    /// the old rows). One immediate transaction that re-reads the version, so two
-    /// processes opening the same old file migrate it once.
-    fn migrate_from_v1(&self) -> Result<()> {
+    /// Brings a file of an older schema version (`from`) to this one, one version at
+    /// a time: 1 to 2, events gain the replica that wrote them (`by_replica`); 2 to 3,
+    /// events gain their step's outcome (`outcome`, read from `ok` and the kind where it
+    /// is absent, see `StepOutcome::implied`). The old rows are kept as they are. One
+    /// immediate transaction that re-reads the version, so two processes opening the
+    /// same old file migrate it once, and a failure leaves the file at `from`.
+    fn migrate(&self, from: &str) -> Result<()> {
         self.conn
             .execute_batch("BEGIN IMMEDIATE")
             .map_err(|e| self.err(e))?;
         let migrate = || -> Result<()> {
-            let v: String = self
+            let mut v: String = self
                 .conn
                 .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
                     r.get(0)
                 })
                 .map_err(|e| self.err(e))?;
-            if v == "1" {
-                self.conn
-                    .execute_batch(
-                        "ALTER TABLE events ADD COLUMN by_replica TEXT;
-                         UPDATE meta SET value = '2' WHERE key = 'schema';",
-                    )
-                    .map_err(|e| self.err(e))?;
+            const STEPS: [(&str, &str, &str); 2] = [
+                ("1", "2", "ALTER TABLE events ADD COLUMN by_replica TEXT;"),
+                ("2", "3", "ALTER TABLE events ADD COLUMN outcome TEXT;"),
+            ];
+            for (old, new, sql) in STEPS {
+                if v == old {
+                    self.conn
+                        .execute_batch(sql)
+                        .and_then(|()| {
+                            self.conn.execute(
+                                "UPDATE meta SET value = ?1 WHERE key = 'schema'",
+                                params![new],
+                            )
+                        })
+                        .map_err(|e| self.err(e))?;
+                    v = new.to_string();
+                }
+            }
+            // Another process may have changed the version meanwhile (an older quorum
+            // migrating part of the way is handled above).
+            if v != SCHEMA_VERSION.to_string() {
+                return Err(self.corrupt(format!(
+                    "schema version {v:?} found while migrating from {from:?}"
+                )));
             }
             Ok(())
         };
         match migrate() {
             Ok(()) => self.conn.execute_batch("COMMIT").map_err(|e| self.err(e)),
             Err(e) => {
-                // The migration is all or nothing: the file stays at version 1.
+                // The migration is all or nothing.
                 let _ = self.conn.execute_batch("ROLLBACK");
                 Err(e)
             }
@@ -788,9 +809,20 @@ impl StateStore for SqliteStore {
     fn record_event(&self, cp: &str, at_ms: i64, e: &NewEvent<'_>) -> Result<i64> {
         self.conn
             .execute(
-                "INSERT INTO events(control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms, by_replica)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                params![cp, at_ms, e.kind, e.machine, e.message, e.ok, e.waited_ms, e.took_ms, e.by],
+                "INSERT INTO events(control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms, by_replica, outcome)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                params![
+                    cp,
+                    at_ms,
+                    e.kind.as_str(),
+                    e.machine,
+                    e.message,
+                    e.outcome == StepOutcome::Ok,
+                    e.waited_ms,
+                    e.took_ms,
+                    e.by,
+                    e.outcome.as_str()
+                ],
             )
             .map_err(|e| self.err(e))?;
         let id = self.conn.last_insert_rowid();
@@ -810,20 +842,25 @@ impl StateStore for SqliteStore {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT id, control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms, by_replica
+                "SELECT id, control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms, by_replica, outcome
                  FROM events WHERE control_plane = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
             .query_map(params![cp, after_id, limit], |r| {
+                let kind = EventKind::parse(&r.get::<_, String>(3)?);
+                let ok: bool = r.get(6)?;
+                let outcome =
+                    StepOutcome::read(r.get::<_, Option<String>>(10)?.as_deref(), &kind, ok);
                 Ok(Event {
                     id: r.get(0)?,
                     control_plane: r.get(1)?,
                     at_ms: r.get(2)?,
-                    kind: r.get(3)?,
+                    kind,
                     machine: r.get(4)?,
                     message: r.get(5)?,
-                    ok: r.get(6)?,
+                    ok,
+                    outcome,
                     waited_ms: r.get(7)?,
                     took_ms: r.get(8)?,
                     by: r.get(9)?,

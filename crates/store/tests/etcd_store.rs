@@ -2,11 +2,11 @@
 //! embedded store (one table of steps run against both), writers that never overwrite
 //! each other, and leadership with fencing.
 
-use quorum_core::{ControlPlane, ControlPlaneSpec, RolloutStrategy, Version};
+use quorum_core::{ActionKind, ControlPlane, ControlPlaneSpec, RolloutStrategy, Version};
 use quorum_provider::management::ManagementEtcd;
 use quorum_store::{
-    Campaign, Heartbeat, NewEvent, PublishedStatus, StepInProgress, Store, StoreError,
-    StoreLocation,
+    Campaign, EventKind, Heartbeat, NewEvent, PublishedStatus, StepInProgress, StepOutcome, Store,
+    StoreError, StoreLocation,
 };
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -126,29 +126,34 @@ fn behaviour(s: &mut Store) {
     ));
 
     assert_eq!(s.last_event_id("a").unwrap(), 0);
-    let e = |kind| NewEvent {
-        kind,
-        message: "m",
-        ok: true,
-        ..Default::default()
-    };
     let id1 = s
         .record_event(
             "a",
             10,
             &NewEvent {
                 by: Some("r1"),
-                ..e("one")
+                machine: Some("a-2"),
+                ..NewEvent::new(ActionKind::Promote, StepOutcome::Refused, "m")
             },
         )
         .unwrap();
-    let id2 = s.record_event("a", 11, &e("two")).unwrap();
+    // A kind this release does not know (as a newer one may write) is kept as written.
+    let newer = EventKind::parse("from-a-newer-release");
+    let id2 = s
+        .record_event("a", 11, &NewEvent::new(newer, StepOutcome::Ok, "m"))
+        .unwrap();
     assert!(id2 > id1);
     let evs = s.events_after("a", 0, 10).unwrap();
     assert_eq!(
-        evs.iter().map(|e| e.kind.as_str()).collect::<Vec<_>>(),
-        ["one", "two"]
+        evs.iter()
+            .map(|e| (e.kind.as_str(), e.outcome, e.ok, e.machine.as_deref()))
+            .collect::<Vec<_>>(),
+        [
+            ("promote", StepOutcome::Refused, false, Some("a-2")),
+            ("from-a-newer-release", StepOutcome::Ok, true, None)
+        ]
     );
+    assert_eq!(evs[0].kind, EventKind::Action(ActionKind::Promote));
     // The writer is kept; an event written without one reads back without one.
     assert_eq!(
         evs.iter().map(|e| e.by.as_deref()).collect::<Vec<_>>(),
@@ -426,4 +431,82 @@ fn an_unreachable_store_is_a_clear_error() {
         let e = StoreLocation::parse(bad, None).unwrap_err();
         assert!(e.contains("--store"), "{bad}: {e}");
     }
+}
+
+/// The keys a management etcd held after a run of quorum at commit c1a7ab4 (see
+/// `fixtures/README.md`), put back under a fresh prefix in creation order, read with
+/// this release: every record and every event, each with the outcome its `ok` and
+/// kind imply (those records have none of their own).
+#[test]
+fn a_history_of_release_c1a7ab4_reads_back() {
+    let fixture: Vec<serde_json::Value> = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/etcd-c1a7ab4.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let m = management("old", dir.path());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // What the old release wrote: (control plane, kind) -> count.
+    let mut written: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    rt.block_on(async {
+        let endpoints: Vec<String> = m.endpoints();
+        let mut c = etcd_client::Client::connect(endpoints, None).await.unwrap();
+        for kv in &fixture {
+            let (key, value) = (kv["key"].as_str().unwrap(), kv["value"].as_str().unwrap());
+            if let Some(rest) = key.strip_prefix("event/") {
+                let cp = rest.split('/').next().unwrap().to_string();
+                let rec: serde_json::Value = serde_json::from_str(value).unwrap();
+                assert!(rec.get("outcome").is_none(), "an old record: {value}");
+                let kind = rec["kind"].as_str().unwrap().to_string();
+                *written.entry((cp, kind)).or_default() += 1;
+            }
+            c.put(format!("/old/{key}"), value, None).await.unwrap();
+        }
+    });
+    let s = etcd_store(&m, "old");
+    let cps = s.control_planes().unwrap();
+    let names: Vec<&str> = cps.iter().map(|c| c.name.as_str()).collect();
+    assert_eq!(names, ["e", "g"]);
+    let machines = |cp: &str| -> Vec<String> {
+        s.machines(cp)
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect()
+    };
+    assert_eq!(
+        (machines("e"), machines("g")),
+        (vec!["e-1".to_string()], vec!["g-1".to_string()])
+    );
+    assert!(s.certificate_authority(&cps[0]).unwrap().is_none());
+    assert!(s.certificate_authority(&cps[1]).unwrap().is_some());
+    assert!(s.published_status("e").unwrap().is_some());
+    assert_eq!(s.setting("subnet").unwrap().as_deref(), Some("77.9"));
+    assert!(s.last_controller_heartbeat().unwrap().is_some());
+    let mut read: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    for cp in ["e", "f", "g"] {
+        for e in s.events_after(cp, 0, 10_000).unwrap() {
+            assert!(!matches!(e.kind, EventKind::Other(_)), "{e:?}");
+            assert_eq!(e.outcome, StepOutcome::implied(&e.kind, e.ok), "{e:?}");
+            if e.kind == EventKind::Refused {
+                assert!(
+                    e.outcome == StepOutcome::Refused && e.machine.is_some(),
+                    "{e:?}"
+                );
+            }
+            *read
+                .entry((cp.to_string(), e.kind.as_str().to_string()))
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(read, written);
+    assert!(written.contains_key(&("e".to_string(), "refused".to_string())));
+    assert!(written.contains_key(&("f".to_string(), "forget-control-plane".to_string())));
 }

@@ -29,17 +29,18 @@ fn ops(n: usize, duration_ms: i64, seed: u64) -> Vec<PlotOp> {
 
 fn steps() -> Vec<PlotStep> {
     [
-        (1_000, "add-learner bench-4"),
-        (2_000, "promote bench-4"),
-        (2_050, "move-leader"),
-        (3_000, "remove-member bench-1"),
-        (3_010, "stop-machine bench-1"),
-        (4_000, "kill <&> \"it's\""),
+        (1_000, "add-learner bench-4", StepKind::Learner),
+        (2_000, "promote bench-4", StepKind::Promote),
+        (2_050, "move-leader", StepKind::MoveLeader),
+        (3_000, "remove-member bench-1", StepKind::Remove),
+        (3_010, "stop-machine bench-1", StepKind::Stop),
+        (4_000, "kill <&> \"it's\"", StepKind::Other),
     ]
     .into_iter()
-    .map(|(at_ms, label)| PlotStep {
+    .map(|(at_ms, label, kind)| PlotStep {
         at_ms,
         label: label.to_string(),
+        kind,
     })
     .collect()
 }
@@ -143,6 +144,7 @@ fn legend_lists_only_step_kinds_present() {
     let only_promote = [PlotStep {
         at_ms: 10,
         label: "promote bench-2".to_string(),
+        kind: StepKind::Promote,
     }];
     let texts = texts_of(&svg("t", &[], &only_promote, 1_000));
     assert!(texts.iter().any(|t| t == "promote"));
@@ -271,6 +273,7 @@ fn edge_cases_render_inside_the_plot() {
     let far = [PlotStep {
         at_ms: i64::MIN,
         label: "bell\u{7}".to_string(),
+        kind: StepKind::Other,
     }];
     let svg = svg("tab\there", &odd, &far, 0);
     assert_well_formed(&svg);

@@ -44,7 +44,7 @@ async fn follow_controller(
     let mut last = after;
     let deadline = Instant::now() + w.timeout;
     while ctx.store.control_plane(name)?.is_some() {
-        wait::print_events(&ctx.store, name, &mut last, ctx.started_ms, false)?;
+        wait::print_events(&ctx.store, name, &mut last, ctx.started_ms, false, None)?;
         if !wait::controller_active(&ctx.store) {
             println!("{name}: the controller stopped; finishing the deletion here");
             teardown(at, name, Some(ctx.started_ms)).await?;
@@ -60,6 +60,6 @@ async fn follow_controller(
         }
         tokio::time::sleep(Duration::from_millis(DELETE_POLL_MS)).await;
     }
-    wait::print_events(&ctx.store, name, &mut last, ctx.started_ms, false)?;
+    wait::print_events(&ctx.store, name, &mut last, ctx.started_ms, false, None)?;
     Ok(())
 }

@@ -174,16 +174,11 @@ fn rows(events: &[Event], header: bool) -> Vec<Vec<String>> {
         rows.push(HEADER.map(String::from).to_vec());
     }
     for e in events {
-        let result = match (e.ok, e.kind.as_str()) {
-            (true, _) => "ok",
-            (false, "refused") => "refused",
-            (false, _) => "failed",
-        };
         rows.push(vec![
             quorum_pki::format_unix_ms(e.at_ms),
             e.by.clone().unwrap_or_else(|| "-".into()),
-            result.into(),
-            e.kind.clone(),
+            e.outcome.to_string(),
+            e.kind.to_string(),
             e.machine.clone().unwrap_or_else(|| "-".into()),
             e.took_ms.map_or_else(|| "-".into(), |ms| format!("{ms}ms")),
             e.message.clone(),
@@ -195,16 +190,20 @@ fn rows(events: &[Event], header: bool) -> Vec<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use quorum_store::{EventKind, StepOutcome};
 
     fn ev(id: i64, by: Option<&str>, kind: &str, ok: bool) -> Event {
+        let kind = EventKind::parse(kind);
+        let outcome = StepOutcome::implied(&kind, ok);
         Event {
             id,
             control_plane: "a".into(),
             at_ms: 1_796_278_292_466,
-            kind: kind.into(),
             machine: Some("a-2".into()),
             message: format!("{kind} a-2"),
+            kind,
             ok,
+            outcome,
             waited_ms: None,
             took_ms: Some(19),
             by: by.map(str::to_string),
@@ -238,6 +237,39 @@ mod tests {
             "{t}"
         );
         assert!(!table(&[ev(1, None, "x", true)], false).contains("TIME"));
+    }
+
+    /// Walkthrough item 7: a refused step shows its own kind as STEP and `refused` as
+    /// RESULT (it used to show `refused` for both, losing the step).
+    #[test]
+    fn a_refused_step_keeps_its_kind() {
+        let refused = Event {
+            outcome: StepOutcome::Refused,
+            ok: false,
+            message:
+                "add a-2 as a learner: etcd accepts one membership change per ~5 s; retrying (...)"
+                    .into(),
+            ..ev(1, Some("r1"), "add-learner", true)
+        };
+        let t = table(&[refused], true);
+        let cells = |l: &str| {
+            l.split("  ")
+                .map(str::trim)
+                .filter(|c| !c.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        let lines: Vec<&str> = t.lines().collect();
+        let (head, row) = (cells(lines[0]), cells(lines[1]));
+        let at = |name: &str| head.iter().position(|h| h == name).unwrap();
+        assert_eq!(row[at("STEP")], "add-learner", "{t}");
+        assert_eq!(row[at("RESULT")], "refused", "{t}");
+        assert!(
+            row.last()
+                .unwrap()
+                .contains("one membership change per ~5 s"),
+            "{t}"
+        );
     }
 
     #[test]

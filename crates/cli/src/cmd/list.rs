@@ -1,10 +1,13 @@
-//! `quorum list`: the control planes, with the state the controller last published.
+//! `quorum list`: the control planes, each with its state from a fresh decision.
 
 use anyhow::Result;
 use quorum_ops::{status, Ctx, Place};
 use quorum_store::StoreLocation;
 
-pub fn run(at: &Place) -> Result<()> {
+/// One row per control plane. Its state is the operation of the decision on a fresh
+/// observation, exactly as `status` derives it: a controller's last published view
+/// would disagree with `status` whenever the controller is stopped or behind.
+pub async fn run(at: &Place) -> Result<()> {
     let ctx = Ctx::open(at)?;
     let cps = ctx.store.control_planes()?;
     if cps.is_empty() {
@@ -21,22 +24,11 @@ pub fn run(at: &Place) -> Result<()> {
         .map(String::from)
         .to_vec()];
     for cp in cps {
-        let n = ctx.store.machines(&cp.name)?.len();
-        let state = if cp.deleting {
-            "deleting".to_string()
-        } else if cp.spec.paused {
-            "paused".into()
-        } else {
-            ctx.store
-                .published_status(&cp.name)?
-                .and_then(|p| {
-                    p.status
-                        .pointer("/decision/operation")
-                        .and_then(|v| v.as_str())
-                        .map(str::to_string)
-                })
-                .unwrap_or_else(|| "unknown (no controller yet)".into())
-        };
+        let access = ctx.access(&cp)?;
+        let (machines, _, decision) =
+            status::decision(&ctx.store, &ctx.provider, &access.etcd, &cp).await?;
+        let n = machines.len();
+        let state = decision.operation.to_string();
         rows.push(vec![
             cp.name,
             cp.spec.replicas.to_string(),

@@ -30,7 +30,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Pause(a) => pause::run(at, a),
         Command::Status(a) => status::run(at, a).await,
         Command::Events(a) => run_events(at, a).await,
-        Command::List => list::run(at),
+        Command::List => list::run(at).await,
         Command::Delete(a) => delete::run(at, a).await,
         Command::Controller(a) => controller::run(at, a).await,
         Command::Credentials(a) => credentials::run(at, a),

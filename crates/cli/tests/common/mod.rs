@@ -277,7 +277,7 @@ impl Env {
             .unwrap()
             .into_iter()
             .filter(|e| e.ok)
-            .map(|e| e.kind)
+            .map(|e| e.kind.to_string())
             .collect()
     }
 }
