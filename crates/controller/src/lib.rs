@@ -621,13 +621,13 @@ impl Controller {
                 Err(ActionError::Store(e)) if e.lost_leadership() => return Err(e),
                 Err(e) => {
                     let refusal = e.is_refusal();
-                    let outcome = if refusal {
+                    let ended = if refusal {
                         StepOutcome::Refused
                     } else {
                         StepOutcome::Failed
                     };
                     self.metrics
-                        .operation(action.kind().as_str(), outcome.as_str());
+                        .operation(action.kind().as_str(), ended.as_str());
                     let msg = match e.refusal_reason() {
                         Some(reason) => format!("{action}: {reason} ({e})"),
                         None => format!("{action}: {e}"),
@@ -657,7 +657,7 @@ impl Controller {
                             NewEvent {
                                 machine,
                                 took_ms: Some(took_ms),
-                                ..NewEvent::new(action.kind(), outcome, &msg)
+                                ..NewEvent::new(action.kind(), ended, &msg)
                             },
                         );
                     }
