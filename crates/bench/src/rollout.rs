@@ -21,8 +21,7 @@ use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 use quorum_controller::{endpoints_path, now_ms};
 use quorum_core::{
-    ActionKind, ClientErrorKind, ControlPlaneSpec, GrpcCode, HaproxySpec,
-    DEFAULT_HAPROXY_BACKEND,
+    ActionKind, ClientErrorKind, ControlPlaneSpec, GrpcCode, HaproxySpec, DEFAULT_HAPROXY_BACKEND,
 };
 use quorum_etcd::ClientTls;
 use quorum_ops::{change, create, teardown, wait, Ctx, Place};
