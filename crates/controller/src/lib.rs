@@ -8,13 +8,16 @@
 //!
 //! Architecture invariant: the controller makes no decision of its own. It translates
 //! observations into `quorum_core::Observation` and `Action`s into calls; the only
-//! policy it holds is timing (poll intervals, retry backoff).
+//! policy it holds is timing: poll intervals here, and the core's one pacing policy
+//! (drain, load balancer gating, retry backoff: `quorum_core::pacing`) driven through
+//! `pacing::Pacer`.
 
 pub mod access;
 pub mod balancer;
 pub mod failpoints;
 pub mod heartbeat;
 pub mod metrics;
+pub mod pacing;
 
 use access::{now_unix_s, Access};
 use quorum_core::{
@@ -41,20 +44,12 @@ pub const BUSY_POLL_MS: u64 = 50;
 /// Poll interval when every control plane is converged; a write to the store by the CLI
 /// wakes the loop earlier (checked every `BUSY_POLL_MS`).
 pub const IDLE_POLL_MS: u64 = 1_000;
-/// First retry delay after a failed action, doubled per failure up to the cap.
-const RETRY_BASE_MS: u64 = 50;
-/// Retry cap for refusals (they clear by themselves within seconds: retry often).
-const RETRY_CAP_REFUSAL_MS: u64 = 250;
-/// Retry cap for failures.
-const RETRY_CAP_FAILURE_MS: u64 = 5_000;
 /// The published status is rewritten at least this often even if nothing changed, so
 /// readers can tell a live controller from a dead one.
 const PUBLISH_EVERY_MS: i64 = 1_000;
 /// Time between a machine leaving the published endpoints (marked deleting) and the
-/// removal of its member, so that clients following the endpoints move off it first
-/// (measured with `quorum bench rollout`: removing 14 ms after publishing failed
-/// requests of clients that re-read the endpoints every 100 ms).
-pub const DRAIN_MS: u64 = 500;
+/// removal of its member: the core's pacing policy (`quorum_core::pacing::DRAIN_MS`).
+pub const DRAIN_MS: u64 = quorum_core::pacing::DRAIN_MS;
 /// A heartbeat older than this means no controller is running on the home.
 pub const CONTROLLER_STALE_MS: i64 = 5_000;
 
@@ -207,11 +202,9 @@ struct CpState {
     /// (it acted or waited). After an idle (converged) pass this is `None`: the time
     /// spent idle is not a reaction delay.
     last_end: Option<Instant>,
-    /// Failed actions: (failures, not before).
-    retry: HashMap<String, (u32, Instant)>,
-    /// Leaving machines and when their member may be removed (first seen leaving plus
-    /// the drain time; a restarted controller drains again, which is only slower).
-    drain_until: HashMap<String, Instant>,
+    /// Drain clocks and retry due times (created with the configured drain time; a
+    /// restarted controller drains again, which is only slower).
+    pacer: Option<pacing::Pacer>,
     /// Last error message recorded, to record each distinct error once.
     last_error: Option<String>,
     last_published: Option<(String, i64)>,
@@ -559,34 +552,17 @@ impl Controller {
                 outcome = Outcome::Waiting;
             }
         }
-        self.track_drains(&cp.name, &machines);
+        // The endpoints of this pass are published: a machine seen leaving starts its
+        // drain now.
+        self.pacer(&cp.name).observe(pacing::clock_ms(), &machines);
         for action in &decision.actions {
-            let key = retry_key(action);
-            let now = Instant::now();
-            if let Action::RemoveMember {
-                machine: Some(m), ..
-            } = action
-            {
-                let drained_at = self
-                    .state
-                    .get(&cp.name)
-                    .and_then(|s| s.drain_until.get(m))
-                    .copied();
-                if drained_at.is_some_and(|t| t > now) {
-                    // Still draining: look again soon (this is a wait, not a failure).
-                    break;
-                }
-                if balancer.as_ref().is_some_and(|b| b.blocked.is_some()) {
-                    // The load balancer may still send clients to it: hold the removal.
-                    break;
-                }
-            }
-            let due = self
-                .state
-                .get(&cp.name)
-                .and_then(|s| s.retry.get(&key))
-                .is_none_or(|(_, at)| *at <= now);
-            if !due {
+            let verdict = self
+                .pacer(&cp.name)
+                .check(pacing::clock_ms(), action, balancer.as_ref());
+            if let quorum_core::pacing::Verdict::Wait(hold) = verdict {
+                // Draining, the load balancer behind, or backing off: a wait, not a
+                // failure; look again soon.
+                tracing::debug!(cp = %cp.name, "holding '{action}': {hold}");
                 break;
             }
             let t0 = Instant::now();
@@ -594,6 +570,9 @@ impl Controller {
                 .perform(cp, &access, &machines, &observed, action)
                 .await;
             let took_ms = t0.elapsed().as_millis() as i64;
+            let (attempt, _) =
+                self.pacer(&cp.name)
+                    .record(pacing::clock_ms(), action, &res, pacing::jitter());
             let machine = action.machine();
             match res {
                 Ok(allocated) => {
@@ -604,7 +583,6 @@ impl Controller {
                     }
                     tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
                     let st = self.state.entry(cp.name.clone()).or_default();
-                    st.retry.remove(&key);
                     st.last_error = None;
                     let message = action.to_string();
                     self.event(
@@ -620,7 +598,7 @@ impl Controller {
                 }
                 Err(ActionError::Store(e)) if e.lost_leadership() => return Err(e),
                 Err(e) => {
-                    let refusal = e.is_refusal();
+                    let refusal = attempt == quorum_core::pacing::Attempt::Refused;
                     let ended = if refusal {
                         StepOutcome::Refused
                     } else {
@@ -633,17 +611,6 @@ impl Controller {
                         None => format!("{action}: {e}"),
                     };
                     let st = self.state.entry(cp.name.clone()).or_default();
-                    let failures = st.retry.get(&key).map(|(n, _)| n + 1).unwrap_or(1);
-                    let cap = if refusal {
-                        RETRY_CAP_REFUSAL_MS
-                    } else {
-                        RETRY_CAP_FAILURE_MS
-                    };
-                    let delay = RETRY_BASE_MS.saturating_mul(1 << failures.min(16)).min(cap);
-                    st.retry.insert(
-                        key,
-                        (failures, Instant::now() + Duration::from_millis(delay)),
-                    );
                     let repeat = st.last_error.as_deref() == Some(msg.as_str());
                     st.last_error = Some(msg.clone());
                     if !repeat {
@@ -782,18 +749,14 @@ impl Controller {
         Some(synced)
     }
 
-    /// Starts the drain clock of every machine seen leaving for the first time, and
-    /// forgets machines that are gone.
-    fn track_drains(&mut self, cp: &str, machines: &[Machine]) {
-        let drain = Duration::from_millis(self.cfg.drain_ms);
-        let st = self.state.entry(cp.to_string()).or_default();
-        st.drain_until
-            .retain(|name, _| machines.iter().any(|m| &m.name == name));
-        for m in machines.iter().filter(|m| m.deleting) {
-            st.drain_until
-                .entry(m.name.clone())
-                .or_insert_with(|| Instant::now() + drain);
-        }
+    /// The pacing of a control plane (made with the configured drain time).
+    fn pacer(&mut self, cp: &str) -> &mut pacing::Pacer {
+        let drain_ms = self.cfg.drain_ms;
+        self.state
+            .entry(cp.to_string())
+            .or_default()
+            .pacer
+            .get_or_insert_with(|| pacing::Pacer::new(drain_ms))
     }
 
     /// Records `e` as written by this controller. A failure is logged, not returned:
@@ -1054,10 +1017,6 @@ impl Controller {
         }
         Ok(())
     }
-}
-
-fn retry_key(a: &Action) -> String {
-    format!("{}:{}", a.kind(), a.machine().unwrap_or_default())
 }
 
 /// Where the client endpoints of a control plane are published for clients to follow:

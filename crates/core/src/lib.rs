@@ -9,6 +9,7 @@ pub mod classify;
 pub mod decide;
 pub mod lease;
 pub mod model;
+pub mod pacing;
 pub mod span;
 pub mod validate;
 pub mod version;
