@@ -30,10 +30,11 @@ use std::time::Instant;
 
 /// Deadline of one store call (connect, read, transaction).
 const CALL_TIMEOUT_MS: u64 = 5_000;
-/// Attempts of a read-modify-write that keeps losing to other writers, and the cap of
-/// the randomized pause between attempts (so contending writers spread out).
+/// Attempts of a read-modify-write that keeps losing to other writers, and the pause
+/// between attempts: the core's backoff (up to 10 ms doubling, capped at 200 ms, drawn
+/// from the upper half of that with `rand`), so contending writers spread out.
 const WRITE_ATTEMPTS: u32 = 12;
-const BACKOFF_CAP_MS: u64 = 200;
+const WRITE_BACKOFF: quorum_core::pacing::Backoff = quorum_core::pacing::Backoff::new(10, 200);
 /// Events kept per control plane (pruned every `PRUNE_EVERY` events this process records).
 const EVENTS_KEPT: i64 = 10_000;
 const PRUNE_EVERY: u64 = 256;
@@ -558,18 +559,12 @@ fn to_kvs(kvs: &[etcd_client::KeyValue]) -> Vec<Kv> {
         .collect()
 }
 
-/// Sleeps before retry `attempt` (none before the first): a random pause up to
-/// 5 ms doubled per attempt, capped at `BACKOFF_CAP_MS`.
+/// Sleeps before retry `attempt` (none before the first): `WRITE_BACKOFF`.
 fn backoff(attempt: u32) {
-    if attempt == 0 {
-        return;
+    let delay_ms = WRITE_BACKOFF.delay_ms(attempt, rand::random());
+    if delay_ms > 0 {
+        std::thread::sleep(Duration::from_millis(delay_ms));
     }
-    let cap_ms = (5u64 << attempt.min(10)).min(BACKOFF_CAP_MS);
-    // Jitter from the clock's nanoseconds: enough to spread writers apart.
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::from(d.subsec_nanos()));
-    std::thread::sleep(Duration::from_millis(1 + nanos % cap_ms));
 }
 
 fn one_line(s: &str) -> String {
