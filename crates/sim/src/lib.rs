@@ -19,6 +19,17 @@
 //! change. The fault budget keeps at most one member impaired at a time, so faults alone
 //! never take quorum away: any quorum loss is quorum's own doing.
 //!
+//! The controller paces its actions by the core's one pacing policy
+//! (`quorum_core::pacing`, the type the real controller drives): it publishes the client
+//! endpoints before it acts, a member of a leaving machine is removed only once the drain
+//! time has passed in simulated time and while the simulated load balancer (HAProxy, in
+//! half of the seeds) is in step, and a refused or failed action is retried after the
+//! shared backoff with jitter from the seeded generator (delays longer than one step
+//! skip steps). A seeded fault makes the load balancer unreachable for a while, and
+//! removals must wait for it. Checked against the ground truth at every removal: the
+//! machine's endpoint has been unpublished for the drain time, and the load balancer no
+//! longer sends clients to it.
+//!
 //! With `Config::replicas == 2` (`--replicas 2`), two controller replicas share the
 //! durable store, as they share a management etcd in the real system. The store keeps a
 //! leader key: holder, token (an increasing integer) and the lease's expiry by the
@@ -55,6 +66,7 @@ use quorum_core::classify::{
     UNHEALTHY_CLUSTER,
 };
 use quorum_core::lease::{margin_ms, may_act, standby_poll_ms, DEFAULT_LEASE_TTL_MS};
+use quorum_core::pacing::{self, Attempt, Hold, Pacing, PacingInput, PacingPolicy};
 use quorum_core::{
     decide, quorum_size, Action, ClusterState, ControlPlane, ControlPlaneSpec, EndpointStatus,
     Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
@@ -169,6 +181,9 @@ pub struct Config {
     pub replicas: u8,
     /// The leader lease's TTL (with 2 replicas).
     pub lease_ttl_ms: u64,
+    /// A load balancer (HAProxy) in front of the members, kept in step with the published
+    /// endpoints by the controller; it may be unreachable for a while (a seeded fault).
+    pub load_balancer: bool,
 }
 
 impl Config {
@@ -182,6 +197,7 @@ impl Config {
             strict_reconfig: (seed / Scenario::ALL.len() as u64).is_multiple_of(2),
             replicas: 1,
             lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
+            load_balancer: (seed / (2 * Scenario::ALL.len() as u64)).is_multiple_of(2),
         }
     }
 
@@ -245,6 +261,43 @@ impl std::fmt::Display for LeaseCounts {
     }
 }
 
+/// How often the pacing policy held an action back in a run, and the load balancer
+/// faults it met.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PacingCounts {
+    /// Controller passes that held a removal while its machine drained...
+    pub drain_holds: u64,
+    /// ...while the load balancer was not in step...
+    pub lb_holds: u64,
+    /// ...or held an action that was backing off.
+    pub backoff_holds: u64,
+    /// Removals of a leaving machine's member performed (each checked against the drain
+    /// and the load balancer).
+    pub paced_removals: u64,
+    /// Load balancer outages injected.
+    pub lb_faults: u64,
+}
+
+impl PacingCounts {
+    pub fn add(&mut self, o: &PacingCounts) {
+        self.drain_holds += o.drain_holds;
+        self.lb_holds += o.lb_holds;
+        self.backoff_holds += o.backoff_holds;
+        self.paced_removals += o.paced_removals;
+        self.lb_faults += o.lb_faults;
+    }
+}
+
+impl std::fmt::Display for PacingCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} removals of a leaving machine's member, held {} times while draining and {} while the load balancer was behind ({} outages); {} holds backing off",
+            self.paced_removals, self.drain_holds, self.lb_holds, self.lb_faults, self.backoff_holds
+        )
+    }
+}
+
 /// How a run ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Outcome {
@@ -263,6 +316,7 @@ pub struct Outcome {
     pub replicas: u8,
     pub lease_ttl_ms: u64,
     pub lease: LeaseCounts,
+    pub pacing: PacingCounts,
 }
 
 #[derive(Clone, Debug)]
@@ -317,7 +371,8 @@ struct Term {
 struct Replica {
     /// Leading (by its own belief), or standing by.
     term: Option<Term>,
-    retry_not_before_ms: BTreeMap<String, u64>,
+    /// Drain clocks and retry due times: the core's pacing, as the controller keeps it.
+    pacing: Pacing,
     /// Paused (SIGSTOP) until this step: no renewals, no polls, no actions.
     paused_until_step: Option<u64>,
     /// The side effect it was paused between checking and performing.
@@ -335,6 +390,15 @@ struct LeaderKey {
     token: u64,
     /// The lease's end by the store's clock.
     expires_at_ms: u64,
+}
+
+/// The simulated HAProxy: which members' endpoints its backend serves.
+#[derive(Clone, Debug, Default)]
+struct SimLb {
+    /// Client URLs of the servers that get new requests (a drained server is not here).
+    backend: BTreeSet<String>,
+    /// Unreachable (its runtime socket gone, the process restarting) until this step.
+    down_until_step: Option<u64>,
 }
 
 /// One simulated control plane with its controller.
@@ -365,6 +429,13 @@ pub struct World {
     next_address: u32,
     // -- controller replicas (one leads) and the store's leader key (two replicas only)
     replicas: Vec<Replica>,
+    /// The client endpoints last published (for clients to follow), and when each one
+    /// that was published left the set.
+    published: BTreeSet<String>,
+    unpublished_at_ms: BTreeMap<String, u64>,
+    /// The load balancer, if the run has one.
+    lb: Option<SimLb>,
+    pacing_counts: PacingCounts,
     leader_key: Option<LeaderKey>,
     last_token: u64,
     /// Armed fault: the next successful member removal loses the leader's lease.
@@ -443,6 +514,10 @@ impl World {
             next_serial: 1,
             next_address: 1,
             replicas: vec![],
+            published: BTreeSet::new(),
+            unpublished_at_ms: BTreeMap::new(),
+            lb: cfg.load_balancer.then(SimLb::default),
+            pacing_counts: PacingCounts::default(),
             leader_key: None,
             last_token: 0,
             lose_lease_after_removal: false,
@@ -495,9 +570,14 @@ impl World {
         // The cluster has been up a while: the first change need not wait.
         w.now_ms = HEALTH_INTERVAL_MS;
         w.note(format!(
-            "start {} with {start} members, strict reconfig {}",
+            "start {} with {start} members, strict reconfig {}{}",
             cfg.scenario.name(),
-            if cfg.strict_reconfig { "on" } else { "off" }
+            if cfg.strict_reconfig { "on" } else { "off" },
+            if cfg.load_balancer {
+                ", behind a load balancer"
+            } else {
+                ""
+            }
         ));
         w.start_replicas();
         w
@@ -939,7 +1019,10 @@ impl World {
             Action::MoveLeader { to_member, .. } => {
                 etcd_answer(EtcdCall::MoveLeader, self.move_leader(*to_member))
             }
-            Action::RemoveMember { member_id, .. } => {
+            Action::RemoveMember { member_id, machine } => {
+                if let Some(m) = machine {
+                    self.check_removal_paced(m);
+                }
                 etcd_answer(EtcdCall::RemoveMember, self.remove_member(*member_id))
             }
             Action::StopMachine { machine } => {
@@ -1076,14 +1159,15 @@ impl World {
                 d.actions
             ));
         }
+        // As the controller: publish the endpoints, bring the load balancer in step,
+        // then pace (a machine seen leaving starts its drain now).
+        self.publish(&d.endpoints);
+        let lb_in_step = self.sync_lb();
+        self.observe_pacing(i);
         let tag = self.tag(i);
         for a in &d.actions {
-            let key = format!("{}:{a}", a.kind());
-            if self.replicas[i]
-                .retry_not_before_ms
-                .get(&key)
-                .is_some_and(|t| *t > self.now_ms)
-            {
+            if let pacing::Verdict::Wait(hold) = self.pacing_verdict(i, a, lb_in_step) {
+                self.count_hold(i, a, hold);
                 return;
             }
             if !self.ensure_leading(i) {
@@ -1107,8 +1191,9 @@ impl World {
                         return;
                     }
                     1 => {
+                        // A timeout is a refusal to the controller: its effect is unknown.
                         self.note(format!("{tag}TIMEOUT before '{a}' reached etcd"));
-                        self.backoff(i, key, true);
+                        self.backoff(i, a, Attempt::Refused);
                         return;
                     }
                     _ => {
@@ -1119,52 +1204,162 @@ impl World {
                             self.crash_replica(i);
                         } else {
                             self.note(format!("{tag}LOST ANSWER of '{a}' (applied: {applied})"));
-                            self.backoff(i, key, true);
+                            self.backoff(i, a, Attempt::Refused);
                         }
                         return;
                     }
                 }
             }
-            match self.perform_as(i, a, false) {
-                Answer::Done => {
-                    self.note(format!("{tag}did '{a}'"));
-                    self.replicas[i].retry_not_before_ms.remove(&key);
-                }
-                Answer::Refused(why) => {
-                    self.note(format!("{tag}'{a}' refused: {why}"));
-                    self.backoff(i, key, true);
-                    return;
-                }
-                Answer::Failed(why) => {
-                    self.note(format!("{tag}'{a}' failed: {why}"));
-                    self.backoff(i, key, false);
-                    return;
-                }
+            let answer = self.perform_as(i, a, false);
+            match &answer {
+                Answer::Done => self.note(format!("{tag}did '{a}'")),
+                Answer::Refused(why) => self.note(format!("{tag}'{a}' refused: {why}")),
+                Answer::Failed(why) => self.note(format!("{tag}'{a}' failed: {why}")),
                 Answer::Fenced => {
                     self.lease.fenced_writes += 1;
                     self.step_down(i, &format!("its write for '{a}' was fenced"));
                     return;
                 }
             }
+            if let Some(attempt) = Self::attempt_of(&answer) {
+                self.backoff(i, a, attempt);
+                if attempt != Attempt::Done {
+                    return;
+                }
+            }
         }
     }
 
-    /// The controller's retry policy (as quorum-controller's): 50 ms doubling, capped.
-    fn backoff(&mut self, i: usize, key: String, refusal: bool) {
-        let cap = if refusal { 250 } else { 5_000 };
+    // ---------------------------------------------------------------- pacing
+
+    /// Publishes the decision's client endpoints (for clients to follow), noting when
+    /// each one left the set: the ground truth the drain is checked against.
+    fn publish(&mut self, endpoints: &[String]) {
         let now = self.now_ms;
-        let retry = &mut self.replicas[i].retry_not_before_ms;
-        let prev = retry.get(&key).copied().unwrap_or(now);
-        let last_delay = prev.saturating_sub(now).max(25);
-        let delay = (last_delay * 2).min(cap);
-        retry.insert(key, now + delay);
+        let new: BTreeSet<String> = endpoints.iter().cloned().collect();
+        for gone in self.published.difference(&new) {
+            self.unpublished_at_ms.insert(gone.clone(), now);
+        }
+        for url in &new {
+            self.unpublished_at_ms.remove(url);
+        }
+        self.published = new;
+    }
+
+    /// Brings the load balancer's backend in step with the published endpoints, as the
+    /// controller's balancer does; false while it is unreachable (no load balancer: in
+    /// step).
+    fn sync_lb(&mut self) -> bool {
+        let published = &self.published;
+        match self.lb.as_mut() {
+            None => true,
+            Some(lb) if lb.down_until_step.is_some() => false,
+            Some(lb) => {
+                lb.backend.clone_from(published);
+                true
+            }
+        }
+    }
+
+    /// The controller's pass over the stored machines (`Pacing::observe`).
+    fn observe_pacing(&mut self, i: usize) {
+        let now = self.now_ms;
+        self.replicas[i].pacing.observe(now, &self.machines);
+    }
+
+    /// May replica `i` perform `a` now, by the shared policy?
+    fn pacing_verdict(&self, i: usize, a: &Action, lb_in_step: bool) -> pacing::Verdict {
+        let input = PacingInput {
+            now_ms: self.now_ms,
+            lb_in_step,
+        };
+        self.replicas[i].pacing.check(a, &input)
+    }
+
+    /// How the controller's adapter classifies a simulated answer (`None`: fenced, the
+    /// replica steps down instead).
+    fn attempt_of(answer: &Answer) -> Option<Attempt> {
+        match answer {
+            Answer::Done => Some(Attempt::Done),
+            Answer::Refused(_) => Some(Attempt::Refused),
+            Answer::Failed(_) => Some(Attempt::Failed),
+            Answer::Fenced => None,
+        }
+    }
+
+    /// Records an attempt in replica `i`'s pacing, with `random` as the jitter.
+    fn record_attempt(
+        &mut self,
+        i: usize,
+        a: &Action,
+        attempt: Attempt,
+        random: u64,
+    ) -> Option<u64> {
+        let now = self.now_ms;
+        self.replicas[i].pacing.record(a, attempt, now, random)
+    }
+
+    /// Records an attempt with jitter from the seeded generator (none needed once done).
+    fn backoff(&mut self, i: usize, a: &Action, attempt: Attempt) {
+        let random = match attempt {
+            Attempt::Done => 0,
+            Attempt::Refused | Attempt::Failed => self.rng.next_u64(),
+        };
+        self.record_attempt(i, a, attempt, random);
+    }
+
+    fn count_hold(&mut self, i: usize, a: &Action, hold: Hold) {
+        match hold {
+            Hold::Draining { .. } => self.pacing_counts.drain_holds += 1,
+            Hold::LoadBalancerBehind => self.pacing_counts.lb_holds += 1,
+            Hold::BackingOff { .. } => {
+                // Not traced: a backoff's holds repeat the refusal already noted.
+                self.pacing_counts.backoff_holds += 1;
+                return;
+            }
+        }
+        let tag = self.tag(i);
+        self.note(format!("{tag}holds '{a}': {hold}"));
+    }
+
+    /// The removal of `machine`'s member, checked against the ground truth: its endpoint
+    /// has been out of the published set for the drain time, and the load balancer sends
+    /// it no new request.
+    fn check_removal_paced(&mut self, machine: &str) {
+        let Some(url) = self
+            .machines
+            .iter()
+            .find(|m| m.name == machine)
+            .map(Machine::client_url)
+        else {
+            return;
+        };
+        self.pacing_counts.paced_removals += 1;
+        let drain_ms = PacingPolicy::DEFAULT.drain_ms;
+        if self.published.contains(&url) {
+            self.violate(format!(
+                "the member of {machine} removed while its endpoint is published"
+            ));
+        } else if let Some(at) = self.unpublished_at_ms.get(&url).copied() {
+            if self.now_ms < at + drain_ms {
+                self.violate(format!(
+                    "the member of {machine} removed {} ms after its endpoint was unpublished (drain {drain_ms} ms)",
+                    self.now_ms - at
+                ));
+            }
+        }
+        if self.lb.as_ref().is_some_and(|lb| lb.backend.contains(&url)) {
+            self.violate(format!(
+                "the member of {machine} removed while the load balancer still sends clients to it"
+            ));
+        }
     }
 
     /// A crash loses everything not in the durable store. The single controller restarts
     /// at once (as before there were replicas); one of two restarts later, as a standby,
     /// leaving its lease to expire in the store.
     fn crash_replica(&mut self, i: usize) {
-        self.replicas[i].retry_not_before_ms.clear();
+        self.replicas[i].pacing = Pacing::default();
         if !self.ha() {
             return;
         }
@@ -1256,7 +1451,7 @@ impl World {
         let Some(t) = self.replicas[i].term.take() else {
             return;
         };
-        self.replicas[i].retry_not_before_ms.clear();
+        self.replicas[i].pacing = Pacing::default();
         self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
         self.lease.step_downs += 1;
         if self.leader_key.is_some_and(|k| k.token == t.token) {
@@ -1275,7 +1470,7 @@ impl World {
             expires_at_ms: now + ttl_ms,
         });
         let r = &mut self.replicas[i];
-        r.retry_not_before_ms.clear();
+        r.pacing = Pacing::default();
         r.term = Some(Term {
             token,
             deadline_ms: Some(now + ttl_ms),
@@ -1476,8 +1671,19 @@ impl World {
         }
         self.faults += 1;
         let heal_at = self.step + 5 + self.rng.below(40);
-        let kind = self.rng.below(6);
+        let kind = self.rng.below(if self.lb.is_some() { 7 } else { 6 });
         match kind {
+            6 => {
+                // The load balancer is unreachable: it keeps serving what it served, and
+                // cannot be brought in step until it heals. Not a member impairment.
+                if let Some(lb) = self.lb.as_mut() {
+                    if lb.down_until_step.is_none() {
+                        lb.down_until_step = Some(heal_at);
+                        self.pacing_counts.lb_faults += 1;
+                        self.note("FAULT the load balancer is unreachable".into());
+                    }
+                }
+            }
             0 | 5 => {
                 // A member process dies (the controller restarts it), or its machine
                 // breaks for a while (its process cannot start until it heals).
@@ -1589,6 +1795,13 @@ impl World {
     }
 
     fn heal(&mut self) {
+        let step = self.step;
+        if let Some(lb) = self.lb.as_mut() {
+            if lb.down_until_step.is_some_and(|s| s <= step) {
+                lb.down_until_step = None;
+                self.note("HEAL the load balancer is reachable".into());
+            }
+        }
         if let Some((imp, at)) = &self.impairment {
             if *at <= self.step {
                 let what = format!("{imp:?}");
@@ -1670,6 +1883,10 @@ impl World {
                 .all(|m| m.version == self.cp.spec.version)
             && self.machines.len() == self.cp.spec.replicas as usize
             && self.members.len() == self.machines.len()
+            && self
+                .lb
+                .as_ref()
+                .is_none_or(|lb| lb.down_until_step.is_none() && lb.backend == self.published)
     }
 
     /// One step: faults (in the window), healing, the cluster's tick, the replicas' tick
@@ -1735,6 +1952,7 @@ impl World {
             replicas: self.cfg.replicas,
             lease_ttl_ms: self.cfg.lease_ttl_ms,
             lease: self.lease,
+            pacing: self.pacing_counts,
         }
     }
 }
@@ -2077,6 +2295,201 @@ mod tests {
                 Answer::Done
             ),
             "a voter: already done"
+        );
+    }
+
+    /// The table's terms turned into the simulator's (its answers, its load balancer
+    /// reachable or not, or none) and back through the functions `controller_step` uses.
+    struct Sim {
+        w: World,
+        calls: u64,
+    }
+
+    impl quorum_core::pacing::Driver for Sim {
+        fn machines(&mut self, now_ms: u64, machines: &[Machine]) {
+            self.w.now_ms = now_ms;
+            self.w.machines = machines.to_vec();
+            self.w.observe_pacing(0);
+        }
+        fn attempt(
+            &mut self,
+            now_ms: u64,
+            a: &Action,
+            outcome: Attempt,
+            random: u64,
+        ) -> Option<u64> {
+            self.w.now_ms = now_ms;
+            // etcd's real answers, through the classifier as `perform` passes them.
+            let answer = match outcome {
+                Attempt::Done => etcd_answer(EtcdCall::AddLearner, Ok(())),
+                Attempt::Refused => etcd_answer(EtcdCall::AddLearner, Err(UNHEALTHY_CLUSTER)),
+                Attempt::Failed => etcd_answer(EtcdCall::MoveLeader, Err(BAD_LEADER_TRANSFEREE)),
+            };
+            let attempt = World::attempt_of(&answer).expect("not fenced");
+            assert_eq!(attempt, outcome);
+            self.w.record_attempt(0, a, attempt, random)
+        }
+        fn check(&mut self, now_ms: u64, a: &Action, lb_in_step: bool) -> pacing::Verdict {
+            self.calls += 1;
+            self.w.now_ms = now_ms;
+            // Out of step: an unreachable load balancer. In step: a reachable one, or
+            // none at all.
+            self.w.lb = (!lb_in_step || self.calls.is_multiple_of(2)).then(|| SimLb {
+                down_until_step: (!lb_in_step).then_some(u64::MAX),
+                ..SimLb::default()
+            });
+            let in_step = self.w.sync_lb();
+            self.w.pacing_verdict(0, a, in_step)
+        }
+    }
+
+    #[test]
+    fn the_simulator_paces_by_the_shared_table() {
+        for case in quorum_core::pacing::table() {
+            let mut d = Sim {
+                w: world(Scenario::Rollout, true),
+                calls: 0,
+            };
+            if let Err(e) = quorum_core::pacing::run_case(&case, &mut d) {
+                panic!("{e}");
+            }
+        }
+    }
+
+    /// No random faults: only what a test injects happens.
+    fn quiet(scenario: Scenario, strict: bool, load_balancer: bool) -> World {
+        let mut c = Config::new(1);
+        c.scenario = scenario;
+        c.strict_reconfig = strict;
+        c.load_balancer = load_balancer;
+        c.fault_per_mille = 0;
+        c.trace = true;
+        World::new(c)
+    }
+
+    #[test]
+    fn a_refused_add_is_retried_after_a_real_backoff() {
+        // The one voter has just (re)connected: etcd's strict check refuses adds for 5 s.
+        let mut w = quiet(Scenario::ScaleUp, true, false);
+        w.members[0].connected_since_ms = w.now_ms;
+        let steps = HEALTH_INTERVAL_MS / STEP_MS - 5;
+        for _ in 0..steps {
+            w.step();
+        }
+        let refusals = w
+            .trace
+            .matches("refused: etcdserver: unhealthy cluster")
+            .count() as u64;
+        // Backing off 125..=250 ms after the third refusal: about one try in two steps,
+        // never one per step.
+        assert!(refusals >= steps / 4, "{refusals} of {steps}\n{}", w.trace);
+        assert!(
+            refusals <= steps * 2 / 3,
+            "{refusals} of {steps}\n{}",
+            w.trace
+        );
+        assert!(w.pacing_counts.backoff_holds > 0);
+        let o = w.run();
+        assert_eq!(o.violation, None, "{}", o.trace);
+    }
+
+    #[test]
+    fn a_removal_waits_for_the_drain_and_for_the_load_balancer() {
+        let mut w = quiet(Scenario::ScaleDown, false, true);
+        // The load balancer is unreachable from the start, for 40 steps.
+        if let Some(lb) = w.lb.as_mut() {
+            lb.down_until_step = Some(40);
+        }
+        let o = w.run();
+        assert_eq!(o.violation, None, "{}", o.trace);
+        assert!(o.pacing.lb_holds > 0, "{}", o.trace);
+        assert!(o.pacing.drain_holds > 0, "{}", o.trace);
+        assert_eq!(o.pacing.paced_removals, 2, "{}", o.trace);
+        let first_removal = o.trace.find("did 'remove the member of").expect("removed");
+        let healed = o.trace.find("HEAL the load balancer").expect("healed");
+        assert!(healed < first_removal, "{}", o.trace);
+        assert!(o.trace.contains("the load balancer is not in step"));
+        assert!(o.trace.contains("clients drain until"));
+    }
+
+    #[test]
+    fn the_checker_sees_a_removal_before_the_drain_passed() {
+        let mut w = quiet(Scenario::ScaleDown, false, false);
+        let url = w.machines[4].client_url();
+        let all: Vec<String> = w.machines.iter().map(Machine::client_url).collect();
+        let a = Action::RemoveMember {
+            member_id: w.members[4].id,
+            machine: Some(w.machines[4].name.clone()),
+        };
+        // Published: its clients are pointed at it.
+        w.publish(&all);
+        w.perform(&a, false);
+        assert!(
+            w.violation
+                .as_deref()
+                .unwrap_or("")
+                .contains("while its endpoint is published"),
+            "{:?}",
+            w.violation
+        );
+        // Unpublished, but only 400 ms ago.
+        let mut w = quiet(Scenario::ScaleDown, false, false);
+        w.publish(&all);
+        w.publish(
+            &all.iter()
+                .filter(|u| **u != url)
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        w.now_ms += 400;
+        w.perform(&a, false);
+        assert!(
+            w.violation
+                .as_deref()
+                .unwrap_or("")
+                .contains("400 ms after its endpoint was unpublished"),
+            "{:?}",
+            w.violation
+        );
+        // 500 ms: drained.
+        let mut w = quiet(Scenario::ScaleDown, false, false);
+        w.publish(&all);
+        w.publish(
+            &all.iter()
+                .filter(|u| **u != url)
+                .cloned()
+                .collect::<Vec<_>>(),
+        );
+        w.now_ms += PacingPolicy::DEFAULT.drain_ms;
+        w.perform(&a, false);
+        assert_eq!(w.violation, None);
+    }
+
+    #[test]
+    fn the_checker_sees_a_removal_the_load_balancer_still_serves() {
+        let mut w = quiet(Scenario::ScaleDown, false, true);
+        let all: Vec<String> = w.machines.iter().map(Machine::client_url).collect();
+        let a = Action::RemoveMember {
+            member_id: w.members[4].id,
+            machine: Some(w.machines[4].name.clone()),
+        };
+        w.publish(&all);
+        assert!(w.sync_lb());
+        // Unpublished and drained, but the load balancer went away before it caught up.
+        if let Some(lb) = w.lb.as_mut() {
+            lb.down_until_step = Some(u64::MAX);
+        }
+        w.publish(&all[..4]);
+        assert!(!w.sync_lb());
+        w.now_ms += 10 * PacingPolicy::DEFAULT.drain_ms;
+        w.perform(&a, false);
+        assert!(
+            w.violation
+                .as_deref()
+                .unwrap_or("")
+                .contains("while the load balancer still sends clients to it"),
+            "{:?}",
+            w.violation
         );
     }
 }

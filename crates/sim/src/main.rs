@@ -1,7 +1,7 @@
 //! `quorum-sim`: run seeds of the deterministic simulator, replay one, or benchmark.
 
 use clap::Parser;
-use quorum_sim::{replay_command, run, Config, LeaseCounts, Scenario};
+use quorum_sim::{replay_command, run, Config, LeaseCounts, PacingCounts, Scenario};
 use std::time::Instant;
 
 #[derive(Parser)]
@@ -137,6 +137,7 @@ fn main() -> std::process::ExitCode {
             o.trace_hash,
             o.violation.as_deref().unwrap_or("ok")
         );
+        println!("pacing: {}", o.pacing);
         if o.replicas > 1 {
             println!("{} replicas: {}", o.replicas, o.lease);
         }
@@ -152,7 +153,14 @@ fn main() -> std::process::ExitCode {
         let handles: Vec<_> = (0..threads)
             .map(|k| {
                 s.spawn(move || {
-                    let mut out = (0u64, 0u64, 0u64, Vec::new(), LeaseCounts::default());
+                    let mut out = (
+                        0u64,
+                        0u64,
+                        0u64,
+                        Vec::new(),
+                        LeaseCounts::default(),
+                        PacingCounts::default(),
+                    );
                     let mut seed = from + k;
                     while seed < from + n {
                         let o = run(cfg(seed));
@@ -160,6 +168,7 @@ fn main() -> std::process::ExitCode {
                         out.1 += o.decisions;
                         out.2 += o.faults;
                         out.4.add(&o.lease);
+                        out.5.add(&o.pacing);
                         if o.violation.is_some() {
                             out.3.push(o);
                         }
@@ -179,8 +188,10 @@ fn main() -> std::process::ExitCode {
     let decisions: u64 = results.iter().map(|r| r.1).sum();
     let faults: u64 = results.iter().map(|r| r.2).sum();
     let mut lease = LeaseCounts::default();
+    let mut pacing = PacingCounts::default();
     for r in &results {
         lease.add(&r.4);
+        pacing.add(&r.5);
     }
     let failed: Vec<_> = results.into_iter().flat_map(|r| r.3).collect();
     for o in &failed {
@@ -199,6 +210,7 @@ fn main() -> std::process::ExitCode {
         seeds as f64 / secs,
         decisions as f64 / secs
     );
+    println!("pacing: {pacing}");
     if args.replicas > 1 {
         println!("{} replicas: {lease}", args.replicas);
     }

@@ -4,7 +4,7 @@
 //! check and a side effect it then performs stale), zero violations, every run
 //! converged, and the faults summed over the seeds really happened.
 
-use quorum_sim::{replay_command, run, Config, LeaseCounts, Scenario};
+use quorum_sim::{replay_command, run, Config, LeaseCounts, PacingCounts, Scenario};
 use std::time::Instant;
 
 const SEEDS: u64 = 3_000;
@@ -17,6 +17,7 @@ struct Tally {
     per_scenario: [u64; 5],
     strict: [u64; 2],
     lease: LeaseCounts,
+    pacing: PacingCounts,
 }
 
 fn worker(k: u64) -> Tally {
@@ -31,6 +32,7 @@ fn worker(k: u64) -> Tally {
             .expect("a known scenario");
         t.per_scenario[at] += 1;
         t.lease.add(&o.lease);
+        t.pacing.add(&o.pacing);
         if let Some(v) = &o.violation {
             t.failures.push(format!(
                 "seed {seed} ({}): {v}\n  replay: {}",
@@ -51,11 +53,13 @@ fn two_replicas_with_lease_faults_hold_every_invariant_and_converge() {
     });
     let secs = start.elapsed().as_secs_f64();
     let mut lease = LeaseCounts::default();
+    let mut pacing = PacingCounts::default();
     let mut per_scenario = [0u64; 5];
     let mut strict = [0u64; 2];
     let mut failures = Vec::new();
     for t in tallies {
         lease.add(&t.lease);
+        pacing.add(&t.pacing);
         for (a, b) in per_scenario.iter_mut().zip(t.per_scenario) {
             *a += b;
         }
@@ -69,6 +73,7 @@ fn two_replicas_with_lease_faults_hold_every_invariant_and_converge() {
         failures.len()
     );
     println!("{lease}");
+    println!("pacing: {pacing}");
     // A violation includes "stuck": not converged after the fault window.
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(per_scenario.iter().all(|n| *n > 0), "{per_scenario:?}");
@@ -81,6 +86,8 @@ fn two_replicas_with_lease_faults_hold_every_invariant_and_converge() {
     assert!(lease.fenced_writes > 0, "{lease}");
     assert!(lease.leases_lost_after_removal > 0, "{lease}");
     assert!(lease.step_downs > 0, "{lease}");
+    assert!(pacing.drain_holds > 0, "{pacing}");
+    assert!(pacing.lb_holds > 0, "{pacing}");
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! The simulator's seeds, in the test suite: at least 10,000 across rollouts (maxSurge 1
-//! and 0), scale up, scale down and orphan cleanup, with faults, and zero violations.
+//! and 0), scale up, scale down and orphan cleanup, with faults, and zero violations;
+//! the shared pacing policy really held removals back (drain, load balancer) and backed
+//! off.
 
-use quorum_sim::{replay_command, run, Config, Scenario};
+use quorum_sim::{replay_command, run, Config, PacingCounts, Scenario};
 use std::time::Instant;
 
 const SEEDS: u64 = 10_000;
@@ -10,15 +12,17 @@ const THREADS: u64 = 2;
 #[test]
 fn ten_thousand_seeds_hold_every_invariant() {
     let t = Instant::now();
-    let failures: Vec<String> = std::thread::scope(|s| {
+    let results: Vec<(Vec<String>, PacingCounts)> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..THREADS)
             .map(|k| {
                 s.spawn(move || {
                     let mut bad = Vec::new();
+                    let mut pacing = PacingCounts::default();
                     let mut per = [0u64; 5];
                     for seed in (k..SEEDS).step_by(THREADS as usize) {
                         let o = run(Config::new(seed));
                         per[Scenario::ALL.iter().position(|x| *x == o.scenario).unwrap()] += 1;
+                        pacing.add(&o.pacing);
                         if let Some(v) = &o.violation {
                             bad.push(format!(
                                 "seed {seed} ({}): {v}\n  replay: {}",
@@ -28,19 +32,32 @@ fn ten_thousand_seeds_hold_every_invariant() {
                         }
                     }
                     assert!(per.iter().all(|n| *n > 0), "every scenario ran: {per:?}");
-                    bad
+                    (bad, pacing)
                 })
             })
             .collect();
-        hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    let mut pacing = PacingCounts::default();
+    let mut failures = Vec::new();
+    for (bad, p) in results {
+        failures.extend(bad);
+        pacing.add(&p);
+    }
     let secs = t.elapsed().as_secs_f64();
     println!(
         "{SEEDS} seeds in {secs:.1}s ({:.0} seeds/s), {} violations",
         SEEDS as f64 / secs,
         failures.len()
     );
+    println!("pacing: {pacing}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+    // The policy was exercised, so the run cannot pass vacuously.
+    assert!(pacing.paced_removals > 0, "{pacing}");
+    assert!(pacing.drain_holds > 0, "{pacing}");
+    assert!(pacing.lb_faults > 0, "{pacing}");
+    assert!(pacing.lb_holds > 0, "{pacing}");
+    assert!(pacing.backoff_holds > 0, "{pacing}");
 }
 
 #[test]
