@@ -10,6 +10,17 @@
 //! elects, one member process may die (the controller restarts it), and one member
 //! may be cut off from its peers and the controller for a while.
 //!
+//! Pacing is the core's (`quorum_core::pacing`, what the controller runs): before each
+//! action the controller asks `Pacing::check`, so a member of a leaving machine is
+//! removed only once its drain has passed and while the load balancer is in step. Time
+//! is abstract: state bits say whether the controller's drain clock started (a pass saw
+//! the machine leaving, after publishing the endpoints without it) and whether it passed
+//! (an environment step), and whether the load balancer is reachable (it may become
+//! unreachable once, and reachable again); a pass that reaches it brings it in step.
+//! The ground truth is kept apart (which leaving machines have drained, which the load
+//! balancer still serves), and every removal is checked against it. Retry backoff is not
+//! modelled: a refused action just ends the controller's pass, as a wait would.
+//!
 //! Every reachable state is enumerated (breadth first, states deduplicated). Checked in
 //! every state: a majority of voters runs (quorum never lost: the model injects no
 //! failure, so any loss would be quorum's doing), at most one learner, never an add and a
@@ -20,6 +31,7 @@
 //! crate: stateright's `eventually` ignores paths that end in a cycle (a documented
 //! false negative), while a stuck cycle is exactly the bug this project exists to prevent.
 
+use quorum_core::pacing::{Pacing, PacingInput, Verdict};
 use quorum_core::{
     decide, quorum_size, Action, ControlPlane, ControlPlaneSpec, EndpointStatus, Machine,
     MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
@@ -115,6 +127,18 @@ pub struct State {
     /// The deposed controller's pending side effect.
     stale: Option<Action>,
     stale_used: bool,
+    /// The controller's drain clock (its memory, lost in a crash): started by a pass
+    /// that saw a machine leaving, passed by an environment step.
+    drain_started: bool,
+    drain_passed: bool,
+    /// Ground truth: leaving machines whose endpoints have been unpublished for the
+    /// drain time, and leaving machines the load balancer still sends clients to.
+    drained: Vec<String>,
+    lb_serves: Vec<String>,
+    /// The load balancer is reachable (a pass brings it in step); it may become
+    /// unreachable once.
+    lb_reachable: bool,
+    lb_fault_used: bool,
 }
 
 /// What the exploration found.
@@ -191,6 +215,12 @@ pub fn initial(variant: Variant) -> State {
         partition_used: false,
         stale: None,
         stale_used: false,
+        drain_started: false,
+        drain_passed: false,
+        drained: vec![],
+        lb_serves: vec![],
+        lb_reachable: true,
+        lb_fault_used: false,
     }
 }
 
@@ -296,6 +326,55 @@ impl State {
                 .all(|m| !m.is_learner && self.member_running(m))
     }
 
+    /// The start of a controller's pass: it publishes the endpoints (without the leaving
+    /// machines), brings a reachable load balancer in step, and its pacing sees the
+    /// leaving machines (their drain clock starts).
+    fn begin_pass(&mut self) {
+        if self.lb_reachable {
+            self.lb_serves.clear();
+        }
+        if self.machines.iter().any(|m| m.deleting) {
+            self.drain_started = true;
+        }
+    }
+
+    /// The shared pacing policy's verdict on `a`, in the model's abstract time: the
+    /// controller saw the leaving machines at 0 (if its clock started) and it is now
+    /// either then or past the drain.
+    fn pacing(&self, a: &Action) -> Verdict {
+        let mut p = Pacing::default();
+        if self.drain_started {
+            p.observe(0, &self.machines);
+        }
+        let input = PacingInput {
+            now_ms: if self.drain_passed {
+                p.policy().drain_ms
+            } else {
+                0
+            },
+            lb_in_step: self.lb_reachable,
+        };
+        p.check(a, &input)
+    }
+
+    /// A removal of a leaving machine's member, against the ground truth.
+    fn check_removal_paced(&self, machine: &str) -> Result<(), String> {
+        if !self.machines.iter().any(|m| m.name == machine) {
+            return Ok(());
+        }
+        if !self.drained.iter().any(|m| m == machine) {
+            return Err(format!(
+                "the member of {machine} removed before its drain passed"
+            ));
+        }
+        if self.lb_serves.iter().any(|m| m == machine) {
+            return Err(format!(
+                "the member of {machine} removed while the load balancer still sends clients to it"
+            ));
+        }
+        Ok(())
+    }
+
     /// Safety properties of this state.
     fn check(&self) -> Result<(), String> {
         if !self.has_quorum() {
@@ -347,6 +426,11 @@ fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
             if !fenced {
                 if let Some(m) = s.machines.iter_mut().find(|m| &m.name == machine) {
                     m.deleting = true;
+                    // It leaves the endpoints at the next pass: a new drain, and the
+                    // load balancer serves it until a pass brings it in step.
+                    s.drain_started = false;
+                    s.drain_passed = false;
+                    s.lb_serves.push(machine.clone());
                 }
             }
         }
@@ -410,7 +494,10 @@ fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
             }
             s.leader = Some(*to_member);
         }
-        Action::RemoveMember { member_id, .. } => {
+        Action::RemoveMember { member_id, machine } => {
+            if let Some(m) = machine {
+                s.check_removal_paced(m)?;
+            }
             if s.leader.is_none() {
                 return Ok(false);
             }
@@ -451,6 +538,8 @@ fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
             if !fenced {
                 s.machines.retain(|m| &m.name != machine);
                 s.procs.retain(|p| &p.name != machine);
+                s.drained.retain(|m| m != machine);
+                s.lb_serves.retain(|m| m != machine);
             }
         }
     }
@@ -476,28 +565,42 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             continue;
         }
         let mut n = s.clone();
+        n.begin_pass();
+        let mut steps = Vec::new();
         for a in &d.actions[..k] {
+            // Held by pacing (draining, the load balancer behind): the pass ends, as
+            // after a refusal.
+            if let Verdict::Wait(hold) = n.pacing(a) {
+                steps.push(format!("holds '{a}' ({hold})"));
+                break;
+            }
+            steps.push(a.to_string());
             if !perform(&mut n, a, false)? {
                 break;
             }
         }
-        let mut label = d.actions[..k]
-            .iter()
-            .map(|a| a.to_string())
-            .collect::<Vec<_>>()
-            .join(", ");
+        let mut label = steps.join(", ");
         if crash {
             n.crashes += 1;
+            // Its pacing memory goes with it: the next controller drains again.
+            n.drain_started = false;
+            n.drain_passed = false;
             label.push_str(" (then the controller crashes)");
         }
         out.push((format!("controller: {label}"), n));
     }
-    // The deposed controller decides now and acts later, once.
+    // The deposed controller decides now and acts later, once. Its pass brings a
+    // reachable load balancer in step too, and its step passed the same pacing check.
     if s.variant.deposed && s.stale.is_none() && !s.stale_used {
         if let Some(a) = d.actions.first() {
             let mut n = s.clone();
-            n.stale = Some(a.clone());
-            out.push((format!("deposed controller decides: {a}"), n));
+            if n.lb_reachable {
+                n.lb_serves.clear();
+            }
+            if n.pacing(a) == Verdict::Go {
+                n.stale = Some(a.clone());
+                out.push((format!("deposed controller decides: {a}"), n));
+            }
         }
     }
     if let Some(a) = &s.stale {
@@ -572,6 +675,29 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         n.partitioned = None;
         out.push(("the cut-off member heals".to_string(), n));
     }
+    // Time: the controller's drain clock passes (the leaving machines' endpoints have
+    // been unpublished at least that long).
+    if s.drain_started && !s.drain_passed {
+        let mut n = s.clone();
+        n.drain_passed = true;
+        for m in s.machines.iter().filter(|m| m.deleting) {
+            if !n.drained.contains(&m.name) {
+                n.drained.push(m.name.clone());
+            }
+        }
+        out.push(("the drain passes".to_string(), n));
+    }
+    if s.lb_reachable && !s.lb_fault_used {
+        let mut n = s.clone();
+        n.lb_reachable = false;
+        n.lb_fault_used = true;
+        out.push(("the load balancer becomes unreachable".to_string(), n));
+    }
+    if !s.lb_reachable {
+        let mut n = s.clone();
+        n.lb_reachable = true;
+        out.push(("the load balancer is reachable again".to_string(), n));
+    }
     if s.leader.is_none() {
         if let Some(m) = s
             .voters()
@@ -587,6 +713,9 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         n.members.sort_by_key(|m| m.id);
         n.procs.sort_by(|a, b| a.name.cmp(&b.name));
         n.machines.sort_by_key(|m| m.serial);
+        n.drained.sort();
+        n.lb_serves.sort();
+        n.lb_serves.dedup();
     }
     Ok(out)
 }
@@ -758,5 +887,72 @@ mod tests {
         };
         perform(&mut s, &a, false).unwrap();
         assert!(!s.proc("m-4").unwrap().running);
+    }
+
+    /// maxSurge 0: the first step marks m-2 leaving; then its removal is due.
+    fn leaving() -> State {
+        let mut s = initial(Variant::ALL[1]);
+        let (_, n) = successors(&s)
+            .unwrap()
+            .into_iter()
+            .find(|(l, _)| l.starts_with("controller: mark m-2"))
+            .expect("m-2 marked");
+        s = n;
+        assert!(s.lb_serves.contains(&"m-2".to_string()));
+        s
+    }
+
+    fn controller_labels(s: &State) -> Vec<String> {
+        successors(s)
+            .unwrap()
+            .into_iter()
+            .map(|(l, _)| l)
+            .filter(|l| l.starts_with("controller:"))
+            .collect()
+    }
+
+    #[test]
+    fn a_removal_is_enabled_only_once_drained_with_the_load_balancer_in_step() {
+        let mut s = leaving();
+        // Member 1 leads: the removal of m-2 is the next step, once paced.
+        let removal = "controller: remove the member of m-2".to_string();
+        assert!(!controller_labels(&s).contains(&removal));
+        s.begin_pass();
+        assert!(s.drain_started && !s.drain_passed);
+        assert!(
+            s.lb_serves.is_empty(),
+            "a reachable load balancer is brought in step"
+        );
+        s.drain_passed = true;
+        s.drained.push("m-2".into());
+        s.lb_reachable = false;
+        assert!(
+            !controller_labels(&s).contains(&removal),
+            "{:?}",
+            controller_labels(&s)
+        );
+        s.lb_reachable = true;
+        assert!(
+            controller_labels(&s).contains(&removal),
+            "{:?}",
+            controller_labels(&s)
+        );
+    }
+
+    #[test]
+    fn the_checker_sees_a_removal_before_the_drain_or_behind_the_load_balancer() {
+        let a = Action::RemoveMember {
+            member_id: 2,
+            machine: Some("m-2".into()),
+        };
+        let mut s = leaving();
+        let err = perform(&mut s, &a, false).unwrap_err();
+        assert!(err.contains("before its drain passed"), "{err}");
+        let mut s = leaving();
+        s.drained.push("m-2".into());
+        let err = perform(&mut s, &a, false).unwrap_err();
+        assert!(err.contains("load balancer still sends clients"), "{err}");
+        s.lb_serves.clear();
+        assert_eq!(perform(&mut s, &a, false), Ok(true));
     }
 }
