@@ -227,6 +227,14 @@ pub struct ApplyArgs {
     /// Accept an even replica count, or a change while a member is unreachable.
     #[arg(long)]
     pub force: bool,
+    /// Confirm a move to an older etcd version (a patch included); refused without it.
+    /// Never below the running cluster version.
+    #[arg(long)]
+    pub allow_downgrade: bool,
+    /// Check the change against the rules and the live cluster, print what it would
+    /// do (from -> to, how many machines, a downgrade or not), and change nothing.
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
     #[command(flatten)]
     pub wait: WaitArgs,
 }
@@ -241,6 +249,14 @@ pub struct UpgradeArgs {
     /// Record the change even if a member is unreachable (quorum still refuses every unsafe step).
     #[arg(long)]
     pub force: bool,
+    /// Confirm a move to an older etcd version (a patch included); refused without it.
+    /// Never below the running cluster version.
+    #[arg(long)]
+    pub allow_downgrade: bool,
+    /// Check the change against the rules and the live cluster, print what it would
+    /// do (from -> to, how many machines, a downgrade or not), and change nothing.
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
     #[command(flatten)]
     pub wait: WaitArgs,
 }
@@ -255,6 +271,10 @@ pub struct ScaleArgs {
     /// Accept an even count, or a change while a member is unreachable.
     #[arg(long)]
     pub force: bool,
+    /// Check the change against the rules and the live cluster, print what it would
+    /// do (from -> to, how many machines, a downgrade or not), and change nothing.
+    #[arg(long, conflicts_with = "wait")]
+    pub dry_run: bool,
     #[command(flatten)]
     pub wait: WaitArgs,
 }

@@ -1,7 +1,7 @@
 //! The YAML manifest of `quorum apply -f`, in the Kubernetes style.
 
 use anyhow::{bail, Context, Result};
-use quorum_core::{validate_name, ControlPlaneSpec};
+use quorum_core::{validate_name, ControlPlaneSpec, Version, VersionRequest};
 use serde::{Deserialize, Serialize};
 
 pub const API_VERSION: &str = "quorum.dev/v1alpha1";
@@ -16,6 +16,10 @@ pub struct Manifest {
     pub kind: String,
     pub metadata: Metadata,
     pub spec: ControlPlaneSpec,
+    /// `spec.rollout.allowDowngrade`: confirms a move to an older version for this apply
+    /// only; never stored in the spec.
+    #[serde(skip)]
+    pub allow_downgrade: bool,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -24,8 +28,10 @@ pub struct Metadata {
     pub name: String,
 }
 
-/// Parses and checks a manifest; `source` names it in errors.
-pub fn parse(text: &str, source: &str) -> Result<Manifest> {
+/// Parses and checks a manifest; `source` names it in errors. `spec.version` is
+/// resolved against the `installed` versions exactly as `--version` is (`3.5` is the
+/// newest installed 3.5.x).
+pub fn parse(text: &str, source: &str, installed: &[Version]) -> Result<Manifest> {
     if text.len() > MAX_MANIFEST_BYTES {
         bail!(
             "{source}: {} bytes is larger than the {MAX_MANIFEST_BYTES} bytes a manifest may have",
@@ -59,11 +65,66 @@ pub fn parse(text: &str, source: &str) -> Result<Manifest> {
         Some(k) => bail!("{source}: kind is '{k}', expected '{KIND}'"),
         None => bail!("{source}: kind is missing, expected '{KIND}'"),
     }
-    let m: Manifest = serde_yaml::from_str(text).map_err(|e| {
+    let mut value = value;
+    let allow_downgrade = take_allow_downgrade(&mut value, source)?;
+    resolve_version(&mut value, source, installed)?;
+    let mut m: Manifest = serde_yaml::from_value(value).map_err(|e| {
         anyhow::anyhow!("{source}: not a valid ControlPlane manifest: {} (see `quorum apply --help` for an example)", humane(&e.to_string()))
     })?;
+    m.allow_downgrade = allow_downgrade;
     validate_name(&m.metadata.name).with_context(|| format!("{source}: metadata.name"))?;
     Ok(m)
+}
+
+/// Takes `spec.rollout.allowDowngrade` out of the document (it confirms one apply and
+/// is no part of the stored spec).
+fn take_allow_downgrade(value: &mut serde_yaml::Value, source: &str) -> Result<bool> {
+    let taken = value
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("rollout"))
+        .and_then(|r| r.as_mapping_mut())
+        .and_then(|r| r.remove("allowDowngrade"));
+    match taken {
+        None => Ok(false),
+        Some(serde_yaml::Value::Bool(b)) => Ok(b),
+        Some(other) => bail!(
+            "{source}: spec.rollout.allowDowngrade must be true or false, not {}",
+            scalar_text(&other)
+        ),
+    }
+}
+
+/// Replaces `spec.version` by the exact version it means among the installed ones
+/// (quorum_core::VersionRequest, the one resolution every command uses). A version YAML
+/// reads as a number (`version: 3.5`) is refused: `3.10` would read as 3.1.
+fn resolve_version(
+    value: &mut serde_yaml::Value,
+    source: &str,
+    installed: &[Version],
+) -> Result<()> {
+    let Some(v) = value.get_mut("spec").and_then(|s| s.get_mut("version")) else {
+        return Ok(());
+    };
+    let text = match &*v {
+        serde_yaml::Value::String(t) => t.clone(),
+        serde_yaml::Value::Number(n) => bail!(
+            "{source}: spec.version {n} reads as a number in YAML (3.10 would read as 3.1); quote it: version: \"{n}\""
+        ),
+        _ => return Ok(()), // the typed parse below says what is wrong with it
+    };
+    let exact = text
+        .parse::<VersionRequest>()
+        .and_then(|r| r.resolve(installed))
+        .with_context(|| format!("{source}: spec.version"))?;
+    *v = serde_yaml::Value::String(exact.to_string());
+    Ok(())
+}
+
+/// A YAML value as a short text for an error.
+fn scalar_text(v: &serde_yaml::Value) -> String {
+    serde_yaml::to_string(v)
+        .map(|t| t.trim().to_string())
+        .unwrap_or_else(|_| "that".into())
 }
 
 /// serde's words for types, in a user's words.
@@ -96,9 +157,11 @@ metadata:
   name: prod
 spec:
   replicas: 3          # 1, 3, 5 or 7 (even counts need --force)
-  version: 3.5.1       # an installed etcd version (see `quorum versions`)
+  version: \"3.5.1\"     # an installed etcd version (see `quorum versions`); \"3.5\" means
+                       # the newest installed 3.5.x (quote it: YAML reads 3.5 as a number)
   rollout:
     maxSurge: 1        # 1: add the new member first (default); 0: remove first
+    # allowDowngrade: true  # confirms a move to an older version, for this apply only
     before:
       certificatesExpiry: 73d  # replace a machine whose certificates expire within this
                                # (default: a fifth of certificates.lifetime)
@@ -114,6 +177,51 @@ spec:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What the tests pretend is installed.
+    const INSTALLED: [Version; 3] = [
+        Version::new(3, 4, 23),
+        Version::new(3, 5, 0),
+        Version::new(3, 5, 1),
+    ];
+
+    fn parse(text: &str, source: &str) -> Result<Manifest> {
+        super::parse(text, source, &INSTALLED)
+    }
+
+    #[test]
+    fn a_version_line_means_its_newest_installed_patch() {
+        let doc = |v: &str| {
+            format!("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: a}}\nspec: {{replicas: 1, version: {v}}}\n")
+        };
+        // The walkthrough's silent downgrade: "3.5" is 3.5.1 here, as for --version.
+        assert_eq!(
+            parse(&doc("\"3.5\""), "t").unwrap().spec.version,
+            Version::new(3, 5, 1)
+        );
+        assert_eq!(
+            parse(&doc("3.5.0"), "t").unwrap().spec.version,
+            Version::new(3, 5, 0)
+        );
+        let e = format!("{:#}", parse(&doc("3.5"), "t").unwrap_err());
+        assert!(e.contains("quote it"), "{e}");
+        let e = format!("{:#}", parse(&doc("\"3.6\""), "t").unwrap_err());
+        assert!(e.contains("3.6.x is not installed"), "{e}");
+        let e = format!("{:#}", parse(&doc("latest"), "t").unwrap_err());
+        assert!(e.contains("not an etcd version"), "{e}");
+    }
+
+    #[test]
+    fn allow_downgrade_confirms_one_apply_and_is_not_stored() {
+        let text = "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.5.0, rollout: {maxSurge: 1, allowDowngrade: true}}\n";
+        let m = parse(text, "t").unwrap();
+        assert!(m.allow_downgrade);
+        let stored = serde_json::to_string(&m.spec).unwrap();
+        assert!(!stored.contains("allowDowngrade"), "{stored}");
+        let bad = text.replace("allowDowngrade: true", "allowDowngrade: yes please");
+        let e = format!("{:#}", parse(&bad, "t").unwrap_err());
+        assert!(e.contains("must be true or false"), "{e}");
+    }
 
     #[test]
     fn the_example_parses() {
@@ -152,7 +260,7 @@ mod tests {
             ("apiVersion: v1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23}", "apiVersion"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: Pod\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23}", "kind"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: A}\nspec: {replicas: 1, version: 3.4.23}", "metadata.name"),
-            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: banana}", "not a valid"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: banana}", "not an etcd version"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replica: 1, version: 3.4.23}", "not a valid"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23, certificates: {lifetime: 1y}}", "is not a duration"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23, certificates: {lifetime: 365}}", "is not a duration"),

@@ -218,3 +218,91 @@ fn a_state_directory_others_can_read_is_refused() {
     std::fs::set_permissions(&env.home, std::fs::Permissions::from_mode(0o700)).unwrap();
     assert_eq!(spec_of(&env, "a")["version"], OLD);
 }
+
+/// The walkthrough's silent downgrade, and the dry runs: a version text means the same
+/// in a manifest as on the command line, a downgrade needs a confirmation, and a dry
+/// run prints the plan and stores nothing.
+#[test]
+fn downgrades_are_confirmed_and_dry_runs_change_nothing() {
+    let env = Env::new("bad-downgrade");
+    env.ok(&["create", "d", "--replicas", "3", "--version", NEW]);
+    let before = spec_of(&env, "d");
+
+    // "3.5" in a manifest is the newest installed 3.5.x, as for --version: unchanged.
+    let manifest = |version: &str, extra: &str| {
+        let p = env.dir.path().join("d.yaml");
+        let text = format!(
+            "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: d}}\nspec:\n  replicas: 3\n  version: {version}\n  rollout: {{maxSurge: 1{extra}}}\n"
+        );
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let out = env.ok(&["apply", "-f", &manifest("\"3.5\"", "")]);
+    assert!(out.contains("unchanged"), "{out}");
+    let e = env.fails(&["apply", "-f", &manifest("3.5", "")]);
+    assert!(one_line(&e).contains("quote it"), "{e}");
+
+    // A patch downgrade is refused, and the error says how to confirm it.
+    let e = env.fails(&["upgrade", "d", "--version", "3.5.0"]);
+    assert!(one_line(&e).contains("--allow-downgrade"), "{e}");
+    let e = env.fails(&["apply", "-f", &manifest("3.5.0", "")]);
+    assert!(one_line(&e).contains("downgrade"), "{e}");
+    assert_eq!(spec_of(&env, "d"), before);
+
+    // Dry runs say what would happen and store nothing.
+    let out = env.ok(&[
+        "upgrade",
+        "d",
+        "--version",
+        "3.5.0",
+        "--allow-downgrade",
+        "--dry-run",
+    ]);
+    assert!(out.contains("would roll etcd 3.5.1 -> 3.5.0"), "{out}");
+    assert!(out.contains("DOWNGRADE"), "{out}");
+    assert!(out.contains("dry run: nothing was changed"), "{out}");
+    let out = env.ok(&["scale", "d", "--replicas", "5", "--dry-run"]);
+    assert!(out.contains("would scale 3 -> 5 replicas"), "{out}");
+    let out = env.ok(&[
+        "apply",
+        "-f",
+        &manifest("3.5.0", ", allowDowngrade: true"),
+        "--dry-run",
+    ]);
+    assert!(out.contains("would roll etcd 3.5.1 -> 3.5.0"), "{out}");
+    assert_eq!(spec_of(&env, "d"), before);
+    let out = env.run(&["scale", "d", "--replicas", "5", "--dry-run", "--wait"]);
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--dry-run with --wait is a usage error"
+    );
+
+    // Confirmed, it is recorded; the confirmation itself is not stored.
+    env.ok(&["apply", "-f", &manifest("3.5.0", ", allowDowngrade: true")]);
+    let after = spec_of(&env, "d");
+    assert_eq!(after["version"], "3.5.0");
+    assert!(after["rollout"].get("allowDowngrade").is_none(), "{after}");
+}
+
+/// Commands that only read never create a home: they say there is none.
+#[test]
+fn reading_a_home_that_does_not_exist_creates_nothing() {
+    let env = Env::new("bad-nohome");
+    let missing = env.dir.path().join("no-such-home");
+    let home = missing.display().to_string();
+    for args in [
+        vec!["status", "a"],
+        vec!["events", "a"],
+        vec!["upgrade", "a", "--version", NEW],
+        vec!["delete", "a"],
+    ] {
+        let mut full = vec!["--home", home.as_str()];
+        full.extend(args.iter().copied());
+        let e = env.fails(&full);
+        assert!(one_line(&e).contains("no quorum home at"), "{args:?}: {e}");
+    }
+    let out = env.ok(&["--home", &home, "list"]);
+    assert!(out.contains("No quorum home at"), "{out}");
+    assert!(!missing.exists(), "a read created {home}");
+}

@@ -108,8 +108,35 @@ impl Serialize for Span {
 
 impl<'de> Deserialize<'de> for Span {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Span, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
+        d.deserialize_any(SpanVisitor)
+    }
+}
+
+/// Reads a span from text; a bare number (YAML's `365`) gets the same message as any
+/// other text without a unit, not serde's "expected a string".
+struct SpanVisitor;
+
+impl serde::de::Visitor<'_> for SpanVisitor {
+    type Value = Span;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a duration such as 365d, 12h or 90s")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Span, E> {
+        v.parse().map_err(E::custom)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Span, E> {
+        Err(E::custom(SpanError(v.to_string())))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Span, E> {
+        Err(E::custom(SpanError(v.to_string())))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Span, E> {
+        Err(E::custom(SpanError(v.to_string())))
     }
 }
 

@@ -47,33 +47,28 @@ pub struct ParseVersionError {
 impl FromStr for Version {
     type Err = ParseVersionError;
 
-    /// Accepts `3.5.1` and `v3.5.1`; a `major.minor` alone (as etcd reports a cluster
-    /// version, `3.5.0` or `3.5`) is read with patch 0.
+    /// Accepts `3.5.1` and `v3.5.1`, nothing shorter: a `3.5` typed by a user means a
+    /// line of releases (`VersionRequest`), never 3.5.0 by accident.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let err = || ParseVersionError {
-            input: s.to_string(),
-        };
-        let t = s.trim();
-        let t = t.strip_prefix('v').unwrap_or(t);
-        let mut parts = t.split('.');
-        let mut next = |required: bool| -> Result<u32, ParseVersionError> {
-            match parts.next() {
-                Some(p)
-                    if !p.is_empty() && p.len() <= 6 && p.bytes().all(|b| b.is_ascii_digit()) =>
-                {
-                    p.parse().map_err(|_| err())
-                }
-                None if !required => Ok(0),
-                _ => Err(err()),
-            }
-        };
-        let major = next(true)?;
-        let minor = next(true)?;
-        let patch = next(false)?;
-        if parts.next().is_some() {
-            return Err(err());
+        match s.parse::<VersionRequest>() {
+            Ok(VersionRequest::Exact(v)) => Ok(v),
+            _ => Err(ParseVersionError {
+                input: s.to_string(),
+            }),
         }
-        Ok(Version::new(major, minor, patch))
+    }
+}
+
+impl Version {
+    /// etcd's cluster version as it is reported or shown: `3.5.0` or `3.5` (patch 0).
+    pub fn parse_cluster_version(s: &str) -> Result<Version, ParseVersionError> {
+        match s.parse::<VersionRequest>() {
+            Ok(VersionRequest::Exact(v)) => Ok(v),
+            Ok(VersionRequest::Line { major, minor }) => Ok(Version::new(major, minor, 0)),
+            Err(_) => Err(ParseVersionError {
+                input: s.to_string(),
+            }),
+        }
     }
 }
 
@@ -148,11 +143,13 @@ impl fmt::Display for VersionRequest {
 }
 
 impl VersionRequest {
-    /// The version meant, among the `installed` ones: an exact one must be installed; a
-    /// line means its newest installed patch.
+    /// The version meant: an exact one as it is (whether it is installed is checked
+    /// where its binary is needed, after the version rules, whose answer is clearer:
+    /// "3.6.0 skips a minor version" beats "3.6.0 is not installed"); a line means its
+    /// newest patch among the `installed` ones.
     pub fn resolve(self, installed: &[Version]) -> Result<Version, ResolveError> {
         let found = match self {
-            VersionRequest::Exact(v) => installed.iter().copied().find(|i| *i == v),
+            VersionRequest::Exact(v) => Some(v),
             VersionRequest::Line { major, minor } => installed
                 .iter()
                 .copied()
@@ -230,7 +227,16 @@ mod tests {
             "v3.4.23".parse::<Version>().unwrap(),
             Version::new(3, 4, 23)
         );
-        assert_eq!("3.5".parse::<Version>().unwrap(), Version::new(3, 5, 0));
+        // A user's "3.5" is a line of releases, never 3.5.0 by accident.
+        assert!("3.5".parse::<Version>().is_err());
+        assert_eq!(
+            Version::parse_cluster_version("3.5").unwrap(),
+            Version::new(3, 5, 0)
+        );
+        assert_eq!(
+            Version::parse_cluster_version("3.5.0").unwrap(),
+            Version::new(3, 5, 0)
+        );
         for bad in [
             "",
             "3",
@@ -264,7 +270,7 @@ mod tests {
         let e = r("3.6").unwrap_err();
         assert!(e.to_string().contains("3.6.x is not installed"), "{e}");
         assert!(e.to_string().contains("3.4.23, 3.5.0, 3.5.1"), "{e}");
-        assert!(matches!(r("3.5.9"), Err(ResolveError::NotInstalled { .. })));
+        assert_eq!(r("3.5.9"), Ok(Version::new(3, 5, 9)));
         for bad in ["", "3", "latest", "3.5.1.2", " 3.5", "3.5.", "3.x"] {
             assert!(
                 matches!(r(bad), Err(ResolveError::NotAVersion { .. })),

@@ -301,7 +301,10 @@ impl Etcd {
         let t = self.timeouts.observe_ms;
         let get = http::get(endpoint, "/version", self.rustls());
         let (_, body) = bounded_io("version", endpoint, t, get).await?;
-        Ok(http::cluster_version_field(&body).and_then(|v| v.parse().ok()))
+        Ok(
+            http::cluster_version_field(&body)
+                .and_then(|v| Version::parse_cluster_version(&v).ok()),
+        )
     }
 
     /// A member's own `/health`: `Ok` when it answers 200 with `"health":"true"`.

@@ -1,10 +1,10 @@
 //! Where a command works and what it holds open while it works.
 
 use crate::{status, wait};
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 use quorum_controller::access::{self, Access};
 use quorum_controller::now_ms;
-use quorum_core::{ControlPlane, Version};
+use quorum_core::{ControlPlane, Version, VersionRequest};
 use quorum_etcd::{ClientTls, Etcd, Timeouts};
 use quorum_provider::{default_etcd_dir, installed_versions, LocalProvider};
 use quorum_store::{Store, StoreLocation};
@@ -43,7 +43,16 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn open(at: &Place) -> Result<Ctx> {
-        let store = Store::connect(&at.store, &at.home)?;
+        Ctx::with_store(at, Store::connect(&at.store, &at.home)?)
+    }
+
+    /// For commands that only read (`list`, `status`, `events`, ...): a home that does
+    /// not exist is an error ("no quorum home at ..."), and nothing is created.
+    pub fn open_existing(at: &Place) -> Result<Ctx> {
+        Ctx::with_store(at, Store::connect_existing(&at.store, &at.home)?)
+    }
+
+    fn with_store(at: &Place, store: Store) -> Result<Ctx> {
         let provider = LocalProvider::new(&at.home, default_etcd_dir());
         Ok(Ctx {
             store,
@@ -112,25 +121,16 @@ impl Ctx {
         .await
     }
 
-    /// Resolves a user's version: `3.5.1` as is, `3.5` to the newest installed 3.5.x.
+    /// Resolves a user's version (`3.5.1` as is, `3.5` the newest installed 3.5.x) the
+    /// one way every command and manifest does: `quorum_core::VersionRequest`.
     pub fn version(&self, s: &str) -> Result<Version> {
         let installed = installed_versions(self.provider.etcd_dir());
-        let t = s.trim().trim_start_matches('v');
-        if t.split('.').count() == 2 {
-            let line: Version = t.parse()?;
-            return installed
-                .iter()
-                .rev()
-                .find(|v| v.minor_line() == line.minor_line())
-                .copied()
-                .ok_or_else(|| {
-                    anyhow!(
-                        "no etcd {t}.x is installed (installed: {})",
-                        list_versions(&installed)
-                    )
-                });
-        }
-        Ok(t.parse()?)
+        Ok(s.parse::<VersionRequest>()?.resolve(&installed)?)
+    }
+
+    /// The etcd versions installed here, oldest first.
+    pub fn installed(&self) -> Vec<Version> {
+        installed_versions(self.provider.etcd_dir())
     }
 }
 

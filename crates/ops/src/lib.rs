@@ -25,7 +25,7 @@ pub mod wait;
 
 pub use ctx::{list_versions, Ctx, Place};
 pub use haproxy::haproxy_frontend_tls;
-pub use spec::{change, create, version_warning};
+pub use spec::{change, change_with, create, create_with, plan, version_warning, ChangeOptions};
 pub use teardown::teardown;
 
 use std::time::Duration;

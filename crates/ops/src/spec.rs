@@ -14,11 +14,48 @@ pub fn version_warning(v: Version) -> Option<String> {
         .then(|| format!("warning: etcd {v} has a known data inconsistency bug, fixed in 3.5.3"))
 }
 
+/// How a change is made: what the user confirmed, and whether to store it at all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ChangeOptions {
+    /// An even replica count, or a change while a member is unreachable.
+    pub force: bool,
+    /// A move to an older etcd version (never stored: it confirms this change only).
+    pub allow_downgrade: bool,
+    /// Check everything and print the plan, but store nothing.
+    pub dry_run: bool,
+}
+
 /// Checks and stores a new control plane.
 pub fn create(ctx: &mut Ctx, name: &str, spec: ControlPlaneSpec, force: bool) -> Result<()> {
+    let opts = ChangeOptions {
+        force,
+        ..ChangeOptions::default()
+    };
+    create_with(ctx, name, spec, opts)
+}
+
+/// `create` with options: with `dry_run`, everything is checked and nothing stored.
+pub fn create_with(
+    ctx: &mut Ctx,
+    name: &str,
+    spec: ControlPlaneSpec,
+    opts: ChangeOptions,
+) -> Result<()> {
     validate_name(name)?;
-    validate_spec(&spec, force)?;
+    validate_spec(&spec, opts.force)?;
     etcd_binary(ctx.provider.etcd_dir(), spec.version)?;
+    if ctx.store.control_plane(name)?.is_some() {
+        bail!("{name} already exists; change it with `quorum apply`, `upgrade` or `scale`");
+    }
+    if opts.dry_run {
+        say!(
+            ctx,
+            "{name}: would create {} at etcd {}\ndry run: nothing was changed",
+            status::plural(spec.replicas, "replica"),
+            spec.version
+        );
+        return Ok(());
+    }
     let cp = ControlPlane {
         name: name.to_string(),
         spec: spec.clone(),
@@ -61,6 +98,26 @@ pub async fn change(
     force: bool,
     f: impl FnOnce(&ControlPlaneSpec) -> ControlPlaneSpec,
 ) -> Result<()> {
+    let opts = ChangeOptions {
+        force,
+        ..ChangeOptions::default()
+    };
+    change_with(ctx, name, opts, f).await
+}
+
+/// `change` with options: a confirmed downgrade, or a dry run that prints the plan
+/// (after every check a real change passes) and stores nothing.
+pub async fn change_with(
+    ctx: &mut Ctx,
+    name: &str,
+    opts: ChangeOptions,
+    f: impl FnOnce(&ControlPlaneSpec) -> ControlPlaneSpec,
+) -> Result<()> {
+    let ChangeOptions {
+        force,
+        allow_downgrade,
+        dry_run,
+    } = opts;
     let cp = ctx.store.get_control_plane(name)?;
     if cp.deleting {
         bail!("{name} is being deleted; create it again once `quorum list` no longer shows it");
@@ -76,12 +133,27 @@ pub async fn change(
         return Ok(());
     }
     validate_spec(&new, force)?;
-    let lowest = ctx.store.machines(name)?.iter().map(|m| m.version).min();
+    let machines = ctx.store.machines(name)?;
+    let lowest = machines.iter().map(|m| m.version).min();
     // The version rules that need no cluster first: they give the clearest answer.
-    validate_spec_change(&cp.spec, &new, lowest, None, force, false)?;
+    validate_spec_change(&cp.spec, &new, lowest, None, force, allow_downgrade)?;
     etcd_binary(ctx.provider.etcd_dir(), new.version)?;
     let cluster_version = live_cluster_version(ctx, &cp, &new, force).await?;
-    validate_spec_change(&cp.spec, &new, lowest, cluster_version, force, false)?;
+    validate_spec_change(
+        &cp.spec,
+        &new,
+        lowest,
+        cluster_version,
+        force,
+        allow_downgrade,
+    )?;
+    if dry_run {
+        for line in plan(name, &cp.spec, &new, &machines) {
+            say!(ctx, "{line}");
+        }
+        say!(ctx, "dry run: nothing was changed");
+        return Ok(());
+    }
     ctx.store.update_spec(name, &new)?;
     say_recorded(ctx, name, &cp.spec, &new);
     Ok(())
@@ -118,7 +190,7 @@ async fn live_cluster_version(
     let cluster_version = s
         .cluster_version
         .as_deref()
-        .and_then(|v| v.parse::<Version>().ok());
+        .and_then(|v| Version::parse_cluster_version(v).ok());
     if new.version != cp.spec.version
         && cluster_version.is_none()
         && !force
@@ -127,6 +199,61 @@ async fn live_cluster_version(
         bail!("{name}: cannot read the cluster version (no leader answered), so the version change cannot be checked; bring the control plane back first, or pass --force");
     }
     Ok(cluster_version)
+}
+
+/// What a change would do, one line each (for `--dry-run`).
+pub fn plan(
+    name: &str,
+    old: &ControlPlaneSpec,
+    new: &ControlPlaneSpec,
+    machines: &[quorum_core::Machine],
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if new.version != old.version {
+        let what = if new.version > old.version {
+            "an upgrade"
+        } else {
+            "a DOWNGRADE, confirmed"
+        };
+        let replaced = machines.iter().filter(|m| m.version != new.version).count();
+        out.push(format!(
+            "{name}: would roll etcd {} -> {} ({what}): {} replaced one at a time",
+            old.version,
+            new.version,
+            status::plural(replaced as u32, "machine")
+        ));
+        if let Some(w) = version_warning(new.version) {
+            out.push(w);
+        }
+    }
+    if new.replicas != old.replicas {
+        let (verb, n) = if new.replicas > old.replicas {
+            ("added", new.replicas - old.replicas)
+        } else {
+            ("removed", old.replicas - new.replicas)
+        };
+        out.push(format!(
+            "{name}: would scale {} -> {} replicas ({} {verb}, one at a time)",
+            old.replicas,
+            new.replicas,
+            status::plural(n, "machine")
+        ));
+    }
+    if new.paused != old.paused {
+        out.push(format!(
+            "{name}: would {}",
+            if new.paused { "pause it" } else { "resume it" }
+        ));
+    }
+    if new.rollout != old.rollout || new.certificates != old.certificates {
+        out.push(format!(
+            "{name}: would record new rollout or certificate settings"
+        ));
+    }
+    if new.haproxy != old.haproxy {
+        out.push(format!("{name}: would change its HAProxy settings"));
+    }
+    out
 }
 
 /// Says what a recorded change will do.

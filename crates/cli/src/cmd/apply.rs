@@ -4,7 +4,7 @@ use crate::args::ApplyArgs;
 use crate::cmd::wait_for;
 use crate::manifest;
 use anyhow::{Context, Result};
-use quorum_ops::{change, create, wait, Ctx, Place};
+use quorum_ops::{change_with, create_with, wait, ChangeOptions, Ctx, Place};
 
 pub async fn run(at: &Place, a: ApplyArgs) -> Result<()> {
     let (text, source) = if a.file.as_os_str() == "-" {
@@ -17,14 +17,19 @@ pub async fn run(at: &Place, a: ApplyArgs) -> Result<()> {
             .with_context(|| format!("cannot read {}", a.file.display()))?;
         (text, a.file.display().to_string())
     };
-    let m = manifest::parse(&text, &source)?;
     let mut ctx = Ctx::open(at)?;
+    let m = manifest::parse(&text, &source, &ctx.installed())?;
     let name = m.metadata.name.clone();
     let after = ctx.store.last_event_id(&name)?;
+    let opts = ChangeOptions {
+        force: a.force,
+        allow_downgrade: a.allow_downgrade || m.allow_downgrade,
+        dry_run: a.dry_run,
+    };
     if ctx.store.control_plane(&name)?.is_some() {
-        change(&mut ctx, &name, a.force, |_| m.spec.clone()).await?;
+        change_with(&mut ctx, &name, opts, |_| m.spec.clone()).await?;
     } else {
-        create(&mut ctx, &name, m.spec, a.force)?;
+        create_with(&mut ctx, &name, m.spec, opts)?;
     }
     wait_for(&ctx, &name, wait::Goal::Converged, &a.wait, after).await
 }

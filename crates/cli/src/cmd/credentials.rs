@@ -8,7 +8,7 @@ use quorum_ops::{Ctx, Place};
 use std::path::Path;
 
 pub fn run(at: &Place, a: CredentialsArgs) -> Result<()> {
-    let ctx = Ctx::open(at)?;
+    let ctx = Ctx::open_existing(at)?;
     credentials(&ctx, &a.name, &a.out, &a.common_name, a.lifetime)
 }
 

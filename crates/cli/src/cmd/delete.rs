@@ -11,7 +11,7 @@ const DELETE_POLL_MS: u64 = 200;
 
 pub async fn run(at: &Place, a: DeleteArgs) -> Result<()> {
     let name = a.name;
-    let mut ctx = Ctx::open(at)?;
+    let mut ctx = Ctx::open_existing(at)?;
     ctx.store.get_control_plane(&name)?;
     let after = ctx.store.last_event_id(&name)?;
     ctx.store.mark_control_plane_deleting(&name)?;

@@ -13,7 +13,7 @@ pub fn run(at: &Place, a: HaproxyConfigArgs) -> Result<()> {
         bind,
         tls_dir,
     } = a;
-    let ctx = Ctx::open(at)?;
+    let ctx = Ctx::open_existing(at)?;
     let cp = ctx.store.get_control_plane(&name)?;
     let Some(h) = &cp.spec.haproxy else {
         bail!(

@@ -70,7 +70,7 @@ async fn run_events(at: &Place, a: EventsArgs) -> Result<()> {
             )
             .exit();
     }
-    let ctx = Ctx::open(at)?;
+    let ctx = Ctx::open_existing(at)?;
     let format = match a.output {
         Output::Table => events::Format::Table,
         Output::Json => events::Format::Json,

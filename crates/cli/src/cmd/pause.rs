@@ -6,7 +6,7 @@ use quorum_ops::{Ctx, Place};
 
 pub fn run(at: &Place, a: PauseArgs) -> Result<()> {
     let PauseArgs { name, resume } = a;
-    let mut ctx = Ctx::open(at)?;
+    let mut ctx = Ctx::open_existing(at)?;
     let mut spec = ctx.store.get_control_plane(&name)?.spec;
     if spec.paused != resume {
         println!(

@@ -4,13 +4,18 @@ use crate::args::ScaleArgs;
 use crate::cmd::wait_for;
 use anyhow::Result;
 use quorum_core::ControlPlaneSpec;
-use quorum_ops::{change, wait, Ctx, Place};
+use quorum_ops::{change_with, wait, ChangeOptions, Ctx, Place};
 
 pub async fn run(at: &Place, a: ScaleArgs) -> Result<()> {
-    let mut ctx = Ctx::open(at)?;
+    let mut ctx = Ctx::open_existing(at)?;
     let after = ctx.store.last_event_id(&a.name)?;
     let replicas = a.replicas;
-    change(&mut ctx, &a.name, a.force, |s| ControlPlaneSpec {
+    let opts = ChangeOptions {
+        force: a.force,
+        dry_run: a.dry_run,
+        ..ChangeOptions::default()
+    };
+    change_with(&mut ctx, &a.name, opts, |s| ControlPlaneSpec {
         replicas,
         ..s.clone()
     })

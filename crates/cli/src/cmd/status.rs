@@ -5,7 +5,7 @@ use anyhow::Result;
 use quorum_ops::{status, Ctx, Place};
 
 pub async fn run(at: &Place, a: StatusArgs) -> Result<()> {
-    let ctx = Ctx::open(at)?;
+    let ctx = Ctx::open_existing(at)?;
     let cp = ctx.store.get_control_plane(&a.name)?;
     let s = ctx.live(&cp).await?;
     match a.output {

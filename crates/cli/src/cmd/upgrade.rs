@@ -4,14 +4,19 @@ use crate::args::UpgradeArgs;
 use crate::cmd::wait_for;
 use anyhow::Result;
 use quorum_core::ControlPlaneSpec;
-use quorum_ops::{change, wait, Ctx, Place};
+use quorum_ops::{change_with, wait, ChangeOptions, Ctx, Place};
 
 pub async fn run(at: &Place, a: UpgradeArgs) -> Result<()> {
-    let mut ctx = Ctx::open(at)?;
+    let mut ctx = Ctx::open_existing(at)?;
     ctx.store.get_control_plane(&a.name)?;
     let version = ctx.version(&a.version)?;
     let after = ctx.store.last_event_id(&a.name)?;
-    change(&mut ctx, &a.name, a.force, |s| ControlPlaneSpec {
+    let opts = ChangeOptions {
+        force: a.force,
+        allow_downgrade: a.allow_downgrade,
+        dry_run: a.dry_run,
+    };
+    change_with(&mut ctx, &a.name, opts, |s| ControlPlaneSpec {
         version,
         ..s.clone()
     })
