@@ -584,7 +584,7 @@ impl Controller {
                     tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
                     let st = self.state.entry(cp.name.clone()).or_default();
                     st.last_error = None;
-                    let message = action.to_string();
+                    let message = done_message(action, allocated.as_deref());
                     self.event(
                         cp,
                         NewEvent {
@@ -1051,6 +1051,22 @@ pub fn address_is_free(a: Ipv4Addr) -> bool {
 async fn sleep_unless(stop: &AtomicBool, ms: u64) {
     if !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+}
+
+/// The history's words for a step that was done: an allocation names the machine it
+/// allocated (three "allocate a new initial machine" lines said nothing).
+fn done_message(action: &Action, allocated: Option<&str>) -> String {
+    match (action, allocated) {
+        (Action::AllocateMachine { bootstrap, version }, Some(name)) => {
+            let role = if *bootstrap {
+                "an initial member"
+            } else {
+                "a new member"
+            };
+            format!("allocated {name} as {role} (etcd {version})")
+        }
+        _ => action.to_string(),
     }
 }
 

@@ -179,7 +179,7 @@ impl VersionRequest {
 pub enum VersionChangeError {
     #[error("etcd {from} -> {to} skips a minor version; etcd upgrades one minor version at a time: go to {major}.{next_minor} first", major = from.major, next_minor = from.minor + 1)]
     SkipsMinor { from: Version, to: Version },
-    #[error("etcd {to} is older than the running cluster version {cluster}; etcd cannot go back below its cluster version (restore from a snapshot instead)")]
+    #[error("etcd {to} is older than the running cluster version {major}.{minor}; etcd cannot go back below its cluster version (restore from a snapshot instead)", major = cluster.major, minor = cluster.minor)]
     BelowClusterVersion { to: Version, cluster: Version },
     #[error("etcd {from} -> {to} changes the major version; quorum supports etcd 3 only")]
     ChangesMajor { from: Version, to: Version },

@@ -135,8 +135,10 @@ pub async fn change_with(
     validate_spec(&new, force)?;
     let machines = ctx.store.machines(name)?;
     let lowest = machines.iter().map(|m| m.version).min();
-    // The version rules that need no cluster first: they give the clearest answer.
-    validate_spec_change(&cp.spec, &new, lowest, None, force, allow_downgrade)?;
+    // The version rules that need no cluster first: they give the clearest answer. A
+    // downgrade is judged once the cluster version is known: "below the cluster
+    // version" is the final answer, which no confirmation lifts.
+    validate_spec_change(&cp.spec, &new, lowest, None, force, true)?;
     etcd_binary(ctx.provider.etcd_dir(), new.version)?;
     let cluster_version = live_cluster_version(ctx, &cp, &new, force).await?;
     validate_spec_change(

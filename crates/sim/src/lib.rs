@@ -468,6 +468,25 @@ enum Answer {
 
 /// etcd's reply to `call` as the controller sees it: through the core's classifier, the
 /// one `quorum-etcd` uses, so a change to it changes the simulator too.
+/// How the controller classifies an action whose answer never came: an etcd call's
+/// client deadline through the core's classifier (a refusal: retried soon, its effect
+/// unknown), anything else (a machine, a store write) as a failure, as the controller's
+/// `ActionError` does.
+fn timed_out(a: &Action) -> Attempt {
+    let call = match a {
+        Action::AddLearner { .. } => EtcdCall::AddLearner,
+        Action::Promote { .. } => EtcdCall::Promote,
+        Action::MoveLeader { .. } => EtcdCall::MoveLeader,
+        Action::RemoveMember { .. } => EtcdCall::RemoveMember,
+        _ => return Attempt::Failed,
+    };
+    match etcd_answer(call, Err(CLIENT_DEADLINE)) {
+        Answer::Done => Attempt::Done,
+        Answer::Refused(_) => Attempt::Refused,
+        Answer::Failed(_) | Answer::Fenced => Attempt::Failed,
+    }
+}
+
 fn etcd_answer(call: EtcdCall, reply: Result<(), EtcdAnswer>) -> Answer {
     let Err(a) = reply else {
         return Answer::Done;
@@ -1191,9 +1210,9 @@ impl World {
                         return;
                     }
                     1 => {
-                        // A timeout is a refusal to the controller: its effect is unknown.
+                        // Classified as the controller's adapter classifies a timeout.
                         self.note(format!("{tag}TIMEOUT before '{a}' reached etcd"));
-                        self.backoff(i, a, Attempt::Refused);
+                        self.backoff(i, a, timed_out(a));
                         return;
                     }
                     _ => {
@@ -1204,7 +1223,7 @@ impl World {
                             self.crash_replica(i);
                         } else {
                             self.note(format!("{tag}LOST ANSWER of '{a}' (applied: {applied})"));
-                            self.backoff(i, a, Attempt::Refused);
+                            self.backoff(i, a, timed_out(a));
                         }
                         return;
                     }
