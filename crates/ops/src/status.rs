@@ -202,7 +202,7 @@ fn machine_row(
         alarms: st.map(|s| s.alarms.clone()).unwrap_or_default(),
         certificates_expire_at: m
             .certificates_not_after_unix_s
-            .map(quorum_pki::format_unix_s),
+            .map(quorum_pki::format_rfc3339),
     }
 }
 

@@ -410,6 +410,23 @@ pub fn format_unix_s(unix_s: i64) -> String {
     }
 }
 
+/// A moment as machines read it: RFC 3339 in UTC, `2027-12-02T20:15:00Z` (for JSON and
+/// YAML output; or the seconds, for a moment `time` cannot represent).
+pub fn format_rfc3339(unix_s: i64) -> String {
+    match OffsetDateTime::from_unix_timestamp(unix_s) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        ),
+        Err(_) => format!("{unix_s} s after the Unix epoch"),
+    }
+}
+
 /// A moment to the millisecond, in UTC, for columns headed "(UTC)":
 /// `2026-12-03 06:11:32.466` (or the milliseconds, for a moment `time` cannot represent).
 pub fn format_unix_ms(unix_ms: i64) -> String {

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::Command;
 
 use quorum_pki::{
-    create_private_dir, format_unix_ms, format_unix_s, not_after_unix_s, write_private, Ca,
-    PkiError, DEFAULT_CA_LIFETIME_S,
+    create_private_dir, format_rfc3339, format_unix_ms, format_unix_s, not_after_unix_s,
+    write_private, Ca, PkiError, DEFAULT_CA_LIFETIME_S,
 };
 use x509_parser::certificate::X509Certificate;
 use x509_parser::extensions::GeneralName;
@@ -460,5 +460,6 @@ fn moments_print_in_utc() {
         assert_eq!(format_unix_ms(*ms), *want, "{ms}");
     }
     assert_eq!(format_unix_s(NOW_UNIX_S), "2026-06-01 00:00:00 UTC");
+    assert_eq!(format_rfc3339(NOW_UNIX_S + 3_723), "2026-06-01T01:02:03Z");
     assert!(format_unix_ms(i64::MAX).ends_with("ms after the Unix epoch"));
 }
