@@ -18,6 +18,7 @@ pub mod failpoints;
 pub mod heartbeat;
 pub mod metrics;
 pub mod pacing;
+mod perform;
 
 use access::{now_unix_s, Access};
 use quorum_core::{
@@ -584,7 +585,7 @@ impl Controller {
                     tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
                     let st = self.state.entry(cp.name.clone()).or_default();
                     st.last_error = None;
-                    let message = done_message(action, allocated.as_deref());
+                    let message = perform::done_message(action, allocated.as_deref());
                     self.event(
                         cp,
                         NewEvent {
@@ -824,199 +825,6 @@ impl Controller {
         failpoints::crash_point("crash-after-publish-status");
         res
     }
-
-    /// Performs one action, with its failpoints around it. Returns the name of the
-    /// machine an allocation recorded (its event names it).
-    async fn perform(
-        &mut self,
-        cp: &ControlPlane,
-        access: &Access,
-        machines: &[Machine],
-        observed: &Observed,
-        action: &Action,
-    ) -> Result<Option<String>, ActionError> {
-        let kind = action.kind();
-        // Every action is a side effect (on a member, a machine or the store): only a
-        // leader with time to spare may start one, and the store confirms the token.
-        self.store.ensure_leading(self.lease_margin_ms())?;
-        // Under way from here (a `sleep(ms)` failpoint after it makes a long step).
-        self.report_step(Some((cp, action)));
-        failpoints::crash_point(&format!("crash-before-{kind}"));
-        let res = self
-            .perform_inner(cp, access, machines, observed, action)
-            .await;
-        if res.is_ok() {
-            failpoints::crash_point(&format!("crash-after-{kind}"));
-        }
-        self.report_step(None);
-        let allocated = res?;
-        if kind == ActionKind::RemoveMember && failpoints::active("lose-lease-after-remove-member")
-        {
-            // The origin bug report: the lease is lost right after etcd acknowledged the
-            // removal; this replica does not know yet.
-            self.store.release_lease_keeping_token()?;
-            tracing::warn!("failpoint: the leadership lease was revoked after remove-member");
-        }
-        if failpoints::LOSABLE.contains(&kind) && failpoints::active(&format!("lose-answer-{kind}"))
-        {
-            return Err(ActionError::Etcd(EtcdError::Timeout {
-                op: "answer (lost by failpoint)",
-                endpoint: observed.view.leader_url.clone().unwrap_or_default(),
-                timeout_ms: 0,
-            }));
-        }
-        Ok(allocated)
-    }
-
-    /// Tells the heartbeat thread which step is under way (`None`: none).
-    fn report_step(&self, step: Option<(&ControlPlane, &Action)>) {
-        if let Some(h) = &self.heartbeats {
-            h.step(step.map(|(cp, action)| quorum_store::StepInProgress {
-                control_plane: cp.name.clone(),
-                description: action.to_string(),
-                since_ms: now_ms(),
-            }));
-        }
-    }
-
-    async fn perform_inner(
-        &mut self,
-        cp: &ControlPlane,
-        access: &Access,
-        machines: &[Machine],
-        observed: &Observed,
-        action: &Action,
-    ) -> Result<Option<String>, ActionError> {
-        let find = |name: &str| machines.iter().find(|m| m.name == name);
-        let leader = || {
-            observed
-                .view
-                .leader_url
-                .clone()
-                .ok_or(ActionError::NoLeader)
-        };
-        match action {
-            Action::AllocateMachine { bootstrap, version } => {
-                // Refuse to record a machine that could never start.
-                etcd_binary(self.provider.etcd_dir(), *version)?;
-                // Every certificate this machine will ever get ends at the same moment,
-                // fixed now: the core compares it with the renewal window. Never past
-                // the CA's own end (a CA rotation is out of scope).
-                let not_after = access.ca.as_ref().map(|ca| {
-                    let lifetime_s = cp.spec.certificates.lifetime.as_secs() as i64;
-                    (now_unix_s() + lifetime_s).min(ca.not_after_unix_s())
-                });
-                let m = self.store.allocate_machine(
-                    &cp.name,
-                    *bootstrap,
-                    *version,
-                    not_after,
-                    &address_is_free,
-                )?;
-                tracing::info!(cp = %cp.name, machine = %m.name, address = %m.address, "allocated");
-                Ok(Some(m.name))
-            }
-            Action::StartMachine {
-                machine,
-                state,
-                initial_cluster,
-            } => {
-                let Some(m) = find(machine) else {
-                    return Ok(None);
-                };
-                // Fresh keys on every start, with the end fixed at allocation.
-                let certs = match (&access.ca, m.certificates_not_after_unix_s) {
-                    (Some(ca), Some(not_after)) => Some((
-                        ca,
-                        ca.issue_machine_from(
-                            &m.name,
-                            m.address.into(),
-                            &[quorum_provider::LOCAL_SOURCE_ADDRESS],
-                            now_unix_s(),
-                            not_after,
-                        )?,
-                    )),
-                    _ => None,
-                };
-                let req = StartRequest {
-                    machine: m,
-                    cluster_token: &cp.name,
-                    state: *state,
-                    initial_cluster,
-                    tls: certs.as_ref().map(|(ca, certs)| MachineTls {
-                        ca_pem: ca.cert_pem(),
-                        certs,
-                    }),
-                };
-                self.provider.start(&req)?;
-                Ok(None)
-            }
-            Action::AddLearner { peer_url, .. } => {
-                access.etcd.add_learner(&leader()?, peer_url).await?;
-                Ok(None)
-            }
-            Action::Promote { member_id, .. } => {
-                access.etcd.promote(&leader()?, *member_id).await?;
-                Ok(None)
-            }
-            Action::MarkDeleting { machine, .. } => {
-                self.store.mark_machine_deleting(&cp.name, machine)?;
-                Ok(None)
-            }
-            Action::MoveLeader { to_member, .. } => {
-                access.etcd.move_leader(&leader()?, *to_member).await?;
-                Ok(None)
-            }
-            Action::RemoveMember { member_id, machine } => {
-                if let (Some(h), Some(m)) = (&cp.spec.haproxy, machine) {
-                    let (h, m) = (h.clone(), m.clone());
-                    tokio::task::spawn_blocking(move || balancer::shut_before_removal(&h, &m))
-                        .await
-                        .map_err(|e| ActionError::Join(e.to_string()))??;
-                }
-                access.etcd.remove(&leader()?, *member_id).await?;
-                Ok(None)
-            }
-            Action::StopMachine { machine } => {
-                self.on_machine(access, machines, machine, LocalProvider::stop)
-                    .await?;
-                Ok(None)
-            }
-            Action::DeleteMachine { machine } => {
-                self.on_machine(access, machines, machine, LocalProvider::delete)
-                    .await?;
-                failpoints::crash_point("crash-after-destroy-machine");
-                self.store.delete_machine(&cp.name, machine)?;
-                Ok(None)
-            }
-            Action::ForgetControlPlane => {
-                self.store.forget_control_plane(&cp.name)?;
-                Ok(None)
-            }
-        }
-    }
-}
-
-impl Controller {
-    /// Runs a (blocking, bounded) provider operation on a machine off the async threads,
-    /// then drops the cached etcd client of the machine, which no longer serves.
-    async fn on_machine(
-        &self,
-        access: &Access,
-        machines: &[Machine],
-        name: &str,
-        op: fn(&LocalProvider, &str) -> Result<(), ProviderError>,
-    ) -> Result<(), ActionError> {
-        let p = self.provider.clone();
-        let n = name.to_string();
-        tokio::task::spawn_blocking(move || op(&p, &n))
-            .await
-            .map_err(|e| ActionError::Join(e.to_string()))??;
-        if let Some(m) = machines.iter().find(|m| m.name == name) {
-            access.etcd.forget(&m.client_url());
-        }
-        Ok(())
-    }
 }
 
 /// Where the client endpoints of a control plane are published for clients to follow:
@@ -1051,22 +859,6 @@ pub fn address_is_free(a: Ipv4Addr) -> bool {
 async fn sleep_unless(stop: &AtomicBool, ms: u64) {
     if !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(ms)).await;
-    }
-}
-
-/// The history's words for a step that was done: an allocation names the machine it
-/// allocated (three "allocate a new initial machine" lines said nothing).
-fn done_message(action: &Action, allocated: Option<&str>) -> String {
-    match (action, allocated) {
-        (Action::AllocateMachine { bootstrap, version }, Some(name)) => {
-            let role = if *bootstrap {
-                "an initial member"
-            } else {
-                "a new member"
-            };
-            format!("allocated {name} as {role} (etcd {version})")
-        }
-        _ => action.to_string(),
     }
 }
 

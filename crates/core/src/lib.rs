@@ -5,8 +5,10 @@
 //! data (`ControlPlane`, `Machine` records, an `Observation`) and everything it wants
 //! done leaves as data (`Decision`).
 
+mod action;
 pub mod classify;
 pub mod decide;
+mod decision;
 pub mod lease;
 pub mod model;
 pub mod pacing;

@@ -1,0 +1,220 @@
+//! What the decision asks the runtime to do: `Action`s, their kinds (`ActionKind`,
+//! the names every crash point, metric and event uses), and the words each is shown in.
+
+use crate::version::Version;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// How a started etcd joins: the initial bootstrap (`new`) or an existing cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterState {
+    New,
+    Existing,
+}
+
+/// One entry of `--initial-cluster`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct InitialMember {
+    pub name: String,
+    pub peer_url: String,
+}
+
+/// Why a machine is being removed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DeleteReason {
+    /// It runs another version than the spec.
+    Outdated,
+    /// There are more machines than replicas.
+    ScaleDown,
+    /// Its member is gone from the cluster (removed by someone else); it cannot rejoin
+    /// with its old data, so it is replaced.
+    MemberLost,
+    /// Its certificates expire within `rollout.before.certificatesExpiry`.
+    CertificatesExpiring,
+}
+
+impl fmt::Display for DeleteReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeleteReason::Outdated => "outdated version",
+            DeleteReason::ScaleDown => "scale down",
+            DeleteReason::MemberLost => "its member left the cluster",
+            DeleteReason::CertificatesExpiring => "its certificates expire soon",
+        })
+    }
+}
+
+/// A side effect for the runtime to perform. Store writes (`AllocateMachine`,
+/// `MarkDeleting`, `DeleteMachine`'s record removal, `ForgetControlPlane`) record intent;
+/// the others act on etcd or on machines. Every action is idempotent.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Action {
+    /// Record a new machine (name, address and peer URL are allocated by the runtime).
+    AllocateMachine { bootstrap: bool, version: Version },
+    /// Start the machine's etcd process.
+    StartMachine {
+        machine: String,
+        state: ClusterState,
+        initial_cluster: Vec<InitialMember>,
+    },
+    /// MemberAdd as a learner, with the machine's peer URL.
+    AddLearner { machine: String, peer_url: String },
+    /// Promote a caught-up learner to voter.
+    Promote { machine: String, member_id: u64 },
+    /// Record that the machine is leaving (before its member is removed).
+    MarkDeleting {
+        machine: String,
+        reason: DeleteReason,
+    },
+    /// Move leadership from the current leader to another voter (sent to the leader).
+    MoveLeader {
+        from_member: u64,
+        to_member: u64,
+        to_machine: String,
+    },
+    /// MemberRemove. `machine` is `None` for an orphan member.
+    RemoveMember {
+        member_id: u64,
+        machine: Option<String>,
+    },
+    /// Stop the machine's process gracefully.
+    StopMachine { machine: String },
+    /// Delete the machine (process, data) and then its record.
+    DeleteMachine { machine: String },
+    /// Teardown finished: forget the control plane.
+    ForgetControlPlane,
+}
+
+impl Action {
+    /// A change of etcd membership (of which at most one is ever in flight).
+    pub fn is_membership_change(&self) -> bool {
+        matches!(
+            self,
+            Action::AddLearner { .. } | Action::Promote { .. } | Action::RemoveMember { .. }
+        )
+    }
+
+    /// The machine an action is about (the new leader's, for a leader move); `None` for
+    /// an allocation, the teardown's end and an orphan member's removal.
+    pub fn machine(&self) -> Option<&str> {
+        match self {
+            Action::StartMachine { machine, .. }
+            | Action::AddLearner { machine, .. }
+            | Action::Promote { machine, .. }
+            | Action::MarkDeleting { machine, .. }
+            | Action::StopMachine { machine }
+            | Action::DeleteMachine { machine } => Some(machine),
+            Action::MoveLeader { to_machine, .. } => Some(to_machine),
+            Action::RemoveMember { machine, .. } => machine.as_deref(),
+            Action::AllocateMachine { .. } | Action::ForgetControlPlane => None,
+        }
+    }
+
+    /// What kind of step this is (for events, metrics and failpoints).
+    pub fn kind(&self) -> ActionKind {
+        match self {
+            Action::AllocateMachine { .. } => ActionKind::AllocateMachine,
+            Action::StartMachine { .. } => ActionKind::StartMachine,
+            Action::AddLearner { .. } => ActionKind::AddLearner,
+            Action::Promote { .. } => ActionKind::Promote,
+            Action::MarkDeleting { .. } => ActionKind::MarkDeleting,
+            Action::MoveLeader { .. } => ActionKind::MoveLeader,
+            Action::RemoveMember { .. } => ActionKind::RemoveMember,
+            Action::StopMachine { .. } => ActionKind::StopMachine,
+            Action::DeleteMachine { .. } => ActionKind::DeleteMachine,
+            Action::ForgetControlPlane => ActionKind::ForgetControlPlane,
+        }
+    }
+}
+
+/// Declares `ActionKind` from one list, so that its variants, `ALL`, the kebab-case
+/// names and their serde form cannot drift apart: a kind is added in one place.
+macro_rules! action_kinds {
+    ($($(#[$doc:meta])* $variant:ident = $name:literal,)+) => {
+        /// The kind of an `Action`, without its data. Its kebab-case name is what events,
+        /// metrics and failpoints have always used (`add-learner`, ...): stored
+        /// histories depend on it, so a name never changes.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        pub enum ActionKind {
+            $($(#[$doc])* #[serde(rename = $name)] $variant,)+
+        }
+
+        impl ActionKind {
+            /// Every kind, in declaration order (failpoints and metrics enumerate it).
+            pub const ALL: &'static [ActionKind] = &[$(ActionKind::$variant),+];
+
+            /// The kebab-case name (`add-learner`, ...).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(ActionKind::$variant => $name,)+
+                }
+            }
+        }
+    };
+}
+
+action_kinds! {
+    AllocateMachine = "allocate-machine",
+    StartMachine = "start-machine",
+    AddLearner = "add-learner",
+    Promote = "promote",
+    MarkDeleting = "mark-deleting",
+    MoveLeader = "move-leader",
+    RemoveMember = "remove-member",
+    StopMachine = "stop-machine",
+    DeleteMachine = "delete-machine",
+    ForgetControlPlane = "forget-control-plane",
+}
+
+impl ActionKind {
+    /// The kind named `name` (its `as_str`), if there is one.
+    pub fn from_name(name: &str) -> Option<ActionKind> {
+        ActionKind::ALL.iter().copied().find(|k| k.as_str() == name)
+    }
+}
+
+impl fmt::Display for ActionKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::AllocateMachine { bootstrap, version } => {
+                let what = if *bootstrap {
+                    "initial machine"
+                } else {
+                    "machine"
+                };
+                write!(f, "allocate a new {what} (etcd {version})")
+            }
+            Action::StartMachine { machine, state, .. } => match state {
+                ClusterState::New => write!(f, "start {machine} (new cluster)"),
+                ClusterState::Existing => write!(f, "start {machine}"),
+            },
+            Action::AddLearner { machine, .. } => write!(f, "add {machine} as a learner"),
+            Action::Promote { machine, .. } => write!(f, "promote {machine} to voter"),
+            Action::MarkDeleting { machine, reason } => {
+                write!(f, "mark {machine} for deletion ({reason})")
+            }
+            Action::MoveLeader { to_machine, .. } => {
+                write!(f, "move leadership to {to_machine}")
+            }
+            Action::RemoveMember {
+                machine: Some(m), ..
+            } => write!(f, "remove the member of {m}"),
+            Action::RemoveMember {
+                member_id,
+                machine: None,
+            } => write!(f, "remove orphan member {member_id:x}"),
+            Action::StopMachine { machine } => write!(f, "stop {machine}"),
+            Action::DeleteMachine { machine } => write!(f, "delete {machine}"),
+            Action::ForgetControlPlane => write!(f, "forget the control plane"),
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! What a decision says besides its actions: the operation under way, the conditions,
+//! each machine's role and health as the rules judge them, and the client endpoints.
+
+use crate::action::Action;
+use crate::model::quorum_size;
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What the control plane is doing, as a user would name it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Operation {
+    Idle,
+    Bootstrapping,
+    ScalingUp,
+    ScalingDown,
+    RollingOut,
+    Repairing,
+    Deleting,
+    Paused,
+    /// No leader could be asked: nothing that needs one can happen.
+    WaitingForQuorum,
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Operation::Idle => "idle",
+            Operation::Bootstrapping => "bootstrapping",
+            Operation::ScalingUp => "scaling up",
+            Operation::ScalingDown => "scaling down",
+            Operation::RollingOut => "rolling out",
+            Operation::Repairing => "repairing",
+            Operation::Deleting => "deleting",
+            Operation::Paused => "paused",
+            Operation::WaitingForQuorum => "waiting for quorum",
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum ConditionKind {
+    /// A quorum of voters is healthy: the cluster serves clients.
+    Available,
+    /// Every member is healthy (reachable, has a leader, no alarm).
+    Healthy,
+    /// Every machine runs the spec's version.
+    UpToDate,
+    /// There are exactly `replicas` voters and nothing else in flight.
+    Scaled,
+    /// quorum refuses a step because it would be unsafe; the message says why.
+    Blocked,
+    /// The spec's version has a known defect.
+    VersionWarning,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Condition {
+    pub kind: ConditionKind,
+    pub status: bool,
+    pub message: String,
+}
+
+/// The role of a machine's member, as observed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    Leader,
+    Follower,
+    Learner,
+    /// No member (not joined yet, or removed), or no leader answered with the list.
+    #[serde(rename = "none")]
+    NoMember,
+}
+
+impl fmt::Display for Role {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Learner => "learner",
+            Role::NoMember => "none",
+        })
+    }
+}
+
+/// One machine as the decision judged it. Readers (`status`, `list`, the benchmarks)
+/// show this rather than a rule of their own, so what they call healthy is exactly
+/// what gates every membership change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MachineHealth {
+    pub machine: String,
+    pub role: Role,
+    /// Provably healthy: its member's own endpoint answered as that member, it knows a
+    /// leader and has no alarm. A machine without a member is never healthy.
+    pub healthy: bool,
+}
+
+/// The outcome of one decision.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// To perform in order; the runtime stops at the first failure and observes again.
+    pub actions: Vec<Action>,
+    pub operation: Operation,
+    /// When there is no action: what quorum is waiting for, or why it refuses, as a
+    /// sentence of its own ("waiting for learner prod-4 to answer", "not removing prod-2:
+    /// …"); readers print it as it is, after the operation.
+    pub waiting_for: Option<String>,
+    pub conditions: Vec<Condition>,
+    /// Client URLs clients should use: voting, healthy, not deleting.
+    pub endpoints: Vec<String>,
+    /// Nothing to do and nothing to wait for: the spec is met.
+    pub converged: bool,
+    /// Voting members (0 when no leader could be asked).
+    pub voters: usize,
+    /// Voters that are provably healthy.
+    pub healthy_voters: usize,
+    /// Every machine (oldest first): its member's role and health.
+    pub machines: Vec<MachineHealth>,
+}
+
+impl Decision {
+    /// Healthy voters minus the quorum size: 0 means one more failure loses quorum;
+    /// below 0 quorum is lost (or unknown: no leader could be asked).
+    pub fn quorum_margin(&self) -> i64 {
+        if self.voters == 0 {
+            return -1;
+        }
+        self.healthy_voters as i64 - quorum_size(self.voters) as i64
+    }
+}
+
+impl Decision {
+    pub fn condition(&self, kind: ConditionKind) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.kind == kind)
+    }
+
+    pub fn is_blocked(&self) -> bool {
+        self.condition(ConditionKind::Blocked)
+            .is_some_and(|c| c.status)
+    }
+
+    /// How the decision judged `machine` (`None` for a machine it was not given).
+    pub fn machine(&self, machine: &str) -> Option<&MachineHealth> {
+        self.machines.iter().find(|m| m.machine == machine)
+    }
+
+    /// The machine whose member leads, when a leader answered.
+    pub fn leader(&self) -> Option<&str> {
+        self.machines
+            .iter()
+            .find(|m| m.role == Role::Leader)
+            .map(|m| m.machine.as_str())
+    }
+}
