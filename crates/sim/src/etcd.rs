@@ -1,0 +1,321 @@
+//! The simulated etcd: its tick (elections, replication), its membership calls (etcd's
+//! rules that matter to quorum, answered with etcd's real (code, message) pairs from
+//! `quorum_core::classify`), and what the controller observes of it and the machines.
+
+use super::*;
+
+impl World {
+    pub(crate) fn machine_of_member(&self, m: &SimMember) -> Option<&Machine> {
+        self.machines.iter().find(|x| x.peer_url() == m.peer_url)
+    }
+
+    /// Is the member's process running?
+    pub(crate) fn member_running(&self, m: &SimMember) -> bool {
+        if self.external_running.contains(&m.id) {
+            return true;
+        }
+        self.machine_of_member(m)
+            .and_then(|x| self.procs.get(&x.name))
+            .is_some_and(|p| p.running)
+    }
+
+    /// Running and able to reach its peers.
+    pub(crate) fn member_connected(&self, m: &SimMember) -> bool {
+        self.member_running(m)
+            && !matches!(&self.impairment, Some((Impairment::PartitionedFromPeers(id), _)) if *id == m.id)
+    }
+
+    pub(crate) fn voters(&self) -> impl Iterator<Item = &SimMember> {
+        self.members.iter().filter(|m| !m.is_learner)
+    }
+
+    pub(crate) fn connected_voters(&self) -> usize {
+        self.voters().filter(|m| self.member_connected(m)).count()
+    }
+
+    pub(crate) fn has_quorum(&self) -> bool {
+        let voters = self.voters().count();
+        voters > 0 && self.connected_voters() >= quorum_size(voters)
+    }
+
+    /// One tick of the cluster: elections, replication, client writes, exits.
+    pub(crate) fn tick_etcd(&mut self) {
+        // Removed members shut down by themselves.
+        let now = self.now_ms;
+        for p in self.procs.values_mut() {
+            if p.exit_at_ms.is_some_and(|t| t <= now) {
+                p.running = false;
+                p.exit_at_ms = None;
+            }
+        }
+        // Leadership.
+        let leader_ok = self
+            .leader
+            .and_then(|id| self.members.iter().find(|m| m.id == id))
+            .is_some_and(|m| !m.is_learner && self.member_connected(m))
+            && self.has_quorum();
+        if !leader_ok {
+            if self.leader.is_some() {
+                self.leader = None;
+                self.leaderless_since_ms = now;
+                self.note("leader lost".into());
+            }
+            if self.has_quorum() && now - self.leaderless_since_ms >= ELECTION_MS {
+                // The connected voter with the longest log wins.
+                let winner = self
+                    .voters()
+                    .filter(|m| self.member_connected(m))
+                    .max_by_key(|m| (m.log, m.id))
+                    .map(|m| m.id);
+                if let Some(w) = winner {
+                    self.leader = Some(w);
+                    self.term += 1;
+                    self.note(format!("elected {w:x} in term {}", self.term));
+                }
+            }
+        }
+        // A client write per tick while there is a leader: committed on a quorum of
+        // connected voters, and replicated to every connected member.
+        if let Some(l) = self.leader {
+            self.commit += 1;
+            self.acked = self.commit;
+            let commit = self.commit;
+            let connected: Vec<bool> = self
+                .members
+                .iter()
+                .map(|m| self.member_connected(m))
+                .collect();
+            let slow = self.slow_learners.clone();
+            for (m, conn) in self.members.iter_mut().zip(connected) {
+                if !conn {
+                    continue;
+                }
+                if m.is_learner && m.log + 50 < commit {
+                    // A learner catches up by snapshot in a few ticks (slowly if slow).
+                    let step = if slow.contains(&m.id) {
+                        commit / 40 + 1
+                    } else {
+                        commit / 2 + 1
+                    };
+                    m.log = (m.log + step).min(commit);
+                } else {
+                    m.log = commit;
+                }
+            }
+            debug_assert!(self.members.iter().any(|m| m.id == l && m.log == commit));
+        }
+    }
+
+    pub(crate) fn connected_for_interval(&self, m: &SimMember) -> bool {
+        self.member_connected(m) && self.now_ms >= m.connected_since_ms + HEALTH_INTERVAL_MS
+    }
+
+    /// etcd's reply (its real answers; `Ok` for success) to an add of a learner.
+    pub(crate) fn add_learner(&mut self, peer: &str) -> Result<(), EtcdAnswer> {
+        if self.leader.is_none() {
+            // The former leader is connected to no voter: the strict check answers.
+            return Err(UNHEALTHY_CLUSTER);
+        }
+        if self.members.iter().any(|m| m.peer_url == peer) {
+            return Err(PEER_URLS_EXIST); // the earlier add took effect
+        }
+        if self.members.iter().any(|m| m.is_learner) {
+            return Err(TOO_MANY_LEARNERS);
+        }
+        if self.cfg.strict_reconfig && !self.voters().all(|m| self.connected_for_interval(m)) {
+            return Err(UNHEALTHY_CLUSTER);
+        }
+        let id = self.new_member_id();
+        self.members.push(SimMember {
+            id,
+            name: String::new(),
+            peer_url: peer.to_string(),
+            is_learner: true,
+            log: 0,
+            connected_since_ms: self.now_ms,
+        });
+        Ok(())
+    }
+
+    pub(crate) fn promote(&mut self, id: u64) -> Result<(), EtcdAnswer> {
+        if self.leader.is_none() {
+            return Err(NO_LEADER);
+        }
+        let commit = self.commit;
+        let Some(m) = self.members.iter().find(|m| m.id == id) else {
+            return Err(MEMBER_NOT_FOUND);
+        };
+        if !m.is_learner {
+            return Err(NOT_A_LEARNER); // it votes already
+        }
+        if !self.member_connected(m) || m.log * 10 < commit * 9 {
+            return Err(LEARNER_NOT_IN_SYNC);
+        }
+        let m = self
+            .members
+            .iter_mut()
+            .find(|m| m.id == id)
+            .expect("found above");
+        m.is_learner = false;
+        Ok(())
+    }
+
+    pub(crate) fn move_leader(&mut self, to: u64) -> Result<(), EtcdAnswer> {
+        let Some(l) = self.leader else {
+            return Err(NOT_LEADER); // asked of the former leader
+        };
+        if l == to {
+            return Ok(());
+        }
+        let Some(t) = self.members.iter().find(|m| m.id == to) else {
+            return Err(BAD_LEADER_TRANSFEREE);
+        };
+        if t.is_learner {
+            return Err(BAD_LEADER_TRANSFEREE);
+        }
+        if !self.member_connected(t) {
+            // etcd waits for the transfer until the client gives up.
+            return Err(CLIENT_DEADLINE);
+        }
+        self.leader = Some(to);
+        self.term += 1;
+        Ok(())
+    }
+
+    pub(crate) fn remove_member(&mut self, id: u64) -> Result<(), EtcdAnswer> {
+        if self.leader.is_none() {
+            // etcd holds the change until the client gives up.
+            return Err(CLIENT_DEADLINE);
+        }
+        let Some(idx) = self.members.iter().position(|m| m.id == id) else {
+            return Err(MEMBER_NOT_FOUND); // removed already
+        };
+        if self.cfg.strict_reconfig && !self.members[idx].is_learner {
+            // Strict check: a quorum of the remaining voters connected for the interval.
+            let remaining: Vec<&SimMember> = self.voters().filter(|m| m.id != id).collect();
+            let ok = remaining
+                .iter()
+                .filter(|m| self.connected_for_interval(m))
+                .count();
+            if remaining.is_empty() || ok < quorum_size(remaining.len()) {
+                return Err(UNHEALTHY_CLUSTER);
+            }
+        }
+        let m = self.members.remove(idx);
+        self.external_running.remove(&m.id);
+        let exit_at = self.now_ms + REMOVED_EXIT_MS;
+        if let Some(mach) = self.machines.iter().find(|x| x.peer_url() == m.peer_url) {
+            if let Some(p) = self.procs.get_mut(&mach.name) {
+                if p.running {
+                    p.exit_at_ms = Some(exit_at);
+                }
+            }
+        }
+        if self.leader == Some(id) {
+            self.leader = None;
+            self.leaderless_since_ms = self.now_ms;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn start_machine(&mut self, name: &str, state: ClusterState) -> Answer {
+        let Some(mach) = self.machines.iter().find(|m| m.name == name).cloned() else {
+            return Answer::Done;
+        };
+        let now = self.now_ms;
+        let member = self
+            .members
+            .iter()
+            .position(|m| m.peer_url == mach.peer_url());
+        let broken = matches!(&self.impairment, Some((Impairment::Down(n), _)) if n == name);
+        let p = self.procs.entry(name.to_string()).or_default();
+        if p.running || broken {
+            // A broken machine's etcd exits at once: the start "succeeds", nothing runs.
+            return Answer::Done;
+        }
+        match member {
+            Some(i) => {
+                p.running = true;
+                p.has_data = true;
+                let m = &mut self.members[i];
+                m.name = name.to_string();
+                m.connected_since_ms = now;
+                Answer::Done
+            }
+            // Not a member: etcd exits at start ("member not found in cluster").
+            None if state == ClusterState::Existing || p.has_data => Answer::Done,
+            None => Answer::Done,
+        }
+    }
+
+    pub(crate) fn observe(&self) -> Observation {
+        let hidden = match &self.impairment {
+            Some((Impairment::HiddenFromController(n), _)) => Some(n.as_str()),
+            _ => None,
+        };
+        let mut obs = Observation::default();
+        for mach in &self.machines {
+            let p = self.procs.get(&mach.name).cloned().unwrap_or_default();
+            let member = self.members.iter().find(|m| m.peer_url == mach.peer_url());
+            let status = match member {
+                Some(m) if p.running && hidden != Some(mach.name.as_str()) => {
+                    Some(EndpointStatus {
+                        member_id: m.id,
+                        leader_id: if self.member_connected(m) {
+                            self.leader.unwrap_or(0)
+                        } else {
+                            0
+                        },
+                        raft_term: self.term,
+                        raft_index: m.log,
+                        raft_applied_index: m.log,
+                        version: Some(mach.version),
+                        is_learner: m.is_learner,
+                        alarms: vec![],
+                    })
+                }
+                _ => None,
+            };
+            obs.machines.insert(
+                mach.name.clone(),
+                MachineObservation {
+                    process: if p.running {
+                        ProcessState::Running
+                    } else {
+                        ProcessState::Stopped
+                    },
+                    has_data: p.has_data,
+                    status,
+                },
+            );
+        }
+        // The member list comes from the leader, if the controller can reach it.
+        let leader_visible = self.leader.is_some_and(|l| {
+            self.members
+                .iter()
+                .find(|m| m.id == l)
+                .and_then(|m| self.machine_of_member(m))
+                .is_some_and(|mach| hidden != Some(mach.name.as_str()))
+                || self.external_running.contains(&l)
+        });
+        if leader_visible {
+            obs.members = Some(
+                self.members
+                    .iter()
+                    .map(|m| Member {
+                        id: m.id,
+                        name: m.name.clone(),
+                        peer_urls: vec![m.peer_url.clone()],
+                        client_urls: if m.name.is_empty() {
+                            vec![]
+                        } else {
+                            vec![m.peer_url.replace("2380", "2379")]
+                        },
+                        is_learner: m.is_learner,
+                    })
+                    .collect(),
+            );
+        }
+        obs
+    }
+}

@@ -1,0 +1,382 @@
+//! Controller replicas and the leader lease of the simulated store (two replicas only;
+//! one replica leads without a lease).
+
+use super::*;
+
+/// What happened to the controller replicas' leadership in a run (all zero with one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LeaseCounts {
+    /// Leader keys taken after the first (by either replica).
+    pub takeovers: u64,
+    /// Replicas paused (SIGSTOP), and of those, for longer than the TTL.
+    pub pauses: u64,
+    pub pauses_past_ttl: u64,
+    /// Replicas crashed (restarting as standbys).
+    pub crashes: u64,
+    /// Side effects on etcd or machines by a replica without a valid lease (the
+    /// deposed leader's one in-flight step).
+    pub stale_side_effects: u64,
+    /// Store writes (the no-op before a step included) refused by the token fence.
+    pub fenced_writes: u64,
+    /// Leases lost right after a member removal succeeded.
+    pub leases_lost_after_removal: u64,
+    /// Leaders that stepped down (fenced, lease run out, renewal refused).
+    pub step_downs: u64,
+}
+
+impl LeaseCounts {
+    pub fn add(&mut self, o: &LeaseCounts) {
+        self.takeovers += o.takeovers;
+        self.pauses += o.pauses;
+        self.pauses_past_ttl += o.pauses_past_ttl;
+        self.crashes += o.crashes;
+        self.stale_side_effects += o.stale_side_effects;
+        self.fenced_writes += o.fenced_writes;
+        self.leases_lost_after_removal += o.leases_lost_after_removal;
+        self.step_downs += o.step_downs;
+    }
+}
+
+impl std::fmt::Display for LeaseCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} takeovers, {} pauses ({} past the TTL), {} replica crashes, {} stale side effects, {} fenced writes, {} leases lost after a removal, {} step-downs",
+            self.takeovers,
+            self.pauses,
+            self.pauses_past_ttl,
+            self.crashes,
+            self.stale_side_effects,
+            self.fenced_writes,
+            self.leases_lost_after_removal,
+            self.step_downs
+        )
+    }
+}
+
+/// A replica's leadership term, as the replica believes it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Term {
+    pub(crate) token: u64,
+    /// Its own lease deadline: send time of its last answered renewal + TTL. `None`: no
+    /// lease (the single controller of the embedded store).
+    pub(crate) deadline_ms: Option<u64>,
+    /// A renewal was refused: the lease is gone, whatever the deadline says.
+    pub(crate) lost: bool,
+    pub(crate) last_renewal_ms: u64,
+    /// It performed its one side effect after its lease had ended.
+    pub(crate) stale_done: bool,
+}
+
+/// One controller replica. Everything here but the token it holds is memory, lost on a
+/// crash or a step-down.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Replica {
+    /// Leading (by its own belief), or standing by.
+    pub(crate) term: Option<Term>,
+    /// Drain clocks and retry due times: the core's pacing, as the controller keeps it.
+    pub(crate) pacing: Pacing,
+    /// Paused (SIGSTOP) until this step: no renewals, no polls, no actions.
+    pub(crate) paused_until_step: Option<u64>,
+    /// The side effect it was paused between checking and performing.
+    pub(crate) in_flight: Option<Action>,
+    /// Crashed: restarts as a standby at this step.
+    pub(crate) down_until_step: Option<u64>,
+    /// A standby's next look at the leader key.
+    pub(crate) next_poll_ms: u64,
+}
+
+/// The leader key of the simulated store (absent once its lease expires or is revoked).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct LeaderKey {
+    pub(crate) holder: usize,
+    pub(crate) token: u64,
+    /// The lease's end by the store's clock.
+    pub(crate) expires_at_ms: u64,
+}
+
+impl World {
+    pub(crate) fn ha(&self) -> bool {
+        self.replicas.len() > 1
+    }
+
+    /// A prefix naming the replica in trace lines (none with a single controller, whose
+    /// trace is as it always was).
+    pub(crate) fn tag(&self, i: usize) -> String {
+        if self.ha() {
+            format!("r{i}: ")
+        } else {
+            String::new()
+        }
+    }
+
+    pub(crate) fn faults_on(&self) -> bool {
+        self.step <= self.cfg.fault_steps
+    }
+
+    pub(crate) fn ttl_steps(&self) -> u64 {
+        self.cfg.lease_ttl_ms.div_ceil(STEP_MS)
+    }
+
+    /// Neither paused nor down.
+    pub(crate) fn runs(&self, i: usize) -> bool {
+        let r = &self.replicas[i];
+        r.paused_until_step.is_none() && r.down_until_step.is_none()
+    }
+
+    pub(crate) fn replicas_settled(&self) -> bool {
+        (0..self.replicas.len()).all(|i| self.runs(i))
+    }
+
+    /// What is left of replica `i`'s lease by its own clock (`None`: no lease).
+    pub(crate) fn lease_left_ms(&self, i: usize) -> Option<i64> {
+        match self.replicas[i].term {
+            None => Some(-1),
+            Some(t) if t.lost => Some(-1),
+            Some(t) => t.deadline_ms.map(|d| d as i64 - self.now_ms as i64),
+        }
+    }
+
+    /// Does the store's leader key hold replica `i`'s token, unexpired? (Always, for the
+    /// single controller: the embedded store has no fence.)
+    pub(crate) fn holds_lease(&self, i: usize) -> bool {
+        if !self.ha() {
+            return true;
+        }
+        let Some(t) = self.replicas[i].term else {
+            return false;
+        };
+        self.leader_key
+            .is_some_and(|k| k.token == t.token && self.now_ms < k.expires_at_ms)
+    }
+
+    /// The leader's check before a side effect: enough of its lease left by its own clock,
+    /// then the fenced no-op write. Failing either, it steps down.
+    pub(crate) fn ensure_leading(&mut self, i: usize) -> bool {
+        let margin = margin_ms(self.cfg.lease_ttl_ms);
+        if !may_act(self.lease_left_ms(i), margin) {
+            self.step_down(i, "less than the margin of its lease is left");
+            return false;
+        }
+        if !self.holds_lease(i) {
+            self.lease.fenced_writes += 1;
+            self.step_down(i, "its fenced no-op write was refused");
+            return false;
+        }
+        true
+    }
+
+    /// The leader stops leading: its memory goes, and its lease is released if the key
+    /// still holds its token.
+    pub(crate) fn step_down(&mut self, i: usize, why: &str) {
+        let Some(t) = self.replicas[i].term.take() else {
+            return;
+        };
+        self.replicas[i].pacing = Pacing::default();
+        self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
+        self.lease.step_downs += 1;
+        if self.leader_key.is_some_and(|k| k.token == t.token) {
+            self.leader_key = None;
+        }
+        self.note(format!("r{i} steps down (token {}): {why}", t.token));
+    }
+
+    /// Replica `i` takes the free leader key: a new token, fresh memory.
+    pub(crate) fn take_lead(&mut self, i: usize) {
+        self.last_token += 1;
+        let (token, now, ttl_ms) = (self.last_token, self.now_ms, self.cfg.lease_ttl_ms);
+        self.leader_key = Some(LeaderKey {
+            holder: i,
+            token,
+            expires_at_ms: now + ttl_ms,
+        });
+        let r = &mut self.replicas[i];
+        r.pacing = Pacing::default();
+        r.term = Some(Term {
+            token,
+            deadline_ms: Some(now + ttl_ms),
+            lost: false,
+            last_renewal_ms: now,
+            stale_done: false,
+        });
+        if token > 1 {
+            self.lease.takeovers += 1;
+        }
+        self.note(format!("r{i} takes the lead (token {token})"));
+    }
+
+    /// The store's side of time: a lease not renewed in time ends, and its key with it.
+    pub(crate) fn expire_leader_key(&mut self) {
+        if let Some(k) = self.leader_key {
+            if k.expires_at_ms <= self.now_ms {
+                self.leader_key = None;
+                self.note(format!(
+                    "the lease of r{} (token {}) expired in the store",
+                    k.holder, k.token
+                ));
+            }
+        }
+    }
+
+    /// Each replica's tick (two replicas only): restarts, resumptions (with the in-flight
+    /// step), a leader's renewal, a standby's poll.
+    pub(crate) fn tick_replicas(&mut self) {
+        self.expire_leader_key();
+        for i in 0..self.replicas.len() {
+            self.restart_if_due(i);
+            // A resumed replica's renewal is still on its way this step.
+            if self.resume_if_due(i) || !self.runs(i) {
+                continue;
+            }
+            if self.replicas[i].term.is_some() {
+                self.renew_if_due(i);
+            } else {
+                self.campaign_if_due(i);
+            }
+        }
+    }
+
+    pub(crate) fn restart_if_due(&mut self, i: usize) {
+        if self.replicas[i]
+            .down_until_step
+            .is_some_and(|s| s <= self.step)
+        {
+            self.replicas[i].down_until_step = None;
+            self.replicas[i].next_poll_ms = self.now_ms;
+            self.note(format!("r{i} restarts as a standby"));
+        }
+    }
+
+    /// Ends a pause that is over; the replica then performs the step it was paused in
+    /// front of, without checking again. True if it resumed.
+    pub(crate) fn resume_if_due(&mut self, i: usize) -> bool {
+        if self.replicas[i]
+            .paused_until_step
+            .is_none_or(|s| s > self.step)
+        {
+            return false;
+        }
+        self.replicas[i].paused_until_step = None;
+        self.note(format!("r{i} resumes"));
+        if let Some(a) = self.replicas[i].in_flight.take() {
+            match self.perform_as(i, &a, true) {
+                Answer::Fenced => {
+                    self.lease.fenced_writes += 1;
+                    self.step_down(i, &format!("its in-flight write for '{a}' was fenced"));
+                }
+                Answer::Done => self.note(format!("r{i}: its in-flight '{a}' is done")),
+                Answer::Refused(why) | Answer::Failed(why) => {
+                    self.note(format!("r{i}: its in-flight '{a}' failed: {why}"))
+                }
+            }
+        }
+        true
+    }
+
+    /// Every TTL/3 the leader renews: the store's expiry and its own deadline move to
+    /// the same moment. A renewal of a lease the store no longer has is refused.
+    pub(crate) fn renew_if_due(&mut self, i: usize) {
+        let ttl_ms = self.cfg.lease_ttl_ms;
+        let now = self.now_ms;
+        let Some(t) = self.replicas[i].term else {
+            return;
+        };
+        if t.lost || now < t.last_renewal_ms + ttl_ms / 3 {
+            return;
+        }
+        match self.leader_key.as_mut() {
+            Some(k) if k.token == t.token => {
+                k.expires_at_ms = now + ttl_ms;
+                if let Some(t) = self.replicas[i].term.as_mut() {
+                    t.deadline_ms = Some(now + ttl_ms);
+                    t.last_renewal_ms = now;
+                }
+            }
+            _ => {
+                if let Some(t) = self.replicas[i].term.as_mut() {
+                    t.lost = true;
+                }
+                self.note(format!(
+                    "r{i}'s lease renewal is refused: the lease is gone"
+                ));
+            }
+        }
+    }
+
+    /// A standby looks at the leader key every poll interval and takes it if free.
+    pub(crate) fn campaign_if_due(&mut self, i: usize) {
+        if self.now_ms < self.replicas[i].next_poll_ms {
+            return;
+        }
+        self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
+        if self.leader_key.is_none() {
+            self.take_lead(i);
+        }
+    }
+
+    /// SIGSTOP for `steps` steps; memory kept.
+    pub(crate) fn pause(&mut self, i: usize, steps: u64, what: &str) {
+        self.lease.pauses += 1;
+        if steps * STEP_MS > self.cfg.lease_ttl_ms {
+            self.lease.pauses_past_ttl += 1;
+        }
+        self.replicas[i].paused_until_step = Some(self.step + steps);
+        self.note(format!(
+            "FAULT r{i} paused for {steps} steps ({} ms){what}",
+            steps * STEP_MS
+        ));
+    }
+
+    /// Which steps the in-flight pause may hold up. Without etcd's strict reconfiguration
+    /// check, not a removal: a removal decided while every voter was healthy and performed
+    /// after a member failed, during the pause, loses quorum, and only etcd's check can
+    /// refuse it (the model check's deposed controller runs with that check for the same
+    /// reason; `a_stale_removal_is_stopped_only_by_etcds_strict_check` shows both sides).
+    /// The margin and the fence bound a deposed leader's staleness, but not a pause
+    /// between its check and its side effect.
+    pub(crate) fn may_pause_in_flight(&self, a: &Action) -> bool {
+        self.cfg.strict_reconfig || !matches!(a, Action::RemoveMember { .. })
+    }
+
+    /// The worst case of a check followed by a side effect: the leader passed its check
+    /// for `a`, is paused past its TTL, and performs `a` when it resumes.
+    pub(crate) fn pause_in_flight(&mut self, i: usize, a: &Action) {
+        self.faults += 1;
+        let ttl_steps = self.ttl_steps();
+        let steps = ttl_steps + 1 + self.rng.below(ttl_steps);
+        self.replicas[i].in_flight = Some(a.clone());
+        self.pause(i, steps, &format!(" between its check and '{a}'"));
+    }
+
+    /// A fault of the replicas (two only): a pause (half of them past the TTL), a crash,
+    /// or the lease lost after the next member removal.
+    pub(crate) fn maybe_replica_fault(&mut self) {
+        if !self.rng.chance(self.cfg.fault_per_mille / 4) {
+            return;
+        }
+        let running: Vec<usize> = (0..self.replicas.len()).filter(|i| self.runs(*i)).collect();
+        match self.rng.below(3) {
+            0 => {
+                if let Some(i) = self.pick(&running) {
+                    self.faults += 1;
+                    let steps = 1 + self.rng.below(2 * self.ttl_steps());
+                    self.pause(i, steps, "");
+                }
+            }
+            1 => {
+                if let Some(i) = self.pick(&running) {
+                    self.faults += 1;
+                    self.note(format!("FAULT r{i} crashes"));
+                    self.crash_replica(i);
+                }
+            }
+            _ => {
+                if !self.lose_lease_after_removal {
+                    self.faults += 1;
+                    self.lose_lease_after_removal = true;
+                    self.note("FAULT armed: the next member removal loses the lease".into());
+                }
+            }
+        }
+    }
+}
