@@ -8,7 +8,7 @@ use quorum_ops::{parse_lease_ttl, wait};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::manifest;
+use crate::{manifest, usage};
 
 const ABOUT: &str =
     "quorum keeps etcd control planes healthy through upgrades, scaling and machine \
@@ -29,25 +29,38 @@ etcd binaries are looked up in QUORUM_ETCD_DIR (default ~/.local/share/quorum/et
 scripts/install.sh puts them there. QUORUM_LOG sets the log filter (for example debug).
 Exit status: 0 done, 1 refused or failed (one line on stderr says why), 2 malformed command line.";
 
+/// Where `quorum controller` serves its metrics unless told otherwise: one port per
+/// machine, whatever the home.
+pub const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9479";
+
+/// The heading of the options every command that uses the state takes.
+const GLOBAL: &str = "Global options";
+
 #[derive(Parser)]
 #[command(name = "quorum", version, about = ABOUT, after_help = AFTER_HELP)]
 pub struct Cli {
     /// State directory: the store and the local machines [env: QUORUM_HOME]
-    #[arg(long, global = true, value_name = "DIR")]
+    #[arg(long, global = true, value_name = "DIR", help_heading = GLOBAL)]
     pub home: Option<PathBuf>,
     /// Where the state lives: `embedded` (a file in --home) or a management etcd,
     /// `etcd://host:port,host:port[/prefix]`, shared by several controllers [env: QUORUM_STORE]
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, value_name = "URL", help_heading = GLOBAL)]
     pub store: Option<String>,
     /// With --store etcd://: the CA bundle that signed the management etcd's certificates
     /// (PEM); with --store-cert and --store-key, the store is reached over mutual TLS
-    #[arg(long, global = true, value_name = "FILE", requires_all = ["store_cert", "store_key"])]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        requires_all = ["store_cert", "store_key"],
+        help_heading = GLOBAL
+    )]
     pub store_ca: Option<PathBuf>,
     /// With --store-ca: the client certificate for the management etcd (PEM)
-    #[arg(long, global = true, value_name = "FILE", requires = "store_ca")]
+    #[arg(long, global = true, value_name = "FILE", requires = "store_ca", help_heading = GLOBAL)]
     pub store_cert: Option<PathBuf>,
     /// With --store-ca: the client certificate's key (PEM)
-    #[arg(long, global = true, value_name = "FILE", requires = "store_ca")]
+    #[arg(long, global = true, value_name = "FILE", requires = "store_ca", help_heading = GLOBAL)]
     pub store_key: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
@@ -66,7 +79,13 @@ pub struct WaitArgs {
     #[arg(long)]
     pub wait: bool,
     /// With --wait: give up (exit 1) after this long: 90s, 10m, 1h.
-    #[arg(long, default_value = "10m", value_parser = wait::parse_duration, value_name = "DURATION")]
+    #[arg(
+        long,
+        default_value = "10m",
+        value_parser = wait::parse_duration,
+        value_name = "DURATION",
+        requires = "wait"
+    )]
     pub timeout: Duration,
 }
 
@@ -136,13 +155,48 @@ From then on the controller adds a member to the backend once its /health passes
 sets a leaving member to maintenance (then shuts its sessions) before removing it.")]
     HaproxyConfig(HaproxyConfigArgs),
     /// List the installed etcd versions.
-    Versions,
+    Versions(NoState),
+    /// Print quorum's own version (as `quorum -V` does; the etcd versions are `quorum versions`).
+    Version(NoState),
     /// In a fresh temporary home: create 3 members at etcd 3.4.23, write keys, upgrade to
     /// 3.5.1 with progress, verify every key, report timings, clean up.
-    Demo(demo::DemoArgs),
+    Demo(DemoCommand),
     /// Measure what clients see.
+    Bench(BenchCommands),
+}
+
+/// The global store flags, hidden and refused, for a command that reads no state
+/// (`version`, `versions`, `demo`, `bench`): given after such a command they would
+/// otherwise be accepted and ignored. clap gives a command no copy of a global flag
+/// whose id it already has, so these take the global ones' place there.
+#[derive(clap::Args)]
+pub struct NoState {
+    #[arg(long, hide = true, value_name = "DIR", value_parser = usage::no_state::<PathBuf>)]
+    home: Option<PathBuf>,
+    #[arg(long, hide = true, value_name = "URL", value_parser = usage::no_state::<String>)]
+    store: Option<String>,
+    #[arg(long, hide = true, value_name = "FILE", value_parser = usage::no_state::<PathBuf>)]
+    store_ca: Option<PathBuf>,
+    #[arg(long, hide = true, value_name = "FILE", value_parser = usage::no_state::<PathBuf>)]
+    store_cert: Option<PathBuf>,
+    #[arg(long, hide = true, value_name = "FILE", value_parser = usage::no_state::<PathBuf>)]
+    store_key: Option<PathBuf>,
+}
+
+#[derive(clap::Args)]
+pub struct DemoCommand {
+    #[command(flatten)]
+    pub demo: demo::DemoArgs,
+    #[command(flatten)]
+    pub no_state: NoState,
+}
+
+#[derive(clap::Args)]
+pub struct BenchCommands {
     #[command(subcommand)]
-    Bench(BenchCommand),
+    pub command: BenchCommand,
+    #[command(flatten)]
+    pub no_state: NoState,
 }
 
 #[derive(Subcommand)]
@@ -170,14 +224,14 @@ pub enum BenchCommand {
 pub struct CreateArgs {
     /// Name of the new control plane: lowercase letters, digits and '-'.
     pub name: String,
-    /// Number of etcd members: 1, 3, 5 or 7.
-    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
+    /// Number of etcd members: 1, 3, 5 or 7 (2, 4 or 6 with --force).
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = usage::replicas, value_name = "N")]
     pub replicas: u32,
     /// etcd version, installed (see `quorum versions`); 3.4 means the newest installed 3.4.x.
-    #[arg(long)]
+    #[arg(long, value_parser = usage::version_text)]
     pub version: String,
     /// 1: add each new member before removing an old one; 0: remove first (3+ replicas).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = usage::max_surge, value_name = "N")]
     pub max_surge: u32,
     /// Accept an even replica count.
     #[arg(long)]
@@ -187,7 +241,7 @@ pub struct CreateArgs {
     #[arg(long, value_name = "SOCKET")]
     pub haproxy_runtime_api: Option<String>,
     /// With --haproxy-runtime-api: the backend that holds the members.
-    #[arg(long, default_value = DEFAULT_HAPROXY_BACKEND, value_name = "NAME")]
+    #[arg(long, default_value = DEFAULT_HAPROXY_BACKEND, value_name = "NAME", requires = "haproxy_runtime_api")]
     pub haproxy_backend: String,
     /// How long each machine's certificates are valid: 365d, 12h, 90s.
     #[arg(long, default_value = "365d", value_name = "DURATION")]
@@ -244,7 +298,7 @@ pub struct UpgradeArgs {
     /// The control plane.
     pub name: String,
     /// The etcd version to roll to (installed; 3.5 means the newest installed 3.5.x).
-    #[arg(long)]
+    #[arg(long, value_parser = usage::version_text)]
     pub version: String,
     /// Record the change even if a member is unreachable (quorum still refuses every unsafe step).
     #[arg(long)]
@@ -265,8 +319,8 @@ pub struct UpgradeArgs {
 pub struct ScaleArgs {
     /// The control plane.
     pub name: String,
-    /// The new number of etcd members: 1, 3, 5 or 7.
-    #[arg(long, allow_negative_numbers = true)]
+    /// The new number of etcd members: 1, 3, 5 or 7 (2, 4 or 6 with --force).
+    #[arg(long, allow_negative_numbers = true, value_parser = usage::replicas, value_name = "N")]
     pub replicas: u32,
     /// Accept an even count, or a change while a member is unreachable.
     #[arg(long)]
@@ -318,8 +372,9 @@ pub struct DeleteArgs {
 
 #[derive(clap::Args)]
 pub struct ControllerArgs {
-    /// Serve Prometheus metrics on ADDR (GET /metrics), or 'off'.
-    #[arg(long, default_value = "127.0.0.1:9479", value_name = "ADDR")]
+    /// Serve Prometheus metrics on ADDR (GET /metrics), or 'off'. Controllers of
+    /// different homes on one machine each need their own.
+    #[arg(long, default_value = DEFAULT_METRICS_ADDR, value_name = "ADDR")]
     pub metrics_addr: String,
     /// With --store etcd://: the leadership lease. A dead leader is replaced within
     /// about this long; a leader that cannot renew stops acting before it ends.

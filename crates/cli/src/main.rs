@@ -5,6 +5,7 @@
 mod args;
 mod cmd;
 mod manifest;
+mod usage;
 
 use anyhow::{anyhow, Context, Result};
 use args::{Cli, Command};
@@ -39,10 +40,17 @@ fn main() -> ExitCode {
     };
     match rt.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
+        // A usage error a command found after parsing: as clap prints its own, exit 2.
+        Err(e) => match e.downcast::<clap::Error>() {
+            Ok(usage) => {
+                let _ = usage.print();
+                ExitCode::from(u8::try_from(usage.exit_code()).unwrap_or(2))
+            }
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

@@ -16,6 +16,26 @@ fn one_line(err: &str) -> &str {
     lines[0]
 }
 
+/// Runs a malformed command line: exit 2 (clap's layout), nothing on stdout. Returns
+/// the error line.
+fn usage(env: &Env, args: &[&str]) -> String {
+    let out = env.run(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "quorum {args:?}: a usage error expected:\n{err}"
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "quorum {args:?} printed: {:?}",
+        out.stdout
+    );
+    let first = err.lines().next().unwrap_or_default().to_string();
+    assert!(first.starts_with("error: "), "{err}");
+    first
+}
+
 #[test]
 fn offline_refusals_change_nothing() {
     let env = Env::new("bad-offline");
@@ -24,8 +44,8 @@ fn offline_refusals_change_nothing() {
 
     let e = env.fails(&["create", "a", "--replicas", "3", "--version", OLD]);
     assert!(one_line(&e).contains("already exists"), "{e}");
-    let e = env.fails(&["create", "b", "--replicas", "4", "--version", OLD]);
-    assert!(one_line(&e).contains("use 3 or 5, or pass --force"), "{e}");
+    let e = usage(&env, &["create", "b", "--replicas", "4", "--version", OLD]);
+    assert!(e.contains("use 3 or 5, or pass --force"), "{e}");
     let e = env.fails(&["create", "c", "--version", "3.9.9"]);
     assert!(one_line(&e).contains("not installed"), "{e}");
     let e = env.fails(&["create", "Bad_Name", "--version", OLD]);
@@ -36,10 +56,10 @@ fn offline_refusals_change_nothing() {
     assert!(one_line(&e).contains("one minor version at a time"), "{e}");
     let e = env.fails(&["upgrade", "nope", "--version", NEW]);
     assert!(one_line(&e).contains("does not exist"), "{e}");
-    let e = env.fails(&["scale", "a", "--replicas", "0"]);
-    assert!(one_line(&e).contains("between 1 and 7"), "{e}");
-    let e = env.fails(&["scale", "a", "--replicas", "2"]);
-    assert!(one_line(&e).contains("even"), "{e}");
+    let e = usage(&env, &["scale", "a", "--replicas", "0"]);
+    assert!(e.contains("use 1, 3, 5 or 7"), "{e}");
+    let e = usage(&env, &["scale", "a", "--replicas", "2"]);
+    assert!(e.contains("even"), "{e}");
     let e = env.fails(&["upgrade", "a", "--version", NEW, "--timeout", "soon"]);
     assert!(e.contains("not a duration"), "{e}");
     let e = env.fails(&["events", "nope"]);
@@ -146,14 +166,20 @@ fn haproxy_attachment_and_configuration() {
     let create = |extra: &[&str]| {
         let mut args = vec!["create", "h", "--version", OLD, "--haproxy-runtime-api"];
         args.extend_from_slice(extra);
-        env.fails(&args)
+        usage(&env, &args)
     };
     let e = create(&["relative/admin.sock"]);
-    assert!(one_line(&e).contains("absolute path"), "{e}");
+    assert!(
+        e.contains("'--haproxy-runtime-api <SOCKET>'") && e.contains("absolute path"),
+        "{e}"
+    );
     let socket = env.dir.path().join("admin.sock");
     let socket = socket.to_str().unwrap();
     let e = create(&[socket, "--haproxy-backend", "etcd;del"]);
-    assert!(one_line(&e).contains("not a backend name"), "{e}");
+    assert!(
+        e.contains("'--haproxy-backend <NAME>'") && e.contains("not a backend name"),
+        "{e}"
+    );
     let e = env.fails(&["status", "h"]);
     assert!(
         e.contains("does not exist"),
@@ -305,4 +331,184 @@ fn reading_a_home_that_does_not_exist_creates_nothing() {
     let out = env.ok(&["--home", &home, "list"]);
     assert!(out.contains("No quorum home at"), "{out}");
     assert!(!missing.exists(), "a read created {home}");
+}
+
+/// A malformed command line exits 2 and says what is allowed, naming the flag; the same
+/// rule broken in a manifest exits 1 and names the manifest's field. Nothing is stored.
+#[test]
+fn usage_errors_exit_2_and_name_the_flag() {
+    let env = Env::new("bad-usage");
+    env.ok(&["create", "a", "--version", OLD]);
+    let before = spec_of(&env, "a");
+    for n in ["9", "0", "-1", "three"] {
+        let e = usage(&env, &["create", "b", "--version", OLD, "--replicas", n]);
+        assert!(
+            e.contains("'--replicas <N>'")
+                && e.contains("use 1, 3, 5 or 7 (2, 4 or 6 with --force)"),
+            "{e}"
+        );
+        assert!(!e.contains("4294967295"), "{e}");
+        let e = usage(&env, &["scale", "a", "--replicas", n]);
+        assert!(e.contains("use 1, 3, 5 or 7"), "{e}");
+    }
+    let e = usage(&env, &["create", "b", "--version", OLD, "--replicas", "6"]);
+    assert!(
+        e.contains("--replicas 6 is even") && e.contains("--force"),
+        "{e}"
+    );
+    for verb in ["create", "upgrade"] {
+        let name = if verb == "create" { "b" } else { "a" };
+        let e = usage(&env, &[verb, name, "--version", "latest"]);
+        assert!(
+            e.contains("'--version <VERSION>'") && e.contains("not an etcd version"),
+            "{e}"
+        );
+    }
+    // Errors from flags name the flag, not the manifest's field.
+    let e = usage(&env, &["create", "b", "--version", OLD, "--max-surge", "2"]);
+    assert!(
+        e.contains("'--max-surge <N>'") && e.contains("use 0 or 1"),
+        "{e}"
+    );
+    assert!(!e.contains("maxSurge"), "{e}");
+    let e = usage(
+        &env,
+        &[
+            "create",
+            "b",
+            "--version",
+            OLD,
+            "--replicas",
+            "1",
+            "--max-surge",
+            "0",
+        ],
+    );
+    assert!(
+        e.contains("--max-surge 0 needs --replicas 3 or more"),
+        "{e}"
+    );
+    let e = usage(
+        &env,
+        &[
+            "create",
+            "b",
+            "--version",
+            OLD,
+            "--certificate-lifetime",
+            "10s",
+        ],
+    );
+    assert!(e.contains("'--certificate-lifetime <DURATION>'"), "{e}");
+    let e = usage(
+        &env,
+        &["create", "b", "--version", OLD, "--renew-before", "400d"],
+    );
+    assert!(
+        e.contains("--renew-before 400d is not shorter than --certificate-lifetime 365d"),
+        "{e}"
+    );
+    // A flag that would do nothing.
+    let e = usage(&env, &["create", "b", "--version", OLD, "--timeout", "5m"]);
+    let full = String::from_utf8_lossy(
+        &env.run(&["create", "b", "--version", OLD, "--timeout", "5m"])
+            .stderr,
+    )
+    .into_owned();
+    assert!(
+        e.contains("required arguments were not provided") && full.contains("--wait"),
+        "{full}"
+    );
+    for args in [
+        &["upgrade", "a", "--version", NEW, "--timeout", "1m"][..],
+        &["scale", "a", "--replicas", "3", "--timeout", "1m"],
+        &["delete", "a", "--timeout", "1m"],
+        &["create", "b", "--version", OLD, "--haproxy-backend", "etcd"],
+    ] {
+        usage(&env, args);
+    }
+    // The manifest's field, from a manifest (a refusal: exit 1, one line).
+    let m = env.dir.path().join("surge.yaml");
+    std::fs::write(&m, format!("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: b}}\nspec: {{replicas: 3, version: {OLD}, rollout: {{maxSurge: 2}}}}\n")).unwrap();
+    let out = env.run(&["apply", "-f", m.to_str().unwrap()]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(
+        one_line(&e).contains("rollout.maxSurge must be 0 or 1"),
+        "{e}"
+    );
+
+    assert_eq!(spec_of(&env, "a"), before, "state changed by refused input");
+    let e = env.fails(&["status", "b"]);
+    assert!(e.contains("does not exist"), "{e}");
+}
+
+/// `--help` puts the store flags under "Global options", and commands that use no
+/// state neither show nor accept them; `quorum version` is quorum's own version.
+#[test]
+fn help_groups_the_global_options() {
+    let env = Env::new("bad-help");
+    let help = env.ok(&["create", "--help"]);
+    let (own, global) = help
+        .split_once("Global options:")
+        .unwrap_or_else(|| panic!("no global options heading:\n{help}"));
+    for flag in [
+        "--home",
+        "--store",
+        "--store-ca",
+        "--store-cert",
+        "--store-key",
+    ] {
+        assert!(
+            !own.contains(&format!("{flag} ")),
+            "{flag} among create's own options:\n{help}"
+        );
+        assert!(
+            global.contains(&format!("{flag} ")),
+            "{flag} not a global option:\n{help}"
+        );
+    }
+    for cmd in [
+        &["versions", "--help"][..],
+        &["version", "--help"],
+        &["demo", "--help"],
+        &["bench", "--help"],
+        &["bench", "rollout", "--help"],
+        &["bench", "failover", "--help"],
+    ] {
+        let help = env.ok(cmd);
+        assert!(
+            !help.contains("--home") && !help.contains("--store"),
+            "{cmd:?}:\n{help}"
+        );
+    }
+    let e = usage(&env, &["versions", "--home", "/tmp/x"]);
+    assert!(e.contains("uses no quorum state"), "{e}");
+    usage(
+        &env,
+        &["bench", "rollout", "--store", "etcd://127.0.0.1:2379"],
+    );
+    // Before the command, a global flag stays accepted everywhere (an alias may add it).
+    env.ok(&["--home", env.home.to_str().unwrap(), "versions"]);
+    let version = env.ok(&["version"]);
+    assert_eq!(version, env.ok(&["-V"]));
+    assert!(version.starts_with("quorum "), "{version}");
+    assert!(!env.home.exists(), "no command here needed the home");
+}
+
+/// A controller whose metrics port is taken (by a controller of another home, say)
+/// says so and names the flag that avoids it.
+#[test]
+fn a_taken_metrics_port_is_explained() {
+    let env = Env::new("bad-metrics");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let e = env.fails(&["controller", "--metrics-addr", &addr]);
+    let line = one_line(&e);
+    assert!(
+        line.contains(&addr)
+            && line.contains("another quorum controller")
+            && line.contains("--metrics-addr 127.0.0.1:PORT"),
+        "{e}"
+    );
 }

@@ -47,7 +47,8 @@ fn stored(env: &Env) -> String {
     format!("{cps:?}")
 }
 
-fn check(env: &Env, args: &[String]) -> Result<(), TestCaseError> {
+/// Runs `args` and checks the outcome; returns the exit code.
+fn check(env: &Env, args: &[String]) -> Result<Option<i32>, TestCaseError> {
     let before = stored(env);
     let refs: Vec<&str> = args.iter().map(String::as_str).collect();
     let out = env.run(&refs);
@@ -68,7 +69,7 @@ fn check(env: &Env, args: &[String]) -> Result<(), TestCaseError> {
         Some(2) => prop_assert_eq!(stored(env), before),
         other => prop_assert!(false, "{:?}: exit {:?}: {}", args, other, stderr),
     }
-    Ok(())
+    Ok(out.status.code())
 }
 
 proptest! {
@@ -99,7 +100,17 @@ proptest! {
         let env = Env::new("fuzz-change");
         env.ok(&["create", "a", "--version", OLD]);
         let flag = if verb == "scale" { "--replicas" } else { "--version" };
-        check(&env, &[verb.to_string(), name, flag.to_string(), value])?;
+        let code = check(&env, &[verb.to_string(), name, flag.to_string(), value.clone()])?;
+        // A value the flag cannot take is a malformed command line, whatever the name.
+        let t = value.trim();
+        let valid = if verb == "scale" {
+            t.parse::<u32>().is_ok_and(|n| (1..=quorum_core::MAX_REPLICAS).contains(&n))
+        } else {
+            t.parse::<quorum_core::VersionRequest>().is_ok()
+        };
+        if !valid {
+            prop_assert_eq!(code, Some(2), "{} {} {:?}", verb, flag, value);
+        }
     }
 
     #[test]

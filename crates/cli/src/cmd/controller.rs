@@ -1,8 +1,8 @@
 //! `quorum controller`: the reconcile loop in the foreground, with its metrics endpoint,
 //! until Ctrl-C or SIGTERM (the machines keep running).
 
-use crate::args::ControllerArgs;
-use anyhow::{Context, Result};
+use crate::args::{ControllerArgs, DEFAULT_METRICS_ADDR};
+use anyhow::{bail, Context, Result};
 use quorum_controller::{Config, Controller};
 use quorum_ops::Place;
 use quorum_provider::default_etcd_dir;
@@ -39,9 +39,24 @@ pub async fn run(at: &Place, a: ControllerArgs) -> Result<()> {
 
 /// Serves Prometheus metrics on `addr` until `stop`.
 async fn serve_metrics(addr: &str, c: &Controller, stop: &Arc<AtomicBool>) -> Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| {
-        format!("cannot serve metrics on {addr} (another controller there?); choose another with --metrics-addr, or 'off'")
-    })?;
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(l) => l,
+        // The port is per machine, the controller lock per home: a controller of another
+        // home on this machine holds the default port. Say so, with the way out.
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => bail!(
+            "cannot serve metrics on {addr}: the address is in use, most likely by another \
+             quorum controller on this machine (one per home; controllers of different homes \
+             share the default port {DEFAULT_METRICS_ADDR}); give each its own with \
+             --metrics-addr 127.0.0.1:PORT, or --metrics-addr off"
+        ),
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "cannot serve metrics on {addr}; choose another with --metrics-addr, or 'off'"
+                )
+            })
+        }
+    };
     eprintln!(
         "quorum controller: metrics on http://{}/metrics",
         listener.local_addr()?

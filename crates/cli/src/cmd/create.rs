@@ -2,6 +2,7 @@
 
 use crate::args::CreateArgs;
 use crate::cmd::wait_for;
+use crate::usage;
 use anyhow::Result;
 use quorum_core::{
     CertificatesSpec, ControlPlaneSpec, HaproxySpec, RolloutBefore, RolloutStrategy,
@@ -30,6 +31,7 @@ pub async fn run(at: &Place, a: CreateArgs) -> Result<()> {
         },
         insecure_plaintext: a.insecure_plaintext,
     };
-    create(&mut ctx, &a.name, spec, a.force)?;
+    // The spec came from flags: the core's refusals of it name the flags (exit 2).
+    create(&mut ctx, &a.name, spec, a.force).map_err(usage::create_flag_error)?;
     wait_for(&ctx, &a.name, wait::Goal::Converged, &a.wait, 0).await
 }

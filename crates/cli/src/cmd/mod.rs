@@ -35,10 +35,17 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Controller(a) => controller::run(at, a).await,
         Command::Credentials(a) => credentials::run(at, a),
         Command::HaproxyConfig(a) => haproxy_config::run(at, a),
-        Command::Versions => versions::run(),
-        Command::Demo(a) => demo::run(a).await,
-        Command::Bench(BenchCommand::Rollout(a)) => rollout::run(a).await,
-        Command::Bench(BenchCommand::Failover(a)) => failover::run(a).await,
+        Command::Versions(_) => versions::run(),
+        Command::Version(_) => {
+            use clap::CommandFactory;
+            print!("{}", crate::args::Cli::command().render_version());
+            Ok(())
+        }
+        Command::Demo(a) => demo::run(a.demo).await,
+        Command::Bench(b) => match b.command {
+            BenchCommand::Rollout(a) => rollout::run(a).await,
+            BenchCommand::Failover(a) => failover::run(a).await,
+        },
     }
 }
 

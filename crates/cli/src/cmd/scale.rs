@@ -2,6 +2,7 @@
 
 use crate::args::ScaleArgs;
 use crate::cmd::wait_for;
+use crate::usage;
 use anyhow::Result;
 use quorum_core::ControlPlaneSpec;
 use quorum_ops::{change_with, wait, ChangeOptions, Ctx, Place};
@@ -19,6 +20,7 @@ pub async fn run(at: &Place, a: ScaleArgs) -> Result<()> {
         replicas,
         ..s.clone()
     })
-    .await?;
+    .await
+    .map_err(usage::scale_flag_error)?;
     wait_for(&ctx, &a.name, wait::Goal::Converged, &a.wait, after).await
 }
