@@ -404,7 +404,8 @@ pub struct HaproxyConfigArgs {
     pub bind: std::net::SocketAddr,
     /// For a TLS control plane: where to write HAProxy's own certificate and key
     /// (haproxy.pem, for its frontend) and the CA bundle (ca.crt).
-    /// Default: <home>/haproxy/<name>.
+    /// Default: <home>/haproxy/<name> (removed with the control plane; a directory
+    /// given here is not).
     #[arg(long, value_name = "DIR")]
     pub tls_dir: Option<PathBuf>,
 }

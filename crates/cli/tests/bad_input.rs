@@ -512,3 +512,43 @@ fn a_taken_metrics_port_is_explained() {
         "{e}"
     );
 }
+
+/// A deletion a running controller finishes (`delete` without `--wait` returns before
+/// it) removes HAProxy's directory, private key included: the controller's forget path.
+#[test]
+fn a_deletion_the_controller_finishes_removes_haproxys_key() {
+    let mut env = Env::new("bad-forget");
+    let socket = env.dir.path().join("admin.sock");
+    let socket = socket.to_str().unwrap();
+    env.ok(&[
+        "create",
+        "f",
+        "--version",
+        OLD,
+        "--haproxy-runtime-api",
+        socket,
+    ]);
+    // Paused, so the controller starts no machine; a deletion still goes ahead.
+    env.ok(&["pause", "f"]);
+    env.ok(&["haproxy-config", "f", "--bind", "127.0.0.1:23791"]);
+    let dir = env.home.join("haproxy/f");
+    assert!(dir.join("haproxy.pem").exists());
+    env.start_controller();
+    env.wait_status("f", "a controller active", Duration::from_secs(30), |s| {
+        s["controller"]["active"] == true
+    });
+    let out = env.ok(&["delete", "f"]);
+    assert!(out.contains("the running controller removes"), "{out}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while env.run(&["status", "f"]).status.success() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not deleted within 30s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        !dir.exists(),
+        "the controller forgot f but left HAProxy's directory (and its private key) behind"
+    );
+}

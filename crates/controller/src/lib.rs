@@ -580,7 +580,9 @@ impl Controller {
                     self.metrics.operation(action.kind().as_str(), "ok");
                     if matches!(action, Action::ForgetControlPlane) {
                         self.metrics.forget(&cp.name);
-                        remove_endpoints_file(&self.cfg.home, &cp.name);
+                        if let Err(e) = remove_local_files(&self.cfg.home, &cp.name) {
+                            tracing::warn!(cp = %cp.name, "{e}");
+                        }
                     }
                     tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
                     let st = self.state.entry(cp.name.clone()).or_default();
@@ -845,8 +847,36 @@ fn write_endpoints_file(home: &Path, cp: &str, endpoints: &[String]) -> std::io:
     std::fs::rename(&tmp, &path)
 }
 
-fn remove_endpoints_file(home: &Path, cp: &str) {
-    let _ = std::fs::remove_file(endpoints_path(home, cp));
+/// Where `quorum haproxy-config` writes, by default, HAProxy's own certificate and key
+/// (`haproxy.pem`) and the CA bundle of a TLS control plane: `<home>/haproxy/<name>`.
+pub fn haproxy_dir(home: &Path, cp: &str) -> PathBuf {
+    home.join("haproxy").join(cp)
+}
+
+/// Removes what a forgotten control plane left in the home outside the store: its
+/// endpoints file and its HAProxy directory (which holds a private key). Whoever
+/// finishes a deletion calls it: the controller that forgets the control plane, and the
+/// CLI for its own home. What is already gone is no error; the other removal is still
+/// tried when one fails.
+pub fn remove_local_files(home: &Path, cp: &str) -> std::io::Result<()> {
+    let endpoints = endpoints_path(home, cp);
+    let haproxy = haproxy_dir(home, cp);
+    let results = [
+        (std::fs::remove_file(&endpoints), endpoints),
+        (std::fs::remove_dir_all(&haproxy), haproxy),
+    ];
+    for (res, path) in results {
+        match res {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!("cannot remove {}: {e}", path.display()),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// An address is free for a new machine when nothing listens on its client or peer port.
@@ -890,5 +920,25 @@ mod tests {
             message: "etcdserver: bad leader transferee".into(),
         });
         assert!(!failed.is_refusal() && failed.refusal_reason().is_none());
+    }
+
+    /// A forgotten control plane leaves nothing in the home: its endpoints file and its
+    /// HAProxy directory (with HAProxy's private key) go, another control plane's stay,
+    /// and removing again is no error.
+    #[test]
+    fn forgetting_removes_the_endpoints_file_and_the_haproxy_dir() {
+        let home = std::env::temp_dir().join(format!("quorum-forget-{}", std::process::id()));
+        for cp in ["a", "b"] {
+            write_endpoints_file(&home, cp, &[]).unwrap();
+            std::fs::create_dir_all(haproxy_dir(&home, cp)).unwrap();
+            std::fs::write(haproxy_dir(&home, cp).join("haproxy.pem"), "key").unwrap();
+        }
+        remove_local_files(&home, "a").unwrap();
+        assert!(!endpoints_path(&home, "a").exists());
+        assert!(!haproxy_dir(&home, "a").exists());
+        assert!(endpoints_path(&home, "b").exists());
+        assert!(haproxy_dir(&home, "b").join("haproxy.pem").exists());
+        remove_local_files(&home, "a").unwrap();
+        std::fs::remove_dir_all(&home).unwrap();
     }
 }

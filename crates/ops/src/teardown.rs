@@ -33,6 +33,9 @@ pub async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Re
     let start = std::time::Instant::now();
     while start.elapsed() < TEARDOWN_LIMIT {
         let Some(cp) = store.control_plane(name)? else {
+            // Forgotten (by this reconcile, or by another controller that finished it):
+            // nothing of it may stay in this home, its HAProxy key least of all.
+            quorum_controller::remove_local_files(&at.home, name)?;
             return Ok(());
         };
         let outcome = c.reconcile(&cp).await?;

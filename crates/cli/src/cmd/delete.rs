@@ -27,6 +27,9 @@ pub async fn run(at: &Place, a: DeleteArgs) -> Result<()> {
         teardown(at, &name, Some(ctx.started_ms)).await?;
     }
     if ctx.store.control_plane(&name)?.is_none() {
+        // A controller of another home (a shared store) may have finished it: what it
+        // left in this home goes too (the teardown above removed it already, if it ran).
+        quorum_controller::remove_local_files(&at.home, &name)?;
         println!("{name}: deleted");
     }
     Ok(())

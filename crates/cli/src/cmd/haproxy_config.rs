@@ -31,7 +31,7 @@ pub fn run(at: &Place, a: HaproxyConfigArgs) -> Result<()> {
     let tls = match ctx.store.certificate_authority(&cp)? {
         None => None,
         Some(stored) => {
-            let dir = tls_dir.unwrap_or_else(|| at.home.join("haproxy").join(&name));
+            let dir = tls_dir.unwrap_or_else(|| quorum_controller::haproxy_dir(&at.home, &name));
             Some(haproxy_frontend_tls(&name, &stored, bind, &dir)?)
         }
     };
