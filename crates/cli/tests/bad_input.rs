@@ -192,7 +192,8 @@ fn haproxy_attachment_and_configuration() {
     let e = env.fails(&["haproxy-config", "plain", "--bind", "localhost"]);
     assert!(e.contains("--bind"), "{e}");
 
-    env.ok(&[
+    // Recorded with a line that names the socket and says it does not answer yet.
+    let out = env.ok(&[
         "create",
         "h",
         "--version",
@@ -200,6 +201,40 @@ fn haproxy_attachment_and_configuration() {
         "--haproxy-runtime-api",
         socket,
     ]);
+    assert!(
+        out.contains(&format!("runtime API {socket} does not answer")),
+        "{out}"
+    );
+    let in_step = |env: &Env| {
+        let s = env.status("h");
+        let c = s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["kind"] == "HaproxyInStep")
+            .cloned()
+            .unwrap_or_else(|| panic!("no HaproxyInStep condition: {s}"));
+        (
+            c["status"] == true,
+            c["message"].as_str().unwrap().to_string(),
+            s,
+        )
+    };
+    let (ok, message, s) = in_step(&env);
+    assert!(
+        !ok && message.contains("HAProxy does not answer"),
+        "{message}"
+    );
+    assert_eq!(s["haproxy"]["answers"], false, "{s}");
+    let table = env.ok(&["status", "h"]);
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("HaproxyInStep"))
+        .unwrap_or_else(|| panic!("{table}"));
+    assert!(
+        row.split_whitespace().nth(1) == Some("False") && row.contains(socket),
+        "{table}"
+    );
     assert_eq!(spec_of(&env, "h")["haproxy"]["runtimeApi"], socket);
     assert_eq!(spec_of(&env, "h")["haproxy"]["backend"], "etcd");
     let cfg = env.ok(&["haproxy-config", "h", "--bind", "127.0.0.1:23790"]);
@@ -217,6 +252,47 @@ fn haproxy_attachment_and_configuration() {
         check.status.success(),
         "haproxy rejected the configuration:\n{cfg}\n{}",
         String::from_utf8_lossy(&check.stderr)
+    );
+
+    // With HAProxy running that configuration, status sees the backend in step (no
+    // member yet, so an empty backend), read-only.
+    let pem = env.home.join("haproxy/h/haproxy.pem");
+    assert!(pem.exists(), "haproxy-config writes HAProxy's key there");
+    let mut haproxy = quorum_haproxy::HaproxyProcess::start(
+        &env.dir.path().join("haproxy-run"),
+        &cfg,
+        std::path::Path::new(socket),
+        10_000,
+    )
+    .expect("start haproxy");
+    let (ok, message, s) = in_step(&env);
+    assert!(ok && message.contains("serves no member"), "{message}");
+    assert_eq!(s["haproxy"]["answers"], true, "{s}");
+    // A manifest that names a backend HAProxy does not have: recorded, and said so.
+    let manifest = env.dir.path().join("h.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: h}}\n\
+             spec:\n  replicas: 3\n  version: {OLD}\n  haproxy: {{runtimeApi: {socket}, backend: other}}\n"
+        ),
+    )
+    .unwrap();
+    let out = env.ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    assert!(
+        out.contains(&format!("runtime API {socket} answers"))
+            && out.contains("Can't find backend"),
+        "{out}"
+    );
+    let (ok, message, _) = in_step(&env);
+    assert!(!ok && message.contains("Can't find backend"), "{message}");
+    haproxy.stop();
+
+    // The deletion takes HAProxy's key with it.
+    env.ok(&["delete", "h"]);
+    assert!(
+        !env.home.join("haproxy/h").exists(),
+        "delete left HAProxy's directory (and its private key) behind"
     );
 }
 

@@ -52,6 +52,10 @@ pub enum ConditionKind {
     Blocked,
     /// The spec's version has a known defect.
     VersionWarning,
+    /// The control plane's HAProxy answers on its runtime API and its backend serves
+    /// exactly the client endpoints. The decision never sees HAProxy, so `decide` does
+    /// not set it: `status` adds it from a read-only look at the backend.
+    HaproxyInStep,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -24,7 +24,7 @@ mod teardown;
 pub mod wait;
 
 pub use ctx::{list_versions, Ctx, Place};
-pub use haproxy::haproxy_frontend_tls;
+pub use haproxy::{haproxy_frontend_tls, HaproxyState, LbServer};
 pub use spec::{change, change_with, create, create_with, plan, version_warning, ChangeOptions};
 pub use teardown::teardown;
 

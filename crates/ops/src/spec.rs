@@ -1,11 +1,12 @@
 //! Creating a control plane and changing its spec: the checks, then the store write.
 
-use crate::{status, Ctx};
+use crate::{haproxy, status, Ctx};
 use anyhow::{bail, Result};
 use quorum_controller::access;
 use quorum_controller::now_ms;
 use quorum_core::{
-    validate_name, validate_spec, validate_spec_change, ControlPlane, ControlPlaneSpec, Version,
+    validate_name, validate_spec, validate_spec_change, ControlPlane, ControlPlaneSpec,
+    HaproxySpec, Version,
 };
 use quorum_provider::etcd_binary;
 
@@ -85,6 +86,9 @@ pub fn create_with(
     if let Some(w) = version_warning(spec.version) {
         say!(ctx, "{w}");
     }
+    if let Some(h) = spec.haproxy.as_ref().filter(|_| !ctx.quiet) {
+        say!(ctx, "{}", haproxy::probe(h, &[]).confirmation(name, h));
+    }
     if !spec.tls() {
         say!(ctx, "warning: {name} uses plain HTTP (--insecure-plaintext): anyone who can reach its members can read and change all of its data");
     }
@@ -158,6 +162,13 @@ pub async fn change_with(
     }
     ctx.store.update_spec(name, &new)?;
     say_recorded(ctx, name, &cp.spec, &new);
+    if new.haproxy != cp.spec.haproxy && !ctx.quiet {
+        say!(
+            ctx,
+            "{}",
+            haproxy_change(name, cp.spec.haproxy, new.haproxy).await?
+        );
+    }
     Ok(())
 }
 
@@ -256,6 +267,27 @@ pub fn plan(
         out.push(format!("{name}: would change its HAProxy settings"));
     }
     out
+}
+
+/// The line that confirms a change of `spec.haproxy`: the socket, and whether it
+/// answers (a look at it, bounded, off the async threads).
+async fn haproxy_change(
+    name: &str,
+    old: Option<HaproxySpec>,
+    new: Option<HaproxySpec>,
+) -> Result<String> {
+    let Some(h) = new else {
+        let old = old.map(|o| format!(" backend {} behind {}", o.backend, o.runtime_api));
+        return Ok(format!(
+            "{name}: HAProxy detached: quorum no longer changes{} (its servers stay as they are)",
+            old.unwrap_or_default()
+        ));
+    };
+    let name = name.to_string();
+    Ok(
+        tokio::task::spawn_blocking(move || haproxy::probe(&h, &[]).confirmation(&name, &h))
+            .await?,
+    )
 }
 
 /// Says what a recorded change will do.

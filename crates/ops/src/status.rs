@@ -1,13 +1,17 @@
 //! A control plane's status: observed live (the same observation and decision the
 //! controller makes), plus what the controller last published.
 
+use crate::haproxy::{probe, HaproxyState};
 use anyhow::Result;
 use quorum_controller::{now_ms, observe};
-use quorum_core::{decide, Condition, ControlPlane, Decision, Machine, ProcessState, Role};
+use quorum_core::{
+    decide, Condition, ControlPlane, Decision, HaproxySpec, Machine, ProcessState, Role,
+};
 use quorum_etcd::Etcd;
 use quorum_provider::LocalProvider;
 use quorum_store::Store;
 use serde::Serialize;
+use std::net::SocketAddr;
 
 pub use quorum_controller::CONTROLLER_STALE_MS;
 
@@ -30,6 +34,10 @@ pub struct Status {
     pub endpoints: Vec<String>,
     pub machines: Vec<MachineRow>,
     pub conditions: Vec<Condition>,
+    /// A read-only look at the control plane's HAProxy, when its spec names one (also
+    /// the `HaproxyInStep` condition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub haproxy: Option<HaproxyState>,
     pub controller: Option<ControllerInfo>,
     /// The replica that leads the controllers, with a store shared by several (etcd).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -112,6 +120,14 @@ pub async fn live(
         .map(|m| machine_row(m, &observed, &decision))
         .collect();
     let leader_name = decision.leader().map(str::to_string);
+    let haproxy = match &cp.spec.haproxy {
+        Some(h) => Some(probe_haproxy(h.clone(), &machines, &decision).await?),
+        None => None,
+    };
+    let mut conditions = decision.conditions.clone();
+    if let (Some(h), Some(state)) = (&cp.spec.haproxy, &haproxy) {
+        conditions.push(state.condition(&cp.name, h));
+    }
     // Liveness from the home's heartbeat (beaten from its own thread, so a long step
     // does not make a live controller look dead), not from when it last published.
     let beat = store.last_controller_heartbeat()?;
@@ -150,12 +166,28 @@ pub async fn live(
         leader: leader_name,
         endpoints: decision.endpoints.clone(),
         machines: rows,
-        conditions: decision.conditions.clone(),
+        conditions,
+        haproxy,
         controller,
         controller_leader: store.leader()?,
         last_event: newest_event(store, &cp.name)?,
         decision,
     })
+}
+
+/// Reads the backend of `h` (off the async threads; bounded) and compares it with the
+/// decision's client endpoints, the set the controller keeps the backend in step with.
+async fn probe_haproxy(
+    h: HaproxySpec,
+    machines: &[Machine],
+    decision: &Decision,
+) -> Result<HaproxyState> {
+    let desired: Vec<(String, SocketAddr)> = machines
+        .iter()
+        .filter(|m| decision.endpoints.contains(&m.client_url()))
+        .map(|m| (m.name.clone(), quorum_controller::balancer::addr(m)))
+        .collect();
+    Ok(tokio::task::spawn_blocking(move || probe(&h, &desired)).await?)
 }
 
 /// The newest event of `cp` (event ids grow; the newest is the one with the last id).
@@ -250,7 +282,13 @@ pub fn render_table(s: &Status) -> String {
     let op = match &s.waiting_for {
         Some(w) if s.decision.is_blocked() => format!("{} — BLOCKED: {w}", s.operation),
         Some(w) => format!("{} — {w}", s.operation),
-        None if s.converged => "idle (converged)".to_string(),
+        None if s.converged => match s.haproxy.as_ref().filter(|h| !h.in_step) {
+            None => "idle (converged)".to_string(),
+            Some(_) => {
+                "idle (converged), but HAProxy is NOT in step: see the HaproxyInStep condition"
+                    .to_string()
+            }
+        },
         None => format!("{} — next: {}", s.operation, summarize(&s.next_actions)),
     };
     push(&mut out, "Operation", &op);
