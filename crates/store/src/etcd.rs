@@ -518,6 +518,10 @@ impl Drop for EtcdStore {
 struct CpRecord {
     control_plane: ControlPlane,
     next_serial: u64,
+    /// When it was created. Records of earlier releases have none (they read as
+    /// unknown); an earlier release that rewrites the record drops it, which is harmless.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    created_at_ms: Option<i64>,
 }
 
 /// An event as stored (its id is the key's create revision).
@@ -609,7 +613,7 @@ impl StateStore for EtcdStore {
         &mut self,
         cp: &ControlPlane,
         ca: Option<&StoredCa>,
-        _now_ms: i64,
+        now_ms: i64,
     ) -> Result<()> {
         if cp.spec.tls() && ca.is_none() {
             return Err(StoreError::MissingCa(cp.name.clone()));
@@ -618,6 +622,7 @@ impl StateStore for EtcdStore {
         let rec = CpRecord {
             control_plane: cp.clone(),
             next_serial: 1,
+            created_at_ms: Some(now_ms),
         };
         let mut ops = vec![
             TxnOp::put(key.clone(), to_json(&rec), None),
@@ -707,6 +712,10 @@ impl StateStore for EtcdStore {
 
     fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>> {
         Ok(self.cp_record(name)?.map(|(r, _)| r.control_plane))
+    }
+
+    fn created_at_ms(&self, name: &str) -> Result<Option<i64>> {
+        Ok(self.cp_record(name)?.and_then(|(r, _)| r.created_at_ms))
     }
 
     fn control_planes(&self) -> Result<Vec<ControlPlane>> {

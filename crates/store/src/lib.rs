@@ -216,6 +216,10 @@ pub trait StateStore: Send {
 
     fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>>;
     fn control_planes(&self) -> Result<Vec<ControlPlane>>;
+    /// When a control plane was created (the `now_ms` given to `create_control_plane`);
+    /// `None` when it does not exist, or for an etcd record written before creation
+    /// times were kept.
+    fn created_at_ms(&self, name: &str) -> Result<Option<i64>>;
     /// Replaces the spec of an existing control plane.
     fn update_spec(&mut self, name: &str, spec: &ControlPlaneSpec) -> Result<()>;
     /// Records the intent to tear the control plane down.

@@ -619,6 +619,17 @@ impl StateStore for SqliteStore {
         doc.map(|d| self.parse_cp(name, &d)).transpose()
     }
 
+    fn created_at_ms(&self, name: &str) -> Result<Option<i64>> {
+        self.conn
+            .query_row(
+                "SELECT created_at_ms FROM control_planes WHERE name = ?1",
+                params![name],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
     fn control_planes(&self) -> Result<Vec<ControlPlane>> {
         let mut stmt = self
             .conn

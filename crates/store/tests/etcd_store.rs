@@ -107,6 +107,9 @@ fn behaviour(s: &mut Store) {
     assert_ne!(m1.address, m2.address);
     // A busy address is skipped.
     assert_ne!(m2.address.octets()[3], 3);
+    // The creation time outlives changes of the spec and of the record's serial.
+    assert_eq!(s.created_at_ms("a").unwrap(), Some(1));
+    assert_eq!(s.created_at_ms("nope").unwrap(), None);
     s.mark_machine_deleting("a", "a-1").unwrap();
     s.mark_machine_deleting("a", "a-1").unwrap();
     assert!(s.machine("a", "a-1").unwrap().deleting);
@@ -488,6 +491,8 @@ fn a_history_of_release_c1a7ab4_reads_back() {
     assert!(s.certificate_authority(&cps[0]).unwrap().is_none());
     assert!(s.certificate_authority(&cps[1]).unwrap().is_some());
     assert!(s.published_status("e").unwrap().is_some());
+    // That release kept no creation time in the etcd record: it reads as unknown.
+    assert_eq!(s.created_at_ms("e").unwrap(), None);
     assert_eq!(s.setting("subnet").unwrap().as_deref(), Some("77.9"));
     assert!(s.last_controller_heartbeat().unwrap().is_some());
     let mut read: std::collections::BTreeMap<(String, String), usize> = Default::default();

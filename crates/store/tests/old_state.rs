@@ -109,6 +109,9 @@ fn a_state_file_of_release_c1a7ab4_opens_and_reads_back_whole() {
         assert!(s.published_status(cp).unwrap().is_some(), "{cp}");
     }
     assert_eq!(s.setting("subnet").unwrap().as_deref(), Some("77.7"));
+    // The state file always kept when each control plane was created.
+    let created = s.created_at_ms("a").unwrap().expect("a creation time");
+    assert!(created > 1_600_000_000_000, "{created}");
     assert!(s.last_controller_heartbeat().unwrap().is_some());
 
     // Every event, of the control planes that exist and of one deleted (its history
