@@ -120,7 +120,11 @@ etcd moves one minor version at a time, and never below the running cluster vers
     #[command(after_help = "Example: quorum scale prod --replicas 5 --wait")]
     Scale(ScaleArgs),
     /// Show machines, members, health, conditions and client endpoints.
-    #[command(after_help = "The fields of -o json and -o yaml are described in the README.")]
+    #[command(after_help = "Examples:
+  quorum status prod                     once
+  quorum status prod --watch             redrawn every second on a terminal (Ctrl-C stops);
+                                         piped, a new block only when something changed
+  quorum status prod -o json             the fields are described in the README")]
     Status(StatusArgs),
     /// Show a control plane's history: each step quorum took or was refused, when
     /// (UTC), and which controller replica took it.
@@ -133,8 +137,43 @@ new leader's steps carry its name; a deposed leader cannot write any (its writes
 fenced), so a step it still performed on a member shows only in its own log."
     )]
     Events(EventsArgs),
-    /// List the control planes.
-    List,
+    /// List the control planes, each with its health, state and age.
+    #[command(after_help = "Examples:
+  quorum list                            NAME, REPLICAS, VERSION, MACHINES, HEALTH, STATE, AGE
+  quorum list -o wide                    also the cluster version, leader, controller, endpoints
+  quorum list -o json                    every field, for scripts (see the README)
+
+HEALTH is the core's verdict (the one `status` shows): healthy (every member healthy),
+degraded (a quorum of voters healthy) or unavailable, with healthy voters / voters.")]
+    List(ListArgs),
+    /// Print a control plane's manifest: what `apply -f` takes, so it can be edited and
+    /// applied again.
+    #[command(after_help = "Example:
+  quorum get prod -o yaml > prod.yaml    # edit replicas or version, then:
+  quorum apply -f prod.yaml --wait
+
+Applying the printed manifest unchanged changes nothing.")]
+    Get(GetArgs),
+    /// Run etcdctl on a control plane: the etcdctl of its version, with its current
+    /// endpoints and a fresh client certificate.
+    #[command(after_help = "Examples:
+  quorum etcdctl prod -- put greeting hello
+  quorum etcdctl prod -- get greeting
+  quorum etcdctl prod -- endpoint status -w table
+
+Everything after `--` goes to etcdctl, after --endpoints (every endpoint the control plane
+publishes now: voting, healthy, not leaving) and, for a TLS control plane, --cacert, --cert
+and --key (a client certificate valid for a day, in a private temporary directory that is
+removed when etcdctl ends). etcdctl's exit status is quorum's. Unlike the files of `quorum
+credentials`, nothing goes stale when a rollout replaces members.")]
+    Etcdctl(EtcdctlArgs),
+    /// Print a shell completion script.
+    #[command(after_help = "Examples:
+  source <(quorum completion bash)                        # this shell only
+  quorum completion bash > ~/.local/share/bash-completion/completions/quorum
+  quorum completion zsh > \"${fpath[1]}/_quorum\"           # then start a new zsh
+  quorum completion fish > ~/.config/fish/completions/quorum.fish")]
+    Completion(CompletionArgs),
     /// Delete a control plane: stop and remove every machine and its data.
     Delete(DeleteArgs),
     /// Run the reconcile loop in the foreground for every control plane (Ctrl-C stops it;
@@ -340,6 +379,63 @@ pub struct StatusArgs {
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Output,
+    /// Keep watching: on a terminal, redraw every second; otherwise print a new status
+    /// (a JSON object per line with -o json) only when something changed. Ctrl-C stops.
+    #[arg(short = 'w', long)]
+    pub watch: bool,
+    /// With --watch: stop (exit 0) after this long: 90s, 10m, 1h.
+    #[arg(long, requires = "watch", value_parser = wait::parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+}
+
+/// `list -o`: a table, a wider table, or every field.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ListOutput {
+    Table,
+    /// The table with the cluster version, leader, controller and endpoints.
+    Wide,
+    Json,
+    Yaml,
+}
+
+#[derive(clap::Args)]
+pub struct ListArgs {
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: ListOutput,
+}
+
+/// `get -o`: the manifest as YAML or as JSON (both are taken by `apply -f`).
+#[derive(Clone, Copy, ValueEnum)]
+pub enum ManifestOutput {
+    Yaml,
+    Json,
+}
+
+#[derive(clap::Args)]
+pub struct GetArgs {
+    /// The control plane.
+    pub name: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "yaml")]
+    pub output: ManifestOutput,
+}
+
+#[derive(clap::Args)]
+pub struct EtcdctlArgs {
+    /// The control plane.
+    pub name: String,
+    /// etcdctl's command and flags, after `--`.
+    #[arg(required = true, last = true, value_name = "ETCDCTL ARGS")]
+    pub args: Vec<std::ffi::OsString>,
+}
+
+#[derive(clap::Args)]
+pub struct CompletionArgs {
+    /// The shell to complete for.
+    pub shell: clap_complete::Shell,
+    #[command(flatten)]
+    pub no_state: NoState,
 }
 
 #[derive(clap::Args)]

@@ -2,11 +2,14 @@
 //! the operations they share with the benchmark tooling are in `quorum-ops`.
 
 mod apply;
+mod completion;
 mod controller;
 mod create;
 mod credentials;
 mod delete;
+mod etcdctl;
 mod events;
+mod get;
 mod haproxy_config;
 mod list;
 mod pause;
@@ -14,6 +17,7 @@ mod scale;
 mod status;
 mod upgrade;
 mod versions;
+mod watch;
 
 use crate::args::{BenchCommand, Command, EventsArgs, Output, WaitArgs};
 use anyhow::Result;
@@ -30,7 +34,10 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Pause(a) => pause::run(at, a),
         Command::Status(a) => status::run(at, a).await,
         Command::Events(a) => run_events(at, a).await,
-        Command::List => list::run(at).await,
+        Command::List(a) => list::run(at, a).await,
+        Command::Get(a) => get::run(at, a),
+        Command::Etcdctl(a) => etcdctl::run(at, a).await,
+        Command::Completion(a) => completion::run(a),
         Command::Delete(a) => delete::run(at, a).await,
         Command::Controller(a) => controller::run(at, a).await,
         Command::Credentials(a) => credentials::run(at, a),
@@ -64,6 +71,18 @@ async fn wait_for(
         println!("note: no controller is running on this home; nothing happens until one runs: `quorum controller`");
     }
     Ok(())
+}
+
+/// Writes `text` to standard output; `false` when the reader went away (`| head`),
+/// which ends a command quietly rather than as an error.
+pub fn emit(text: &str) -> Result<bool> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `quorum events`: the flags' checks; the history is read and printed in `events`.
