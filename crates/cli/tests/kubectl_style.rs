@@ -90,15 +90,24 @@ fn each_new_command_teaches_with_an_example() {
         let out = env.run(&args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
-    // Anything else: one line, exit 1.
-    for args in [
+    // Anything else: one line, exit 1 (here: there is no home, and none is made).
+    let reads = [
         vec!["get", "nope"],
         vec!["etcdctl", "nope", "--", "get", "k"],
-    ] {
-        let out = env.run(&args);
+    ];
+    for args in &reads {
+        let out = env.run(args);
         assert_eq!(out.status.code(), Some(1), "{args:?}");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(err.contains("no quorum home"), "{err}");
+    }
+    assert_eq!(env.ok(&["list", "-o", "json"]).trim(), "[]");
+    assert!(!env.home.exists(), "a read created the home");
+    env.ok(&["create", "a", "--version", OLD]);
+    for args in &reads {
+        let err = env.fails(args);
+        assert!(err.contains("\"nope\" does not exist"), "{err}");
     }
 }
 
