@@ -8,7 +8,8 @@ use quorum_ops::{parse_lease_ttl, wait};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{manifest, usage};
+use crate::usage;
+use quorum_ops::manifest;
 
 const ABOUT: &str =
     "quorum keeps etcd control planes healthy through upgrades, scaling and machine \

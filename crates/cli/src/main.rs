@@ -4,7 +4,6 @@
 
 mod args;
 mod cmd;
-mod manifest;
 mod usage;
 
 use anyhow::{anyhow, Context, Result};

@@ -18,6 +18,7 @@ macro_rules! say {
 
 mod ctx;
 mod haproxy;
+pub mod manifest;
 mod spec;
 pub mod status;
 mod teardown;

@@ -2,8 +2,8 @@
 
 use crate::args::ApplyArgs;
 use crate::cmd::wait_for;
-use crate::manifest;
 use anyhow::{Context, Result};
+use quorum_ops::manifest;
 use quorum_ops::{change_with, create_with, wait, ChangeOptions, Ctx, Place};
 
 pub async fn run(at: &Place, a: ApplyArgs) -> Result<()> {

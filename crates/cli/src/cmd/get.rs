@@ -3,8 +3,8 @@
 
 use crate::args::{GetArgs, ManifestOutput};
 use crate::cmd::emit;
-use crate::manifest::{Manifest, Metadata, API_VERSION, KIND};
 use anyhow::Result;
+use quorum_ops::manifest::{Manifest, Metadata, API_VERSION, KIND};
 use quorum_ops::{Ctx, Place};
 
 pub fn run(at: &Place, a: GetArgs) -> Result<()> {
