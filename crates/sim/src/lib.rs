@@ -338,8 +338,6 @@ enum Answer {
     Fenced,
 }
 
-/// etcd's reply to `call` as the controller sees it: through the core's classifier, the
-/// one `quorum-etcd` uses, so a change to it changes the simulator too.
 /// How the controller classifies an action whose answer never came: an etcd call's
 /// client deadline through the core's classifier (a refusal: retried soon, its effect
 /// unknown), anything else (a machine, a store write) as a failure, as the controller's
@@ -359,6 +357,8 @@ fn timed_out(a: &Action) -> Attempt {
     }
 }
 
+/// etcd's reply to `call` as the controller sees it: through the core's classifier, the
+/// one `quorum-etcd` uses, so a change to it changes the simulator too.
 fn etcd_answer(call: EtcdCall, reply: Result<(), EtcdAnswer>) -> Answer {
     let Err(a) = reply else {
         return Answer::Done;
