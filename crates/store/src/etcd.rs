@@ -18,11 +18,16 @@
 //! `status/<cp>`, `setting/<key>`, `next-address`, `heartbeat`, and `leader` (attached
 //! to the leader's lease).
 
+mod call;
+mod location;
+
 use super::*;
+use call::{bounded_call, EtcdHeartbeat};
 use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, SortOrder,
     SortTarget, Txn, TxnOp, TxnOpResponse,
 };
+pub use location::{EtcdLocation, EtcdTls};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -42,76 +47,6 @@ const PRUNE_EVERY: u64 = 256;
 const MIN_TTL_S: i64 = 2;
 /// The longest lease accepted: a deposed leader could act this long.
 const MAX_TTL_S: i64 = 60;
-
-/// Client certificate for a management etcd that requires one (PEM).
-#[derive(Clone, PartialEq, Eq)]
-pub struct EtcdTls {
-    pub ca_pem: String,
-    pub cert_pem: String,
-    pub key_pem: String,
-}
-
-impl std::fmt::Debug for EtcdTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdTls")
-            .field("key_pem", &"<redacted>")
-            .finish()
-    }
-}
-
-/// `etcd://host:port,host:port[/prefix]`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EtcdLocation {
-    pub endpoints: Vec<String>,
-    /// Key prefix, starting and ending with `/`.
-    pub prefix: String,
-    pub tls: Option<EtcdTls>,
-}
-
-impl EtcdLocation {
-    pub fn parse(s: &str, tls: Option<EtcdTls>) -> Result<EtcdLocation, String> {
-        let rest = s.strip_prefix("etcd://").ok_or_else(|| {
-            format!("--store {s:?}: expected `embedded` or `etcd://host:port,host:port[/prefix]`")
-        })?;
-        let (hosts, prefix) = match rest.split_once('/') {
-            Some((h, p)) => (h, format!("/{}/", p.trim_matches('/'))),
-            None => (rest, "/quorum/".to_string()),
-        };
-        if prefix == "//" {
-            return Err(format!("--store {s:?}: the key prefix is empty"));
-        }
-        let mut endpoints = Vec::new();
-        for h in hosts.split(',').map(str::trim) {
-            let (host, port) = h
-                .rsplit_once(':')
-                .ok_or_else(|| format!("--store {s:?}: {h:?} is not host:port"))?;
-            if host.is_empty() || port.parse::<u16>().is_err() {
-                return Err(format!("--store {s:?}: {h:?} is not host:port"));
-            }
-            let scheme = if tls.is_some() { "https" } else { "http" };
-            endpoints.push(format!("{scheme}://{h}"));
-        }
-        Ok(EtcdLocation {
-            endpoints,
-            prefix,
-            tls,
-        })
-    }
-
-    /// The location as the user writes it (`etcd://h:p,h:p/prefix`).
-    pub fn url(&self) -> String {
-        let hosts: Vec<&str> = self
-            .endpoints
-            .iter()
-            .map(|e| e.split_once("://").map_or(e.as_str(), |(_, h)| h))
-            .collect();
-        format!(
-            "etcd://{}{}",
-            hosts.join(","),
-            self.prefix.trim_end_matches('/')
-        )
-    }
-}
 
 /// What the lease-keeping task shares with the store.
 struct LeaseClock {
@@ -154,79 +89,6 @@ enum Committed {
     Yes(i64),
     /// A data comparison failed (someone else wrote first); nothing applied.
     Conflict,
-}
-
-/// Runs one etcd call on `rt`, bounded by `CALL_TIMEOUT_MS`, from a thread that is not
-/// one of the runtime's.
-fn bounded_call<T, F, Fut>(
-    rt: &tokio::runtime::Handle,
-    client: &Client,
-    location: &str,
-    op: &'static str,
-    f: F,
-) -> Result<T>
-where
-    F: FnOnce(Client) -> Fut,
-    Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
-    T: Send + 'static,
-{
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let fut = f(client.clone());
-    rt.spawn(async move {
-        let r = tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), fut).await;
-        let _ = tx.send(r);
-    });
-    match rx.recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS + 1_000)) {
-        Ok(Ok(Ok(v))) => Ok(v),
-        Ok(Ok(Err(e))) => Err(StoreError::Etcd {
-            location: location.to_string(),
-            detail: format!("{op}: {}", one_line(&e.to_string())),
-        }),
-        Ok(Err(_)) | Err(_) => Err(StoreError::Timeout {
-            location: location.to_string(),
-            op,
-            timeout_ms: CALL_TIMEOUT_MS,
-        }),
-    }
-}
-
-/// The controller's heartbeat thread's writer: the store's client and runtime, and the
-/// fence of the term it was taken in.
-struct EtcdHeartbeat {
-    rt: tokio::runtime::Handle,
-    client: Client,
-    location: String,
-    key: String,
-    leader_key: String,
-    fence: Option<i64>,
-}
-
-impl HeartbeatWriter for EtcdHeartbeat {
-    fn beat(&mut self, beat: &Heartbeat) -> Result<()> {
-        let mut txn = Txn::new();
-        if let Some(token) = self.fence {
-            txn = txn.when([Compare::create_revision(
-                self.leader_key.clone(),
-                CompareOp::Equal,
-                token,
-            )]);
-        }
-        let txn = txn.and_then([TxnOp::put(self.key.clone(), beat.encode(), None)]);
-        let op = "record a heartbeat";
-        let ok = bounded_call(
-            &self.rt,
-            &self.client,
-            &self.location,
-            op,
-            |mut c| async move { Ok(c.txn(txn).await?.succeeded()) },
-        )?;
-        match (ok, self.fence) {
-            (true, _) => Ok(()),
-            (false, Some(token)) => Err(StoreError::Fenced { token }),
-            // Without a fence the transaction has no condition: it cannot fail.
-            (false, None) => Ok(()),
-        }
-    }
 }
 
 impl EtcdStore {
