@@ -292,7 +292,12 @@ fn scale_1_to_3() {
         .lines()
         .find(|l| l.starts_with("one "))
         .unwrap_or_else(|| panic!("{list}"));
-    assert!(row.ends_with("  scaling up"), "{list}");
+    let state = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .nth(5);
+    assert_eq!(state, Some("scaling up"), "{list}");
 }
 
 #[test]
@@ -494,7 +499,6 @@ fn a_second_controller_on_the_same_home_stands_by_until_the_first_dies() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let store = quorum_store::Store::open(&env.home).unwrap();
-    let before_kill = store.last_event_id("t").unwrap();
     let first = store.events_after("t", 0, 10_000).unwrap();
     assert!(!first.is_empty());
     assert!(
@@ -502,6 +506,9 @@ fn a_second_controller_on_the_same_home_stands_by_until_the_first_dies() {
         "the second controller acted while the first one ran: {first:?}"
     );
     env.kill_controller();
+    // Marked once the first controller is dead: until then it may still record a step
+    // of its own (a converged event after a slow observation, on a loaded machine).
+    let before_kill = store.last_event_id("t").unwrap();
     env.ok(&[
         "scale",
         "t",
