@@ -106,6 +106,8 @@ fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
 fn beat_until_stopped(shared: &(Mutex<Shared>, Condvar)) {
     let (m, wake) = shared;
     let mut s = lock(m);
+    // The last error said (a store out of reach fails every beat the same way).
+    let mut last_error: Option<String> = None;
     loop {
         if s.stop {
             return;
@@ -122,13 +124,23 @@ fn beat_until_stopped(shared: &(Mutex<Shared>, Condvar)) {
             let res = writer.beat(&beat);
             s = lock(m);
             match res {
-                Ok(()) => {}
+                Ok(()) => {
+                    if last_error.take().is_some() {
+                        tracing::info!("heartbeat recorded again");
+                    }
+                }
                 Err(e @ StoreError::Fenced { .. }) => {
                     tracing::warn!("heartbeat refused, this replica no longer leads: {e}");
                     continue_without(&mut s, generation);
                     continue;
                 }
-                Err(e) => tracing::warn!("heartbeat: {e}"),
+                Err(e) => {
+                    let text = e.to_string();
+                    if last_error.as_deref() != Some(text.as_str()) {
+                        tracing::warn!("heartbeat: {text}");
+                        last_error = Some(text);
+                    }
+                }
             }
             if s.generation == generation {
                 s.writer = Some(writer);

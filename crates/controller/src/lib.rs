@@ -21,6 +21,7 @@ pub mod pacing;
 mod perform;
 
 use access::{now_unix_s, Access};
+use quorum_core::lease::Standing;
 use quorum_core::{
     decide, Action, ActionKind, ControlPlane, Decision, Machine, MachineObservation, Observation,
     ProcessState, Refusal, CLIENT_PORT, PEER_PORT,
@@ -246,6 +247,9 @@ pub struct Controller {
     stepped_down_at: Option<Instant>,
     /// The heartbeat thread, while `run` runs (without it, `reconcile_all` beats).
     heartbeats: Option<heartbeat::Heartbeats>,
+    /// Since when, and why, this replica acts on nothing for want of its store (its
+    /// calls unanswered, or its lease unconfirmed): said once, and once when it ends.
+    held: Option<(Instant, String)>,
 }
 
 /// What one attempt to lead came to.
@@ -272,6 +276,7 @@ impl Controller {
             last_standby: None,
             stepped_down_at: None,
             heartbeats: None,
+            held: None,
         })
     }
 
@@ -385,9 +390,19 @@ impl Controller {
     async fn run_loop(&mut self, stop: &Arc<AtomicBool>) {
         let standby_poll_ms = quorum_core::lease::standby_poll_ms(self.cfg.lease_ttl_ms);
         while !stop.load(Ordering::Relaxed) {
+            self.metrics
+                .store_endpoints(&self.store.endpoint_health(false));
             match self.lead() {
                 Ok(Lead::Leading) => {}
-                Ok(Lead::Standby(_)) => {
+                Ok(Lead::Standby(who)) => {
+                    if who.is_some() {
+                        self.store_answers();
+                    }
+                    sleep_unless(stop, standby_poll_ms).await;
+                    continue;
+                }
+                Err(e) if e.is_unavailable() => {
+                    self.hold(&e.to_string());
                     sleep_unless(stop, standby_poll_ms).await;
                     continue;
                 }
@@ -397,19 +412,39 @@ impl Controller {
                     continue;
                 }
             }
-            // A lease that ran out (by this replica's own clock) ends the term before
-            // anything else happens, even with nothing to do.
-            if !failpoints::enabled("ignore-lease-deadline")
-                && !quorum_core::lease::may_act(self.store.lease_left_ms(), 0)
-            {
-                self.step_down("the leadership lease ran out before it could be renewed");
-                continue;
+            // The lease, by this replica's own clock and by what the store said of it,
+            // before anything else happens, even with nothing to do.
+            if !failpoints::enabled("ignore-lease-deadline") {
+                let left = self.store.lease_left_ms();
+                match quorum_core::lease::standing(left, self.store.lease_lost(), 0) {
+                    Standing::Act => {}
+                    Standing::Lost => {
+                        self.step_down("the store says the leadership lease is gone");
+                        continue;
+                    }
+                    Standing::Hold => {
+                        let why = format!(
+                            "the store has not confirmed this controller's leadership lease for {} ms past its deadline (its renewals go unanswered); acting again once one is",
+                            -left.unwrap_or(0)
+                        );
+                        self.hold(&why);
+                        sleep_unless(stop, self.cfg.busy_poll_ms).await;
+                        continue;
+                    }
+                }
             }
             let outcome = match self.reconcile_all().await {
-                Ok(o) => o,
+                Ok(o) => {
+                    self.store_answers();
+                    o
+                }
                 Err(e) if e.lost_leadership() => {
                     self.step_down(&e.to_string());
                     continue;
+                }
+                Err(e) if e.is_unavailable() => {
+                    self.hold(&e.to_string());
+                    Outcome::Waiting
                 }
                 Err(e) => {
                     tracing::error!("reconcile: {e}");
@@ -421,6 +456,26 @@ impl Controller {
                 Outcome::Waiting => sleep_unless(stop, self.cfg.busy_poll_ms).await,
                 Outcome::Converged => self.idle(stop).await,
             }
+        }
+    }
+
+    /// This replica acts on nothing for want of its store: said once per reason.
+    fn hold(&mut self, why: &str) {
+        let same = self.held.as_ref().is_some_and(|(_, w)| w == why);
+        if !same {
+            tracing::warn!("not acting: {why}");
+            let since = self.held.as_ref().map_or_else(Instant::now, |(t, _)| *t);
+            self.held = Some((since, why.to_string()));
+        }
+    }
+
+    /// The store answered (and, leading, confirmed the lease): said once after a hold.
+    fn store_answers(&mut self) {
+        if let Some((since, _)) = self.held.take() {
+            tracing::info!(
+                held_ms = since.elapsed().as_millis() as u64,
+                "the store answers again; acting again"
+            );
         }
     }
 
@@ -567,9 +622,18 @@ impl Controller {
                 break;
             }
             let t0 = Instant::now();
-            let res = self
+            let res = match self
                 .perform(cp, &access, &machines, &observed, action)
-                .await;
+                .await
+            {
+                // Not the action's failure: this replica may not act now (it no longer
+                // leads, or its store cannot serve or confirm its lease). The next pass
+                // observes again, whatever the call did.
+                Err(ActionError::Store(e)) if e.lost_leadership() || e.is_unavailable() => {
+                    return Err(e)
+                }
+                res => res,
+            };
             let took_ms = t0.elapsed().as_millis() as i64;
             let (attempt, _) =
                 self.pacer(&cp.name)
@@ -599,7 +663,6 @@ impl Controller {
                     );
                     outcome = Outcome::Acted;
                 }
-                Err(ActionError::Store(e)) if e.lost_leadership() => return Err(e),
                 Err(e) => {
                     let refusal = attempt == quorum_core::pacing::Attempt::Refused;
                     let ended = if refusal {

@@ -9,7 +9,10 @@
 //!   over replicas (1 when a rollout is done);
 //! - `quorum_leader`: 1 while this replica leads the controllers of its store, else 0;
 //! - `quorum_quorum_margin{control_plane}`: healthy voters minus the quorum size; alert on
-//!   0 (one more failure loses quorum), and below 0 quorum is lost or unknown.
+//!   0 (one more failure loses quorum), and below 0 quorum is lost or unknown;
+//! - `quorum_store_endpoint_up{endpoint}`: 1 while a member of the management etcd serves
+//!   this replica's requests and probes (it has a leader), 0 while it is set aside; alert
+//!   when fewer than a majority are 1 (none with the embedded store).
 
 use http_body_util::Full;
 use hyper::body::Bytes;
@@ -33,6 +36,7 @@ pub struct Metrics {
     up_to_date: Family<Labels, Gauge<f64, AtomicU64>>,
     quorum_margin: Family<Labels, Gauge>,
     leader: Gauge,
+    store_up: Family<Labels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -76,8 +80,15 @@ impl Metrics {
             "1 while this replica leads the controllers of its store",
             leader.clone(),
         );
+        let store_up = Family::<Labels, Gauge>::default();
+        registry.register(
+            "store_endpoint_up",
+            "1 while a member of the management etcd serves requests (has a leader), else 0",
+            store_up.clone(),
+        );
         Metrics {
             leader,
+            store_up,
             registry,
             reconciles,
             reconcile_seconds,
@@ -111,6 +122,14 @@ impl Metrics {
         let l = vec![("control_plane".to_string(), cp.to_string())];
         self.up_to_date.get_or_create(&l).set(up_to_date_ratio);
         self.quorum_margin.get_or_create(&l).set(quorum_margin);
+    }
+
+    /// What this replica knows of each member of its store.
+    pub fn store_endpoints(&self, health: &[quorum_store::EndpointHealth]) {
+        for h in health {
+            let l = vec![("endpoint".to_string(), h.endpoint.clone())];
+            self.store_up.get_or_create(&l).set(i64::from(h.up));
+        }
     }
 
     /// Forgets a control plane's gauges (it was deleted).
@@ -204,6 +223,15 @@ mod tests {
         m.operation("add-learner", "refused");
         m.operation("add-learner", "ok");
         m.control_plane("prod", 0.5, 1);
+        let up = |endpoint: &str, up: bool| quorum_store::EndpointHealth {
+            endpoint: endpoint.into(),
+            up,
+            leader: false,
+            version: None,
+            error: None,
+            down_for_ms: None,
+        };
+        m.store_endpoints(&[up("http://a:2379", true), up("http://b:2379", false)]);
         let text = m.encode();
         for want in [
             "quorum_reconciles_total{outcome=\"acted\"} 1",
@@ -211,6 +239,8 @@ mod tests {
             "quorum_membership_operations_total{kind=\"add-learner\",outcome=\"refused\"} 1",
             "quorum_rollout_up_to_date_ratio{control_plane=\"prod\"} 0.5",
             "quorum_quorum_margin{control_plane=\"prod\"} 1",
+            "quorum_store_endpoint_up{endpoint=\"http://a:2379\"} 1",
+            "quorum_store_endpoint_up{endpoint=\"http://b:2379\"} 0",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");

@@ -50,6 +50,60 @@ pub fn may_act(left_ms: Option<i64>, margin_ms: u64) -> bool {
     }
 }
 
+/// What a leader may do now, by its lease (see `standing`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Enough of the lease is left: act.
+    Act,
+    /// Less than the margin is left by the leader's own clock, but the store has not said
+    /// the lease is gone: its renewals went unanswered (the store unreachable, an election
+    /// of the management etcd under way). Act on nothing until a renewal is answered. No
+    /// other replica can lead meanwhile: the leader key lives as long as the lease, and a
+    /// lease ends only in a store that has a leader, which answers renewals.
+    Hold,
+    /// The store said the lease is gone (a renewal answered "no such lease"): step down.
+    Lost,
+}
+
+/// A leader's standing with `left_ms` of its lease left by its own clock (`None`: no
+/// lease, the embedded store), `lost` when the store said the lease is gone, and a step
+/// needing `margin_ms`.
+pub fn standing(left_ms: Option<i64>, lost: bool, margin_ms: u64) -> Standing {
+    if lost {
+        Standing::Lost
+    } else if may_act(left_ms, margin_ms) {
+        Standing::Act
+    } else {
+        Standing::Hold
+    }
+}
+
+/// How often a leader renews its lease while renewals are answered. One that is not
+/// answered is tried again at once (the store's call goes round every member, pausing
+/// `failover::ROUND_BACKOFF` between rounds).
+pub fn renew_every_ms(ttl_ms: u64) -> u64 {
+    ttl_ms / 3
+}
+
+/// etcd's default election timeout (`--election-timeout`, 1 s) is randomised up to twice
+/// that: a management etcd whose leader died or stopped has a new one within about this
+/// (the vote itself takes milliseconds on a local network).
+pub const MANAGEMENT_ELECTION_MS: u64 = 2_000;
+
+/// Once its store serves again, the longest before a leader that polls every `poll_ms`
+/// acts: one attempt lost on a member that stopped answering, one pause between rounds
+/// over the members (its renewal is then answered), and one poll.
+pub fn resume_after_store_ms(poll_ms: u64) -> u64 {
+    crate::failover::ATTEMPT_TIMEOUT_MS + crate::failover::ROUND_BACKOFF.cap_ms + poll_ms
+}
+
+/// The longest a management etcd fault that leaves a majority of its members delays a
+/// leader that polls every `poll_ms`: an election, then `resume_after_store_ms`. A store
+/// unavailable for longer (a majority down) delays it by that time plus the latter.
+pub fn store_fault_delay_bound_ms(poll_ms: u64) -> u64 {
+    MANAGEMENT_ELECTION_MS + resume_after_store_ms(poll_ms)
+}
+
 /// Checks a TTL given on the command line.
 pub fn check_ttl_ms(ttl_ms: u64) -> Result<u64, String> {
     if (MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(&ttl_ms) {
@@ -99,6 +153,24 @@ mod tests {
             assert_eq!(may_campaign(*since, *ttl), *want, "{since:?} {ttl}");
         }
         assert_eq!(standby_poll_ms(60_000), 500);
+        // (left_ms, lost, standing with the default TTL's margin of 1 s)
+        let standings: &[(Option<i64>, bool, Standing)] = &[
+            (None, false, Standing::Act),
+            (Some(1_000), false, Standing::Act),
+            (Some(999), false, Standing::Hold),
+            (Some(-30_000), false, Standing::Hold),
+            (Some(4_000), true, Standing::Lost),
+            (None, true, Standing::Lost),
+        ];
+        for (left, lost, want) in standings {
+            assert_eq!(
+                standing(*left, *lost, margin_ms(4_000)),
+                *want,
+                "{left:?} {lost}"
+            );
+        }
+        assert_eq!(renew_every_ms(4_000), 1_333);
+        assert_eq!(store_fault_delay_bound_ms(50), 3_250);
         assert!(check_ttl_ms(1_000).is_err());
         assert_eq!(check_ttl_ms(4_000), Ok(4_000));
     }

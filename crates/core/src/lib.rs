@@ -9,6 +9,7 @@ mod action;
 pub mod classify;
 pub mod decide;
 mod decision;
+pub mod failover;
 pub mod lease;
 pub mod model;
 pub mod pacing;

@@ -9,6 +9,7 @@
 //! one classifier (`quorum_core::classify`), which the simulator's etcd answers through
 //! too.
 
+pub mod failover;
 mod http;
 mod tls;
 

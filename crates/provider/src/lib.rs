@@ -385,6 +385,21 @@ impl LocalProvider {
         }
     }
 
+    /// Pauses the machine's etcd (SIGSTOP): for fault tests. It keeps its sockets, so
+    /// connections to it are accepted and never answered. Not running is success.
+    pub fn pause(&self, name: &str) {
+        if let Some(pid) = self.live_pid(name) {
+            signal(pid, libc::SIGSTOP);
+        }
+    }
+
+    /// Resumes a paused machine's etcd (SIGCONT).
+    pub fn resume(&self, name: &str) {
+        if let Some(pid) = self.live_pid(name) {
+            signal(pid, libc::SIGCONT);
+        }
+    }
+
     /// Deletes the machine: stops it if needed, then removes its directory. An absent
     /// machine is success.
     pub fn delete(&self, name: &str) -> Result<()> {

@@ -1,6 +1,7 @@
 //! A plain etcd cluster for quorum's own state (`--store etcd://...`), started as local
 //! processes: what the tests and `quorum bench failover` use as the management etcd.
-//! It is not a managed control plane: no controller changes its membership.
+//! It is not a managed control plane: no controller changes its membership. Tests of the
+//! store's fault tolerance kill, stop, pause and restart its members one by one.
 
 use crate::{LocalProvider, MachineTls, ProviderError, Result, StartRequest};
 use quorum_core::{ClusterState, InitialMember, Machine, Version};
@@ -15,6 +16,9 @@ const READY_TIMEOUT_MS: u64 = 30_000;
 pub struct ManagementEtcd {
     provider: LocalProvider,
     machines: Vec<Machine>,
+    initial: Vec<InitialMember>,
+    /// The CA and each member's certificates, for a TLS cluster (kept for restarts).
+    tls: Option<(String, Vec<quorum_pki::MachineCerts>)>,
 }
 
 impl ManagementEtcd {
@@ -73,7 +77,13 @@ impl ManagementEtcd {
                 peer_url: m.peer_url(),
             })
             .collect();
-        let me = ManagementEtcd { provider, machines };
+        let mut me = ManagementEtcd {
+            provider,
+            machines,
+            initial,
+            tls: None,
+        };
+        let mut all_certs = Vec::new();
         for m in &me.machines {
             let certs = match tls {
                 Some((ca, now, life)) => Some(
@@ -96,7 +106,7 @@ impl ManagementEtcd {
                 machine: m,
                 cluster_token: "quorum-management",
                 state: ClusterState::New,
-                initial_cluster: &initial,
+                initial_cluster: &me.initial,
                 tls: match (tls, &certs) {
                     (Some((ca, _, _)), Some(certs)) => Some(MachineTls {
                         ca_pem: ca.cert_pem(),
@@ -105,21 +115,89 @@ impl ManagementEtcd {
                     _ => None,
                 },
             })?;
+            all_certs.extend(certs);
         }
-        let deadline = Instant::now() + Duration::from_millis(READY_TIMEOUT_MS);
-        for m in &me.machines {
-            let addr = std::net::SocketAddr::from((m.address, quorum_core::CLIENT_PORT));
-            while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-                if Instant::now() > deadline {
-                    return Err(crate::ProviderError::NotReady {
-                        machine: m.name.clone(),
-                        waited_ms: READY_TIMEOUT_MS,
-                    });
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
+        if let Some((ca, _, _)) = tls {
+            me.tls = Some((ca.cert_pem().to_string(), all_certs));
+        }
+        for i in 0..me.machines.len() {
+            me.wait_accepting(i)?;
         }
         Ok(me)
+    }
+
+    /// Waits until member `i`'s client port accepts connections.
+    fn wait_accepting(&self, i: usize) -> Result<()> {
+        let m = &self.machines[i];
+        let deadline = Instant::now() + Duration::from_millis(READY_TIMEOUT_MS);
+        let addr = std::net::SocketAddr::from((m.address, quorum_core::CLIENT_PORT));
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            if Instant::now() > deadline {
+                return Err(crate::ProviderError::NotReady {
+                    machine: m.name.clone(),
+                    waited_ms: READY_TIMEOUT_MS,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// How many members it has.
+    pub fn len(&self) -> usize {
+        self.machines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.machines.is_empty()
+    }
+
+    /// The client URL of member `i`.
+    pub fn client_url(&self, i: usize) -> String {
+        self.machines[i].client_url()
+    }
+
+    /// Kills member `i` (SIGKILL, by PID); its data stays, so `restart` brings it back.
+    pub fn kill(&self, i: usize) -> Result<()> {
+        self.provider.kill(&self.machines[i].name)
+    }
+
+    /// Stops member `i` cleanly (SIGTERM, then SIGKILL after the provider's grace).
+    pub fn stop(&self, i: usize) -> Result<()> {
+        self.provider.stop(&self.machines[i].name)
+    }
+
+    /// Pauses member `i` (SIGSTOP): it accepts connections and answers nothing.
+    pub fn pause(&self, i: usize) {
+        self.provider.pause(&self.machines[i].name);
+    }
+
+    /// Resumes a paused member `i` (SIGCONT).
+    pub fn resume(&self, i: usize) {
+        self.provider.resume(&self.machines[i].name);
+    }
+
+    /// Starts member `i` again on its data (running already is success) and waits until
+    /// its client port accepts connections.
+    pub fn restart(&self, i: usize) -> Result<()> {
+        let m = &self.machines[i];
+        let tls = self.tls.as_ref().map(|(ca_pem, certs)| MachineTls {
+            ca_pem,
+            certs: &certs[i],
+        });
+        self.provider.start(&StartRequest {
+            machine: m,
+            cluster_token: "quorum-management",
+            state: ClusterState::New,
+            initial_cluster: &self.initial,
+            tls,
+        })?;
+        self.wait_accepting(i)
+    }
+
+    /// The pid of member `i`'s process, if it runs.
+    pub fn pid(&self, i: usize) -> Option<i32> {
+        self.provider.observe(&self.machines[i].name).pid
     }
 
     /// `host:port` of every member's client port.

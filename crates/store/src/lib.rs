@@ -20,6 +20,7 @@ mod event;
 mod sqlite;
 pub use etcd::{EtcdLocation, EtcdStore, EtcdTls};
 pub use event::{Event, EventKind, NewEvent, StepOutcome, UnknownKind};
+pub use quorum_core::failover::EndpointHealth;
 pub use sqlite::SqliteStore;
 
 /// The file inside the state directory.
@@ -67,6 +68,13 @@ pub enum StoreError {
     },
     #[error("state store {location}: {detail}")]
     Etcd { location: String, detail: String },
+    /// No member of the management etcd served a call (the detail says what each said).
+    #[error("state store {location}: cannot {op}: {detail}")]
+    Unavailable {
+        location: String,
+        op: &'static str,
+        detail: String,
+    },
     #[error("state store {location}: no answer within {timeout_ms} ms to {op}")]
     Timeout {
         location: String,
@@ -86,10 +94,13 @@ pub enum StoreError {
     /// A side effect was about to be made by a replica that does not lead.
     #[error("this controller does not lead the controllers of this store (it has not won the leadership, or gave it up): it must not act")]
     NotLeading,
-    /// The leader's own lease deadline (measured locally) is too close or past: it must
-    /// not start a side effect.
-    #[error("this controller's leadership lease ends in {left_ms} ms, less than the {margin_ms} ms margin a step needs")]
+    /// The leader's own lease deadline (measured locally) is too close or past, its
+    /// renewals unanswered: it must not start a side effect until one is answered.
+    #[error("this controller's leadership lease is confirmed for {left_ms} ms more, less than the {margin_ms} ms margin a step needs (its renewals are not answered yet)")]
     LeaseEnding { left_ms: i64, margin_ms: u64 },
+    /// The store said the leader's lease is gone: another replica may lead.
+    #[error("this controller's leadership lease is gone from the store (leadership token {token}): it no longer leads")]
+    LeaseLost { token: i64 },
     #[error("{what} {} has mode {mode:o}: other users can read quorum's state; quorum refuses to use it until you run `chmod {want:o} {}`", path.display(), path.display())]
     NotPrivate {
         what: &'static str,
@@ -118,7 +129,18 @@ impl StoreError {
     pub fn lost_leadership(&self) -> bool {
         matches!(
             self,
-            StoreError::Fenced { .. } | StoreError::LeaseEnding { .. }
+            StoreError::Fenced { .. } | StoreError::LeaseLost { .. }
+        )
+    }
+
+    /// The store cannot serve, or confirm this replica's lease, now: act on nothing and
+    /// try again (no reason to step down: `lease::Standing::Hold`).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable { .. }
+                | StoreError::Timeout { .. }
+                | StoreError::LeaseEnding { .. }
         )
     }
 }
@@ -282,6 +304,18 @@ pub trait StateStore: Send {
     /// lost); `None` when there is no lease (the embedded store).
     fn lease_left_ms(&self) -> Option<i64> {
         None
+    }
+
+    /// The store said this replica's lease is gone (it must step down).
+    fn lease_lost(&self) -> bool {
+        false
+    }
+
+    /// Each member of a distributed store (none for the embedded one), as requests and
+    /// background probes found it, or as probed now (`probe`: for one-shot readers).
+    fn endpoint_health(&self, probe: bool) -> Vec<EndpointHealth> {
+        let _ = probe;
+        Vec::new()
     }
 
     /// For failure tests only: ends the lease in the store at once while this replica

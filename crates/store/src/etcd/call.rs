@@ -1,77 +1,186 @@
-//! One bounded etcd call from a thread outside the store's runtime, and the heartbeat
-//! writer that the controller's heartbeat thread uses (the same calls, fenced).
+//! How one store call reaches the management etcd: on the store's runtime, through the
+//! failover client (`quorum_etcd::failover`: the member that served last, then the
+//! others, within the call's deadline), and how its failure reads to people.
 
-use super::*;
+use crate::{Result, StoreError};
+use etcd_client::Client;
+use quorum_core::failover::{is_connect_error, EndpointHealth, CALL_TIMEOUT_MS};
+use quorum_etcd::failover::{Failover, FailoverError, Served};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
 
-/// Runs one etcd call on `rt`, bounded by `CALL_TIMEOUT_MS`, from a thread that is not
-/// one of the runtime's.
-pub(super) fn bounded_call<T, F, Fut>(
-    rt: &tokio::runtime::Handle,
-    client: &Client,
-    location: &str,
-    op: &'static str,
-    f: F,
-) -> Result<T>
-where
-    F: FnOnce(Client) -> Fut,
-    Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
-    T: Send + 'static,
-{
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    let fut = f(client.clone());
-    rt.spawn(async move {
-        let r = tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), fut).await;
-        let _ = tx.send(r);
-    });
-    match rx.recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS + 1_000)) {
-        Ok(Ok(Ok(v))) => Ok(v),
-        Ok(Ok(Err(e))) => Err(StoreError::Etcd {
-            location: location.to_string(),
-            detail: format!("{op}: {}", one_line(&e.to_string())),
-        }),
-        Ok(Err(_)) | Err(_) => Err(StoreError::Timeout {
-            location: location.to_string(),
-            op,
-            timeout_ms: CALL_TIMEOUT_MS,
-        }),
+/// Beyond the call's own deadline, how long the caller waits for the runtime to answer
+/// (only a runtime that stopped would need it).
+const ANSWER_SLACK_MS: u64 = 1_000;
+
+/// The store's runtime and failover client, as the store, its heartbeat writer and its
+/// lease keeper share them.
+#[derive(Clone)]
+pub(super) struct Conn {
+    pub rt: tokio::runtime::Handle,
+    pub pool: Arc<Failover>,
+    pub location: String,
+    /// Test hook: answers to lose (see `tests.rs`).
+    #[cfg(test)]
+    pub lose: Arc<super::tests::LoseAnswers>,
+}
+
+impl Conn {
+    /// Runs one etcd call (`f` once per attempt) through the failover client, from a
+    /// thread that is not one of the runtime's; bounded by the call's deadline.
+    pub fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<Served<T>>
+    where
+        F: FnMut(Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let pool = self.pool.clone();
+        self.rt.spawn(async move {
+            let _ = tx.send(pool.call(f).await);
+        });
+        match rx.recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS + ANSWER_SLACK_MS)) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(self.error(op, e)),
+            Err(_) => Err(StoreError::Timeout {
+                location: self.location.clone(),
+                op,
+                timeout_ms: CALL_TIMEOUT_MS,
+            }),
+        }
+    }
+
+    fn error(&self, op: &'static str, e: FailoverError) -> StoreError {
+        match e {
+            FailoverError::Answer {
+                endpoint, message, ..
+            } => StoreError::Etcd {
+                location: self.location.clone(),
+                detail: format!("{op}: {endpoint}: {message}"),
+            },
+            FailoverError::Unavailable {
+                waited_ms,
+                tried,
+                health,
+                ..
+            } => StoreError::Unavailable {
+                location: self.location.clone(),
+                op,
+                detail: unavailable_detail(waited_ms, &tried, &health),
+            },
+        }
     }
 }
 
-/// The controller's heartbeat thread's writer: the store's client and runtime, and the
-/// fence of the term it was taken in.
-pub(super) struct EtcdHeartbeat {
-    pub(super) rt: tokio::runtime::Handle,
-    pub(super) client: Client,
-    pub(super) location: String,
-    pub(super) key: String,
-    pub(super) leader_key: String,
-    pub(super) fence: Option<i64>,
+/// Why no member served, in words: a clear "lost its quorum" only when a majority of the
+/// members cannot be reached; "no leader" when they answer without one (an election, or
+/// members cut off from each other); otherwise what each said.
+pub(super) fn unavailable_detail(
+    waited_ms: u64,
+    tried: &[(String, String)],
+    health: &[EndpointHealth],
+) -> String {
+    let n = health.len().max(tried.len());
+    let why = |e: &str| -> Option<&str> {
+        tried
+            .iter()
+            .find(|(t, _)| t == e)
+            .map(|(_, w)| w.as_str())
+            .or_else(|| {
+                health
+                    .iter()
+                    .find(|h| h.endpoint == e)
+                    .and_then(|h| h.error.as_deref())
+            })
+    };
+    let endpoints: Vec<&str> = health.iter().map(|h| h.endpoint.as_str()).collect();
+    let unreachable: Vec<&str> = endpoints
+        .iter()
+        .copied()
+        .filter(|e| why(e).is_some_and(|w| is_connect_error(w) || w.starts_with("no answer")))
+        .collect();
+    let list = endpoints
+        .iter()
+        .map(|e| format!("{}: {}", host(e), why(e).unwrap_or("not asked")))
+        .collect::<Vec<_>>()
+        .join("; ");
+    if unreachable.len() == n {
+        format!("none of the {n} members of the management etcd can be reached ({list}): is it running, and is --store right?")
+    } else if unreachable.len() > n / 2 {
+        format!(
+            "{} of {n} members of the management etcd are unreachable ({list}): it has lost its quorum, and quorum can neither read nor change its state until a majority of the members is back",
+            unreachable.len()
+        )
+    } else if endpoints
+        .iter()
+        .all(|e| why(e).is_some_and(|w| w.contains("no leader")))
+    {
+        format!("the members of the management etcd answer but have no leader ({list}): an election is under way, or they cannot reach each other")
+    } else {
+        format!("no member of the management etcd served it within {waited_ms} ms ({list})")
+    }
 }
 
-impl HeartbeatWriter for EtcdHeartbeat {
-    fn beat(&mut self, beat: &Heartbeat) -> Result<()> {
-        let mut txn = Txn::new();
-        if let Some(token) = self.fence {
-            txn = txn.when([Compare::create_revision(
-                self.leader_key.clone(),
-                CompareOp::Equal,
-                token,
-            )]);
+/// `127.0.0.1:2379` of `http://127.0.0.1:2379`.
+fn host(endpoint: &str) -> &str {
+    endpoint
+        .split_once("://")
+        .map_or(endpoint, |(_, rest)| rest)
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    fn h(e: &str, up: bool, error: Option<&str>) -> EndpointHealth {
+        EndpointHealth {
+            endpoint: e.into(),
+            up,
+            leader: false,
+            version: None,
+            error: error.map(str::to_string),
+            down_for_ms: None,
         }
-        let txn = txn.and_then([TxnOp::put(self.key.clone(), beat.encode(), None)]);
-        let op = "record a heartbeat";
-        let ok = bounded_call(
-            &self.rt,
-            &self.client,
-            &self.location,
-            op,
-            |mut c| async move { Ok(c.txn(txn).await?.succeeded()) },
-        )?;
-        match (ok, self.fence) {
-            (true, _) => Ok(()),
-            (false, Some(token)) => Err(StoreError::Fenced { token }),
-            // Without a fence the transaction has no condition: it cannot fail.
-            (false, None) => Ok(()),
-        }
+    }
+
+    #[test]
+    fn only_a_majority_out_of_reach_reads_as_a_lost_quorum() {
+        let refused = "tcp connect error: Connection refused (os error 111)";
+        let two_gone = [
+            h("http://a:2379", false, Some(refused)),
+            h("http://b:2379", false, Some("no answer within 1000 ms")),
+            h("http://c:2379", false, Some("etcdserver: no leader")),
+        ];
+        let d = unavailable_detail(5_000, &[], &two_gone);
+        assert!(d.starts_with("2 of 3 members"), "{d}");
+        assert!(d.contains("lost its quorum") && d.contains("c:2379: etcdserver: no leader"));
+        let election = [
+            h("http://a:2379", false, Some("etcdserver: no leader")),
+            h("http://b:2379", false, Some("etcdserver: no leader")),
+            h("http://c:2379", false, Some("etcdserver: no leader")),
+        ];
+        let d = unavailable_detail(5_000, &[], &election);
+        assert!(d.contains("no leader") && !d.contains("quorum"), "{d}");
+        let one_gone = [
+            h("http://a:2379", false, Some(refused)),
+            h(
+                "http://b:2379",
+                false,
+                Some("etcdserver: request timed out"),
+            ),
+            h("http://c:2379", true, None),
+        ];
+        let d = unavailable_detail(5_000, &[], &one_gone);
+        assert!(d.starts_with("no member") && !d.contains("quorum"), "{d}");
+        let none = [
+            h("http://a:2379", false, Some(refused)),
+            h("http://b:2379", false, Some(refused)),
+        ];
+        let d = unavailable_detail(5_000, &[], &none);
+        assert!(
+            d.starts_with("none of the 2 members") && d.contains("--store"),
+            "{d}"
+        );
     }
 }

@@ -1,7 +1,5 @@
-//! Where the management etcd is: `etcd://host:port,host:port[/prefix]`, and the client
-//! certificate for one that requires it.
-
-use super::*;
+//! Where the management etcd is (`--store etcd://host:port,host:port[/prefix]`) and the
+//! client certificate it may require.
 
 /// Client certificate for a management etcd that requires one (PEM).
 #[derive(Clone, PartialEq, Eq)]

@@ -12,6 +12,14 @@
 //! of the store's own, so a caller inside another tokio runtime can use it too; every
 //! call has a deadline.
 //!
+//! The management etcd may lose any minority of its members: every call goes through
+//! `quorum_etcd::failover` (one client per member, the member that served last first,
+//! the next one when it cannot serve, members set aside and probed in the background;
+//! `call.rs`). A write retried on another member after an attempt that may have landed
+//! (a timeout, a broken connection) is one compare-and-swap transaction, so it never
+//! applies twice; when its comparison then fails, the store reads back what the first
+//! attempt would have written (`Landed`) and decides whether it landed.
+//!
 //! Keys, under a prefix (default `/quorum/`):
 //! `cp/<name>` (spec and next serial), `ca/<name>`, `machine/<cp>/<name>`,
 //! `event/<cp>/<at_ms>-<nonce>` (an event's id is its key's create revision),
@@ -19,22 +27,28 @@
 //! to the leader's lease).
 
 mod call;
+mod lease;
 mod location;
+mod records;
+#[cfg(test)]
+mod tests;
 
 use super::*;
-use call::{bounded_call, EtcdHeartbeat};
+use call::Conn;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, SortOrder,
+    Compare, CompareOp, ConnectOptions, DeleteOptions, GetOptions, PutOptions, SortOrder,
     SortTarget, Txn, TxnOp, TxnOpResponse,
 };
+use lease::{EtcdHeartbeat, Leadership, LeaseClock};
 pub use location::{EtcdLocation, EtcdTls};
+use quorum_core::failover::{EndpointHealth, CALL_TIMEOUT_MS};
+use quorum_etcd::failover::{Deadlines, Failover, Served};
+use records::{absent, backoff, one_line, to_kvs, CaRecord, CpRecord, EventRecord};
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
-/// Deadline of one store call (connect, read, transaction).
-const CALL_TIMEOUT_MS: u64 = 5_000;
 /// Attempts of a read-modify-write that keeps losing to other writers, and the pause
 /// between attempts: the core's backoff (up to 10 ms doubling, capped at 200 ms, drawn
 /// from the upper half of that with `rand`), so contending writers spread out.
@@ -48,27 +62,12 @@ const MIN_TTL_S: i64 = 2;
 /// The longest lease accepted: a deposed leader could act this long.
 const MAX_TTL_S: i64 = 60;
 
-/// What the lease-keeping task shares with the store.
-struct LeaseClock {
-    /// Until when this replica may act: the send time of the last renewal that etcd
-    /// answered, plus the TTL it granted. etcd starts its own count later (when it
-    /// processes the renewal), so the lease never ends in etcd before this.
-    valid_until: Mutex<Instant>,
-    /// etcd said the lease is gone.
-    lost: AtomicBool,
-}
-
-struct Leadership {
-    token: i64,
-    lease_id: i64,
-    clock: Arc<LeaseClock>,
-    keeper: tokio::task::JoinHandle<()>,
-}
-
 pub struct EtcdStore {
     /// Runs the store's calls; `None` only while dropping.
     rt: Option<tokio::runtime::Runtime>,
-    client: Client,
+    conn: Conn,
+    /// Probes the members in the background (aborted on drop).
+    prober: tokio::task::JoinHandle<()>,
     location: String,
     prefix: String,
     leadership: Option<Leadership>,
@@ -81,6 +80,16 @@ struct Kv {
     value: Vec<u8>,
     create_revision: i64,
     mod_revision: i64,
+    lease: i64,
+}
+
+/// How to tell, by reading back, whether a write whose first attempt may have landed
+/// (its answer lost) did land, when the retry's comparison failed.
+enum Landed {
+    /// `key` holds exactly `value`: a record only this write makes (it names the serial,
+    /// the address, the nonce or the whole new state it chose; a competing writer that
+    /// read the same revision would have been refused by the same comparison).
+    Value { key: String, value: Vec<u8> },
 }
 
 /// What a transaction came to.
@@ -94,6 +103,15 @@ enum Committed {
 impl EtcdStore {
     /// Connects and checks, within a deadline, that the cluster answers.
     pub fn connect(l: &EtcdLocation) -> Result<EtcdStore> {
+        Self::connect_first(l, Deadlines::default(), None)
+    }
+
+    /// `connect` with other deadlines, asking member `first` first (tests choose them).
+    fn connect_first(
+        l: &EtcdLocation,
+        deadlines: Deadlines,
+        first: Option<usize>,
+    ) -> Result<EtcdStore> {
         let location = l.url();
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -104,9 +122,7 @@ impl EtcdStore {
                 location: location.clone(),
                 detail: format!("cannot start the store's runtime: {e}"),
             })?;
-        let mut opts = ConnectOptions::new()
-            .with_connect_timeout(Duration::from_millis(CALL_TIMEOUT_MS))
-            .with_timeout(Duration::from_millis(CALL_TIMEOUT_MS));
+        let mut opts = ConnectOptions::new();
         if let Some(t) = &l.tls {
             opts = opts.with_tls(
                 etcd_client::TlsOptions::new()
@@ -115,12 +131,16 @@ impl EtcdStore {
             );
         }
         let endpoints = l.endpoints.clone();
+        // Replicas (and commands) start on different members: the load spreads, and a
+        // dead member is not everyone's first try.
+        let first =
+            first.unwrap_or_else(|| rand::random::<u32>() as usize % endpoints.len().max(1));
         // Not `block_on`: the caller may itself run inside a runtime.
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         rt.spawn(async move {
-            let _ = tx.send(Client::connect(endpoints, Some(opts)).await);
+            let _ = tx.send(Failover::connect(&endpoints, opts, deadlines, first).await);
         });
-        let client = rx
+        let pool = rx
             .recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS))
             .map_err(|_| StoreError::Timeout {
                 location: location.clone(),
@@ -131,79 +151,98 @@ impl EtcdStore {
                 location: location.clone(),
                 detail: one_line(&e.to_string()),
             })?;
+        let pool = Arc::new(pool);
+        let prober = {
+            let _in_rt = rt.enter();
+            pool.spawn_prober()
+        };
+        let conn = Conn {
+            rt: rt.handle().clone(),
+            pool,
+            location: location.clone(),
+            #[cfg(test)]
+            lose: Default::default(),
+        };
         let store = EtcdStore {
             rt: Some(rt),
-            client,
+            conn,
+            prober,
             location,
             prefix: l.prefix.clone(),
             leadership: None,
             events_recorded: AtomicU64::new(0),
         };
-        // The client connects lazily: a read proves the cluster is there.
-        if let Err(e) = store.get(&store.key("setting/"), "reach the cluster") {
-            let detail = match e {
-                StoreError::Etcd { detail, .. } if detail.contains("dns error") => {
-                    "no host name of the management etcd resolves (is --store right?)".to_string()
-                }
-                StoreError::Etcd { detail, .. } if detail.contains("connect error") => {
-                    "no member of the management etcd accepts connections (is it running, and is --store right?)".to_string()
-                }
-                StoreError::Etcd { detail, .. } => detail,
-                other => return Err(other),
-            };
-            return Err(StoreError::Etcd {
-                location: store.location.clone(),
-                detail,
-            });
+        // The clients connect lazily: a read proves the cluster is there.
+        match store.get(&store.key("setting/"), "reach the cluster") {
+            Err(StoreError::Unavailable { detail, .. }) if detail.contains("dns error") => {
+                Err(StoreError::Etcd {
+                    location: store.location.clone(),
+                    detail: "no host name of the management etcd resolves (is --store right?)"
+                        .to_string(),
+                })
+            }
+            Err(e) => Err(e),
+            Ok(_) => Ok(store),
         }
-        Ok(store)
     }
 
     fn key(&self, rest: &str) -> String {
         format!("{}{rest}", self.prefix)
     }
 
-    fn rt(&self) -> &tokio::runtime::Runtime {
-        // Invariant: `rt` is `Some` from `connect` until `drop`.
-        self.rt
-            .as_ref()
-            .expect("the store's runtime lives until drop")
-    }
-
-    /// Runs one etcd call on the store's runtime, bounded by `CALL_TIMEOUT_MS`.
-    fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T>
+    /// Runs one etcd call through the failover client (`f` once per attempt); the value
+    /// and how it was obtained.
+    fn call_served<T, F, Fut>(&self, op: &'static str, f: F) -> Result<Served<T>>
     where
-        F: FnOnce(Client) -> Fut,
+        F: FnMut(etcd_client::Client) -> Fut + Send + 'static,
         Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
         T: Send + 'static,
     {
-        bounded_call(self.rt().handle(), &self.client, &self.location, op, f)
+        self.conn.call(op, f)
+    }
+
+    /// The same, for a call that is safe to repeat (a read, a lease call): its value.
+    fn call<T, F, Fut>(&self, op: &'static str, f: F) -> Result<T>
+    where
+        F: FnMut(etcd_client::Client) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<T, etcd_client::Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.conn.call(op, f).map(|s| s.value)
     }
 
     fn get(&self, key: &str, op: &'static str) -> Result<Option<Kv>> {
         let key = key.to_string();
-        let mut kvs = self.call(op, move |mut c| async move {
-            let r = c.get(key, None).await?;
-            Ok(to_kvs(r.kvs()))
+        let mut kvs = self.call(op, move |mut c| {
+            let key = key.clone();
+            async move {
+                let r = c.get(key, None).await?;
+                Ok(to_kvs(r.kvs()))
+            }
         })?;
         Ok(kvs.pop())
     }
 
     fn list(&self, prefix: &str, opts: GetOptions, op: &'static str) -> Result<Vec<Kv>> {
         let prefix = prefix.to_string();
-        self.call(op, move |mut c| async move {
-            let r = c.get(prefix, Some(opts.with_prefix())).await?;
-            Ok(to_kvs(r.kvs()))
+        self.call(op, move |mut c| {
+            let (prefix, opts) = (prefix.clone(), opts.clone());
+            async move {
+                let r = c.get(prefix, Some(opts.with_prefix())).await?;
+                Ok(to_kvs(r.kvs()))
+            }
         })
     }
 
     /// One transaction: `compares` (plus the fence, when this replica leads), then
-    /// `ops`. A failed fence is `Fenced`; a failed data comparison is `Conflict`.
+    /// `ops`. A failed fence is `Fenced`; a failed data comparison is `Conflict`, unless
+    /// an earlier attempt may have landed and `landed` reads back that it did.
     fn commit(
         &self,
         op: &'static str,
         mut compares: Vec<Compare>,
         ops: Vec<TxnOp>,
+        landed: Option<Landed>,
     ) -> Result<Committed> {
         let fence = self.leadership.as_ref().map(|l| l.token);
         let leader_key = self.key("leader");
@@ -218,17 +257,40 @@ impl EtcdStore {
             .when(compares)
             .and_then(ops)
             .or_else([TxnOp::get(leader_key, None)]);
-        let (ok, revision, leader_now) = self.call(op, move |mut c| async move {
-            let r = c.txn(txn).await?;
-            let revision = r.header().map_or(0, |h| h.revision());
-            let leader_now = r.op_responses().into_iter().find_map(|o| match o {
-                TxnOpResponse::Get(g) => Some(g.kvs().first().map_or(0, |kv| kv.create_revision())),
-                _ => None,
-            });
-            Ok((r.succeeded(), revision, leader_now))
+        #[cfg(test)]
+        let lose = self.conn.lose.clone();
+        let served = self.call_served(op, move |mut c| {
+            let txn = txn.clone();
+            #[cfg(test)]
+            let lose = lose.clone();
+            async move {
+                #[cfg(test)]
+                lose.before_send()?;
+                let r = c.txn(txn).await?;
+                #[cfg(test)]
+                lose.after_apply()?;
+                let revision = r.header().map_or(0, |h| h.revision());
+                let leader_now = r.op_responses().into_iter().find_map(|o| match o {
+                    TxnOpResponse::Get(g) => {
+                        Some(g.kvs().first().map_or(0, |kv| kv.create_revision()))
+                    }
+                    _ => None,
+                });
+                Ok((r.succeeded(), revision, leader_now))
+            }
         })?;
+        let (ok, revision, leader_now) = served.value;
         if ok {
             return Ok(Committed::Yes(revision));
+        }
+        if served.maybe_applied_before {
+            if let Some(Landed::Value { key, value }) = &landed {
+                if let Some(kv) = self.get(key, "read back a write whose answer was lost")? {
+                    if kv.value == *value {
+                        return Ok(Committed::Yes(kv.mod_revision));
+                    }
+                }
+            }
         }
         match (fence, leader_now) {
             (Some(token), Some(now)) if now != token => Err(StoreError::Fenced { token }),
@@ -271,11 +333,19 @@ impl EtcdStore {
             };
             f(&mut rec.control_plane);
             assert_eq!(rec.control_plane.name, name, "a modification never renames");
-            let put = TxnOp::put(key.clone(), to_json(&rec), None);
+            let value = to_json(&rec);
+            let put = TxnOp::put(key.clone(), value.clone(), None);
             let same = Compare::mod_revision(key.clone(), CompareOp::Equal, rev);
-            if let Committed::Yes(_) =
-                self.commit("update a control plane", vec![same], vec![put])?
-            {
+            let landed = Landed::Value {
+                key: key.clone(),
+                value: value.into_bytes(),
+            };
+            if let Committed::Yes(_) = self.commit(
+                "update a control plane",
+                vec![same],
+                vec![put],
+                Some(landed),
+            )? {
                 return Ok(());
             }
         }
@@ -293,11 +363,14 @@ impl EtcdStore {
     fn prune_events(&self, cp: &str) -> Result<()> {
         let prefix = self.key(&format!("event/{cp}/"));
         let p = prefix.clone();
-        let count = self.call("count events", move |mut c| async move {
-            let r = c
-                .get(p, Some(GetOptions::new().with_prefix().with_count_only()))
-                .await?;
-            Ok(r.count())
+        let count = self.call("count events", move |mut c| {
+            let p = p.clone();
+            async move {
+                let r = c
+                    .get(p, Some(GetOptions::new().with_prefix().with_count_only()))
+                    .await?;
+                Ok(r.count())
+            }
         })?;
         let excess = count - EVENTS_KEPT;
         if excess <= 0 {
@@ -312,133 +385,21 @@ impl EtcdStore {
         if let Some(last) = oldest.last() {
             let end = format!("{}\0", last.key);
             let del = TxnOp::delete(prefix, Some(DeleteOptions::new().with_range(end)));
-            self.commit("prune events", vec![], vec![del])?;
+            self.commit("prune events", vec![], vec![del], None)?;
         }
         Ok(())
-    }
-
-    /// Starts the task that renews the lease every third of its TTL and moves the
-    /// deadline forward on each answer.
-    fn keep_lease(
-        &self,
-        lease_id: i64,
-        ttl_s: i64,
-        clock: Arc<LeaseClock>,
-    ) -> tokio::task::JoinHandle<()> {
-        let client = self.client.clone();
-        self.rt().spawn(async move {
-            let every = Duration::from_millis((ttl_s as u64 * 1_000) / 3);
-            let mut stream = None;
-            loop {
-                tokio::time::sleep(every).await;
-                let sent = Instant::now();
-                if stream.is_none() {
-                    let mut c = client.clone();
-                    stream = tokio::time::timeout(every, c.lease_keep_alive(lease_id))
-                        .await
-                        .ok()
-                        .and_then(Result::ok);
-                }
-                let Some((keeper, answers)) = stream.as_mut() else {
-                    continue;
-                };
-                let renewed = tokio::time::timeout(every, async {
-                    keeper.keep_alive().await?;
-                    answers.message().await
-                })
-                .await;
-                match renewed {
-                    Ok(Ok(Some(a))) if a.ttl() > 0 => {
-                        let until = sent + Duration::from_secs(a.ttl() as u64);
-                        *clock.valid_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
-                    }
-                    Ok(Ok(Some(_))) => {
-                        // TTL 0: etcd no longer knows the lease; another replica may lead.
-                        clock.lost.store(true, Ordering::SeqCst);
-                        return;
-                    }
-                    // No answer: try a fresh stream next time; the deadline stands.
-                    _ => stream = None,
-                }
-            }
-        })
     }
 }
 
 impl Drop for EtcdStore {
     fn drop(&mut self) {
         self.step_down();
+        self.prober.abort();
         if let Some(rt) = self.rt.take() {
             // Never blocks, so dropping the store inside another runtime is fine.
             rt.shutdown_background();
         }
     }
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CpRecord {
-    control_plane: ControlPlane,
-    next_serial: u64,
-    /// When it was created. Records of earlier releases have none (they read as
-    /// unknown); an earlier release that rewrites the record drops it, which is harmless.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    created_at_ms: Option<i64>,
-}
-
-/// An event as stored (its id is the key's create revision).
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct EventRecord {
-    at_ms: i64,
-    kind: EventKind,
-    machine: Option<String>,
-    message: String,
-    ok: bool,
-    waited_ms: Option<i64>,
-    took_ms: Option<i64>,
-    /// Absent in records written before quorum recorded the writer.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    by: Option<String>,
-    /// Absent in records written before quorum recorded it (see
-    /// `StepOutcome::implied`). Read as text so that an outcome a newer release adds
-    /// does not make the record unreadable.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    outcome: Option<String>,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CaRecord {
-    cert_pem: String,
-    key_pem: String,
-}
-
-fn to_kvs(kvs: &[etcd_client::KeyValue]) -> Vec<Kv> {
-    kvs.iter()
-        .map(|kv| Kv {
-            key: String::from_utf8_lossy(kv.key()).into_owned(),
-            value: kv.value().to_vec(),
-            create_revision: kv.create_revision(),
-            mod_revision: kv.mod_revision(),
-        })
-        .collect()
-}
-
-/// Sleeps before retry `attempt` (none before the first): `WRITE_BACKOFF`.
-fn backoff(attempt: u32) {
-    let delay_ms = WRITE_BACKOFF.delay_ms(attempt, rand::random());
-    if delay_ms > 0 {
-        std::thread::sleep(Duration::from_millis(delay_ms));
-    }
-}
-
-fn one_line(s: &str) -> String {
-    s.trim().replace('\n', "; ")
-}
-
-fn absent(key: &str) -> Compare {
-    Compare::create_revision(key, CompareOp::Equal, 0)
 }
 
 impl StateStore for EtcdStore {
@@ -462,10 +423,12 @@ impl StateStore for EtcdStore {
 
     fn setting_or_init(&self, key: &str, value: &str) -> Result<String> {
         let k = self.key(&format!("setting/{key}"));
+        // A lost answer needs no reading back: the setting is read just below.
         self.commit(
             "initialise a setting",
             vec![absent(&k)],
             vec![TxnOp::put(k, value, None)],
+            None,
         )?;
         self.setting(key)?
             .ok_or_else(|| self.corrupt(format!("setting {key:?} vanished after it was written")))
@@ -486,8 +449,9 @@ impl StateStore for EtcdStore {
             next_serial: 1,
             created_at_ms: Some(now_ms),
         };
+        let value = to_json(&rec);
         let mut ops = vec![
-            TxnOp::put(key.clone(), to_json(&rec), None),
+            TxnOp::put(key.clone(), value.clone(), None),
             TxnOp::delete(
                 self.key(&format!("event/{}/", cp.name)),
                 Some(DeleteOptions::new().with_prefix()),
@@ -504,7 +468,16 @@ impl StateStore for EtcdStore {
                 None,
             ));
         }
-        match self.commit("create a control plane", vec![absent(&key)], ops)? {
+        let landed = Landed::Value {
+            key: key.clone(),
+            value: value.into_bytes(),
+        };
+        match self.commit(
+            "create a control plane",
+            vec![absent(&key)],
+            ops,
+            Some(landed),
+        )? {
             Committed::Yes(_) => Ok(()),
             Committed::Conflict => Err(StoreError::AlreadyExists(cp.name.clone())),
         }
@@ -532,7 +505,7 @@ impl StateStore for EtcdStore {
 
     fn controller_heartbeat(&self, beat: &Heartbeat) -> Result<()> {
         let put = TxnOp::put(self.key("heartbeat"), beat.encode(), None);
-        self.commit("record a heartbeat", vec![], vec![put])
+        self.commit("record a heartbeat", vec![], vec![put], None)
             .map(drop)
     }
 
@@ -545,9 +518,7 @@ impl StateStore for EtcdStore {
 
     fn heartbeat_writer(&self) -> Result<Box<dyn HeartbeatWriter>> {
         Ok(Box::new(EtcdHeartbeat {
-            rt: self.rt().handle().clone(),
-            client: self.client.clone(),
-            location: self.location.clone(),
+            conn: self.conn.clone(),
             key: self.key("heartbeat"),
             leader_key: self.key("leader"),
             fence: self.leadership.as_ref().map(|l| l.token),
@@ -568,8 +539,13 @@ impl StateStore for EtcdStore {
         let unchanged =
             Compare::mod_revision(self.key("heartbeat"), CompareOp::Equal, kv.mod_revision);
         let delete = TxnOp::delete(self.key("heartbeat"), None);
-        self.commit("withdraw the heartbeat", vec![unchanged], vec![delete])
-            .map(drop)
+        self.commit(
+            "withdraw the heartbeat",
+            vec![unchanged],
+            vec![delete],
+            None,
+        )
+        .map(drop)
     }
 
     fn control_plane(&self, name: &str) -> Result<Option<ControlPlane>> {
@@ -612,7 +588,8 @@ impl StateStore for EtcdStore {
             TxnOp::delete(self.key(&format!("ca/{name}")), None),
             TxnOp::delete(self.key(&format!("cp/{name}")), None),
         ];
-        self.commit("forget a control plane", vec![], ops).map(drop)
+        self.commit("forget a control plane", vec![], ops, None)
+            .map(drop)
     }
 
     fn machines(&self, cp: &str) -> Result<Vec<Machine>> {
@@ -675,12 +652,19 @@ impl StateStore for EtcdStore {
                 addr_cmp,
                 absent(&m_key),
             ];
+            let value = to_json(&machine);
+            let landed = Landed::Value {
+                key: m_key.clone(),
+                value: value.clone().into_bytes(),
+            };
             let ops = vec![
-                TxnOp::put(m_key, to_json(&machine), None),
+                TxnOp::put(m_key, value, None),
                 TxnOp::put(cp_key.clone(), to_json(&rec), None),
                 TxnOp::put(addr_key.clone(), next_addr.to_string(), None),
             ];
-            if let Committed::Yes(_) = self.commit("allocate a machine", compares, ops)? {
+            if let Committed::Yes(_) =
+                self.commit("allocate a machine", compares, ops, Some(landed))?
+            {
                 return Ok(machine);
             }
         }
@@ -703,10 +687,18 @@ impl StateStore for EtcdStore {
             }
             m.deleting = true;
             let same = Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision);
-            let put = TxnOp::put(key.clone(), to_json(&m), None);
-            if let Committed::Yes(_) =
-                self.commit("mark a machine leaving", vec![same], vec![put])?
-            {
+            let value = to_json(&m);
+            let put = TxnOp::put(key.clone(), value.clone(), None);
+            let landed = Landed::Value {
+                key: key.clone(),
+                value: value.into_bytes(),
+            };
+            if let Committed::Yes(_) = self.commit(
+                "mark a machine leaving",
+                vec![same],
+                vec![put],
+                Some(landed),
+            )? {
                 return Ok(());
             }
         }
@@ -715,7 +707,7 @@ impl StateStore for EtcdStore {
 
     fn delete_machine(&mut self, cp: &str, machine: &str) -> Result<()> {
         let del = TxnOp::delete(self.key(&format!("machine/{cp}/{machine}")), None);
-        self.commit("delete a machine record", vec![], vec![del])
+        self.commit("delete a machine record", vec![], vec![del], None)
             .map(drop)
     }
 
@@ -735,8 +727,19 @@ impl StateStore for EtcdStore {
             by: e.by.map(str::to_string),
             outcome: Some(e.outcome.as_str().to_string()),
         };
-        let put = TxnOp::put(key.clone(), to_json(&rec), None);
-        let id = match self.commit("record an event", vec![absent(&key)], vec![put])? {
+        let value = to_json(&rec);
+        let put = TxnOp::put(key.clone(), value.clone(), None);
+        // An event key is written once: its revision is its create revision, the id.
+        let landed = Landed::Value {
+            key: key.clone(),
+            value: value.into_bytes(),
+        };
+        let id = match self.commit(
+            "record an event",
+            vec![absent(&key)],
+            vec![put],
+            Some(landed),
+        )? {
             Committed::Yes(rev) => rev,
             Committed::Conflict => return Err(self.conflict(format!("event key {key:?}"))),
         };
@@ -788,7 +791,8 @@ impl StateStore for EtcdStore {
 
     fn publish_status(&self, cp: &str, status: &PublishedStatus) -> Result<()> {
         let put = TxnOp::put(self.key(&format!("status/{cp}")), to_json(status), None);
-        self.commit("publish a status", vec![], vec![put]).map(drop)
+        self.commit("publish a status", vec![], vec![put], None)
+            .map(drop)
     }
 
     fn published_status(&self, cp: &str) -> Result<Option<PublishedStatus>> {
@@ -800,11 +804,14 @@ impl StateStore for EtcdStore {
 
     fn data_version(&self) -> Result<i64> {
         let key = self.key("cp/");
-        self.call("read the revision", move |mut c| async move {
-            let r = c
-                .get(key, Some(GetOptions::new().with_prefix().with_count_only()))
-                .await?;
-            Ok(r.header().map_or(0, |h| h.revision()))
+        self.call("read the revision", move |mut c| {
+            let key = key.clone();
+            async move {
+                let r = c
+                    .get(key, Some(GetOptions::new().with_prefix().with_count_only()))
+                    .await?;
+                Ok(r.header().map_or(0, |h| h.revision()))
+            }
         })
     }
 
@@ -818,6 +825,7 @@ impl StateStore for EtcdStore {
             });
         }
         let ttl_s = (ttl_ms.div_ceil(1_000) as i64).clamp(MIN_TTL_S, MAX_TTL_S);
+        // Before the first attempt: the deadline counts from no later than etcd's.
         let sent = Instant::now();
         let (lease_id, granted_s) = self.call("grant a lease", move |mut c| async move {
             let r = c.lease_grant(ttl_s, None).await?;
@@ -836,10 +844,22 @@ impl StateStore for EtcdStore {
         );
         // Not `commit`: there is no fence yet, and the comparison is the election.
         let txn = Txn::new().when([absent(&key)]).and_then([put]);
-        let (won, revision) = self.call("take the leader key", move |mut c| async move {
-            let r = c.txn(txn).await?;
-            Ok((r.succeeded(), r.header().map_or(0, |h| h.revision())))
+        let served = self.call_served("take the leader key", move |mut c| {
+            let txn = txn.clone();
+            async move {
+                let r = c.txn(txn).await?;
+                Ok((r.succeeded(), r.header().map_or(0, |h| h.revision())))
+            }
         })?;
+        let (mut won, mut revision) = served.value;
+        if !won && served.maybe_applied_before {
+            // The first attempt may have taken the key: it is ours if it carries our lease.
+            if let Some(kv) = self.get(&key, "read back the leader key")? {
+                if kv.lease == lease_id {
+                    (won, revision) = (true, kv.create_revision);
+                }
+            }
+        }
         if !won {
             let _ = self.call("revoke an unused lease", move |mut c| async move {
                 c.lease_revoke(lease_id).await.map(drop)
@@ -848,11 +868,13 @@ impl StateStore for EtcdStore {
                 leader: self.leader()?,
             });
         }
-        let clock = Arc::new(LeaseClock {
-            valid_until: Mutex::new(sent + Duration::from_secs(granted_s.max(0) as u64)),
-            lost: AtomicBool::new(false),
-        });
-        let keeper = self.keep_lease(lease_id, granted_s.max(MIN_TTL_S), clock.clone());
+        let clock = LeaseClock::new(sent + Duration::from_secs(granted_s.max(0) as u64));
+        let keeper = lease::keep_lease(
+            &self.conn,
+            lease_id,
+            granted_s.max(MIN_TTL_S),
+            clock.clone(),
+        );
         self.leadership = Some(Leadership {
             token: revision,
             lease_id,
@@ -866,19 +888,22 @@ impl StateStore for EtcdStore {
         let Some(l) = &self.leadership else {
             return Err(StoreError::NotLeading);
         };
+        if l.clock.lost() {
+            return Err(StoreError::LeaseLost { token: l.token });
+        }
         if let Some(margin_ms) = margin_ms {
-            let left_ms = self.lease_left_ms().unwrap_or(-1);
+            let left_ms = l.clock.left_ms();
             if left_ms < margin_ms as i64 {
                 return Err(StoreError::LeaseEnding { left_ms, margin_ms });
             }
         }
         // The fenced no-op: etcd itself confirms the token is current.
-        match self.commit("confirm leadership", vec![], vec![])? {
+        match self.commit("confirm leadership", vec![], vec![], None)? {
             Committed::Yes(_) => {}
             Committed::Conflict => return Err(StoreError::Fenced { token: l.token }),
         }
         if let Some(margin_ms) = margin_ms {
-            let left_ms = self.lease_left_ms().unwrap_or(-1);
+            let left_ms = l.clock.left_ms();
             if left_ms <= 0 {
                 return Err(StoreError::LeaseEnding { left_ms, margin_ms });
             }
@@ -888,20 +913,14 @@ impl StateStore for EtcdStore {
 
     fn lease_left_ms(&self) -> Option<i64> {
         let l = self.leadership.as_ref()?;
-        if l.clock.lost.load(Ordering::SeqCst) {
+        if l.clock.lost() {
             return Some(-1);
         }
-        let until = *l
-            .clock
-            .valid_until
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        Some(if until > now {
-            (until - now).as_millis() as i64
-        } else {
-            -((now - until).as_millis() as i64)
-        })
+        Some(l.clock.left_ms())
+    }
+
+    fn lease_lost(&self) -> bool {
+        self.leadership.as_ref().is_some_and(|l| l.clock.lost())
     }
 
     fn step_down(&mut self) {
@@ -925,6 +944,20 @@ impl StateStore for EtcdStore {
         self.call("revoke the lease", move |mut c| async move {
             c.lease_revoke(id).await.map(drop)
         })
+    }
+
+    fn endpoint_health(&self, probe: bool) -> Vec<EndpointHealth> {
+        if !probe {
+            return self.conn.pool.health();
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let pool = self.conn.pool.clone();
+        self.conn.rt.spawn(async move {
+            let _ = tx.send(pool.probe_all().await);
+        });
+        let slack_ms = quorum_core::failover::PROBE_TIMEOUT_MS + 1_000;
+        rx.recv_timeout(Duration::from_millis(slack_ms))
+            .unwrap_or_else(|_| self.conn.pool.health())
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
