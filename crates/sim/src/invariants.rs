@@ -33,6 +33,9 @@ impl World {
             ));
         }
         self.check_lease();
+        if self.ha() {
+            self.check_store_liveness();
+        }
     }
 
     /// The store never sees a lease end before its holder does.

@@ -36,14 +36,17 @@
 //! store's clock. The leader renews every TTL/3; a renewal moves the store's expiry and
 //! the leader's own deadline to the same moment (send time + TTL), so the store never
 //! sees the lease end before its holder does. Before each side effect the leader checks
-//! that `lease::margin_ms` of its lease is left (`lease::may_act`), then makes a fenced
+//! that `lease::margin_ms` of its lease is left (`lease::standing`), then makes a fenced
 //! no-op write; every store write carries its token and is refused once the key is gone
-//! or holds another token. A refused write, a refused renewal or a lease run out by its
-//! own clock makes a leader step down (dropping its memory); a standby polls every
-//! `lease::standby_poll_ms` and takes the key once it is free (a new token, fresh
-//! memory). Faults added: a replica paused (SIGSTOP) for up to twice the TTL, keeping its
-//! memory; a replica crashing and restarting as a standby; the lease lost right after a
-//! member removal (the origin bug report); and a leader paused between its check and
+//! or holds another token. A refused write or a renewal the store answers "no such
+//! lease" makes a leader step down (dropping its memory); a lease run out by its own
+//! clock, its renewals unanswered, only holds it (it acts on nothing until a renewal is
+//! answered); a standby polls every `lease::standby_poll_ms` and takes the key once it
+//! is free (a new token, fresh memory). Faults added: a replica paused (SIGSTOP) for up
+//! to twice the TTL, keeping its memory; a replica crashing and restarting as a standby;
+//! the lease lost right after a member removal (the origin bug report); the store
+//! unavailable for a while and one store member killed or paused (`store.rs`); and a
+//! leader paused between its check and
 //! one side effect for longer than the TTL, which it performs on resuming without
 //! re-checking (the deposed leader's one stale side effect: its etcd and machine effects
 //! land, its store writes are fenced; a member removal is held up so only with etcd's
@@ -53,8 +56,10 @@
 //! is what it was.
 //!
 //! After every step the invariants of DESIGN.md are checked (with two replicas also: no
-//! side effect without a valid lease except the deposed leader's one in-flight step, and
-//! never two replicas acting with valid leases in one step); after the fault window the
+//! side effect without a valid lease except the deposed leader's one in-flight step,
+//! never two replicas acting with valid leases in one step, no step-down while the store
+//! still holds the lease, and a leader running with a serving store for
+//! `lease::resume_after_store_ms` acts); after the fault window the
 //! run must converge within a bounded number of steps. The same seed always gives the
 //! same trace.
 
@@ -64,13 +69,16 @@ mod invariants;
 pub mod model;
 mod pacing;
 mod replicas;
+mod store;
 
 use quorum_core::classify::{
     EtcdAnswer, EtcdCall, Verdict, BAD_LEADER_TRANSFEREE, CLIENT_DEADLINE, LEARNER_NOT_IN_SYNC,
     MEMBER_NOT_FOUND, NOT_A_LEARNER, NOT_LEADER, NO_LEADER, PEER_URLS_EXIST, TOO_MANY_LEARNERS,
     UNHEALTHY_CLUSTER,
 };
-use quorum_core::lease::{margin_ms, may_act, standby_poll_ms, DEFAULT_LEASE_TTL_MS};
+use quorum_core::lease::{
+    margin_ms, renew_every_ms, standby_poll_ms, Standing, DEFAULT_LEASE_TTL_MS,
+};
 use quorum_core::pacing::{Attempt, Hold, Pacing, PacingInput, PacingPolicy};
 use quorum_core::{
     decide, quorum_size, Action, ClusterState, ControlPlane, ControlPlaneSpec, EndpointStatus,
@@ -315,6 +323,8 @@ pub struct World {
     /// Replicas that performed a side effect with a valid lease this step.
     acted_with_lease: BTreeSet<usize>,
     lease: LeaseCounts,
+    /// The management etcd the replicas share (two replicas only).
+    store: store::SimStore,
     // -- bookkeeping
     decisions: u64,
     /// What the controller's last decision said (a converged decision takes no action).
@@ -413,6 +423,7 @@ impl World {
             last_token: 0,
             lose_lease_after_removal: false,
             acted_with_lease: BTreeSet::new(),
+            store: store::SimStore::default(),
             lease: LeaseCounts::default(),
             decisions: 0,
             last_converged: false,
@@ -492,6 +503,11 @@ impl World {
             "{n} controller replicas, lease TTL {} ms",
             self.cfg.lease_ttl_ms
         ));
+        // Each replica asks a store member of its own first.
+        for i in 0..n {
+            let first = self.rng.below(store::STORE_MEMBERS as u64) as usize;
+            self.replicas[i].store = store::StoreView::new(first);
+        }
         self.take_lead(0);
     }
 
@@ -712,10 +728,20 @@ impl World {
         if !self.runs(i) || self.replicas[i].term.is_none() {
             return;
         }
-        // A lease that ran out by its own clock ends the term before anything else.
-        if !may_act(self.lease_left_ms(i), 0) {
-            self.step_down(i, "its lease ran out by its own clock");
+        // Nothing without the store: not even an observation (the machines are in it).
+        if !self.store_serves(i) {
+            self.lease.store_holds += 1;
             return;
+        }
+        // The lease before anything else: gone in the store ends the term; not confirmed
+        // (run out by its own clock, its renewals unanswered) holds the replica.
+        match self.standing_of(i, 0) {
+            Standing::Act => self.acted_after_outage(i),
+            Standing::Hold => return,
+            Standing::Lost => {
+                self.step_down(i, "the store says its lease is gone");
+                return;
+            }
         }
         let obs = self.observe();
         let d = decide(&self.cp, &self.machines, &obs);

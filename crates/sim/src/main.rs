@@ -30,9 +30,11 @@ struct Args {
     /// (two replicas sharing a leader lease in the store: renewals every TTL/3, a margin
     /// check and a fenced no-op write before every side effect, takeover by the standby
     /// once the lease expires; plus faults: a replica paused past its TTL, a replica
-    /// crashing, the lease lost right after a member removal, and a leader paused between
-    /// its check and a side effect that it performs, stale, on resuming). A different
-    /// number of replicas gives a different trace for the same seed.
+    /// crashing, the lease lost right after a member removal, a leader paused between
+    /// its check and a side effect that it performs, stale, on resuming, the store
+    /// unavailable for a while (an election, a majority of it gone), and one store member
+    /// killed or paused). A different number of replicas gives a different trace for the
+    /// same seed.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
     replicas: u8,
     /// The leader lease's TTL with --replicas 2.

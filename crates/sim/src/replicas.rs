@@ -20,8 +20,18 @@ pub struct LeaseCounts {
     pub fenced_writes: u64,
     /// Leases lost right after a member removal succeeded.
     pub leases_lost_after_removal: u64,
-    /// Leaders that stepped down (fenced, lease run out, renewal refused).
+    /// Leaders that stepped down (fenced, or the store said the lease is gone).
     pub step_downs: u64,
+    /// Store outages (no member serves: an election, or a majority gone).
+    pub store_outages: u64,
+    /// Store members killed or paused.
+    pub store_endpoint_faults: u64,
+    /// Replicas that lost one attempt on a paused store member.
+    pub store_stalls: u64,
+    /// Controller passes of a leader that acted on nothing for want of its store.
+    pub store_holds: u64,
+    /// The longest time from the store serving again to its leader acting.
+    pub resume_after_outage_max_ms: u64,
 }
 
 impl LeaseCounts {
@@ -34,6 +44,13 @@ impl LeaseCounts {
         self.fenced_writes += o.fenced_writes;
         self.leases_lost_after_removal += o.leases_lost_after_removal;
         self.step_downs += o.step_downs;
+        self.store_outages += o.store_outages;
+        self.store_endpoint_faults += o.store_endpoint_faults;
+        self.store_stalls += o.store_stalls;
+        self.store_holds += o.store_holds;
+        self.resume_after_outage_max_ms = self
+            .resume_after_outage_max_ms
+            .max(o.resume_after_outage_max_ms);
     }
 }
 
@@ -41,7 +58,7 @@ impl std::fmt::Display for LeaseCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} takeovers, {} pauses ({} past the TTL), {} replica crashes, {} stale side effects, {} fenced writes, {} leases lost after a removal, {} step-downs",
+            "{} takeovers, {} pauses ({} past the TTL), {} replica crashes, {} stale side effects, {} fenced writes, {} leases lost after a removal, {} step-downs; store: {} outages, {} members killed or paused ({} attempts lost on a paused one), {} passes held, a leader acting at most {} ms after the store served again",
             self.takeovers,
             self.pauses,
             self.pauses_past_ttl,
@@ -49,7 +66,12 @@ impl std::fmt::Display for LeaseCounts {
             self.stale_side_effects,
             self.fenced_writes,
             self.leases_lost_after_removal,
-            self.step_downs
+            self.step_downs,
+            self.store_outages,
+            self.store_endpoint_faults,
+            self.store_stalls,
+            self.store_holds,
+            self.resume_after_outage_max_ms
         )
     }
 }
@@ -84,6 +106,8 @@ pub(crate) struct Replica {
     pub(crate) down_until_step: Option<u64>,
     /// A standby's next look at the leader key.
     pub(crate) next_poll_ms: u64,
+    /// How it reaches the store (two replicas only).
+    pub(crate) store: crate::store::StoreView,
 }
 
 /// The leader key of the simulated store (absent once its lease expires or is revoked).
@@ -154,9 +178,14 @@ impl World {
     /// then the fenced no-op write. Failing either, it steps down.
     pub(crate) fn ensure_leading(&mut self, i: usize) -> bool {
         let margin = margin_ms(self.cfg.lease_ttl_ms);
-        if !may_act(self.lease_left_ms(i), margin) {
-            self.step_down(i, "less than the margin of its lease is left");
-            return false;
+        match self.standing_of(i, margin) {
+            Standing::Act => {}
+            // Less than the margin left: no step until a renewal is answered.
+            Standing::Hold => return false,
+            Standing::Lost => {
+                self.step_down(i, "the store says its lease is gone");
+                return false;
+            }
         }
         if !self.holds_lease(i) {
             self.lease.fenced_writes += 1;
@@ -172,6 +201,14 @@ impl World {
         let Some(t) = self.replicas[i].term.take() else {
             return;
         };
+        if self
+            .leader_key
+            .is_some_and(|k| k.token == t.token && self.now_ms < k.expires_at_ms)
+        {
+            self.violate(format!(
+                "r{i} steps down ({why}) while the store still holds its lease"
+            ));
+        }
         self.replicas[i].pacing = Pacing::default();
         self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
         self.lease.step_downs += 1;
@@ -221,6 +258,7 @@ impl World {
     /// Each replica's tick (two replicas only): restarts, resumptions (with the in-flight
     /// step), a leader's renewal, a standby's poll.
     pub(crate) fn tick_replicas(&mut self) {
+        self.tick_store();
         self.expire_leader_key();
         for i in 0..self.replicas.len() {
             self.restart_if_due(i);
@@ -243,6 +281,7 @@ impl World {
         {
             self.replicas[i].down_until_step = None;
             self.replicas[i].next_poll_ms = self.now_ms;
+            self.replicas[i].store.running_since_ms = self.now_ms;
             self.note(format!("r{i} restarts as a standby"));
         }
     }
@@ -257,8 +296,15 @@ impl World {
             return false;
         }
         self.replicas[i].paused_until_step = None;
+        self.replicas[i].store.running_since_ms = self.now_ms;
         self.note(format!("r{i} resumes"));
         if let Some(a) = self.replicas[i].in_flight.take() {
+            if !Self::acts_outside_store(&a) && !self.store_serves(i) {
+                self.note(format!(
+                    "r{i}: its in-flight '{a}' fails: the store serves nothing"
+                ));
+                return true;
+            }
             match self.perform_as(i, &a, true) {
                 Answer::Fenced => {
                     self.lease.fenced_writes += 1;
@@ -281,7 +327,8 @@ impl World {
         let Some(t) = self.replicas[i].term else {
             return;
         };
-        if t.lost || now < t.last_renewal_ms + ttl_ms / 3 {
+        // Not answered: tried again every step (at once, as the real keeper does).
+        if t.lost || now < t.last_renewal_ms + renew_every_ms(ttl_ms) || !self.store_serves(i) {
             return;
         }
         match self.leader_key.as_mut() {
@@ -309,7 +356,7 @@ impl World {
             return;
         }
         self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
-        if self.leader_key.is_none() {
+        if self.leader_key.is_none() && self.store_serves(i) {
             self.take_lead(i);
         }
     }
@@ -355,7 +402,8 @@ impl World {
             return;
         }
         let running: Vec<usize> = (0..self.replicas.len()).filter(|i| self.runs(*i)).collect();
-        match self.rng.below(3) {
+        match self.rng.below(4) {
+            3 => self.store_fault(),
             0 => {
                 if let Some(i) = self.pick(&running) {
                     self.faults += 1;

@@ -113,12 +113,69 @@ fn a_paused_leader_is_replaced_and_its_stale_step_lands_once() {
     assert_eq!(w.leader_key.map(|k| k.holder), Some(1), "{}", w.trace);
     assert_eq!(w.lease.takeovers, 1);
     assert_eq!(w.lease.stale_side_effects, 1, "{}", w.trace);
+    // Its own deadline passed while paused: it holds, and steps down as soon as its
+    // renewal is refused (the store no longer has its lease).
+    steps(&mut w, 1);
     assert!(w.replicas[0].term.is_none(), "r0 stepped down");
+    assert!(
+        w.trace
+            .contains("r0 steps down (token 1): the store says its lease is gone"),
+        "{}",
+        w.trace
+    );
     assert!(
         w.trace.contains("STALE r0 (token 1, store token 2)"),
         "{}",
         w.trace
     );
+    let o = w.run();
+    assert_eq!(o.violation, None, "{}", o.trace);
+}
+
+#[test]
+fn a_store_unavailable_past_the_ttl_holds_the_leader_and_no_one_takes_over() {
+    let mut w = two_replicas(Scenario::Rollout, true);
+    steps(&mut w, 5);
+    let ttl_steps = w.ttl_steps();
+    let decisions = w.decisions;
+    w.store_unavailable_for_test(3 * ttl_steps * STEP_MS);
+    // Up to the last step without a store.
+    steps(&mut w, 3 * ttl_steps - 1);
+    // Nothing decided, nothing taken over, nobody stepped down.
+    assert_eq!(w.decisions, decisions, "{}", w.trace);
+    assert_eq!(w.lease.takeovers, 0, "{}", w.trace);
+    assert_eq!(w.lease.step_downs, 0, "{}", w.trace);
+    assert!(
+        w.lease_left_ms(0).is_some_and(|l| l < 0),
+        "r0's own deadline passed"
+    );
+    // Served again: the renewal is answered at once, r0 acts on, with the same token.
+    steps(&mut w, 1);
+    assert!(w.decisions > decisions, "{}", w.trace);
+    assert_eq!(w.leader_key.map(|k| (k.holder, k.token)), Some((0, 1)));
+    assert!(w.lease.resume_after_outage_max_ms <= STEP_MS);
+    let o = w.run();
+    assert_eq!(o.violation, None, "{}", o.trace);
+}
+
+#[test]
+fn a_paused_store_member_costs_the_replica_that_asks_it_one_attempt() {
+    let mut w = two_replicas(Scenario::Rollout, true);
+    steps(&mut w, 3);
+    let first = w.replicas[0].store.members.preferred();
+    w.store_member_paused_for_test(first);
+    assert_eq!(w.lease.store_stalls, 1, "{}", w.trace);
+    let decisions = w.decisions;
+    let attempt_steps = quorum_core::failover::ATTEMPT_TIMEOUT_MS / STEP_MS;
+    steps(&mut w, attempt_steps - 1);
+    assert_eq!(
+        w.decisions, decisions,
+        "r0 waits on its attempt: {}",
+        w.trace
+    );
+    steps(&mut w, 2);
+    assert!(w.decisions > decisions, "{}", w.trace);
+    assert_ne!(w.replicas[0].store.members.preferred(), first);
     let o = w.run();
     assert_eq!(o.violation, None, "{}", o.trace);
 }

@@ -1,8 +1,9 @@
 //! Two controller replicas sharing a leader lease, in the test suite: thousands of seeds
 //! across every scenario with the lease faults (a replica paused past its TTL, a replica
 //! crashing, the lease lost right after a member removal, a leader paused between its
-//! check and a side effect it then performs stale), zero violations, every run
-//! converged, and the faults summed over the seeds really happened.
+//! check and a side effect it then performs stale) and the store faults (the management
+//! etcd unavailable for a while, one of its members killed or paused), zero violations,
+//! every run converged, and the faults summed over the seeds really happened.
 
 use quorum_sim::{replay_command, run, Config, LeaseCounts, PacingCounts, Scenario};
 use std::time::Instant;
@@ -86,6 +87,17 @@ fn two_replicas_with_lease_faults_hold_every_invariant_and_converge() {
     assert!(lease.fenced_writes > 0, "{lease}");
     assert!(lease.leases_lost_after_removal > 0, "{lease}");
     assert!(lease.step_downs > 0, "{lease}");
+    assert!(lease.store_outages > 0, "{lease}");
+    assert!(lease.store_endpoint_faults > 0, "{lease}");
+    assert!(lease.store_stalls > 0, "{lease}");
+    assert!(lease.store_holds > 0, "{lease}");
+    // Once the store serves again, the leader acts within the bound the simulator checks
+    // run by run (one step here, as renewals are answered at once).
+    assert!(
+        lease.resume_after_outage_max_ms
+            <= quorum_core::lease::resume_after_store_ms(quorum_sim::STEP_MS),
+        "{lease}"
+    );
     assert!(pacing.drain_holds > 0, "{pacing}");
     assert!(pacing.lb_holds > 0, "{pacing}");
 }
