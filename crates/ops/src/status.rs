@@ -44,6 +44,10 @@ pub struct Status {
     pub controller_leader: Option<quorum_store::LeaderInfo>,
     /// The newest entry of the control plane's history (`quorum events` has them all).
     pub last_event: Option<quorum_store::Event>,
+    /// Each member of a management etcd (`--store etcd://...`), as probed by `status`:
+    /// whether it serves, which one leads, why one does not. Empty otherwise.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub store: Vec<quorum_store::EndpointHealth>,
     #[serde(skip)]
     pub decision: Decision,
 }
@@ -171,6 +175,7 @@ pub async fn live(
         controller,
         controller_leader: store.leader()?,
         last_event: newest_event(store, &cp.name)?,
+        store: Vec::new(),
         decision,
     })
 }
@@ -326,6 +331,9 @@ pub fn render_table(s: &Status) -> String {
             ),
         );
     }
+    if !s.store.is_empty() {
+        push(&mut out, "Store", &store_line(&s.store));
+    }
     if let Some(e) = &s.last_event {
         let mark = crate::wait::mark(e);
         let ago_s = (now_ms() - e.at_ms).max(0) / 1000;
@@ -416,6 +424,32 @@ pub fn render_table(s: &Status) -> String {
     out
 }
 
+/// The management etcd's members in one line: how many serve, the leader, and each one
+/// set aside with why.
+pub fn store_line(health: &[quorum_store::EndpointHealth]) -> String {
+    let host = |e: &str| e.split_once("://").map_or(e, |(_, h)| h).to_string();
+    let up = health.iter().filter(|h| h.up).count();
+    let mut line = format!("management etcd: {up} of {} members serve", health.len());
+    if let Some(l) = health.iter().find(|h| h.leader) {
+        line.push_str(&format!(" (leader {})", host(&l.endpoint)));
+    }
+    if !quorum_core::failover::majority_up(health) {
+        line.push_str(" — NO QUORUM: quorum can neither read nor change its state");
+    }
+    for h in health.iter().filter(|h| !h.up) {
+        let since = h
+            .down_for_ms
+            .map(|ms| format!(" for {:.1}s", ms as f64 / 1000.0))
+            .unwrap_or_default();
+        line.push_str(&format!(
+            "; {} DOWN{since}: {}",
+            host(&h.endpoint),
+            h.error.as_deref().unwrap_or("not answering")
+        ));
+    }
+    line
+}
+
 /// `1 replica`, `3 replicas`.
 pub fn plural(n: u32, noun: &str) -> String {
     if n == 1 {
@@ -475,4 +509,48 @@ fn summarize(steps: &[String]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorum_store::EndpointHealth;
+
+    fn member(e: &str, up: bool, leader: bool, error: Option<&str>) -> EndpointHealth {
+        EndpointHealth {
+            endpoint: format!("http://{e}"),
+            up,
+            leader,
+            version: None,
+            error: error.map(str::to_string),
+            down_for_ms: (!up).then_some(12_300),
+        }
+    }
+
+    #[test]
+    fn the_store_line_names_the_members_set_aside_and_a_lost_quorum() {
+        let one_down = [
+            member("a:2379", true, false, None),
+            member("b:2379", false, false, Some("tcp connect error")),
+            member("c:2379", true, true, None),
+        ];
+        assert_eq!(
+            store_line(&one_down),
+            "management etcd: 2 of 3 members serve (leader c:2379); b:2379 DOWN for 12.3s: tcp connect error"
+        );
+        let two_down = [
+            member("a:2379", false, false, Some("tcp connect error")),
+            member("b:2379", false, false, Some("tcp connect error")),
+            member("c:2379", false, false, Some("etcdserver: no leader")),
+        ];
+        let line = store_line(&two_down);
+        assert!(
+            line.starts_with("management etcd: 0 of 3 members serve — NO QUORUM"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("c:2379 DOWN for 12.3s: etcdserver: no leader"),
+            "{line}"
+        );
+    }
 }

@@ -36,8 +36,11 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
         quorum_pki::write_private(&path, pem.as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    let endpoints = ctx.store.machines(name)?;
-    let endpoints: Vec<String> = endpoints
+    // Every member's endpoint, so etcdctl (which moves to another endpoint when one
+    // fails) keeps working while one of them is down.
+    let endpoints: Vec<String> = ctx
+        .store
+        .machines(name)?
         .iter()
         .filter(|m| !m.deleting)
         .map(|m| m.client_url())
@@ -48,13 +51,38 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
         quorum_pki::format_unix_s(not_after)
     );
     println!();
-    println!(
-        "  etcdctl --endpoints {} --cacert {d}/ca.crt --cert {d}/client.crt --key {d}/client.key endpoint health",
-        if endpoints.is_empty() { "https://ADDRESS:2379".to_string() } else { endpoints.join(",") }
-    );
+    println!("  {}", etcdctl_command(&endpoints, out));
     println!();
     println!(
         "Clients should follow `quorum status {name} -o json` (endpoints) as members are replaced."
     );
     Ok(())
+}
+
+/// The etcdctl command line that checks every endpoint with the credentials in `dir`.
+fn etcdctl_command(endpoints: &[String], dir: &Path) -> String {
+    let d = dir.display();
+    let endpoints = if endpoints.is_empty() {
+        "https://ADDRESS:2379".to_string()
+    } else {
+        endpoints.join(",")
+    };
+    format!("etcdctl --endpoints {endpoints} --cacert {d}/ca.crt --cert {d}/client.crt --key {d}/client.key endpoint health")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_printed_command_names_every_endpoint() {
+        let eps: Vec<String> = (2..5)
+            .map(|i| format!("https://127.9.0.{i}:2379"))
+            .collect();
+        let line = etcdctl_command(&eps, Path::new("/c"));
+        assert!(line.starts_with(
+            "etcdctl --endpoints https://127.9.0.2:2379,https://127.9.0.3:2379,https://127.9.0.4:2379 --cacert /c/ca.crt"
+        ), "{line}");
+        assert!(etcdctl_command(&[], Path::new("/c")).contains("https://ADDRESS:2379"));
+    }
 }

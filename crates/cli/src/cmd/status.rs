@@ -11,7 +11,9 @@ pub async fn run(at: &Place, a: StatusArgs) -> Result<()> {
         return watch::run(&ctx, &a.name, a.output, a.timeout).await;
     }
     let cp = ctx.store.get_control_plane(&a.name)?;
-    let s = ctx.live(&cp).await?;
+    let mut s = ctx.live(&cp).await?;
+    // Each member of a management etcd, probed now (empty for the embedded store).
+    s.store = ctx.store.endpoint_health(true);
     print!("{}", render(&s, a.output)?);
     Ok(())
 }
