@@ -1,5 +1,6 @@
 //! The etcd adapter against a real etcd: "already done" answers are success, refusals
-//! are classified as such, unreachable endpoints answer within their timeout.
+//! are classified as such, unreachable endpoints answer within their timeout, and a
+//! dead or stopped member never holds up the observation of the others.
 
 use quorum_core::{ClusterState, InitialMember, Machine};
 use quorum_etcd::{Etcd, EtcdError, Timeouts};
@@ -147,4 +148,99 @@ async fn an_unreachable_endpoint_answers_within_its_timeout() {
     );
     let view = etcd.observe(&[url.to_string()]).await;
     assert!(view.members.is_none());
+}
+
+/// A 3-member cluster on addresses of this test's own (`127.A.B.252..254`).
+fn three_members(dir: &std::path::Path) -> quorum_provider::management::ManagementEtcd {
+    let (a, b) = (
+        30 + (std::process::id() % 200) as u8,
+        (std::process::id() / 200 % 200) as u8,
+    );
+    let addrs: Vec<Ipv4Addr> = (252..=254).map(|d| Ipv4Addr::new(127, a, b, d)).collect();
+    quorum_provider::management::ManagementEtcd::start(
+        dir,
+        &default_etcd_dir(),
+        "3.5.1".parse().unwrap(),
+        &addrs,
+    )
+    .unwrap()
+}
+
+/// How long one observation took, and what it saw.
+async fn timed_observe(etcd: &Etcd, urls: &[String]) -> (quorum_etcd::ClusterView, Duration) {
+    let t = Instant::now();
+    let v = etcd.observe(urls).await;
+    (v, t.elapsed())
+}
+
+#[tokio::test]
+async fn a_dead_or_stopped_member_never_holds_up_the_observation_of_the_others() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = three_members(dir.path());
+    let urls: Vec<String> = (0..m.len()).map(|i| m.client_url(i)).collect();
+    let etcd = Etcd::default();
+    let t = etcd.timeouts();
+    // Every status in parallel, then at most three calls to the leader (or, when the
+    // leader does not answer, a follower's member list and one call to it): each bounded.
+    let bound = Duration::from_millis(t.connect_ms + 4 * t.observe_ms);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let view = loop {
+        let v = etcd.observe(&urls).await;
+        if v.members.as_ref().is_some_and(|ms| ms.len() == 3) {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "the cluster never formed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let leader = urls
+        .iter()
+        .position(|u| Some(u) == view.leader_url.as_ref())
+        .unwrap();
+    let follower = (leader + 1) % 3;
+
+    // A stopped follower (SIGSTOP: its port accepts, nothing answers): the others are
+    // observed, with the member list, within the bound, every time.
+    m.pause(follower);
+    for _ in 0..3 {
+        let (v, took) = timed_observe(&etcd, &urls).await;
+        assert!(took < bound, "{took:?}");
+        assert!(v.statuses[&urls[follower]].is_err());
+        for (i, u) in urls.iter().enumerate() {
+            if i != follower {
+                assert!(v.statuses[u].is_ok(), "{u}: {:?}", v.statuses[u]);
+            }
+        }
+        assert_eq!(v.members.map(|ms| ms.len()), Some(3));
+    }
+    m.resume(follower);
+
+    // A killed follower: the same, and sooner (its connection is refused).
+    m.kill(follower).unwrap();
+    let (v, took) = timed_observe(&etcd, &urls).await;
+    assert!(took < bound, "{took:?}");
+    assert_eq!(v.statuses.values().filter(|s| s.is_ok()).count(), 2);
+    assert_eq!(v.members.map(|ms| ms.len()), Some(3));
+    m.restart(follower).unwrap();
+    // It serves once it has rejoined (etcd answers nothing before it has published
+    // itself through the leader).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while etcd.status(&urls[follower]).await.is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the restarted member never served"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // A stopped leader: the observation stays bounded while the others elect a new one,
+    // and the others' statuses come back throughout.
+    m.pause(leader);
+    let until = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < until {
+        let (v, took) = timed_observe(&etcd, &urls).await;
+        assert!(took < bound, "{took:?}");
+        let answering = v.statuses.values().filter(|s| s.is_ok()).count();
+        assert_eq!(answering, 2, "{:?}", v.statuses);
+    }
+    m.resume(leader);
 }

@@ -178,7 +178,8 @@ impl ManagementEtcd {
     }
 
     /// Starts member `i` again on its data (running already is success) and waits until
-    /// its client port accepts connections.
+    /// its client port accepts connections. It answers requests only once it has rejoined
+    /// (etcd serves nothing before it has published itself through a leader).
     pub fn restart(&self, i: usize) -> Result<()> {
         let m = &self.machines[i];
         let tls = self.tls.as_ref().map(|(ca_pem, certs)| MachineTls {
