@@ -18,11 +18,11 @@ use crate::naive;
 use crate::plot::{latency_svg, PlotOp, PlotStep, StepKind as PlotStepKind};
 use crate::report;
 use anyhow::{bail, Context, Result};
-use etcd_client::Client;
 use quorum_controller::{endpoints_path, now_ms};
 use quorum_core::{
-    ActionKind, ClientErrorKind, ControlPlaneSpec, GrpcCode, HaproxySpec, DEFAULT_HAPROXY_BACKEND,
+    ActionKind, ClientErrorKind, ControlPlaneSpec, HaproxySpec, DEFAULT_HAPROXY_BACKEND,
 };
+use quorum_etcd::failover::{Deadlines, Failover, FailoverError, Retry};
 use quorum_etcd::ClientTls;
 use quorum_ops::{change, create, teardown, wait, Ctx, Place};
 use quorum_store::EventKind;
@@ -228,21 +228,20 @@ impl Serialize for StepKind {
 /// library said.
 type OpError = (ClientErrorKind, String);
 
-/// etcd's answer (or the transport's) through the core's one classifier.
-fn op_error(e: etcd_client::Error) -> OpError {
+/// A call's failure through the core's one classifier: etcd's answer (or the
+/// transport's) when a member gave one, "timed out" when none answered in time.
+fn op_error(e: FailoverError) -> OpError {
     let kind = match &e {
-        etcd_client::Error::GRpcStatus(s) => {
-            ClientErrorKind::of(GrpcCode::from_i32(s.code() as i32), s.message())
+        FailoverError::Answer { code, message, .. }
+        | FailoverError::MaybeApplied { code, message, .. } => ClientErrorKind::of(*code, message),
+        FailoverError::Unavailable { tried, .. }
+            if !tried.is_empty() && tried.iter().all(|(_, why)| why.starts_with("no answer")) =>
+        {
+            ClientErrorKind::TimedOut
         }
-        etcd_client::Error::TransportError(_) => ClientErrorKind::Unavailable,
-        _ => ClientErrorKind::Other,
+        FailoverError::Unavailable { .. } => ClientErrorKind::Unavailable,
     };
     (kind, e.to_string())
-}
-
-/// The client's own deadline (`OP_TIMEOUT_MS`).
-fn timed_out() -> OpError {
-    (ClientErrorKind::TimedOut, "timed out".into())
 }
 
 pub fn read_endpoints(path: &Path) -> Vec<String> {
@@ -259,22 +258,28 @@ pub fn read_endpoints(path: &Path) -> Vec<String> {
         .unwrap_or_default()
 }
 
-async fn connect(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Client, OpError> {
+/// A client of the members at `endpoints`: one connection per member, requests to the
+/// member that served last and on to the next when it cannot serve (the failover client
+/// the store uses), within the client's deadline.
+async fn connect(endpoints: &[String], tls: Option<&ClientTls>) -> Result<Failover, OpError> {
     let unavailable = |m: String| (ClientErrorKind::Unavailable, m);
     if endpoints.is_empty() {
         return Err(unavailable("no endpoint to connect to".into()));
     }
-    let opts = demo::client_options(tls)
-        .with_connect_timeout(Duration::from_millis(500))
-        .with_timeout(Duration::from_millis(OP_TIMEOUT_MS));
-    Client::connect(endpoints, Some(opts))
+    let deadlines = Deadlines {
+        attempt_ms: quorum_core::failover::ATTEMPT_TIMEOUT_MS.min(OP_TIMEOUT_MS),
+        call_ms: OP_TIMEOUT_MS,
+    };
+    // Clients start on different members, as a fleet of them would.
+    let first = rand::random::<u32>() as usize % endpoints.len();
+    Failover::connect(endpoints, demo::client_options(tls), deadlines, first)
         .await
         .map_err(|e| unavailable(format!("connecting to {endpoints:?}: {e}")))
 }
 
 /// Connects before the workload starts, so that the measurement holds the rollout and
 /// not the clients' start-up.
-async fn connect_first(source: &Source, tls: Option<&ClientTls>) -> Result<Client, OpError> {
+async fn connect_first(source: &Source, tls: Option<&ClientTls>) -> Result<Failover, OpError> {
     let start = Instant::now();
     loop {
         match connect(&source.endpoints(), tls).await {
@@ -285,18 +290,27 @@ async fn connect_first(source: &Source, tls: Option<&ClientTls>) -> Result<Clien
     }
 }
 
-/// A linearizable read.
-async fn read(c: &mut Client) -> Result<(), OpError> {
-    match tokio::time::timeout(
-        Duration::from_millis(OP_TIMEOUT_MS),
-        c.get("bench/probe", None),
-    )
+/// A linearizable read, asked of another member when one cannot serve it (a read is safe
+/// to repeat: etcd's own Go client repeats it too). Returns the attempts it took.
+async fn read(c: &Failover) -> Result<u32, OpError> {
+    c.call_with(Retry::Always, |mut c| async move {
+        c.get("bench/probe", None).await
+    })
     .await
-    {
-        Ok(Ok(_)) => Ok(()),
-        Ok(Err(e)) => Err(op_error(e)),
-        Err(_) => Err(timed_out()),
-    }
+    .map(|s| s.attempts)
+    .map_err(op_error)
+}
+
+/// A write, asked of another member only when it certainly did not reach the cluster
+/// (a write is never repeated once it may have been applied, as etcd's Go client does).
+async fn write_op(c: &Failover, key: &str, value: &str) -> Result<(), OpError> {
+    c.call_with(Retry::UnlessMaybeApplied, |mut c| {
+        let (k, v) = (key.to_string(), value.to_string());
+        async move { c.put(k, v, None).await }
+    })
+    .await
+    .map(drop)
+    .map_err(op_error)
 }
 
 /// Where a client finds the members.
@@ -357,43 +371,22 @@ async fn client_loop(
         let start_ms = now_ms();
         let started = Instant::now();
         let mut retried = false;
-        let result: Result<(), OpError> = match client.as_mut() {
+        let result: Result<(), OpError> = match client.as_ref() {
             Err(e) => Err(e.clone()),
-            Ok(c) => {
-                if write {
-                    seq += 1;
-                    let key = format!("{KEY_PREFIX}{id:03}-{seq:08}");
-                    let value = format!("{id}-{seq}-{start_ms}");
-                    match tokio::time::timeout(
-                        Duration::from_millis(OP_TIMEOUT_MS),
-                        c.put(key.clone(), value.clone(), None),
-                    )
-                    .await
-                    {
-                        Ok(Ok(_)) => {
-                            acked
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .push((key, value));
-                            Ok(())
-                        }
-                        Ok(Err(e)) => Err(op_error(e)),
-                        Err(_) => Err(timed_out()),
-                    }
-                } else {
-                    let mut r = read(c).await;
-                    // etcd fails a linearizable read that was waiting when leadership
-                    // moved with "leader changed"; a read is safe to repeat, and etcd's
-                    // own Go client repeats it. Writes are never repeated.
-                    if r.as_ref()
-                        .is_err_and(|(kind, _)| *kind == ClientErrorKind::LeaderChanged)
-                    {
-                        retried = true;
-                        r = read(c).await;
-                    }
-                    r
+            Ok(c) if write => {
+                seq += 1;
+                let key = format!("{KEY_PREFIX}{id:03}-{seq:08}");
+                let value = format!("{id}-{seq}-{start_ms}");
+                let r = write_op(c, &key, &value).await;
+                if r.is_ok() {
+                    acked
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((key, value));
                 }
+                r
             }
+            Ok(c) => read(c).await.map(|attempts| retried = attempts > 1),
         };
         let op = Op {
             start_ms,

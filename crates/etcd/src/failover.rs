@@ -51,6 +51,19 @@ pub struct Served<T> {
     /// timeout, a broken connection, a leader change): for a write, a "compare failed"
     /// answer may mean that the earlier attempt landed. The caller reads back to decide.
     pub maybe_applied_before: bool,
+    /// Attempts made (1: the first member asked served it).
+    pub attempts: u32,
+}
+
+/// Which failed attempts a call goes on from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// Every attempt a member could not serve: reads, and writes that are safe to repeat
+    /// (compare-and-swap transactions, which never apply twice).
+    Always,
+    /// Only attempts that certainly did not reach the cluster (a refused connection, a
+    /// learner's refusal): a plain write, as etcd's own Go client treats one.
+    UnlessMaybeApplied,
 }
 
 /// Why a call failed.
@@ -59,6 +72,14 @@ pub enum FailoverError {
     /// etcd's answer about the request itself (another member would say the same).
     #[error("{endpoint}: {message}")]
     Answer {
+        endpoint: String,
+        code: GrpcCode,
+        message: String,
+    },
+    /// An attempt failed in a way that may have applied it, and the call was not to be
+    /// repeated then (`Retry::UnlessMaybeApplied`).
+    #[error("{endpoint}: {message} (it may have been applied; not repeated)")]
+    MaybeApplied {
         endpoint: String,
         code: GrpcCode,
         message: String,
@@ -170,7 +191,20 @@ impl Failover {
     /// Runs `f` with a member's client until one serves it: the member that served last
     /// first, each attempt within the attempt deadline, every member once per round, and
     /// rounds until the call's deadline. `f` is called once per attempt.
-    pub async fn call<T, F, Fut>(&self, mut f: F) -> Result<Served<T>, FailoverError>
+    pub async fn call<T, F, Fut>(&self, f: F) -> Result<Served<T>, FailoverError>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        self.call_with(Retry::Always, f).await
+    }
+
+    /// `call`, going on from failed attempts as `retry` says.
+    pub async fn call_with<T, F, Fut>(
+        &self,
+        retry: Retry,
+        mut f: F,
+    ) -> Result<Served<T>, FailoverError>
     where
         F: FnMut(Client) -> Fut,
         Fut: Future<Output = Result<T, etcd_client::Error>>,
@@ -180,6 +214,7 @@ impl Failover {
         let mut tried: Vec<(String, String)> = Vec::new();
         let mut maybe_applied = false;
         let mut round = 0u32;
+        let mut attempts = 0u32;
         loop {
             let order = self.lock().order();
             for i in order {
@@ -190,6 +225,7 @@ impl Failover {
                 let limit = left.min(Duration::from_millis(self.deadlines.attempt_ms));
                 let endpoint = &self.endpoints[i];
                 let attempt_started = Instant::now();
+                attempts += 1;
                 let why = match tokio::time::timeout(limit, f(self.clients[i].clone())).await {
                     Ok(Ok(value)) => {
                         self.lock().served(i, self.now_ms());
@@ -197,6 +233,7 @@ impl Failover {
                             value,
                             endpoint: endpoint.clone(),
                             maybe_applied_before: maybe_applied,
+                            attempts,
                         });
                     }
                     Ok(Err(e)) => {
@@ -213,13 +250,31 @@ impl Failover {
                             }
                             Next::TryAnother { maybe_applied: m } => {
                                 maybe_applied |= m;
+                                if m && retry == Retry::UnlessMaybeApplied {
+                                    self.lock()
+                                        .failed(i, self.now_ms(), &message, rand::random());
+                                    return Err(FailoverError::MaybeApplied {
+                                        endpoint: endpoint.clone(),
+                                        code,
+                                        message,
+                                    });
+                                }
                                 one_line(&message)
                             }
                         }
                     }
                     Err(_) => {
                         maybe_applied = true;
-                        format!("no answer within {} ms", limit.as_millis())
+                        let why = format!("no answer within {} ms", limit.as_millis());
+                        if retry == Retry::UnlessMaybeApplied {
+                            self.lock().failed(i, self.now_ms(), &why, rand::random());
+                            return Err(FailoverError::MaybeApplied {
+                                endpoint: endpoint.clone(),
+                                code: GrpcCode::DeadlineExceeded,
+                                message: why,
+                            });
+                        }
+                        why
                     }
                 };
                 tracing::debug!(

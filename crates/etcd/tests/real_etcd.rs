@@ -150,11 +150,12 @@ async fn an_unreachable_endpoint_answers_within_its_timeout() {
     assert!(view.members.is_none());
 }
 
-/// A 3-member cluster on addresses of this test's own (`127.A.B.252..254`).
-fn three_members(dir: &std::path::Path) -> quorum_provider::management::ManagementEtcd {
+/// A 3-member cluster on addresses of this test's own (`127.A.B.252..254`, `B` from the
+/// process and `k`, one per test).
+fn three_members(dir: &std::path::Path, k: u8) -> quorum_provider::management::ManagementEtcd {
     let (a, b) = (
         30 + (std::process::id() % 200) as u8,
-        (std::process::id() / 200 % 200) as u8,
+        (std::process::id() / 200 % 50) as u8 * 4 + k,
     );
     let addrs: Vec<Ipv4Addr> = (252..=254).map(|d| Ipv4Addr::new(127, a, b, d)).collect();
     quorum_provider::management::ManagementEtcd::start(
@@ -176,7 +177,7 @@ async fn timed_observe(etcd: &Etcd, urls: &[String]) -> (quorum_etcd::ClusterVie
 #[tokio::test]
 async fn a_dead_or_stopped_member_never_holds_up_the_observation_of_the_others() {
     let dir = tempfile::tempdir().unwrap();
-    let m = three_members(dir.path());
+    let m = three_members(dir.path(), 0);
     let urls: Vec<String> = (0..m.len()).map(|i| m.client_url(i)).collect();
     let etcd = Etcd::default();
     let t = etcd.timeouts();
@@ -243,4 +244,64 @@ async fn a_dead_or_stopped_member_never_holds_up_the_observation_of_the_others()
         assert_eq!(answering, 2, "{:?}", v.statuses);
     }
     m.resume(leader);
+}
+
+#[tokio::test]
+async fn the_failover_client_serves_from_the_others_and_never_repeats_a_write_that_may_have_landed()
+{
+    use quorum_etcd::failover::{Deadlines, Failover, FailoverError, Retry};
+    let dir = tempfile::tempdir().unwrap();
+    let m = three_members(dir.path(), 1);
+    let urls: Vec<String> = (0..m.len()).map(|i| m.client_url(i)).collect();
+    let c = Failover::connect(&urls, Default::default(), Deadlines::default(), 0)
+        .await
+        .unwrap();
+    let put = |k: &'static str| {
+        move |mut c: etcd_client::Client| async move { c.put(k, "v", None).await }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.call(put("warm")).await.is_err() {
+        assert!(Instant::now() < deadline, "the cluster never served");
+    }
+    // A follower asked first, killed: its connection is refused, so even a write that
+    // must not be repeated once it may have landed goes on to another member.
+    let h = c.probe_all().await;
+    let leader = h.iter().position(|e| e.leader).unwrap();
+    let follower = (leader + 1) % 3;
+    c.prefer(follower);
+    m.kill(follower).unwrap();
+    // The connection it had breaks under the first request ("transport error": it may
+    // have been sent); a read goes on, and the next connection attempt is refused.
+    c.call(|mut c| async move { c.get("warm", None).await })
+        .await
+        .unwrap();
+    c.prefer(follower);
+    let s = c
+        .call_with(Retry::UnlessMaybeApplied, put("k1"))
+        .await
+        .unwrap();
+    assert!(!s.maybe_applied_before);
+    assert_ne!(s.endpoint, urls[follower]);
+    m.restart(follower).unwrap();
+    while c.probe_all().await[follower].error.is_some() {
+        assert!(Instant::now() < deadline + Duration::from_secs(30));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A follower asked first, stopped: the attempt times out, and that write may have
+    // landed: not repeated. A read (`Retry::Always`) goes on to another member.
+    c.prefer(follower);
+    m.pause(follower);
+    let e = c
+        .call_with(Retry::UnlessMaybeApplied, put("k2"))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, FailoverError::MaybeApplied { .. }), "{e}");
+    c.prefer(follower);
+    let s = c
+        .call(|mut c| async move { c.get("k1", None).await })
+        .await
+        .unwrap();
+    assert!(s.attempts >= 2 && s.maybe_applied_before);
+    assert_eq!(s.value.kvs().len(), 1);
+    m.resume(follower);
 }

@@ -53,7 +53,11 @@ impl Conn {
 
     fn error(&self, op: &'static str, e: FailoverError) -> StoreError {
         match e {
+            // (The store retries every call: `MaybeApplied` does not arise.)
             FailoverError::Answer {
+                endpoint, message, ..
+            }
+            | FailoverError::MaybeApplied {
                 endpoint, message, ..
             } => StoreError::Etcd {
                 location: self.location.clone(),
