@@ -5,6 +5,8 @@
 //! finishing the rollout. Real processes, real signals, a real 3-member management etcd.
 
 mod common;
+#[path = "ha/store_faults.rs"]
+mod store_faults;
 
 use common::*;
 use quorum_core::ActionKind;

@@ -424,8 +424,9 @@ impl Controller {
                     }
                     Standing::Hold => {
                         let why = format!(
-                            "the store has not confirmed this controller's leadership lease for {} ms past its deadline (its renewals go unanswered); acting again once one is",
-                            -left.unwrap_or(0)
+                            "the store has not confirmed this controller's leadership lease for {} ms past its deadline (its renewals go unanswered{}); acting again once one is",
+                            -left.unwrap_or(0),
+                            store_trouble(&self.store.endpoint_health(false))
                         );
                         self.hold(&why);
                         sleep_unless(stop, self.cfg.busy_poll_ms).await;
@@ -947,6 +948,24 @@ pub fn address_is_free(a: Ipv4Addr) -> bool {
     [CLIENT_PORT, PEER_PORT]
         .iter()
         .all(|p| TcpListener::bind(SocketAddrV4::new(a, *p)).is_ok())
+}
+
+/// What the members of a management etcd say, when fewer than a majority serve.
+fn store_trouble(health: &[quorum_store::EndpointHealth]) -> String {
+    if health.is_empty() || quorum_core::failover::majority_up(health) {
+        return String::new();
+    }
+    let up = health.iter().filter(|h| h.up).count();
+    let down: Vec<String> = health
+        .iter()
+        .filter(|h| !h.up)
+        .map(|h| format!("{}: {}", h.endpoint, h.error.as_deref().unwrap_or("down")))
+        .collect();
+    format!(
+        ": the management etcd has lost its quorum, {up} of {} members serve ({})",
+        health.len(),
+        down.join("; ")
+    )
 }
 
 async fn sleep_unless(stop: &AtomicBool, ms: u64) {

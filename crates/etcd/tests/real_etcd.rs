@@ -305,3 +305,99 @@ async fn the_failover_client_serves_from_the_others_and_never_repeats_a_write_th
     assert_eq!(s.value.kvs().len(), 1);
     m.resume(follower);
 }
+
+/// Measures what ARCHITECTURE.md reports: one balanced channel over every endpoint (as
+/// `etcd-client` builds it) against the failover client, with one member of three killed,
+/// then stopped (SIGSTOP): requests failed, and their latencies.
+/// `cargo test -p quorum-etcd --test real_etcd -- --ignored --nocapture balanced_channel`
+#[tokio::test]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn measure_the_balanced_channel_against_the_failover_client() {
+    use quorum_etcd::failover::{Deadlines, Failover};
+    const REQUESTS: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    let m = three_members(dir.path(), 2);
+    let urls: Vec<String> = (0..m.len()).map(|i| m.client_url(i)).collect();
+    let attempt = Duration::from_millis(quorum_core::failover::ATTEMPT_TIMEOUT_MS);
+    let balanced = etcd_client::Client::connect(
+        &urls,
+        Some(
+            etcd_client::ConnectOptions::new()
+                .with_connect_timeout(attempt)
+                .with_timeout(Duration::from_millis(
+                    quorum_core::failover::CALL_TIMEOUT_MS,
+                )),
+        ),
+    )
+    .await
+    .unwrap();
+    let failover = Failover::connect(&urls, Default::default(), Deadlines::default(), 0)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while failover
+        .call(|mut c| async move { c.get("k", None).await })
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline);
+    }
+    let leader = failover
+        .probe_all()
+        .await
+        .iter()
+        .position(|h| h.leader)
+        .unwrap();
+    let victim = (leader + 1) % 3;
+    let report = |what: &str, lat: &mut Vec<Duration>, failed: usize| {
+        lat.sort();
+        let p = |q: f64| lat.get(((lat.len() as f64 - 1.0) * q) as usize).copied();
+        println!(
+            "{what:<44} {failed:>4} of {REQUESTS} failed; latency p50 {:?}, p99 {:?}, max {:?}",
+            p(0.5).unwrap_or_default(),
+            p(0.99).unwrap_or_default(),
+            lat.last().copied().unwrap_or_default()
+        );
+    };
+    for fault in ["killed", "stopped"] {
+        if fault == "killed" {
+            m.kill(victim).unwrap();
+        } else {
+            m.restart(victim).unwrap();
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            m.pause(victim);
+        }
+        let (mut lat, mut failed) = (Vec::new(), 0);
+        for _ in 0..REQUESTS {
+            let mut c = balanced.clone();
+            let t = Instant::now();
+            if c.get("k", None).await.is_err() {
+                failed += 1;
+            }
+            lat.push(t.elapsed());
+        }
+        report(
+            &format!("balanced channel, one member {fault}"),
+            &mut lat,
+            failed,
+        );
+        let (mut lat, mut failed) = (Vec::new(), 0);
+        for _ in 0..REQUESTS {
+            let t = Instant::now();
+            if failover
+                .call(|mut c| async move { c.get("k", None).await })
+                .await
+                .is_err()
+            {
+                failed += 1;
+            }
+            lat.push(t.elapsed());
+        }
+        report(
+            &format!("failover client, one member {fault}"),
+            &mut lat,
+            failed,
+        );
+    }
+    m.resume(victim);
+}
