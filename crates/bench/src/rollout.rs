@@ -235,7 +235,10 @@ fn op_error(e: FailoverError) -> OpError {
         FailoverError::Answer { code, message, .. }
         | FailoverError::MaybeApplied { code, message, .. } => ClientErrorKind::of(*code, message),
         FailoverError::Unavailable { tried, .. }
-            if !tried.is_empty() && tried.iter().all(|(_, why)| why.starts_with("no answer")) =>
+            if !tried.is_empty()
+                && tried
+                    .iter()
+                    .all(|(_, why)| why.starts_with(quorum_core::failover::NO_ANSWER)) =>
         {
             ClientErrorKind::TimedOut
         }

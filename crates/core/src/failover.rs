@@ -100,6 +100,18 @@ pub fn is_connect_error(message: &str) -> bool {
         || message.contains("Connection refused")
 }
 
+/// A member that failed so cannot be reached at all (its connection refused, or no
+/// answer within the attempt's deadline), as opposed to one that answered without being
+/// able to serve (no leader, a leader change, a learner). When most members cannot be
+/// reached, the cluster has lost its quorum: waiting out the call's deadline, as for an
+/// election, would only delay saying so.
+pub fn is_unreachable(why: &str) -> bool {
+    is_connect_error(why) || why.starts_with(NO_ANSWER)
+}
+
+/// How a failed attempt without any answer is described (`is_unreachable` knows it).
+pub const NO_ANSWER: &str = "no answer within";
+
 /// What is known of one endpoint, for people and metrics.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -414,5 +426,8 @@ mod tests {
         assert!(is_connect_error(
             "tcp connect error: Connection refused (os error 111)"
         ));
+        assert!(is_unreachable("no answer within 1000 ms"));
+        assert!(is_unreachable("tcp connect error"));
+        assert!(!is_unreachable("etcdserver: no leader"));
     }
 }

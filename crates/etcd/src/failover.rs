@@ -14,8 +14,8 @@
 
 use etcd_client::{Client, ConnectOptions};
 use quorum_core::failover::{
-    next_after_error, EndpointHealth, EndpointSet, Next, ATTEMPT_TIMEOUT_MS, CALL_TIMEOUT_MS,
-    PROBE_TIMEOUT_MS, ROUND_BACKOFF,
+    is_unreachable, next_after_error, EndpointHealth, EndpointSet, Next, ATTEMPT_TIMEOUT_MS,
+    CALL_TIMEOUT_MS, NO_ANSWER, PROBE_TIMEOUT_MS, ROUND_BACKOFF,
 };
 use quorum_core::GrpcCode;
 use std::future::Future;
@@ -190,7 +190,9 @@ impl Failover {
 
     /// Runs `f` with a member's client until one serves it: the member that served last
     /// first, each attempt within the attempt deadline, every member once per round, and
-    /// rounds until the call's deadline. `f` is called once per attempt.
+    /// rounds until the call's deadline (an election ends within it), or until a round in
+    /// which most members could not be reached at all (the cluster has lost its quorum:
+    /// said at once). `f` is called once per attempt.
     pub async fn call<T, F, Fut>(&self, f: F) -> Result<Served<T>, FailoverError>
     where
         F: FnMut(Client) -> Fut,
@@ -217,6 +219,7 @@ impl Failover {
         let mut attempts = 0u32;
         loop {
             let order = self.lock().order();
+            let mut unreachable = 0;
             for i in order {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -265,7 +268,7 @@ impl Failover {
                     }
                     Err(_) => {
                         maybe_applied = true;
-                        let why = format!("no answer within {} ms", limit.as_millis());
+                        let why = format!("{NO_ANSWER} {} ms", limit.as_millis());
                         if retry == Retry::UnlessMaybeApplied {
                             self.lock().failed(i, self.now_ms(), &why, rand::random());
                             return Err(FailoverError::MaybeApplied {
@@ -282,6 +285,9 @@ impl Failover {
                     after_ms = attempt_started.elapsed().as_millis() as u64,
                     "attempt failed, asking another member: {why}"
                 );
+                if is_unreachable(&why) {
+                    unreachable += 1;
+                }
                 self.lock().failed(i, self.now_ms(), &why, rand::random());
                 match tried.iter_mut().find(|(e, _)| e == endpoint) {
                     Some(t) => t.1 = why,
@@ -289,7 +295,7 @@ impl Failover {
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if left.is_zero() || unreachable > self.endpoints.len() / 2 {
                 return Err(FailoverError::Unavailable {
                     waited_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
                     tried,
@@ -329,7 +335,7 @@ impl Failover {
             Err(_) => self.lock().failed(
                 i,
                 now,
-                &format!("no answer within {} ms", limit.as_millis()),
+                &format!("{NO_ANSWER} {} ms", limit.as_millis()),
                 rand::random(),
             ),
         }

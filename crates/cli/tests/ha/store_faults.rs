@@ -25,6 +25,8 @@ const CLI_EVERY_MS: u64 = 200;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StoreFault {
+    /// No fault: the same point of the rollout, for reference (a step takes time anyway).
+    Reference,
     KillOne,
     KillLeader,
     PauseLeader,
@@ -43,6 +45,7 @@ impl StoreFault {
 
     pub fn name(self) -> &'static str {
         match self {
+            StoreFault::Reference => "no fault (reference)",
             StoreFault::KillOne => "(a) one member SIGKILLed, left down",
             StoreFault::KillLeader => "(b) the leader SIGKILLed",
             StoreFault::PauseLeader => "(c) the leader SIGSTOPped 10 s",
@@ -53,6 +56,7 @@ impl StoreFault {
 
     fn tag(self) -> &'static str {
         match self {
+            StoreFault::Reference => "none",
             StoreFault::KillOne => "a",
             StoreFault::KillLeader => "b",
             StoreFault::PauseLeader => "c",
@@ -232,6 +236,7 @@ pub fn run_store_fault(fault: StoreFault, run: usize) -> Measured {
     let fault_ms = wall_ms();
     let mut recovered_ms = None;
     match fault {
+        StoreFault::Reference => {}
         StoreFault::KillOne => mgmt.kill((leader + 1) % 3).unwrap(),
         StoreFault::KillLeader => mgmt.kill(leader).unwrap(),
         StoreFault::PauseLeader => {
@@ -362,18 +367,19 @@ fn a_rollout_survives_every_fault_of_the_management_etcd() {
 #[ignore = "about 10 minutes: run with --ignored to measure the stalls"]
 fn store_fault_stalls() {
     const RUNS: usize = 5;
+    let faults: Vec<StoreFault> = std::iter::once(StoreFault::Reference)
+        .chain(StoreFault::ALL)
+        .collect();
     let mut all: Vec<(StoreFault, Measured)> = Vec::new();
     for run in 0..RUNS {
-        all.extend(run_at_once(
-            StoreFault::ALL.iter().map(|f| (*f, run + 1)).collect(),
-        ));
+        all.extend(run_at_once(faults.iter().map(|f| (*f, run + 1)).collect()));
     }
     let median = |mut v: Vec<i64>| {
         v.sort_unstable();
         v[v.len() / 2]
     };
     println!("fault                                    stall: median   max    (e: after a member back: median   max)  takeovers");
-    for f in StoreFault::ALL {
+    for f in faults {
         let ms: Vec<&Measured> = all
             .iter()
             .filter(|(g, _)| *g == f)

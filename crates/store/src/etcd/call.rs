@@ -4,7 +4,7 @@
 
 use crate::{Result, StoreError};
 use etcd_client::Client;
-use quorum_core::failover::{is_connect_error, EndpointHealth, CALL_TIMEOUT_MS};
+use quorum_core::failover::{is_connect_error, is_unreachable, EndpointHealth, CALL_TIMEOUT_MS};
 use quorum_etcd::failover::{Failover, FailoverError, Served};
 use std::future::Future;
 use std::sync::Arc;
@@ -102,15 +102,19 @@ pub(super) fn unavailable_detail(
     let unreachable: Vec<&str> = endpoints
         .iter()
         .copied()
-        .filter(|e| why(e).is_some_and(|w| is_connect_error(w) || w.starts_with("no answer")))
+        .filter(|e| why(e).is_some_and(is_unreachable))
         .collect();
     let list = endpoints
         .iter()
         .map(|e| format!("{}: {}", host(e), why(e).unwrap_or("not asked")))
         .collect::<Vec<_>>()
         .join("; ");
-    if unreachable.len() == n {
-        format!("none of the {n} members of the management etcd can be reached ({list}): is it running, and is --store right?")
+    let refused = endpoints
+        .iter()
+        .filter(|e| why(e).is_some_and(is_connect_error))
+        .count();
+    if refused == n {
+        format!("none of the {n} members of the management etcd accepts connections ({list}): is it running, and is --store right?")
     } else if unreachable.len() > n / 2 {
         format!(
             "{} of {n} members of the management etcd are unreachable ({list}): it has lost its quorum, and quorum can neither read nor change its state until a majority of the members is back",

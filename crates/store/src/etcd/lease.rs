@@ -12,7 +12,8 @@
 use super::call::Conn;
 use crate::{Heartbeat, HeartbeatWriter, Result, StoreError};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
-use quorum_core::failover::ROUND_BACKOFF;
+use quorum_core::failover::{CALL_TIMEOUT_MS, ROUND_BACKOFF};
+use quorum_etcd::failover::FailoverError;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -110,14 +111,18 @@ pub(super) fn keep_lease(
                     clock.lost.store(true, Ordering::SeqCst);
                     return;
                 }
-                // etcd's answer about the request: not a member's fault, and not worth a
-                // tight loop.
-                Err(quorum_etcd::failover::FailoverError::Answer { .. }) => {
+                // No member answered within the call's deadline (it went round them all
+                // meanwhile, so an election has ended): again at once.
+                Err(FailoverError::Unavailable { waited_ms, .. })
+                    if waited_ms >= CALL_TIMEOUT_MS =>
+                {
+                    next = Instant::now()
+                }
+                // Most members out of reach (said at once), or etcd's answer about the
+                // request: again after one pause between rounds, not in a tight loop.
+                Err(_) => {
                     next = Instant::now() + Duration::from_millis(ROUND_BACKOFF.cap_ms);
                 }
-                // No member answered within the call's deadline (it went round them all
-                // meanwhile): again at once.
-                Err(_) => next = Instant::now(),
             }
         }
     })
