@@ -122,6 +122,19 @@ impl CliWatch {
     }
 }
 
+/// `upgrade` to NEW. It refuses while a member does not answer in time, which a loaded
+/// machine (several scenarios at once) makes happen now and then: asked again until it
+/// records the change.
+fn upgrade_once_healthy(env: &Env, cp: &str) {
+    let mut last = String::new();
+    wait_for("upgrade to be recorded", Duration::from_secs(60), || {
+        let out = env.run(&["upgrade", cp, "--version", NEW]);
+        last = String::from_utf8_lossy(&out.stderr).into_owned();
+        out.status.success() || !last.contains("not healthy or unreachable")
+    });
+    assert!(!last.contains("error"), "{last}");
+}
+
 /// The index of the management etcd's leader, once one answers.
 fn management_leader(env: &Env) -> usize {
     let store = env.store();
@@ -222,7 +235,7 @@ pub fn run_store_fault(fault: StoreFault, run: usize) -> Measured {
     let watch = CliWatch::start(&env, cp);
     let after = env.store().last_event_id(cp).unwrap();
     let token_before = env.store().leader().unwrap().unwrap().token;
-    env.ok(&["upgrade", cp, "--version", NEW]);
+    upgrade_once_healthy(&env, cp);
     // Mid-rollout: the first new member has joined as a learner.
     wait_event(
         &env,
@@ -367,12 +380,18 @@ fn a_rollout_survives_every_fault_of_the_management_etcd() {
 #[ignore = "about 10 minutes: run with --ignored to measure the stalls"]
 fn store_fault_stalls() {
     const RUNS: usize = 5;
+    /// Scenarios at once: fewer than the test's five, so that the machine's load weighs
+    /// less on what is measured.
+    const AT_ONCE: usize = 3;
     let faults: Vec<StoreFault> = std::iter::once(StoreFault::Reference)
         .chain(StoreFault::ALL)
         .collect();
+    let jobs: Vec<(StoreFault, usize)> = (1..=RUNS)
+        .flat_map(|run| faults.iter().map(move |f| (*f, run)))
+        .collect();
     let mut all: Vec<(StoreFault, Measured)> = Vec::new();
-    for run in 0..RUNS {
-        all.extend(run_at_once(faults.iter().map(|f| (*f, run + 1)).collect()));
+    for batch in jobs.chunks(AT_ONCE) {
+        all.extend(run_at_once(batch.to_vec()));
     }
     let median = |mut v: Vec<i64>| {
         v.sort_unstable();
