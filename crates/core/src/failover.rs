@@ -102,9 +102,9 @@ pub fn is_connect_error(message: &str) -> bool {
 
 /// A member that failed so cannot be reached at all (its connection refused, or no
 /// answer within the attempt's deadline), as opposed to one that answered without being
-/// able to serve (no leader, a leader change, a learner). When most members cannot be
-/// reached, the cluster has lost its quorum: waiting out the call's deadline, as for an
-/// election, would only delay saying so.
+/// able to serve (no leader, a leader change, a learner). Most members unreachable for a
+/// whole call's deadline means the cluster has lost its quorum (an election ends sooner;
+/// during one, a follower still waiting on the dead leader answers nothing in time).
 pub fn is_unreachable(why: &str) -> bool {
     is_connect_error(why) || why.starts_with(NO_ANSWER)
 }

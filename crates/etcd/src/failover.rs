@@ -14,7 +14,7 @@
 
 use etcd_client::{Client, ConnectOptions};
 use quorum_core::failover::{
-    is_unreachable, next_after_error, EndpointHealth, EndpointSet, Next, ATTEMPT_TIMEOUT_MS,
+    is_connect_error, next_after_error, EndpointHealth, EndpointSet, Next, ATTEMPT_TIMEOUT_MS,
     CALL_TIMEOUT_MS, NO_ANSWER, PROBE_TIMEOUT_MS, ROUND_BACKOFF,
 };
 use quorum_core::GrpcCode;
@@ -191,8 +191,8 @@ impl Failover {
     /// Runs `f` with a member's client until one serves it: the member that served last
     /// first, each attempt within the attempt deadline, every member once per round, and
     /// rounds until the call's deadline (an election ends within it), or until a round in
-    /// which most members could not be reached at all (the cluster has lost its quorum:
-    /// said at once). `f` is called once per attempt.
+    /// which most members refused the connection (they are down: the cluster has lost its
+    /// quorum, said at once). `f` is called once per attempt.
     pub async fn call<T, F, Fut>(&self, f: F) -> Result<Served<T>, FailoverError>
     where
         F: FnMut(Client) -> Fut,
@@ -219,7 +219,7 @@ impl Failover {
         let mut attempts = 0u32;
         loop {
             let order = self.lock().order();
-            let mut unreachable = 0;
+            let mut refused = 0;
             for i in order {
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
@@ -285,8 +285,10 @@ impl Failover {
                     after_ms = attempt_started.elapsed().as_millis() as u64,
                     "attempt failed, asking another member: {why}"
                 );
-                if is_unreachable(&why) {
-                    unreachable += 1;
+                // Refused connections only: a member that does not answer in time may be a
+                // follower waiting on a leader that just died (an election, not a loss).
+                if is_connect_error(&why) {
+                    refused += 1;
                 }
                 self.lock().failed(i, self.now_ms(), &why, rand::random());
                 match tried.iter_mut().find(|(e, _)| e == endpoint) {
@@ -295,7 +297,7 @@ impl Failover {
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || unreachable > self.endpoints.len() / 2 {
+            if left.is_zero() || refused > self.endpoints.len() / 2 {
                 return Err(FailoverError::Unavailable {
                     waited_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
                     tried,
