@@ -19,6 +19,7 @@ pub mod heartbeat;
 pub mod metrics;
 pub mod pacing;
 mod perform;
+mod standing;
 
 use access::{now_unix_s, Access};
 use quorum_core::lease::Standing;
@@ -423,11 +424,7 @@ impl Controller {
                         continue;
                     }
                     Standing::Hold => {
-                        let why = format!(
-                            "the store has not confirmed this controller's leadership lease for {} ms past its deadline (its renewals go unanswered{}); acting again once one is",
-                            -left.unwrap_or(0),
-                            store_trouble(&self.store.endpoint_health(false))
-                        );
+                        let why = self.lease_unconfirmed();
                         self.hold(&why);
                         sleep_unless(stop, self.cfg.busy_poll_ms).await;
                         continue;
@@ -457,26 +454,6 @@ impl Controller {
                 Outcome::Waiting => sleep_unless(stop, self.cfg.busy_poll_ms).await,
                 Outcome::Converged => self.idle(stop).await,
             }
-        }
-    }
-
-    /// This replica acts on nothing for want of its store: said once per reason.
-    fn hold(&mut self, why: &str) {
-        let same = self.held.as_ref().is_some_and(|(_, w)| w == why);
-        if !same {
-            tracing::warn!("not acting: {why}");
-            let since = self.held.as_ref().map_or_else(Instant::now, |(t, _)| *t);
-            self.held = Some((since, why.to_string()));
-        }
-    }
-
-    /// The store answered (and, leading, confirmed the lease): said once after a hold.
-    fn store_answers(&mut self) {
-        if let Some((since, _)) = self.held.take() {
-            tracing::info!(
-                held_ms = since.elapsed().as_millis() as u64,
-                "the store answers again; acting again"
-            );
         }
     }
 
@@ -948,24 +925,6 @@ pub fn address_is_free(a: Ipv4Addr) -> bool {
     [CLIENT_PORT, PEER_PORT]
         .iter()
         .all(|p| TcpListener::bind(SocketAddrV4::new(a, *p)).is_ok())
-}
-
-/// What the members of a management etcd say, when fewer than a majority serve.
-fn store_trouble(health: &[quorum_store::EndpointHealth]) -> String {
-    if health.is_empty() || quorum_core::failover::majority_up(health) {
-        return String::new();
-    }
-    let up = health.iter().filter(|h| h.up).count();
-    let down: Vec<String> = health
-        .iter()
-        .filter(|h| !h.up)
-        .map(|h| format!("{}: {}", h.endpoint, h.error.as_deref().unwrap_or("down")))
-        .collect();
-    format!(
-        ": the management etcd has lost its quorum, {up} of {} members serve ({})",
-        health.len(),
-        down.join("; ")
-    )
 }
 
 async fn sleep_unless(stop: &AtomicBool, ms: u64) {

@@ -106,7 +106,10 @@ pub fn is_connect_error(message: &str) -> bool {
 /// whole call's deadline means the cluster has lost its quorum (an election ends sooner;
 /// during one, a follower still waiting on the dead leader answers nothing in time).
 pub fn is_unreachable(why: &str) -> bool {
-    is_connect_error(why) || why.starts_with(NO_ANSWER)
+    // The client's own per-request deadline (tonic's words) is the same: no answer.
+    is_connect_error(why)
+        || why.starts_with(NO_ANSWER)
+        || why == crate::classify::CLIENT_DEADLINE.message
 }
 
 /// How a failed attempt without any answer is described (`is_unreachable` knows it).
@@ -428,6 +431,7 @@ mod tests {
         ));
         assert!(is_unreachable("no answer within 1000 ms"));
         assert!(is_unreachable("tcp connect error"));
+        assert!(is_unreachable("Timeout expired"));
         assert!(!is_unreachable("etcdserver: no leader"));
     }
 }

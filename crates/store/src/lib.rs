@@ -94,8 +94,7 @@ pub enum StoreError {
     /// A side effect was about to be made by a replica that does not lead.
     #[error("this controller does not lead the controllers of this store (it has not won the leadership, or gave it up): it must not act")]
     NotLeading,
-    /// The leader's own lease deadline (measured locally) is too close or past, its
-    /// renewals unanswered: it must not start a side effect until one is answered.
+    /// Its own lease deadline is close or past, renewals unanswered: no step until one is.
     #[error("this controller's leadership lease is confirmed for {left_ms} ms more, less than the {margin_ms} ms margin a step needs (its renewals are not answered yet)")]
     LeaseEnding { left_ms: i64, margin_ms: u64 },
     /// The store said the leader's lease is gone: another replica may lead.
@@ -133,8 +132,7 @@ impl StoreError {
         )
     }
 
-    /// The store cannot serve, or confirm this replica's lease, now: act on nothing and
-    /// try again (no reason to step down: `lease::Standing::Hold`).
+    /// No serving store, or no confirmed lease: act on nothing, try again (no step-down).
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,

@@ -279,7 +279,11 @@ pub fn run_store_fault(fault: StoreFault, run: usize) -> Measured {
             );
             for r in [&r1, &r2] {
                 let log = r.log_text();
-                assert!(log.contains("not acting: "), "{}: {log}", r.id);
+                let said: Vec<&str> = log.lines().filter(|l| l.contains("not acting: ")).collect();
+                // Said, and said once per reason, not at every pass.
+                assert!(!said.is_empty(), "{}: {log}", r.id);
+                assert!(said.len() <= 10, "{}: {}", r.id, said.join("\n"));
+                eprintln!("{} during (e):\n{}", r.id, said.join("\n"));
             }
             mgmt.restart(leader).unwrap();
             recovered_ms = Some(wall_ms());
