@@ -267,7 +267,12 @@ fn a_majority_gone_is_said_plainly_and_the_store_serves_once_one_is_back() {
     assert!(matches!(e, StoreError::Unavailable { .. }), "{e}");
     let text = e.to_string();
     eprintln!("{text}");
-    assert!(text.contains("2 of 3 members"), "{text}");
+    // Two refuse connections; the third may say it has no leader, or (still waiting on
+    // the leader that died) not answer in time.
+    assert!(
+        text.contains("2 of 3 members") || text.contains("3 of 3 members"),
+        "{text}"
+    );
     assert!(text.contains("lost its quorum"), "{text}");
     assert!(
         took < Duration::from_millis(deadlines.call_ms + 1_000),
