@@ -57,6 +57,8 @@ impl RolloutArgs {
             haproxy: None,
             certificates: Default::default(),
             insecure_plaintext: self.insecure_plaintext,
+            remediation: Default::default(),
+            maintenance: Default::default(),
         }
     }
 }

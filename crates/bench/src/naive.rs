@@ -91,7 +91,7 @@ pub async fn rollout(
             .map(|ca| (now_unix_s() + lifetime_s).min(ca.not_after_unix_s()));
         let new = ctx
             .store
-            .allocate_machine(cp, false, to, not_after, &address_is_free)?;
+            .allocate_machine(cp, false, to, not_after, None, &address_is_free)?;
         let add = add_voter(&mut client, &new).await?;
         step(
             StepKind::AddVoter,

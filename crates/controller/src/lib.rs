@@ -171,6 +171,9 @@ pub async fn observe(provider: &LocalProvider, etcd: &Etcd, machines: &[Machine]
                 process: st.process,
                 has_data: st.has_data,
                 status: None,
+                marker: None,
+                quorum_read: None,
+                starts_unix_s: vec![],
             },
         );
     }

@@ -76,7 +76,11 @@ impl Controller {
                 .ok_or(ActionError::NoLeader)
         };
         match action {
-            Action::AllocateMachine { bootstrap, version } => {
+            Action::AllocateMachine {
+                bootstrap,
+                version,
+                remediation,
+            } => {
                 // Refuse to record a machine that could never start.
                 etcd_binary(self.provider.etcd_dir(), *version)?;
                 // Every certificate this machine will ever get ends at the same moment,
@@ -91,6 +95,7 @@ impl Controller {
                     *bootstrap,
                     *version,
                     not_after,
+                    remediation.clone(),
                     &address_is_free,
                 )?;
                 tracing::info!(cp = %cp.name, machine = %m.name, address = %m.address, "allocated");
@@ -139,8 +144,13 @@ impl Controller {
                 access.etcd.promote(&leader()?, *member_id).await?;
                 Ok(None)
             }
-            Action::MarkDeleting { machine, .. } => {
-                self.store.mark_machine_deleting(&cp.name, machine)?;
+            Action::MarkDeleting {
+                machine,
+                remediation,
+                ..
+            } => {
+                self.store
+                    .mark_machine_deleting(&cp.name, machine, remediation.as_ref())?;
                 Ok(None)
             }
             Action::MoveLeader { to_member, .. } => {
@@ -201,7 +211,12 @@ impl Controller {
 /// allocated (three "allocate a new initial machine" lines said nothing).
 pub(crate) fn done_message(action: &Action, allocated: Option<&str>) -> String {
     match (action, allocated) {
-        (Action::AllocateMachine { bootstrap, version }, Some(name)) => {
+        (
+            Action::AllocateMachine {
+                bootstrap, version, ..
+            },
+            Some(name),
+        ) => {
             let role = if *bootstrap {
                 "an initial member"
             } else {

@@ -1,6 +1,7 @@
 //! What the decision asks the runtime to do: `Action`s, their kinds (`ActionKind`,
 //! the names every crash point, metric and event uses), and the words each is shown in.
 
+use crate::model::Remediation;
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -53,7 +54,13 @@ impl fmt::Display for DeleteReason {
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Action {
     /// Record a new machine (name, address and peer URL are allocated by the runtime).
-    AllocateMachine { bootstrap: bool, version: Version },
+    /// `remediation`: it replaces a remediated machine and inherits the slot's count.
+    AllocateMachine {
+        bootstrap: bool,
+        version: Version,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remediation: Option<Remediation>,
+    },
     /// Start the machine's etcd process.
     StartMachine {
         machine: String,
@@ -68,6 +75,10 @@ pub enum Action {
     MarkDeleting {
         machine: String,
         reason: DeleteReason,
+        /// Set when the machine leaves to be remediated: kept on its record until its
+        /// replacement carries it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        remediation: Option<Remediation>,
     },
     /// Move leadership from the current leader to another voter (sent to the leader).
     MoveLeader {
@@ -185,7 +196,18 @@ impl fmt::Display for ActionKind {
 impl fmt::Display for Action {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Action::AllocateMachine { bootstrap, version } => {
+            Action::AllocateMachine {
+                bootstrap,
+                version,
+                remediation,
+            } => {
+                if let Some(r) = remediation {
+                    return write!(
+                        f,
+                        "allocate a machine to replace {} (etcd {version})",
+                        r.machine
+                    );
+                }
                 let what = if *bootstrap {
                     "initial machine"
                 } else {
@@ -199,7 +221,9 @@ impl fmt::Display for Action {
             },
             Action::AddLearner { machine, .. } => write!(f, "add {machine} as a learner"),
             Action::Promote { machine, .. } => write!(f, "promote {machine} to voter"),
-            Action::MarkDeleting { machine, reason } => {
+            Action::MarkDeleting {
+                machine, reason, ..
+            } => {
                 write!(f, "mark {machine} for deletion ({reason})")
             }
             Action::MoveLeader { to_machine, .. } => {

@@ -349,6 +349,7 @@ impl<'a> View<'a> {
                 .map(|_| Action::AllocateMachine {
                     bootstrap: true,
                     version: self.spec().version,
+                    remediation: None,
                 })
                 .collect();
             return Some(Step {
@@ -658,6 +659,7 @@ impl<'a> View<'a> {
                 Action::MarkDeleting {
                     machine: name,
                     reason: DeleteReason::MemberLost,
+                    remediation: None,
                 },
             ));
         }
@@ -719,6 +721,7 @@ impl<'a> View<'a> {
             Action::AllocateMachine {
                 bootstrap: false,
                 version: self.spec().version,
+                remediation: None,
             },
         )
     }
@@ -763,6 +766,7 @@ impl<'a> View<'a> {
             Action::MarkDeleting {
                 machine: victim.machine.name.clone(),
                 reason,
+                remediation: None,
             },
         )
     }

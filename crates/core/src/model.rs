@@ -77,6 +77,150 @@ pub struct ControlPlaneSpec {
     /// reach an address reads and writes everything. Chosen once, at creation.
     #[serde(default, skip_serializing_if = "is_false")]
     pub insecure_plaintext: bool,
+    /// How quorum repairs a member that fails on its own.
+    #[serde(default, skip_serializing_if = "RemediationSpec::is_default")]
+    pub remediation: RemediationSpec,
+    /// Space upkeep: when quorum defragments on its own.
+    #[serde(default, skip_serializing_if = "MaintenanceSpec::is_default")]
+    pub maintenance: MaintenanceSpec,
+}
+
+/// How quorum repairs failed members: by replacement, one at a time, within limits
+/// (Cluster API's KubeadmControlPlane rules are the floor).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RemediationSpec {
+    /// How long a problem must hold before the member counts as unhealthy and is
+    /// replaced: a blip never replaces anything, a dead host is handled in bounded time.
+    #[serde(default = "default_unhealthy_after")]
+    pub unhealthy_after: Span,
+    /// How many times in a row a machine slot may be remediated (a replacement that
+    /// fails within `minHealthyPeriod` is a retry of the same slot). 0: once, no retry.
+    #[serde(default = "default_max_retry")]
+    pub max_retry: u32,
+    /// The least time between two remediations of the same slot.
+    #[serde(default = "default_retry_period")]
+    pub retry_period: Span,
+    /// A failure after a replacement was healthy this long counts as new (its retry
+    /// count starts again).
+    #[serde(default = "default_min_healthy_period")]
+    pub min_healthy_period: Span,
+}
+
+pub const DEFAULT_UNHEALTHY_AFTER: Span = Span::from_secs(30);
+pub const DEFAULT_MAX_RETRY: u32 = 3;
+pub const DEFAULT_RETRY_PERIOD: Span = Span::from_secs(60);
+pub const DEFAULT_MIN_HEALTHY_PERIOD: Span = Span::from_secs(3_600);
+
+fn default_unhealthy_after() -> Span {
+    DEFAULT_UNHEALTHY_AFTER
+}
+fn default_max_retry() -> u32 {
+    DEFAULT_MAX_RETRY
+}
+fn default_retry_period() -> Span {
+    DEFAULT_RETRY_PERIOD
+}
+fn default_min_healthy_period() -> Span {
+    DEFAULT_MIN_HEALTHY_PERIOD
+}
+
+impl Default for RemediationSpec {
+    fn default() -> Self {
+        RemediationSpec {
+            unhealthy_after: DEFAULT_UNHEALTHY_AFTER,
+            max_retry: DEFAULT_MAX_RETRY,
+            retry_period: DEFAULT_RETRY_PERIOD,
+            min_healthy_period: DEFAULT_MIN_HEALTHY_PERIOD,
+        }
+    }
+}
+
+impl RemediationSpec {
+    fn is_default(&self) -> bool {
+        *self == RemediationSpec::default()
+    }
+}
+
+/// Space upkeep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MaintenanceSpec {
+    /// Defragment a member (one at a time) once this percentage of its database file is
+    /// free (`dbSize − dbSizeInUse`, after compaction). 0 turns automatic
+    /// defragmentation off; a NOSPACE alarm is always repaired.
+    #[serde(default = "default_defrag_percent")]
+    pub defrag_when_fragmented_above: Percent,
+}
+
+pub const DEFAULT_DEFRAG_PERCENT: Percent = Percent(50);
+
+fn default_defrag_percent() -> Percent {
+    DEFAULT_DEFRAG_PERCENT
+}
+
+impl Default for MaintenanceSpec {
+    fn default() -> Self {
+        MaintenanceSpec {
+            defrag_when_fragmented_above: DEFAULT_DEFRAG_PERCENT,
+        }
+    }
+}
+
+impl MaintenanceSpec {
+    fn is_default(&self) -> bool {
+        *self == MaintenanceSpec::default()
+    }
+}
+
+/// A whole percentage, 0 to 100, written `50%` (or a bare `50`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Percent(pub u8);
+
+impl std::fmt::Display for Percent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}%", self.0)
+    }
+}
+
+impl std::str::FromStr for Percent {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Percent, String> {
+        let digits = s.strip_suffix('%').unwrap_or(s).trim_end();
+        match digits.parse::<u8>() {
+            Ok(n) if n <= 100 => Ok(Percent(n)),
+            _ => Err(format!(
+                "{s:?} is not a percentage: write a whole number from 0 to 100, for example 50%"
+            )),
+        }
+    }
+}
+
+impl Serialize for Percent {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Percent {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Percent, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Num(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Num(n) => u8::try_from(n)
+                .ok()
+                .filter(|n| *n <= 100)
+                .map(Percent)
+                .ok_or_else(|| {
+                    serde::de::Error::custom(format!("{n} is not a percentage from 0 to 100"))
+                }),
+            Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -183,6 +327,25 @@ pub struct Machine {
     /// certificate issued to it ends then). `None` without TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificates_not_after_unix_s: Option<i64>,
+    /// This machine replaces one that was remediated (or, on a machine marked
+    /// deleting, this machine is being remediated): the slot's retry count travels with
+    /// its replacement, so `maxRetry` holds across machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<Remediation>,
+}
+
+/// One remediation of a machine slot.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Remediation {
+    /// The machine that was (or is being) replaced.
+    pub machine: String,
+    /// Remediations of this slot in a row, this one included (1 for a first failure).
+    pub attempt: u32,
+    /// When the remediation was decided (Unix seconds).
+    pub at_unix_s: i64,
+    /// Why, in words ("unreachable for 31s").
+    pub reason: String,
 }
 
 impl Machine {
@@ -228,6 +391,28 @@ pub struct EndpointStatus {
     pub is_learner: bool,
     /// Active alarms on this member (for example `NOSPACE`, `CORRUPT`).
     pub alarms: Vec<String>,
+    /// The cluster this member belongs to (from the answer's header).
+    #[serde(default)]
+    pub cluster_id: u64,
+    /// The store revision the member has applied (from the answer's header).
+    #[serde(default)]
+    pub revision: i64,
+    /// The size of its database file, and the part of it in use; the rest is free
+    /// space only a defragmentation returns.
+    #[serde(default)]
+    pub db_size_bytes: u64,
+    #[serde(default)]
+    pub db_size_in_use_bytes: u64,
+}
+
+/// What a data directory's identity marker says it holds, written by quorum once the
+/// member first answered as itself: checked before every start, so a directory that
+/// belongs to another member or cluster is never started as this one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DataMarker {
+    pub cluster_id: u64,
+    pub member_id: u64,
 }
 
 /// The machine's process, as the machine provider sees it.
@@ -246,6 +431,18 @@ pub struct MachineObservation {
     pub has_data: bool,
     /// `None` when the endpoint did not answer within its timeout.
     pub status: Option<EndpointStatus>,
+    /// The identity marker of its data directory; `None` when there is none (no data,
+    /// or data from before markers existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub marker: Option<DataMarker>,
+    /// Whether a linearizable read through its own endpoint answered in time; `None`
+    /// when not tried (its status did not answer).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quorum_read: Option<bool>,
+    /// When its process was started (Unix seconds), oldest first: the last
+    /// `health::STARTS_KEPT` at most. A crash loop is counted from these.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub starts_unix_s: Vec<i64>,
 }
 
 /// A fresh observation of one control plane.
@@ -263,6 +460,16 @@ pub struct Observation {
     /// (for certificate expiry) arrives with the observation.
     #[serde(default)]
     pub now_unix_s: i64,
+    /// Since when (Unix seconds) each machine has had a problem without a break, as
+    /// `health::Tracker` remembers it across observations. A machine missing here has
+    /// no lasting problem; with this empty, nothing counts as unhealthy long enough to
+    /// remediate (a reader that is not the controller never remediates).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub problem_since_unix_s: BTreeMap<String, i64>,
+    /// Whether the keyspace is compacted up to the current revision (probed only while
+    /// a NOSPACE alarm is active; `None` otherwise).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compacted: Option<bool>,
 }
 
 /// The leader as the members see it: the leader id reported with the highest term (a

@@ -380,6 +380,7 @@ pub fn table_machine(name: &str, deleting: bool) -> Machine {
         deleting,
         tls: false,
         certificates_not_after_unix_s: None,
+        remediation: None,
     }
 }
 
@@ -776,11 +777,13 @@ mod tests {
         assert_eq!(
             k(&Action::AllocateMachine {
                 bootstrap: true,
-                version: crate::Version::new(3, 5, 1)
+                version: crate::Version::new(3, 5, 1),
+                remediation: None,
             }),
             k(&Action::AllocateMachine {
                 bootstrap: false,
-                version: crate::Version::new(3, 4, 23)
+                version: crate::Version::new(3, 4, 23),
+                remediation: None,
             }),
         );
     }

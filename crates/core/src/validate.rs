@@ -149,6 +149,8 @@ mod tests {
             haproxy: None,
             certificates: Default::default(),
             insecure_plaintext: false,
+            remediation: Default::default(),
+            maintenance: Default::default(),
         }
     }
 

@@ -13,6 +13,7 @@ use std::net::Ipv4Addr;
 
 const OLD: &str = "3.4.23";
 const NEW: &str = "3.5.1";
+const CLUSTER_ID: u64 = 0xc1;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Mem {
@@ -185,6 +186,8 @@ impl Sit {
                 haproxy: None,
                 certificates: Default::default(),
                 insecure_plaintext: true,
+                remediation: Default::default(),
+                maintenance: Default::default(),
             },
             deleting: self.deleting_cp,
         };
@@ -200,6 +203,7 @@ impl Sit {
                 deleting: f.deleting,
                 tls: f.not_after.is_some(),
                 certificates_not_after_unix_s: f.not_after,
+                remediation: None,
             })
             .collect();
         let leader_id = match self.orphan_leader {
@@ -238,6 +242,10 @@ impl Sit {
                     version: Some(f.version.parse().unwrap()),
                     is_learner: f.member == Mem::Learner,
                     alarms: f.alarms.clone(),
+                    cluster_id: CLUSTER_ID,
+                    revision: 500,
+                    db_size_bytes: 0,
+                    db_size_in_use_bytes: 0,
                 });
             obs.insert(
                 mach.name.clone(),
@@ -249,6 +257,9 @@ impl Sit {
                     },
                     has_data: f.has_data,
                     status,
+                    marker: None,
+                    quorum_read: None,
+                    starts_unix_s: vec![],
                 },
             );
         }
@@ -266,6 +277,8 @@ impl Sit {
             cluster_version: None,
             machines: obs,
             now_unix_s: NOW_UNIX_S,
+            problem_since_unix_s: BTreeMap::new(),
+            compacted: None,
         };
         (cp, machines, observed)
     }
@@ -1157,6 +1170,7 @@ fn action_kinds_lists_every_variant() {
         Action::AllocateMachine {
             bootstrap: false,
             version: v,
+            remediation: None,
         },
         Action::StartMachine {
             machine: m(),
@@ -1174,6 +1188,7 @@ fn action_kinds_lists_every_variant() {
         Action::MarkDeleting {
             machine: m(),
             reason: DeleteReason::ScaleDown,
+            remediation: None,
         },
         Action::MoveLeader {
             from_member: 1,

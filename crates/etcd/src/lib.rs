@@ -252,6 +252,8 @@ impl Etcd {
             }
         };
         let member_id = st.header().map(|h| h.member_id()).unwrap_or(0);
+        let cluster_id = st.header().map(|h| h.cluster_id()).unwrap_or(0);
+        let revision = st.header().map(|h| h.revision()).unwrap_or(0);
         Ok(EndpointStatus {
             member_id,
             leader_id: st.leader(),
@@ -261,6 +263,10 @@ impl Etcd {
             version: st.version().parse().ok(),
             is_learner: st.is_learner(),
             alarms: st.errors().to_vec(),
+            cluster_id,
+            revision,
+            db_size_bytes: u64::try_from(st.db_size()).unwrap_or(0),
+            db_size_in_use_bytes: u64::try_from(st.raft_used_db_size()).unwrap_or(0),
         })
     }
 

@@ -88,6 +88,7 @@ impl Machines {
             deleting: false,
             tls: false,
             certificates_not_after_unix_s: None,
+            remediation: None,
         }
     }
 

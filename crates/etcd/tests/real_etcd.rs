@@ -32,6 +32,7 @@ fn single_member(last_octet: u8) -> Member {
         deleting: false,
         tls: false,
         certificates_not_after_unix_s: None,
+        remediation: None,
     };
     let initial = [InitialMember {
         name: machine.name.clone(),

@@ -68,6 +68,7 @@ impl ManagementEtcd {
                 deleting: false,
                 tls: tls.is_some(),
                 certificates_not_after_unix_s: tls.map(|(_, now, life)| now + life),
+                remediation: None,
             })
             .collect();
         let initial: Vec<InitialMember> = machines

@@ -25,6 +25,7 @@ fn machine(name: &str, last_octet: u8) -> Machine {
         deleting: false,
         tls: false,
         certificates_not_after_unix_s: None,
+        remediation: None,
     }
 }
 

@@ -272,6 +272,10 @@ impl World {
                         version: Some(mach.version),
                         is_learner: m.is_learner,
                         alarms: vec![],
+                        cluster_id: 1,
+                        revision: 0,
+                        db_size_bytes: 0,
+                        db_size_in_use_bytes: 0,
                     })
                 }
                 _ => None,
@@ -286,6 +290,9 @@ impl World {
                     },
                     has_data: p.has_data,
                     status,
+                    marker: None,
+                    quorum_read: None,
+                    starts_unix_s: vec![],
                 },
             );
         }

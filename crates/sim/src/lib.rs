@@ -408,6 +408,8 @@ impl World {
                     haproxy: None,
                     certificates: Default::default(),
                     insecure_plaintext: true,
+                    remediation: Default::default(),
+                    maintenance: Default::default(),
                 },
                 deleting: false,
             },
@@ -516,7 +518,12 @@ impl World {
         self.next_member_id
     }
 
-    fn alloc_machine(&mut self, bootstrap: bool, version: Version) -> Machine {
+    fn alloc_machine(
+        &mut self,
+        bootstrap: bool,
+        version: Version,
+        remediation: Option<quorum_core::Remediation>,
+    ) -> Machine {
         let serial = self.next_serial;
         self.next_serial += 1;
         let n = self.next_address;
@@ -530,6 +537,7 @@ impl World {
             deleting: false,
             tls: false,
             certificates_not_after_unix_s: None,
+            remediation,
         };
         self.machines.push(m.clone());
         self.procs.insert(m.name.clone(), Proc::default());
@@ -538,7 +546,7 @@ impl World {
 
     /// A healthy running member with its machine, as the scenario's starting point.
     fn seed_member(&mut self, version: Version) {
-        let m = self.alloc_machine(true, version);
+        let m = self.alloc_machine(true, version, None);
         let id = self.new_member_id();
         self.members.push(SimMember {
             id,
@@ -587,8 +595,12 @@ impl World {
             Action::AllocateMachine { .. } | Action::MarkDeleting { .. } if fenced => {
                 Answer::Fenced
             }
-            Action::AllocateMachine { bootstrap, version } => {
-                let m = self.alloc_machine(*bootstrap, *version);
+            Action::AllocateMachine {
+                bootstrap,
+                version,
+                remediation,
+            } => {
+                let m = self.alloc_machine(*bootstrap, *version, remediation.clone());
                 self.note(format!("  allocated {}", m.name));
                 Answer::Done
             }
@@ -599,9 +611,16 @@ impl World {
             Action::Promote { member_id, .. } => {
                 etcd_answer(EtcdCall::Promote, self.promote(*member_id))
             }
-            Action::MarkDeleting { machine, .. } => {
+            Action::MarkDeleting {
+                machine,
+                remediation,
+                ..
+            } => {
                 if let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) {
                     m.deleting = true;
+                    if remediation.is_some() {
+                        m.remediation = remediation.clone();
+                    }
                 }
                 Answer::Done
             }

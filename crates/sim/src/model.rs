@@ -162,6 +162,7 @@ fn machine(serial: u64, version: Version) -> Machine {
         deleting: false,
         tls: false,
         certificates_not_after_unix_s: None,
+        remediation: None,
     }
 }
 
@@ -184,6 +185,8 @@ pub fn initial(variant: Variant) -> State {
                 haproxy: None,
                 certificates: Default::default(),
                 insecure_plaintext: true,
+                remediation: Default::default(),
+                maintenance: Default::default(),
             },
             deleting: false,
         },
@@ -271,6 +274,10 @@ impl State {
                     version: Some(mach.version),
                     is_learner: m.is_learner,
                     alarms: vec![],
+                    cluster_id: 1,
+                    revision: 0,
+                    db_size_bytes: 0,
+                    db_size_in_use_bytes: 0,
                 }),
                 _ => None,
             };
@@ -284,6 +291,9 @@ impl State {
                     },
                     has_data: p.is_some_and(|p| p.has_data),
                     status,
+                    marker: None,
+                    quorum_read: None,
+                    starts_unix_s: vec![],
                 },
             );
         }
@@ -407,10 +417,15 @@ fn s_partitioned_not(s: &State, id: u64) -> bool {
 /// error for a violated property.
 fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
     match a {
-        Action::AllocateMachine { bootstrap, version } => {
+        Action::AllocateMachine {
+            bootstrap,
+            version,
+            remediation,
+        } => {
             if !fenced {
                 let m = Machine {
                     bootstrap: *bootstrap,
+                    remediation: remediation.clone(),
                     ..machine(s.next_serial, *version)
                 };
                 s.next_serial += 1;
@@ -422,10 +437,17 @@ fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
                 s.machines.push(m);
             }
         }
-        Action::MarkDeleting { machine, .. } => {
+        Action::MarkDeleting {
+            machine,
+            remediation,
+            ..
+        } => {
             if !fenced {
                 if let Some(m) = s.machines.iter_mut().find(|m| &m.name == machine) {
                     m.deleting = true;
+                    if remediation.is_some() {
+                        m.remediation = remediation.clone();
+                    }
                     // It leaves the endpoints at the next pass: a new drain, and the
                     // load balancer serves it until a pass brings it in step.
                     s.drain_started = false;
@@ -876,6 +898,7 @@ mod tests {
             &Action::AllocateMachine {
                 bootstrap: false,
                 version: NEW,
+                remediation: None,
             },
             false,
         )

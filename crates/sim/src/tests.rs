@@ -186,6 +186,7 @@ fn a_deposed_leaders_store_write_is_fenced() {
     w.replicas[0].in_flight = Some(Action::MarkDeleting {
         machine: "sim-1".into(),
         reason: quorum_core::DeleteReason::ScaleDown,
+        remediation: None,
     });
     let pause_steps = w.ttl_steps() + 1;
     w.pause(0, pause_steps, "");

@@ -9,7 +9,7 @@
 //! `quorum-core` types as JSON and checks them on the way back in (a record that does
 //! not parse is reported as corruption, never skipped).
 
-use quorum_core::{ControlPlane, ControlPlaneSpec, Machine, Version};
+use quorum_core::{ControlPlane, ControlPlaneSpec, Machine, Remediation, Version};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -259,10 +259,18 @@ pub trait StateStore: Send {
         bootstrap: bool,
         version: Version,
         certificates_not_after_unix_s: Option<i64>,
+        remediation: Option<Remediation>,
         is_free: &dyn Fn(Ipv4Addr) -> bool,
     ) -> Result<Machine>;
-    /// Records that a machine is leaving (idempotent).
-    fn mark_machine_deleting(&mut self, cp: &str, machine: &str) -> Result<()>;
+    /// Records that a machine is leaving (idempotent), with the remediation it is
+    /// leaving for, if any (kept on the record so its replacement inherits the slot's
+    /// retry count even if the process crashes in between).
+    fn mark_machine_deleting(
+        &mut self,
+        cp: &str,
+        machine: &str,
+        remediation: Option<&Remediation>,
+    ) -> Result<()>;
     /// Removes a machine record (idempotent: an absent record is success).
     fn delete_machine(&mut self, cp: &str, machine: &str) -> Result<()>;
 
@@ -538,6 +546,7 @@ fn new_machine(
     version: Version,
     bootstrap: bool,
     certificates_not_after_unix_s: Option<i64>,
+    remediation: Option<Remediation>,
 ) -> Result<Machine> {
     let address = loop {
         let Some(a) = address_at(subnet, *next_addr) else {
@@ -557,6 +566,7 @@ fn new_machine(
         deleting: false,
         tls: certificates_not_after_unix_s.is_some(),
         certificates_not_after_unix_s,
+        remediation,
     })
 }
 
@@ -698,6 +708,8 @@ mod tests {
                 haproxy: None,
                 certificates: Default::default(),
                 insecure_plaintext: true,
+                remediation: Default::default(),
+                maintenance: Default::default(),
             },
             deleting: false,
         }
@@ -819,13 +831,17 @@ mod tests {
         s.create_control_plane(&cp("b"), None, 1).unwrap();
         let v = "3.4.23".parse().unwrap();
         let busy = Ipv4Addr::from(0);
-        let m1 = s.allocate_machine("a", true, v, None, &|_| true).unwrap();
+        let m1 = s
+            .allocate_machine("a", true, v, None, None, &|_| true)
+            .unwrap();
         // The next address is "busy": allocation skips it.
         let skip = address_at(s.subnet().unwrap(), 1).unwrap();
         let m2 = s
-            .allocate_machine("a", true, v, None, &|a| a != skip && a != busy)
+            .allocate_machine("a", true, v, None, None, &|a| a != skip && a != busy)
             .unwrap();
-        let m3 = s.allocate_machine("b", true, v, None, &|_| true).unwrap();
+        let m3 = s
+            .allocate_machine("b", true, v, None, None, &|_| true)
+            .unwrap();
         assert_eq!((m1.serial, m2.serial, m3.serial), (1, 2, 1));
         assert_eq!(m1.name, "a-1");
         assert_ne!(m2.address, skip);
@@ -835,8 +851,8 @@ mod tests {
             .all(|a| a.octets()[0] == 127 && a.octets()[1] != 0));
         assert_ne!(addrs[0], addrs[1]);
         assert_ne!(addrs[1], addrs[2]);
-        s.mark_machine_deleting("a", "a-1").unwrap();
-        s.mark_machine_deleting("a", "a-1").unwrap();
+        s.mark_machine_deleting("a", "a-1", None).unwrap();
+        s.mark_machine_deleting("a", "a-1", None).unwrap();
         assert!(s.machine("a", "a-1").unwrap().deleting);
         s.delete_machine("a", "a-1").unwrap();
         s.delete_machine("a", "a-1").unwrap();

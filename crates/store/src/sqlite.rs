@@ -722,6 +722,7 @@ impl StateStore for SqliteStore {
         bootstrap: bool,
         version: Version,
         certificates_not_after_unix_s: Option<i64>,
+        remediation: Option<Remediation>,
         is_free: &dyn Fn(Ipv4Addr) -> bool,
     ) -> Result<Machine> {
         let subnet = self.subnet()?;
@@ -764,6 +765,7 @@ impl StateStore for SqliteStore {
             version,
             bootstrap,
             certificates_not_after_unix_s,
+            remediation,
         )?;
         let next_addr = next as i64;
         tx.execute(
@@ -789,12 +791,20 @@ impl StateStore for SqliteStore {
     }
 
     /// Records that a machine is leaving (idempotent).
-    fn mark_machine_deleting(&mut self, cp: &str, machine: &str) -> Result<()> {
+    fn mark_machine_deleting(
+        &mut self,
+        cp: &str,
+        machine: &str,
+        remediation: Option<&Remediation>,
+    ) -> Result<()> {
         let mut m = self.machine(cp, machine)?;
         if m.deleting {
             return Ok(());
         }
         m.deleting = true;
+        if let Some(r) = remediation {
+            m.remediation = Some(r.clone());
+        }
         self.conn
             .execute(
                 "UPDATE machines SET doc = ?3 WHERE control_plane = ?1 AND name = ?2",

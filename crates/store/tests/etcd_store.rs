@@ -66,6 +66,8 @@ fn cp(name: &str) -> ControlPlane {
             haproxy: None,
             certificates: Default::default(),
             insecure_plaintext: true,
+            remediation: Default::default(),
+            maintenance: Default::default(),
         },
         deleting: false,
     }
@@ -98,9 +100,11 @@ fn behaviour(s: &mut Store) {
         Err(StoreError::NotFound(_))
     ));
 
-    let m1 = s.allocate_machine("a", true, v, None, &|_| true).unwrap();
+    let m1 = s
+        .allocate_machine("a", true, v, None, None, &|_| true)
+        .unwrap();
     let m2 = s
-        .allocate_machine("a", true, v, None, &|a| a.octets()[3] != 3)
+        .allocate_machine("a", true, v, None, None, &|a| a.octets()[3] != 3)
         .unwrap();
     assert_eq!((m1.name.as_str(), m1.serial), ("a-1", 1));
     assert_eq!((m2.name.as_str(), m2.serial), ("a-2", 2));
@@ -110,8 +114,8 @@ fn behaviour(s: &mut Store) {
     // The creation time outlives changes of the spec and of the record's serial.
     assert_eq!(s.created_at_ms("a").unwrap(), Some(1));
     assert_eq!(s.created_at_ms("nope").unwrap(), None);
-    s.mark_machine_deleting("a", "a-1").unwrap();
-    s.mark_machine_deleting("a", "a-1").unwrap();
+    s.mark_machine_deleting("a", "a-1", None).unwrap();
+    s.mark_machine_deleting("a", "a-1", None).unwrap();
     assert!(s.machine("a", "a-1").unwrap().deleting);
     s.delete_machine("a", "a-1").unwrap();
     s.delete_machine("a", "a-1").unwrap();
@@ -124,7 +128,7 @@ fn behaviour(s: &mut Store) {
         vec![2]
     );
     assert!(matches!(
-        s.mark_machine_deleting("a", "a-1"),
+        s.mark_machine_deleting("a", "a-1", None),
         Err(StoreError::MachineNotFound { .. })
     ));
 
@@ -209,7 +213,9 @@ fn behaviour(s: &mut Store) {
     s.create_control_plane(&cp("a"), None, 3).unwrap();
     assert_eq!(s.events_after("a", 0, 10).unwrap().len(), 0);
     // Serials start again; addresses are never reused.
-    let m3 = s.allocate_machine("a", true, v, None, &|_| true).unwrap();
+    let m3 = s
+        .allocate_machine("a", true, v, None, None, &|_| true)
+        .unwrap();
     assert_eq!(m3.serial, 1);
     assert!(m3.address != m1.address && m3.address != m2.address);
     assert!(s.data_version().unwrap() != before || s.location().ends_with("quorum.db"));
@@ -248,7 +254,8 @@ fn concurrent_writers_never_overwrite_each_other() {
                     .map(|i| {
                         spec.replicas = 3 + i;
                         s.update_spec("a", &spec).unwrap();
-                        s.allocate_machine("a", false, v, None, &|_| true).unwrap()
+                        s.allocate_machine("a", false, v, None, None, &|_| true)
+                            .unwrap()
                     })
                     .collect::<Vec<_>>()
             })
@@ -319,7 +326,7 @@ fn one_leader_and_a_deposed_leaders_writes_are_refused() {
     assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
     assert!(!b.get_control_plane("x").unwrap().deleting);
     assert!(a
-        .allocate_machine("x", true, "3.4.23".parse().unwrap(), None, &|_| true)
+        .allocate_machine("x", true, "3.4.23".parse().unwrap(), None, None, &|_| true)
         .is_err());
     assert_eq!(b.machines("x").unwrap(), vec![]);
     // B's writes go through.

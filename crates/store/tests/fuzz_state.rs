@@ -40,12 +40,14 @@ fn populated() -> (tempfile::TempDir, PathBuf) {
                 haproxy: None,
                 certificates: Default::default(),
                 insecure_plaintext: true,
+                remediation: Default::default(),
+                maintenance: Default::default(),
             },
             deleting: false,
         };
         s.create_control_plane(&cp, None, 1).unwrap();
         for _ in 0..MACHINES_EACH {
-            s.allocate_machine(&cp.name, true, cp.spec.version, None, &|_| true)
+            s.allocate_machine(&cp.name, true, cp.spec.version, None, None, &|_| true)
                 .unwrap();
         }
     }

@@ -611,6 +611,7 @@ impl StateStore for EtcdStore {
         bootstrap: bool,
         version: Version,
         certificates_not_after_unix_s: Option<i64>,
+        remediation: Option<Remediation>,
         is_free: &dyn Fn(Ipv4Addr) -> bool,
     ) -> Result<Machine> {
         let subnet = self.subnet()?;
@@ -644,6 +645,7 @@ impl StateStore for EtcdStore {
                 version,
                 bootstrap,
                 certificates_not_after_unix_s,
+                remediation.clone(),
             )?;
             rec.next_serial += 1;
             let m_key = self.key(&format!("machine/{cp}/{}", machine.name));
@@ -671,7 +673,12 @@ impl StateStore for EtcdStore {
         Err(self.conflict(format!("machine allocation of {cp:?}")))
     }
 
-    fn mark_machine_deleting(&mut self, cp: &str, machine: &str) -> Result<()> {
+    fn mark_machine_deleting(
+        &mut self,
+        cp: &str,
+        machine: &str,
+        remediation: Option<&Remediation>,
+    ) -> Result<()> {
         let key = self.key(&format!("machine/{cp}/{machine}"));
         for attempt in 0..WRITE_ATTEMPTS {
             backoff(attempt);
@@ -686,6 +693,9 @@ impl StateStore for EtcdStore {
                 return Ok(());
             }
             m.deleting = true;
+            if let Some(r) = remediation {
+                m.remediation = Some(r.clone());
+            }
             let same = Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision);
             let value = to_json(&m);
             let put = TxnOp::put(key.clone(), value.clone(), None);

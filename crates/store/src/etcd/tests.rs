@@ -91,6 +91,8 @@ fn cp(name: &str) -> ControlPlane {
             haproxy: None,
             certificates: Default::default(),
             insecure_plaintext: true,
+            remediation: Default::default(),
+            maintenance: Default::default(),
         },
         deleting: false,
     }
@@ -149,11 +151,15 @@ fn a_write_whose_answer_was_lost_is_read_back_and_never_done_twice() {
 
     // A machine allocated, its answer lost: the same machine, not a second one.
     s.conn.lose.after.store(1, Ordering::SeqCst);
-    let m1 = s.allocate_machine("a", true, v, None, &|_| true).unwrap();
+    let m1 = s
+        .allocate_machine("a", true, v, None, None, &|_| true)
+        .unwrap();
     assert_eq!(m1.name, "a-1");
     let ms = s.machines("a").unwrap();
     assert_eq!(ms.len(), 1, "{ms:?}");
-    let m2 = s.allocate_machine("a", true, v, None, &|_| true).unwrap();
+    let m2 = s
+        .allocate_machine("a", true, v, None, None, &|_| true)
+        .unwrap();
     assert_eq!((m2.name.as_str(), m2.serial), ("a-2", 2));
     assert_ne!(m1.address, m2.address);
 
@@ -167,7 +173,7 @@ fn a_write_whose_answer_was_lost_is_read_back_and_never_done_twice() {
 
     // A machine marked leaving and a spec changed, both answers lost: done once each.
     s.conn.lose.after.store(1, Ordering::SeqCst);
-    s.mark_machine_deleting("a", "a-1").unwrap();
+    s.mark_machine_deleting("a", "a-1", None).unwrap();
     assert!(s.machine("a", "a-1").unwrap().deleting);
     s.conn.lose.after.store(1, Ordering::SeqCst);
     let mut spec = cp("a").spec;
