@@ -1,7 +1,7 @@
 //! What the decision asks the runtime to do: `Action`s, their kinds (`ActionKind`,
 //! the names every crash point, metric and event uses), and the words each is shown in.
 
-use crate::model::Remediation;
+use crate::model::{DataMarker, Remediation};
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -34,6 +34,8 @@ pub enum DeleteReason {
     MemberLost,
     /// Its certificates expire within `rollout.before.certificatesExpiry`.
     CertificatesExpiring,
+    /// It has been unhealthy for `remediation.unhealthyAfter`: it is replaced.
+    Unhealthy,
 }
 
 impl fmt::Display for DeleteReason {
@@ -43,6 +45,7 @@ impl fmt::Display for DeleteReason {
             DeleteReason::ScaleDown => "scale down",
             DeleteReason::MemberLost => "its member left the cluster",
             DeleteReason::CertificatesExpiring => "its certificates expire soon",
+            DeleteReason::Unhealthy => "remediation",
         })
     }
 }
@@ -97,6 +100,17 @@ pub enum Action {
     DeleteMachine { machine: String },
     /// Teardown finished: forget the control plane.
     ForgetControlPlane,
+    /// Write the identity marker into the machine's data directory (its member answered
+    /// as itself): from now on its data is checked before every start.
+    WriteMarker { machine: String, marker: DataMarker },
+    /// Compact the keyspace up to `revision` (sent to the leader): frees the space old
+    /// revisions hold, for a defragmentation to return.
+    Compact { revision: i64 },
+    /// Defragment one member's database (sent to that member; it stalls while the file
+    /// is rewritten, so only while the others hold quorum).
+    Defragment { machine: String },
+    /// Disarm an alarm of one member (sent to the leader).
+    DisarmAlarm { member_id: u64, alarm: String },
 }
 
 impl Action {
@@ -117,10 +131,15 @@ impl Action {
             | Action::Promote { machine, .. }
             | Action::MarkDeleting { machine, .. }
             | Action::StopMachine { machine }
-            | Action::DeleteMachine { machine } => Some(machine),
+            | Action::DeleteMachine { machine }
+            | Action::WriteMarker { machine, .. }
+            | Action::Defragment { machine } => Some(machine),
             Action::MoveLeader { to_machine, .. } => Some(to_machine),
             Action::RemoveMember { machine, .. } => machine.as_deref(),
-            Action::AllocateMachine { .. } | Action::ForgetControlPlane => None,
+            Action::AllocateMachine { .. }
+            | Action::ForgetControlPlane
+            | Action::Compact { .. }
+            | Action::DisarmAlarm { .. } => None,
         }
     }
 
@@ -137,6 +156,10 @@ impl Action {
             Action::StopMachine { .. } => ActionKind::StopMachine,
             Action::DeleteMachine { .. } => ActionKind::DeleteMachine,
             Action::ForgetControlPlane => ActionKind::ForgetControlPlane,
+            Action::WriteMarker { .. } => ActionKind::WriteMarker,
+            Action::Compact { .. } => ActionKind::Compact,
+            Action::Defragment { .. } => ActionKind::Defragment,
+            Action::DisarmAlarm { .. } => ActionKind::DisarmAlarm,
         }
     }
 }
@@ -178,6 +201,10 @@ action_kinds! {
     StopMachine = "stop-machine",
     DeleteMachine = "delete-machine",
     ForgetControlPlane = "forget-control-plane",
+    WriteMarker = "write-marker",
+    Compact = "compact",
+    Defragment = "defragment",
+    DisarmAlarm = "disarm-alarm",
 }
 
 impl ActionKind {
@@ -239,6 +266,16 @@ impl fmt::Display for Action {
             Action::StopMachine { machine } => write!(f, "stop {machine}"),
             Action::DeleteMachine { machine } => write!(f, "delete {machine}"),
             Action::ForgetControlPlane => write!(f, "forget the control plane"),
+            Action::WriteMarker { machine, .. } => {
+                write!(f, "mark the data directory of {machine} as its member's")
+            }
+            Action::Compact { revision } => {
+                write!(f, "compact the keyspace to revision {revision}")
+            }
+            Action::Defragment { machine } => write!(f, "defragment {machine}"),
+            Action::DisarmAlarm { member_id, alarm } => {
+                write!(f, "disarm the {alarm} alarm of member {member_id:x}")
+            }
         }
     }
 }

@@ -4,15 +4,22 @@
 //! Rules, in priority order (the first that applies wins):
 //! 1. teardown of a deleted control plane; a paused one does nothing;
 //! 2. bootstrap: allocate the initial machines, then start them together;
-//! 3. with no leader to ask: restart stopped members, else wait;
-//! 4. restart a machine whose member exists but whose process is down;
-//! 5. finish an add: start and promote a learner;
-//! 6. finish a removal: a machine marked deleting hands off leadership, then its member,
-//!    then its process, then its record;
-//! 7. remove orphan members (no machine);
-//! 8. a machine without a member: join it as a learner (never started) or replace it
-//!    (it had data, so its member was removed behind quorum's back);
-//! 9. scale up, scale down, roll out outdated machines (surge or remove first).
+//! 3. with no leader to ask: restart stopped members (past their restart backoff), else
+//!    wait, or say quorum is lost;
+//! 4. restart a machine whose member exists but whose process is down: never on lost or
+//!    foreign data, never before its restart backoff (`health::restart_backoff_s`);
+//! 5. mark the data directories of members that answered as themselves (`repair`);
+//! 6. finish an add: start and promote a learner;
+//! 7. finish a removal: a machine marked deleting hands off leadership, then its member,
+//!    then its process; a remediated one then records its replacement; then its record;
+//! 8. remove orphan members (no machine);
+//! 9. repair a NOSPACE alarm: compact, defragment, disarm (`upkeep`);
+//! 10. remediate: a member whose problem lasted `unhealthyAfter` is marked for
+//!     replacement, within the limits (`repair`); one that has not yet is waited on;
+//! 11. a machine without a member: join it as a learner (never started) or replace it
+//!     (it had data, so its member was removed behind quorum's back);
+//! 12. scale up, scale down, roll out outdated machines (surge or remove first); with
+//!     nothing else to do, defragment a member past the spec's threshold.
 //!
 //! Every membership change is preceded by a quorum projection in which every member
 //! that is not provably healthy counts as unhealthy, and at most one membership change
@@ -21,6 +28,7 @@
 pub use crate::action::*;
 pub use crate::decision::*;
 use crate::model::*;
+use std::collections::BTreeMap;
 /// The next step for one control plane.
 ///
 /// `machines` are the control plane's machine records (any order); `observed` must be
@@ -42,7 +50,7 @@ pub fn decide(cp: &ControlPlane, machines: &[Machine], observed: &Observation) -
         && conditions
             .iter()
             .filter(|c| c.kind != ConditionKind::VersionWarning)
-            .all(|c| c.status == (c.kind != ConditionKind::Blocked));
+            .all(|c| c.status == c.kind.good_when_true());
     if converged {
         step.operation = Operation::Idle;
     }
@@ -59,7 +67,7 @@ pub fn decide(cp: &ControlPlane, machines: &[Machine], observed: &Observation) -
     }
 }
 
-struct Step {
+pub(crate) struct Step {
     actions: Vec<Action>,
     operation: Operation,
     waiting_for: Option<String>,
@@ -67,7 +75,15 @@ struct Step {
 }
 
 impl Step {
-    fn act(operation: Operation, action: Action) -> Step {
+    pub(crate) fn many(operation: Operation, actions: Vec<Action>) -> Step {
+        Step {
+            actions,
+            operation,
+            waiting_for: None,
+            blocked: false,
+        }
+    }
+    pub(crate) fn act(operation: Operation, action: Action) -> Step {
         Step {
             actions: vec![action],
             operation,
@@ -75,7 +91,7 @@ impl Step {
             blocked: false,
         }
     }
-    fn wait(operation: Operation, why: impl Into<String>) -> Step {
+    pub(crate) fn wait(operation: Operation, why: impl Into<String>) -> Step {
         Step {
             actions: vec![],
             operation,
@@ -83,7 +99,7 @@ impl Step {
             blocked: false,
         }
     }
-    fn refuse(operation: Operation, why: impl Into<String>) -> Step {
+    pub(crate) fn refuse(operation: Operation, why: impl Into<String>) -> Step {
         Step {
             blocked: true,
             ..Step::wait(operation, why)
@@ -92,36 +108,44 @@ impl Step {
 }
 
 /// A machine with what was seen of it and its member, if any.
-struct Seen<'a> {
-    machine: &'a Machine,
-    obs: Option<&'a MachineObservation>,
-    member: Option<&'a Member>,
+pub(crate) struct Seen<'a> {
+    pub(crate) machine: &'a Machine,
+    pub(crate) obs: Option<&'a MachineObservation>,
+    pub(crate) member: Option<&'a Member>,
 }
 
 impl Seen<'_> {
-    fn running(&self) -> bool {
+    pub(crate) fn running(&self) -> bool {
         self.obs.is_some_and(|o| o.process == ProcessState::Running)
     }
-    fn has_data(&self) -> bool {
+    pub(crate) fn has_data(&self) -> bool {
         self.obs.is_some_and(|o| o.has_data)
     }
-    fn status(&self) -> Option<&EndpointStatus> {
+    pub(crate) fn status(&self) -> Option<&EndpointStatus> {
         self.obs.and_then(|o| o.status.as_ref())
     }
 }
 
-struct View<'a> {
-    cp: &'a ControlPlane,
+pub(crate) struct View<'a> {
+    pub(crate) cp: &'a ControlPlane,
     /// Sorted by serial (oldest first).
-    seen: Vec<Seen<'a>>,
-    members: Option<&'a [Member]>,
+    pub(crate) seen: Vec<Seen<'a>>,
+    pub(crate) members: Option<&'a [Member]>,
     orphans: Vec<&'a Member>,
-    leader_id: Option<u64>,
-    now_unix_s: i64,
+    pub(crate) leader_id: Option<u64>,
+    pub(crate) now_unix_s: i64,
+    /// Since when each machine has had a problem (the tracker's memory).
+    pub(crate) problem_since: &'a BTreeMap<String, i64>,
+    /// Whether the keyspace is compacted to its revision (probed under NOSPACE).
+    pub(crate) compacted: Option<bool>,
 }
 
 impl<'a> View<'a> {
-    fn new(cp: &'a ControlPlane, machines: &'a [Machine], observed: &'a Observation) -> Self {
+    pub(crate) fn new(
+        cp: &'a ControlPlane,
+        machines: &'a [Machine],
+        observed: &'a Observation,
+    ) -> Self {
         let members = observed.members.as_deref();
         let mut seen: Vec<Seen<'a>> = machines
             .iter()
@@ -155,16 +179,18 @@ impl<'a> View<'a> {
             orphans,
             leader_id,
             now_unix_s: observed.now_unix_s,
+            problem_since: &observed.problem_since_unix_s,
+            compacted: observed.compacted,
         }
     }
 
-    fn spec(&self) -> &ControlPlaneSpec {
+    pub(crate) fn spec(&self) -> &ControlPlaneSpec {
         &self.cp.spec
     }
 
     /// Why a machine must be replaced even though the count is right: it runs another
     /// version than the spec, or its certificates expire within the renewal window.
-    fn outdated(&self, m: &Machine) -> Option<DeleteReason> {
+    pub(crate) fn outdated(&self, m: &Machine) -> Option<DeleteReason> {
         if m.version != self.spec().version {
             Some(DeleteReason::Outdated)
         } else if self.spec().certificates_due(m, self.now_unix_s) {
@@ -174,11 +200,11 @@ impl<'a> View<'a> {
         }
     }
 
-    fn voters(&self) -> impl Iterator<Item = &'a Member> + '_ {
+    pub(crate) fn voters(&self) -> impl Iterator<Item = &'a Member> + '_ {
         self.members.into_iter().flatten().filter(|m| !m.is_learner)
     }
 
-    fn seen_of(&self, member: &Member) -> Option<&Seen<'a>> {
+    pub(crate) fn seen_of(&self, member: &Member) -> Option<&Seen<'a>> {
         self.seen
             .iter()
             .find(|s| s.member.is_some_and(|m| m.id == member.id))
@@ -186,7 +212,7 @@ impl<'a> View<'a> {
 
     /// Provably healthy: its own endpoint answered as this member, it knows a leader and
     /// has no alarm. A member without a machine (an orphan) cannot be proven healthy.
-    fn healthy(&self, member: &Member) -> bool {
+    pub(crate) fn healthy(&self, member: &Member) -> bool {
         self.seen_of(member)
             .and_then(|s| s.status())
             .is_some_and(|st| {
@@ -205,23 +231,32 @@ impl<'a> View<'a> {
                     Some(m) if Some(m.id) == self.leader_id => Role::Leader,
                     Some(_) => Role::Follower,
                 };
+                let problems: Vec<String> = if s.machine.deleting {
+                    vec![]
+                } else {
+                    self.problems_of(s).iter().map(|p| p.to_string()).collect()
+                };
                 MachineHealth {
                     machine: s.machine.name.clone(),
                     role,
                     healthy: s.member.is_some_and(|m| self.healthy(m)),
+                    unhealthy_since_unix_s: (!problems.is_empty())
+                        .then(|| self.problem_since.get(&s.machine.name).copied())
+                        .flatten(),
+                    problems,
                 }
             })
             .collect()
     }
 
-    fn healthy_voters_except(&self, except: Option<u64>) -> usize {
+    pub(crate) fn healthy_voters_except(&self, except: Option<u64>) -> usize {
         self.voters()
             .filter(|m| Some(m.id) != except && self.healthy(m))
             .count()
     }
 
     /// Would the cluster keep a healthy majority if `remove` (a voter) left?
-    fn safe_to_remove_voter(&self, remove: u64) -> Result<(), String> {
+    pub(crate) fn safe_to_remove_voter(&self, remove: u64) -> Result<(), String> {
         let voters_after = self.voters().filter(|m| m.id != remove).count();
         let healthy_after = self.healthy_voters_except(Some(remove));
         if voters_after == 0 {
@@ -275,7 +310,7 @@ impl<'a> View<'a> {
         Ok(())
     }
 
-    fn name_of(&self, m: &Member) -> String {
+    pub(crate) fn name_of(&self, m: &Member) -> String {
         match self.seen_of(m) {
             Some(s) => s.machine.name.clone(),
             None if !m.name.is_empty() => m.name.clone(),
@@ -303,9 +338,12 @@ impl<'a> View<'a> {
             return self.without_leader();
         };
         self.restart_stopped()
+            .or_else(|| self.mark_data())
             .or_else(|| self.finish_learner())
             .or_else(|| self.finish_deletion())
             .or_else(|| self.remove_orphan())
+            .or_else(|| self.repair_nospace())
+            .or_else(|| self.remediate())
             .or_else(|| self.join_or_replace())
             .unwrap_or_else(|| self.reconcile_size(members))
     }
@@ -340,6 +378,16 @@ impl<'a> View<'a> {
     /// initial cluster is fixed), then start every one not yet running.
     fn bootstrap(&self) -> Option<Step> {
         if self.members.is_some() || self.seen.iter().any(|s| !s.machine.bootstrap) {
+            return None;
+        }
+        // A marker is written only once a member answered as itself with a leader: the
+        // cluster formed, and this is a lost quorum, not a bootstrap. Starting a member
+        // that lost its data with `new` now would found a stranger of the same name.
+        if self
+            .seen
+            .iter()
+            .any(|s| s.obs.is_some_and(|o| o.marker.is_some()))
+        {
             return None;
         }
         let started = self.seen.iter().any(|s| s.running() || s.has_data());
@@ -395,12 +443,18 @@ impl<'a> View<'a> {
     }
 
     /// No leader answered: membership cannot change. Restart members that were started
-    /// before (their data makes `--initial-cluster` irrelevant); otherwise wait.
+    /// before (their data makes `--initial-cluster` irrelevant) once their backoff has
+    /// passed; otherwise wait for an election, or say quorum is lost and nothing can be
+    /// repaired without it.
     fn without_leader(&self) -> Step {
-        let actions: Vec<Action> = self
+        let stopped: Vec<&Seen> = self
             .seen
             .iter()
             .filter(|s| !s.running() && s.has_data() && !s.machine.deleting)
+            .collect();
+        let actions: Vec<Action> = stopped
+            .iter()
+            .filter(|s| self.restart_wait_s(s) == 0)
             .map(|s| Action::StartMachine {
                 machine: s.machine.name.clone(),
                 state: ClusterState::Existing,
@@ -408,12 +462,7 @@ impl<'a> View<'a> {
             })
             .collect();
         if !actions.is_empty() {
-            return Step {
-                actions,
-                operation: Operation::Repairing,
-                waiting_for: None,
-                blocked: false,
-            };
+            return Step::many(Operation::Repairing, actions);
         }
         if self.seen.is_empty() {
             return Step::wait(
@@ -421,14 +470,44 @@ impl<'a> View<'a> {
                 "no machine and no reachable member: nothing to bootstrap from",
             );
         }
-        Step::wait(
+        let answering = self.seen.iter().filter(|s| s.status().is_some()).count();
+        let down: Vec<String> = self
+            .seen
+            .iter()
+            .filter(|s| !s.machine.deleting && s.status().is_none())
+            .map(|s| {
+                let wait = self.restart_wait_s(s);
+                let name = &s.machine.name;
+                if s.running() {
+                    format!("{name} unreachable")
+                } else if !s.has_data() {
+                    format!("{name} down without data")
+                } else {
+                    format!("{name} down (next start in {wait}s)")
+                }
+            })
+            .collect();
+        let all_running = self.seen.iter().all(|s| s.running() || s.machine.deleting);
+        if down.is_empty() || (answering == 0 && all_running) {
+            // An election, or processes just started: nothing says quorum is gone yet.
+            return Step::wait(
+                Operation::WaitingForQuorum,
+                "no member answered as leader: waiting for a quorum of members",
+            );
+        }
+        let n = self.seen.iter().filter(|s| !s.machine.deleting).count();
+        Step::refuse(
             Operation::WaitingForQuorum,
-            "no member answered as leader: waiting for a quorum of members",
+            format!(
+                "quorum is lost: {answering} of {n} members answer ({}), below the quorum of {}; quorum replaces no member without a quorum (removing one needs a leader, and a replacement could not join). Bring back a member (start its host or process) and the rest is repaired",
+                down.join(", "),
+                quorum_size(n)
+            ),
         )
     }
 
     /// The member list of the running cluster, for `--initial-cluster` of a joining member.
-    fn initial_cluster(&self) -> Vec<InitialMember> {
+    pub(crate) fn initial_cluster(&self) -> Vec<InitialMember> {
         let mut out = Vec::new();
         for m in self.members.into_iter().flatten() {
             let name = match self.seen_of(m) {
@@ -446,13 +525,21 @@ impl<'a> View<'a> {
     }
 
     /// A machine whose member exists but whose process is down: start it. This covers a
-    /// learner that was added but not started yet and a member whose process died.
+    /// learner that was added but not started yet and a member whose process died. Never
+    /// on data that is lost or another member's (remediation replaces those), and never
+    /// before its restart backoff has passed (the remediation rule says when).
     fn restart_stopped(&self) -> Option<Step> {
-        let s = self
-            .seen
-            .iter()
-            .find(|s| s.member.is_some() && !s.running() && !s.machine.deleting)?;
-        let fresh_bootstrap = s.machine.bootstrap && !s.has_data();
+        let s = self.seen.iter().find(|s| {
+            s.member.is_some()
+                && !s.running()
+                && !s.machine.deleting
+                && self.data_problem(s).is_none()
+                && self.restart_wait_s(s) == 0
+        })?;
+        // Bootstrapped with `new` only if its member has never run (no name yet): a
+        // member that ran and lost its data is `DataLost`, never started.
+        let fresh_bootstrap =
+            s.machine.bootstrap && !s.has_data() && s.member.is_some_and(|m| m.name.is_empty());
         let state = if fresh_bootstrap {
             ClusterState::New
         } else {
@@ -486,8 +573,10 @@ impl<'a> View<'a> {
     }
 
     /// What adding a member is for: a rollout if anything is outdated, else scaling up.
-    fn growth_operation(&self) -> Operation {
-        if self.seen.iter().any(|s| self.outdated(s.machine).is_some()) {
+    pub(crate) fn growth_operation(&self) -> Operation {
+        if self.remediating().is_some() {
+            Operation::Repairing
+        } else if self.seen.iter().any(|s| self.outdated(s.machine).is_some()) {
             Operation::RollingOut
         } else {
             Operation::ScalingUp
@@ -546,7 +635,7 @@ impl<'a> View<'a> {
         ))
     }
 
-    fn leader_status(&self) -> Option<&EndpointStatus> {
+    pub(crate) fn leader_status(&self) -> Option<&EndpointStatus> {
         let id = self.leader_id?;
         self.seen
             .iter()
@@ -590,14 +679,25 @@ impl<'a> View<'a> {
     /// even if nothing recorded it (the crash of the origin bug report).
     fn finish_deletion(&self) -> Option<Step> {
         let s = self.seen.iter().find(|s| s.machine.deleting)?;
-        let op = self.shrink_operation();
+        let remediated = s
+            .machine
+            .remediation
+            .as_ref()
+            .is_some_and(|r| r.machine == s.machine.name);
+        let op = if remediated {
+            Operation::Repairing
+        } else {
+            self.shrink_operation()
+        };
         let name = s.machine.name.clone();
         let Some(member) = s.member else {
-            return Some(if s.running() {
-                Step::act(op, Action::StopMachine { machine: name })
-            } else {
-                Step::act(op, Action::DeleteMachine { machine: name })
-            });
+            if s.running() {
+                return Some(Step::act(op, Action::StopMachine { machine: name }));
+            }
+            if let Some(replacement) = self.replacement_for(s) {
+                return Some(Step::act(op, replacement));
+            }
+            return Some(Step::act(op, Action::DeleteMachine { machine: name }));
         };
         if member.is_learner {
             return Some(Step::act(
@@ -699,12 +799,12 @@ impl<'a> View<'a> {
             return self.mark_victim(self.shrink_operation(), members);
         }
         if outdated.is_empty() {
-            return Step {
+            return self.auto_defrag().unwrap_or(Step {
                 actions: vec![],
                 operation: Operation::Idle,
                 waiting_for: None,
                 blocked: false,
-            };
+            });
         }
         if spec.rollout.max_surge >= 1 {
             return self.allocate(Operation::RollingOut);
@@ -862,6 +962,33 @@ impl<'a> View<'a> {
                 },
             },
         ];
+        let problems = self.problems();
+        out.push(Condition {
+            kind: ConditionKind::Degraded,
+            status: !problems.is_empty(),
+            message: if problems.is_empty() {
+                "no member has a problem".into()
+            } else {
+                problems
+                    .iter()
+                    .map(|(m, ps)| match self.problem_since.get(m) {
+                        Some(_) => format!(
+                            "{m}: {} (for {}s)",
+                            crate::repair::words(ps),
+                            self.unhealthy_for_s(m)
+                        ),
+                        None => format!("{m}: {}", crate::repair::words(ps)),
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            },
+        });
+        let remediating = self.remediating();
+        out.push(Condition {
+            kind: ConditionKind::Remediating,
+            status: remediating.is_some(),
+            message: remediating.unwrap_or_else(|| "no member is being replaced".into()),
+        });
         if spec.version.has_known_data_inconsistency_bug() {
             out.push(Condition {
                 kind: ConditionKind::VersionWarning,

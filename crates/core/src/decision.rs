@@ -16,6 +16,8 @@ pub enum Operation {
     ScalingDown,
     RollingOut,
     Repairing,
+    /// Space upkeep: compaction, defragmentation, an alarm disarmed, a marker written.
+    Maintaining,
     Deleting,
     Paused,
     /// No leader could be asked: nothing that needs one can happen.
@@ -31,6 +33,7 @@ impl fmt::Display for Operation {
             Operation::ScalingDown => "scaling down",
             Operation::RollingOut => "rolling out",
             Operation::Repairing => "repairing",
+            Operation::Maintaining => "maintaining",
             Operation::Deleting => "deleting",
             Operation::Paused => "paused",
             Operation::WaitingForQuorum => "waiting for quorum",
@@ -52,10 +55,29 @@ pub enum ConditionKind {
     Blocked,
     /// The spec's version has a known defect.
     VersionWarning,
+    /// Some member has a problem now (the message names each, with since when); it
+    /// is remediated once the problem has held for `remediation.unhealthyAfter`.
+    Degraded,
+    /// A failed member is being replaced.
+    Remediating,
     /// The control plane's HAProxy answers on its runtime API and its backend serves
     /// exactly the client endpoints. The decision never sees HAProxy, so `decide` does
     /// not set it: `status` adds it from a read-only look at the backend.
     HaproxyInStep,
+}
+
+impl ConditionKind {
+    /// Whether `status: true` is the good state (Available, Healthy...) rather than the
+    /// bad one (Blocked, Degraded, Remediating, VersionWarning).
+    pub fn good_when_true(self) -> bool {
+        !matches!(
+            self,
+            ConditionKind::Blocked
+                | ConditionKind::Degraded
+                | ConditionKind::Remediating
+                | ConditionKind::VersionWarning
+        )
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -98,6 +120,14 @@ pub struct MachineHealth {
     /// Provably healthy: its member's own endpoint answered as that member, it knows a
     /// leader and has no alarm. A machine without a member is never healthy.
     pub healthy: bool,
+    /// What is wrong with it now, in words ("unreachable", "lost its data"); empty when
+    /// nothing is.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+    /// Since when (Unix seconds) it has had a problem without a break, as the
+    /// controller remembers it (`None` for a reader that keeps no memory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy_since_unix_s: Option<i64>,
 }
 
 /// The outcome of one decision.

@@ -10,10 +10,13 @@ pub mod classify;
 pub mod decide;
 mod decision;
 pub mod failover;
+pub mod health;
 pub mod lease;
 pub mod model;
 pub mod pacing;
+mod repair;
 pub mod span;
+pub mod upkeep;
 pub mod validate;
 pub mod version;
 

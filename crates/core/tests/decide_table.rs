@@ -36,6 +36,15 @@ struct Fx {
     applied: u64,
     /// When its certificates expire (Unix seconds); `None`: a plaintext machine.
     not_after: Option<i64>,
+    /// Its member has run (has a name in the member list) even without data now.
+    ran: bool,
+    /// The data directory's marker: `None` unmarked; by default its own member's.
+    marker: Option<DataMarker>,
+    quorum_read: Option<bool>,
+    /// Process starts, in seconds before the situation's moment.
+    starts_ago_s: Vec<i64>,
+    db: (u64, u64),
+    remediation: Option<Remediation>,
 }
 
 /// A healthy running voter at `version`.
@@ -52,6 +61,15 @@ fn m(serial: u64, version: &'static str) -> Fx {
         alarms: vec![],
         applied: 1000,
         not_after: None,
+        ran: true,
+        marker: Some(DataMarker {
+            cluster_id: CLUSTER_ID,
+            member_id: member_id(serial),
+        }),
+        quorum_read: Some(true),
+        starts_ago_s: vec![],
+        db: (4 << 20, 4 << 20),
+        remediation: None,
     }
 }
 
@@ -64,8 +82,10 @@ impl Fx {
         self.member = Mem::Learner;
         self
     }
+    /// No member (so no marker either: one is written only once a member answered).
     fn no_member(mut self) -> Self {
         self.member = Mem::None;
+        self.marker = None;
         self
     }
     /// Allocated but never started: no process, no data.
@@ -73,6 +93,54 @@ impl Fx {
         self.running = false;
         self.has_data = false;
         self.reachable = false;
+        self.ran = false;
+        self.marker = None;
+        self
+    }
+    /// Its host lost the disk: the process is gone and so is the data, but its member
+    /// has run (it has a name).
+    fn lost_data(mut self) -> Self {
+        self.running = false;
+        self.reachable = false;
+        self.has_data = false;
+        self.marker = None;
+        self
+    }
+    /// Data from before markers existed.
+    fn unmarked(mut self) -> Self {
+        self.marker = None;
+        self
+    }
+    /// Data copied from another cluster's member.
+    fn foreign_data(mut self) -> Self {
+        self.marker = Some(DataMarker {
+            cluster_id: 0xbad,
+            member_id: 0x999,
+        });
+        self
+    }
+    fn quorum_read_fails(mut self) -> Self {
+        self.quorum_read = Some(false);
+        self
+    }
+    /// Started at these many seconds before now.
+    fn started_ago(mut self, ago_s: &[i64]) -> Self {
+        self.starts_ago_s = ago_s.to_vec();
+        self
+    }
+    fn db(mut self, size: u64, in_use: u64) -> Self {
+        self.db = (size, in_use);
+        self
+    }
+    /// It replaced `machine` (or, marked deleting, is being replaced when `machine` is
+    /// itself) `ago_s` seconds ago, as attempt `attempt`.
+    fn remediated(mut self, machine: &str, attempt: u32, ago_s: i64) -> Self {
+        self.remediation = Some(Remediation {
+            machine: machine.into(),
+            attempt,
+            at_unix_s: NOW_UNIX_S - ago_s,
+            reason: "unreachable for 30s".into(),
+        });
         self
     }
     fn stopped(mut self) -> Self {
@@ -132,6 +200,13 @@ struct Sit {
     orphan_leader: Option<u64>,
     /// false: no leader could be asked for the member list.
     members_visible: bool,
+    /// Seconds each machine (by serial) has had a problem, as the tracker remembers.
+    unhealthy_for: Vec<(u64, i64)>,
+    compacted: Option<bool>,
+    /// The leader's (and every member's) raft index.
+    raft_index: u64,
+    remediation: RemediationSpec,
+    defrag_percent: u8,
 }
 
 fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
@@ -151,6 +226,11 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         orphans: vec![],
         orphan_leader: None,
         members_visible: true,
+        unhealthy_for: vec![],
+        compacted: None,
+        raft_index: 1000,
+        remediation: RemediationSpec::default(),
+        defrag_percent: 50,
     }
 }
 
@@ -171,6 +251,31 @@ impl Sit {
         self.members_visible = false;
         self
     }
+    /// Machine `serial` has had a problem for `secs`, as the tracker remembers.
+    fn unhealthy_for(mut self, serial: u64, secs: i64) -> Self {
+        self.unhealthy_for.push((serial, secs));
+        self
+    }
+    /// Every member's log reaches `index`, applied that far unless said otherwise.
+    fn log(mut self, index: u64) -> Self {
+        self.raft_index = index;
+        for f in &mut self.machines {
+            f.applied = f.applied.max(index);
+        }
+        self
+    }
+    fn compacted(mut self, c: bool) -> Self {
+        self.compacted = Some(c);
+        self
+    }
+    fn max_retry(mut self, n: u32) -> Self {
+        self.remediation.max_retry = n;
+        self
+    }
+    fn defrag_above(mut self, percent: u8) -> Self {
+        self.defrag_percent = percent;
+        self
+    }
 
     fn build(&self) -> (ControlPlane, Vec<Machine>, Observation) {
         let cp = ControlPlane {
@@ -186,8 +291,10 @@ impl Sit {
                 haproxy: None,
                 certificates: Default::default(),
                 insecure_plaintext: true,
-                remediation: Default::default(),
-                maintenance: Default::default(),
+                remediation: self.remediation,
+                maintenance: MaintenanceSpec {
+                    defrag_when_fragmented_above: Percent(self.defrag_percent),
+                },
             },
             deleting: self.deleting_cp,
         };
@@ -203,7 +310,7 @@ impl Sit {
                 deleting: f.deleting,
                 tls: f.not_after.is_some(),
                 certificates_not_after_unix_s: f.not_after,
-                remediation: None,
+                remediation: f.remediation.clone(),
             })
             .collect();
         let leader_id = match self.orphan_leader {
@@ -215,7 +322,7 @@ impl Sit {
         let mut obs = BTreeMap::new();
         for (f, mach) in self.machines.iter().zip(&machines) {
             if f.member != Mem::None {
-                let started = f.has_data;
+                let started = f.ran;
                 members.push(Member {
                     id: member_id(f.serial),
                     name: if started {
@@ -237,15 +344,15 @@ impl Sit {
                     member_id: member_id(f.serial),
                     leader_id,
                     raft_term: 2,
-                    raft_index: 1000,
+                    raft_index: self.raft_index,
                     raft_applied_index: f.applied,
                     version: Some(f.version.parse().unwrap()),
                     is_learner: f.member == Mem::Learner,
                     alarms: f.alarms.clone(),
                     cluster_id: CLUSTER_ID,
                     revision: 500,
-                    db_size_bytes: 0,
-                    db_size_in_use_bytes: 0,
+                    db_size_bytes: f.db.0,
+                    db_size_in_use_bytes: f.db.1,
                 });
             obs.insert(
                 mach.name.clone(),
@@ -256,10 +363,10 @@ impl Sit {
                         ProcessState::Stopped
                     },
                     has_data: f.has_data,
+                    quorum_read: status.as_ref().and(f.quorum_read),
                     status,
-                    marker: None,
-                    quorum_read: None,
-                    starts_unix_s: vec![],
+                    marker: f.marker.filter(|_| f.has_data),
+                    starts_unix_s: f.starts_ago_s.iter().map(|a| NOW_UNIX_S - a).collect(),
                 },
             );
         }
@@ -277,8 +384,12 @@ impl Sit {
             cluster_version: None,
             machines: obs,
             now_unix_s: NOW_UNIX_S,
-            problem_since_unix_s: BTreeMap::new(),
-            compacted: None,
+            problem_since_unix_s: self
+                .unhealthy_for
+                .iter()
+                .map(|(serial, secs)| (name(*serial), NOW_UNIX_S - secs))
+                .collect(),
+            compacted: self.compacted,
         };
         (cp, machines, observed)
     }
@@ -516,7 +627,7 @@ fn decision_table() {
         (
             "scale up with an unhealthy member: do not allocate",
             sit(5, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()]),
-            "wait: member cp-3 is not healthy",
+            "wait: cp-3: unreachable; replaced unless it recovers within 30s",
         ),
         (
             "add refused while a member has an alarm",
@@ -530,7 +641,7 @@ fn decision_table() {
                     m(4, OLD).fresh().no_member(),
                 ],
             ),
-            "wait: alarms: NOSPACE",
+            "wait: NOSPACE: checking whether the keyspace is compacted",
         ),
         (
             "scale 1 -> 3: allocate",
@@ -670,7 +781,7 @@ fn decision_table() {
         (
             "scale 3 -> 1 with an unhealthy member: wait",
             sit(1, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()]),
-            "wait: cp-3 is not healthy",
+            "wait: cp-3: unreachable; replaced unless",
         ),
         // --- certificates that expire within the renewal window (73 days by default)
         (
@@ -793,7 +904,7 @@ fn decision_table() {
             sit(3, NEW, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)])
                 .surge(0)
                 .leader(3),
-            "wait: cp-2 is not healthy",
+            "wait: cp-2: unreachable; replaced unless",
         ),
         (
             "maxSurge 0 on one replica: refuse and say why",
@@ -1014,7 +1125,11 @@ fn conditions_say_what_is_wrong() {
     assert!(c(ConditionKind::Healthy).message.contains("cp-2"));
     assert!(!c(ConditionKind::UpToDate).status);
     assert!(c(ConditionKind::VersionWarning).message.contains("3.5.3"));
-    assert_eq!(d.operation, Operation::RollingOut);
+    assert!(c(ConditionKind::Degraded).status);
+    assert_eq!(c(ConditionKind::Degraded).message, "cp-2: unreachable");
+    assert!(!c(ConditionKind::Remediating).status);
+    // Waiting to see whether cp-2 recovers before anything else changes.
+    assert_eq!(d.operation, Operation::Repairing);
     // 2 of 3 voters healthy, quorum 2: one more failure loses quorum.
     assert_eq!((d.voters, d.healthy_voters, d.quorum_margin()), (3, 2, 0));
 }
@@ -1034,7 +1149,8 @@ fn a_status_from_another_member_does_not_prove_health() {
         .member_id = 0x777;
     let d = decide(&cp, &machines, &observed);
     assert!(d.actions.is_empty());
-    assert!(d.waiting_for.unwrap().contains("cp-3 is not healthy"));
+    let w = d.waiting_for.unwrap();
+    assert!(w.contains("cp-3: answers as member 777"), "{w}");
 }
 
 #[test]
@@ -1121,6 +1237,14 @@ fn apply_ideal(w: &mut Sit, a: &Action) {
             f.running = true;
             f.has_data = true;
             f.reachable = true;
+            f.ran = true;
+        }
+        Action::WriteMarker { machine, marker } => {
+            w.machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap()
+                .marker = Some(*marker);
         }
         Action::Promote { machine, .. } => {
             w.machines
@@ -1202,6 +1326,19 @@ fn action_kinds_lists_every_variant() {
         Action::StopMachine { machine: m() },
         Action::DeleteMachine { machine: m() },
         Action::ForgetControlPlane,
+        Action::WriteMarker {
+            machine: m(),
+            marker: DataMarker {
+                cluster_id: 1,
+                member_id: 2,
+            },
+        },
+        Action::Compact { revision: 9 },
+        Action::Defragment { machine: m() },
+        Action::DisarmAlarm {
+            member_id: 1,
+            alarm: "NOSPACE".into(),
+        },
     ];
     for a in &all {
         match a {
@@ -1214,7 +1351,11 @@ fn action_kinds_lists_every_variant() {
             | Action::RemoveMember { .. }
             | Action::StopMachine { .. }
             | Action::DeleteMachine { .. }
-            | Action::ForgetControlPlane => {}
+            | Action::ForgetControlPlane
+            | Action::WriteMarker { .. }
+            | Action::Compact { .. }
+            | Action::Defragment { .. }
+            | Action::DisarmAlarm { .. } => {}
         }
     }
     let kinds: Vec<ActionKind> = all.iter().map(|a| a.kind()).collect();
@@ -1239,6 +1380,10 @@ fn action_kind_names_are_stable() {
             "stop-machine",
             "delete-machine",
             "forget-control-plane",
+            "write-marker",
+            "compact",
+            "defragment",
+            "disarm-alarm",
         ]
     );
     for k in ActionKind::ALL {
@@ -1301,4 +1446,487 @@ fn the_decision_reports_each_machine_role_and_health() {
         .iter()
         .all(|h| h.role == Role::NoMember && !h.healthy));
     assert_eq!(d.leader(), None);
+}
+
+/// The repair half: lost and foreign data, crash loops, hung members, remediation and
+/// its limits, NOSPACE and defragmentation. `unhealthy_for(serial, s)` is what the
+/// controller's tracker remembers; the default `unhealthyAfter` is 30 s.
+#[test]
+fn repair_table() {
+    let mib = 1u64 << 20;
+    let nospace = |f: Fx| f.alarm("NOSPACE");
+    let lagging = |applied: u64| {
+        let mut s = sit(3, OLD, old3()).log(20_000);
+        s.machines[1].applied = applied;
+        s
+    };
+    let cases: Vec<(&str, Sit, &str)> = vec![
+        // --- data that must never be started as it is
+        (
+            "disk lost: never started, replaced once it lasts",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).lost_data(), m(3, OLD)]).unhealthy_for(2, 5),
+            "wait: cp-2: lost its data: its member ran before but its data directory is empty; replaced unless it recovers within 25s",
+        ),
+        (
+            "disk lost for 30s: remediate",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).lost_data(), m(3, OLD)]).unhealthy_for(2, 30),
+            "mark-deleting:cp-2",
+        ),
+        (
+            "a bootstrap member that ran and lost its data is never started with new",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).lost_data(), m(3, OLD)]),
+            "wait: cp-2: lost its data",
+        ),
+        (
+            "a bootstrap member that never ran is started with new",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).fresh(), m(3, OLD)]),
+            "start-machine:cp-2",
+        ),
+        (
+            "data of another cluster: never started",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).stopped().foreign_data(), m(3, OLD)])
+                .unhealthy_for(2, 3),
+            "wait: cp-2: its data directory belongs to member 999 of cluster bad",
+        ),
+        (
+            "data of another cluster for 30s: remediate",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).stopped().foreign_data(), m(3, OLD)])
+                .unhealthy_for(2, 30),
+            "mark-deleting:cp-2",
+        ),
+        (
+            "data from before markers: started",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).stopped().unmarked(), m(3, OLD)]),
+            "start-machine:cp-2",
+        ),
+        (
+            "an unmarked member that answers as itself gets its marker",
+            sit(3, OLD, vec![m(1, OLD).unmarked(), m(2, OLD), m(3, OLD).unmarked()]),
+            "write-marker:cp-1 write-marker:cp-3",
+        ),
+        // --- restarts back off; a crash loop is a problem like any other
+        (
+            "died once, long ago started: restarted at once",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).stopped().started_ago(&[9_000]), m(3, OLD)]),
+            "start-machine:cp-2",
+        ),
+        (
+            "third start in the window: waits its backoff (4s after the last)",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD).stopped().started_ago(&[20, 10, 3]), m(3, OLD)],
+            )
+            .unhealthy_for(2, 20),
+            "wait: cp-2: crash loop: started 3 times in 10 min and down again; next start in 1s; replaced unless it recovers within 10s",
+        ),
+        (
+            "third start in the window, backoff passed: started",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD).stopped().started_ago(&[20, 10, 5]), m(3, OLD)],
+            ),
+            "start-machine:cp-2",
+        ),
+        (
+            "a crash loop for 30s: remediate",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD).stopped().started_ago(&[40, 30, 2]), m(3, OLD)],
+            )
+            .unhealthy_for(2, 30),
+            "mark-deleting:cp-2",
+        ),
+        // --- a hung or lagging member
+        (
+            "hung (running, unreachable) for 10s: wait",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)]).unhealthy_for(2, 10),
+            "wait: cp-2: unreachable; replaced unless it recovers within 20s",
+        ),
+        (
+            "hung for 30s: remediate",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)]).unhealthy_for(2, 30),
+            "mark-deleting:cp-2",
+        ),
+        (
+            "quorum reads through it time out for 30s: remediate",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).quorum_read_fails(), m(3, OLD)])
+                .unhealthy_for(2, 31),
+            "mark-deleting:cp-2",
+        ),
+        (
+            "lagging far behind the leader: a problem",
+            lagging(10),
+            "wait: cp-2: 19990 entries behind the leader; replaced unless",
+        ),
+        (
+            "the lagging voter must trail by more than etcd's catch-up entries",
+            lagging(15_000),
+            "converged",
+        ),
+        // --- what remediation never does
+        (
+            "two of three down: remediating one could lose quorum",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD).lost_data()],
+            )
+            .unhealthy_for(2, 60)
+            .unhealthy_for(3, 60),
+            "refuse: not remediating cp-2 (unreachable): removing it would leave 1 healthy of 2 voters, below the quorum of 2",
+        ),
+        (
+            "two of five down: one at a time",
+            sit(
+                5,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD).unreachable(),
+                    m(3, OLD).lost_data(),
+                    m(4, OLD),
+                    m(5, OLD),
+                ],
+            )
+            .unhealthy_for(2, 60)
+            .unhealthy_for(3, 60),
+            "mark-deleting:cp-2",
+        ),
+        (
+            "no leader, two of three down: says quorum is lost",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD).lost_data()],
+            )
+            .no_leader(),
+            "refuse: quorum is lost: 0 of 3 members answer",
+        ),
+        (
+            "no leader, restarts wait their backoff",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).stopped().started_ago(&[8, 4, 1]),
+                    m(2, OLD).stopped().started_ago(&[8, 4, 1]),
+                    m(3, OLD),
+                ],
+            )
+            .no_leader(),
+            "refuse: cp-1 down (next start in 3s)",
+        ),
+        (
+            "a learner is promoted before anything is remediated",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable(), m(4, OLD).learner()],
+            )
+            .unhealthy_for(3, 60),
+            "promote:cp-4",
+        ),
+        // --- limits
+        (
+            "the replacement failed within minHealthyPeriod, maxRetry 0: refuse",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(3, OLD), m(4, OLD).unreachable().remediated("cp-2", 1, 300)],
+            )
+            .unhealthy_for(4, 60)
+            .max_retry(0),
+            "refuse: not remediating cp-4: its slot was replaced 1 time in a row, the last 300s ago (within minHealthyPeriod 1h), and remediation.maxRetry is 0",
+        ),
+        (
+            "the limit raised: remediate again",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(3, OLD), m(4, OLD).unreachable().remediated("cp-2", 1, 300)],
+            )
+            .unhealthy_for(4, 60)
+            .max_retry(1),
+            "mark-deleting:cp-4",
+        ),
+        (
+            "within retryPeriod of the last remediation: wait",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(3, OLD), m(4, OLD).unreachable().remediated("cp-2", 1, 40)],
+            )
+            .unhealthy_for(4, 35),
+            "wait: cp-4: unreachable; replaced again in 20s (remediation.retryPeriod 1m)",
+        ),
+        (
+            "a failure after minHealthyPeriod is new",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(3, OLD), m(4, OLD).unreachable().remediated("cp-2", 9, 4_000)],
+            )
+            .unhealthy_for(4, 60)
+            .max_retry(0),
+            "mark-deleting:cp-4",
+        ),
+        // --- the replacement
+        (
+            "remediated, member removed, stopped: its replacement is recorded first",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD).deleting().no_member().stopped().remediated("cp-2", 1, 20),
+                    m(3, OLD),
+                ],
+            ),
+            "allocate-machine",
+        ),
+        (
+            "replacement recorded: the remediated record goes",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD).deleting().no_member().stopped().remediated("cp-2", 1, 20),
+                    m(3, OLD),
+                    m(4, OLD).fresh().no_member().boot(false).remediated("cp-2", 1, 20),
+                ],
+            ),
+            "delete-machine:cp-2",
+        ),
+        (
+            "the replacement joins as a learner",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(3, OLD),
+                    m(4, OLD).fresh().no_member().boot(false).remediated("cp-2", 1, 20),
+                ],
+            ),
+            "add-learner:cp-4",
+        ),
+        (
+            "a remediated leader hands leadership off first",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).quorum_read_fails().deleting().remediated("cp-1", 1, 5),
+                    m(2, OLD),
+                    m(3, OLD),
+                ],
+            )
+            .leader(1),
+            "move-leader:cp-2",
+        ),
+        (
+            "a rollout meets a dead member: it is replaced first",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).lost_data(), m(3, OLD)]).unhealthy_for(2, 30),
+            "mark-deleting:cp-2",
+        ),
+        (
+            "a rollout meets a dead member that has not lasted: waits",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).lost_data(), m(3, OLD)]).unhealthy_for(2, 3),
+            "wait: cp-2: lost its data",
+        ),
+        // --- NOSPACE: compact, defragment followers then the leader, disarm
+        (
+            "NOSPACE, not compacted: compact",
+            sit(3, OLD, vec![nospace(m(1, OLD)), nospace(m(2, OLD)), m(3, OLD)]).compacted(false),
+            "compact",
+        ),
+        (
+            "NOSPACE, compacted: defragment a follower first",
+            sit(
+                3,
+                OLD,
+                vec![
+                    nospace(m(1, OLD)).db(16 * mib, 2 * mib),
+                    nospace(m(2, OLD)).db(16 * mib, 2 * mib),
+                    m(3, OLD).db(16 * mib, 2 * mib),
+                ],
+            )
+            .compacted(true),
+            "defragment:cp-2",
+        ),
+        (
+            "NOSPACE, followers done: the leader last",
+            sit(
+                3,
+                OLD,
+                vec![
+                    nospace(m(1, OLD)).db(16 * mib, 2 * mib),
+                    nospace(m(2, OLD)).db(2 * mib, 2 * mib),
+                    m(3, OLD).db(2 * mib, 2 * mib),
+                ],
+            )
+            .compacted(true),
+            "defragment:cp-1",
+        ),
+        (
+            "NOSPACE, every member defragmented: disarm",
+            sit(3, OLD, vec![nospace(m(1, OLD)), nospace(m(2, OLD)), m(3, OLD)]).compacted(true),
+            "disarm-alarm disarm-alarm",
+        ),
+        (
+            "NOSPACE with a follower down: no defragmentation that loses quorum",
+            sit(
+                3,
+                OLD,
+                vec![
+                    nospace(m(1, OLD)).db(16 * mib, 2 * mib),
+                    nospace(m(2, OLD)).db(16 * mib, 2 * mib),
+                    m(3, OLD).unreachable(),
+                ],
+            )
+            .compacted(true),
+            "refuse: not defragmenting cp-2: while cp-2 is defragmented 1 of 3 voters would serve",
+        ),
+        // --- defragmentation on its own
+        (
+            "a member past the threshold is defragmented when nothing else happens",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).db(8 * mib, 2 * mib), m(3, OLD)]),
+            "defragment:cp-2",
+        ),
+        (
+            "small free space is left alone",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).db(mib, mib / 4), m(3, OLD)]),
+            "converged",
+        ),
+        (
+            "automatic defragmentation off",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).db(8 * mib, 2 * mib), m(3, OLD)])
+                .defrag_above(0),
+            "converged",
+        ),
+        (
+            "not during a rollout",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).db(8 * mib, 2 * mib), m(3, OLD)]),
+            "allocate-machine",
+        ),
+    ];
+    for (case, s, expect) in cases {
+        check(case, &s, expect);
+    }
+}
+
+/// A remediation records the slot's count and why, and the replacement inherits it.
+#[test]
+fn a_remediation_is_recorded_and_inherited() {
+    let s = sit(3, OLD, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)]).unhealthy_for(2, 31);
+    let d = check("hung", &s, "mark-deleting:cp-2");
+    let Action::MarkDeleting {
+        reason,
+        remediation: Some(r),
+        ..
+    } = &d.actions[0]
+    else {
+        panic!("{:?}", d.actions)
+    };
+    assert_eq!(*reason, DeleteReason::Unhealthy);
+    assert_eq!((r.machine.as_str(), r.attempt), ("cp-2", 1));
+    assert_eq!(r.at_unix_s, NOW_UNIX_S);
+    assert_eq!(r.reason, "unreachable for 31s");
+    let degraded = d.condition(ConditionKind::Degraded).unwrap();
+    assert!(degraded.status);
+    assert_eq!(degraded.message, "cp-2: unreachable (for 31s)");
+    let health = d.machine("cp-2").unwrap();
+    assert_eq!(health.problems, ["unreachable"]);
+    assert_eq!(health.unhealthy_since_unix_s, Some(NOW_UNIX_S - 31));
+
+    let s = sit(
+        3,
+        OLD,
+        vec![
+            m(1, OLD),
+            m(2, OLD)
+                .deleting()
+                .no_member()
+                .stopped()
+                .remediated("cp-2", 2, 20),
+            m(3, OLD),
+        ],
+    );
+    let d = check("replacement", &s, "allocate-machine");
+    let Action::AllocateMachine {
+        remediation: Some(r),
+        ..
+    } = &d.actions[0]
+    else {
+        panic!("{:?}", d.actions)
+    };
+    assert_eq!((r.machine.as_str(), r.attempt), ("cp-2", 2));
+    let remediating = d.condition(ConditionKind::Remediating).unwrap();
+    assert!(remediating.status, "{remediating:?}");
+    assert!(remediating
+        .message
+        .starts_with("replacing cp-2 (attempt 2)"));
+}
+
+/// The tracker remembers since when a machine has had a problem, forgets it when the
+/// problem goes, and reports each start of a crash loop once.
+#[test]
+fn the_tracker_remembers_since_when() {
+    let mut t = health::Tracker::default();
+    let at = |secs: i64, s: Sit| {
+        let (cp, machines, mut o) = s.build();
+        o.now_unix_s = NOW_UNIX_S + secs;
+        (cp, machines, o)
+    };
+    let sick = || sit(3, OLD, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)]);
+    let (cp, ms, o) = at(0, sick());
+    assert_eq!(t.observe(&cp, &ms, &o).since_unix_s["cp-2"], NOW_UNIX_S);
+    let (cp, ms, o) = at(10, sick());
+    assert_eq!(t.observe(&cp, &ms, &o).since_unix_s["cp-2"], NOW_UNIX_S);
+    let (cp, ms, o) = at(20, sit(3, OLD, old3()));
+    assert!(t.observe(&cp, &ms, &o).since_unix_s.is_empty());
+    let (cp, ms, o) = at(30, sick());
+    assert_eq!(
+        t.observe(&cp, &ms, &o).since_unix_s["cp-2"],
+        NOW_UNIX_S + 30
+    );
+
+    let looping = || {
+        sit(
+            3,
+            OLD,
+            vec![
+                m(1, OLD),
+                m(2, OLD).stopped().started_ago(&[20, 10, 3]),
+                m(3, OLD),
+            ],
+        )
+    };
+    let (cp, ms, o) = at(0, looping());
+    let first = t.observe(&cp, &ms, &o);
+    assert_eq!(first.crash_loops_started, [("cp-2".to_string(), 3)]);
+    let (cp, ms, o) = at(0, looping());
+    assert!(t.observe(&cp, &ms, &o).crash_loops_started.is_empty());
+}
+
+/// `quorum defrag`'s plan: followers first, the leader last, each only while the others
+/// hold quorum.
+#[test]
+fn the_defrag_plan_leaves_the_leader_last() {
+    let s = sit(3, OLD, old3()).leader(2);
+    let (cp, machines, o) = s.build();
+    assert_eq!(
+        upkeep::defrag_plan(&cp, &machines, &o),
+        ["cp-1", "cp-3", "cp-2"]
+    );
+    assert_eq!(upkeep::defrag_check(&cp, &machines, &o, "cp-1"), Ok(()));
+    let s = sit(3, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()]);
+    let (cp, machines, o) = s.build();
+    let err = upkeep::defrag_check(&cp, &machines, &o, "cp-2").unwrap_err();
+    assert!(err.contains("1 of 3 voters would serve"), "{err}");
+    assert!(upkeep::defrag_check(&cp, &machines, &o, "nope").is_err());
 }
