@@ -148,6 +148,11 @@ pub struct Tracked {
     pub since_unix_s: BTreeMap<String, i64>,
     /// Machines that entered a crash loop with this observation (one event each).
     pub crash_loops_started: Vec<(String, u32)>,
+    /// Machines seen with a problem for the first time since they were last fine,
+    /// with the problems in words.
+    pub became_unhealthy: Vec<(String, String)>,
+    /// Machines whose problems went away, with how long they lasted (seconds).
+    pub recovered: Vec<(String, i64)>,
 }
 
 impl Tracker {
@@ -161,9 +166,22 @@ impl Tracker {
     ) -> Tracked {
         let now = observed.now_unix_s;
         let problems = assess(cp, machines, observed);
-        self.since_unix_s.retain(|m, _| problems.contains_key(m));
-        for m in problems.keys() {
-            self.since_unix_s.entry(m.clone()).or_insert(now);
+        let mut recovered = Vec::new();
+        self.since_unix_s.retain(|m, since| {
+            let still = problems.contains_key(m);
+            // A machine that left the records (deleted) did not recover.
+            if !still && machines.iter().any(|x| &x.name == m && !x.deleting) {
+                recovered.push((m.clone(), now.saturating_sub(*since)));
+            }
+            still
+        });
+        let mut became_unhealthy = Vec::new();
+        for (m, ps) in &problems {
+            if !self.since_unix_s.contains_key(m) {
+                self.since_unix_s.insert(m.clone(), now);
+                let words: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
+                became_unhealthy.push((m.clone(), words.join(", ")));
+            }
         }
         let mut started = Vec::new();
         let mut looping = Vec::new();
@@ -181,6 +199,8 @@ impl Tracker {
         Tracked {
             since_unix_s: self.since_unix_s.clone(),
             crash_loops_started: started,
+            became_unhealthy,
+            recovered,
         }
     }
 }

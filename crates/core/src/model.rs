@@ -151,6 +151,11 @@ pub struct MaintenanceSpec {
     /// defragmentation off; a NOSPACE alarm is always repaired.
     #[serde(default = "default_defrag_percent")]
     pub defrag_when_fragmented_above: Percent,
+    /// etcd's `--quota-backend-bytes`: the database size at which a member raises
+    /// NOSPACE and refuses writes. `None`: etcd's default (2 GiB). Applies to each
+    /// member from its next start (a rollout or a replacement).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quota_backend_bytes: Option<u64>,
 }
 
 pub const DEFAULT_DEFRAG_PERCENT: Percent = Percent(50);
@@ -163,6 +168,7 @@ impl Default for MaintenanceSpec {
     fn default() -> Self {
         MaintenanceSpec {
             defrag_when_fragmented_above: DEFAULT_DEFRAG_PERCENT,
+            quota_backend_bytes: None,
         }
     }
 }

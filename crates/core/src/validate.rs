@@ -26,9 +26,24 @@ pub enum SpecError {
     CertificateRenewal { renew: Span, lifetime: Span },
     #[error("a control plane cannot switch between TLS and plain HTTP (insecurePlaintext {old} -> {new}): its members could not talk to each other during the rollout; create a new control plane instead")]
     TransportChange { old: bool, new: bool },
+    #[error("remediation.unhealthyAfter {0} is too short: at least {MIN_UNHEALTHY_AFTER} (an election or a restart takes seconds, and must not replace a member)")]
+    UnhealthyAfter(Span),
+    #[error("maintenance.quotaBackendBytes {0} is outside etcd's range: at least {MIN_QUOTA_BACKEND_BYTES} (1 MiB) and at most {MAX_QUOTA_BACKEND_BYTES} (8 GiB, etcd's suggested maximum)")]
+    QuotaBackendBytes(u64),
+    #[error("remediation.maxRetry {0} is too high: at most {MAX_REMEDIATION_RETRY} (a slot that fails that often needs a person)")]
+    MaxRetry(u32),
     #[error(transparent)]
     Version(#[from] VersionChangeError),
 }
+
+/// The shortest `remediation.unhealthyAfter` accepted: longer than an election and a
+/// process restart, so neither is mistaken for a failure.
+pub const MIN_UNHEALTHY_AFTER: Span = Span::from_secs(5);
+/// The smallest and largest database quota accepted.
+pub const MIN_QUOTA_BACKEND_BYTES: u64 = 1 << 20;
+pub const MAX_QUOTA_BACKEND_BYTES: u64 = 8 << 30;
+/// The most retries of one slot `remediation.maxRetry` may allow.
+pub const MAX_REMEDIATION_RETRY: u32 = 100;
 
 /// The shortest certificate lifetime accepted. Short lifetimes are for tests and
 /// demonstrations of renewal; a real control plane wants months.
@@ -75,6 +90,18 @@ pub fn validate_spec(spec: &ControlPlaneSpec, allow_even: bool) -> Result<(), Sp
     let renew = spec.certificates_renew_before();
     if renew >= lifetime {
         return Err(SpecError::CertificateRenewal { renew, lifetime });
+    }
+    let r = &spec.remediation;
+    if r.unhealthy_after < MIN_UNHEALTHY_AFTER {
+        return Err(SpecError::UnhealthyAfter(r.unhealthy_after));
+    }
+    if r.max_retry > MAX_REMEDIATION_RETRY {
+        return Err(SpecError::MaxRetry(r.max_retry));
+    }
+    if let Some(q) = spec.maintenance.quota_backend_bytes {
+        if !(MIN_QUOTA_BACKEND_BYTES..=MAX_QUOTA_BACKEND_BYTES).contains(&q) {
+            return Err(SpecError::QuotaBackendBytes(q));
+        }
     }
     Ok(())
 }
@@ -171,6 +198,45 @@ mod tests {
         assert!(e.to_string().contains("not shorter than"), "{e}");
         s.rollout.before.certificates_expiry = Some(Span::from_secs(119));
         assert!(validate_spec(&s, false).is_ok());
+    }
+
+    #[test]
+    fn remediation_limits() {
+        let mut s = spec(3, "3.5.1", 1);
+        s.remediation.unhealthy_after = Span::from_secs(4);
+        let e = validate_spec(&s, false).unwrap_err();
+        assert!(e.to_string().contains("at least 5s"), "{e}");
+        s.remediation.unhealthy_after = Span::from_secs(5);
+        assert!(validate_spec(&s, false).is_ok());
+        s.remediation.max_retry = 101;
+        assert!(matches!(
+            validate_spec(&s, false),
+            Err(SpecError::MaxRetry(101))
+        ));
+        s.remediation.max_retry = 0;
+        assert!(validate_spec(&s, false).is_ok());
+        s.maintenance.quota_backend_bytes = Some(1000);
+        assert!(matches!(
+            validate_spec(&s, false),
+            Err(SpecError::QuotaBackendBytes(1000))
+        ));
+        s.maintenance.quota_backend_bytes = Some(16 << 20);
+        assert!(validate_spec(&s, false).is_ok());
+        // The manifest's form: durations with units, a percentage as a number or "40%".
+        let parsed: ControlPlaneSpec = serde_json::from_value(serde_json::json!({
+            "replicas": 3, "version": "3.5.1",
+            "remediation": {"unhealthyAfter": "20s", "maxRetry": 1},
+            "maintenance": {"defragWhenFragmentedAbove": 40},
+        }))
+        .unwrap();
+        assert_eq!(parsed.remediation.unhealthy_after, Span::from_secs(20));
+        assert_eq!(parsed.remediation.min_healthy_period, Span::from_secs(3600));
+        assert_eq!(parsed.maintenance.defrag_when_fragmented_above.0, 40);
+        let bad = serde_json::from_value::<ControlPlaneSpec>(serde_json::json!({
+            "replicas": 3, "version": "3.5.1",
+            "maintenance": {"defragWhenFragmentedAbove": "140%"},
+        }));
+        assert!(bad.unwrap_err().to_string().contains("not a percentage"));
     }
 
     #[test]

@@ -294,6 +294,7 @@ impl Sit {
                 remediation: self.remediation,
                 maintenance: MaintenanceSpec {
                     defrag_when_fragmented_above: Percent(self.defrag_percent),
+                    ..MaintenanceSpec::default()
                 },
             },
             deleting: self.deleting_cp,

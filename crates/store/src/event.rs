@@ -28,6 +28,12 @@ pub enum EventKind {
     LbDrain,
     /// A member left the load balancer's backend.
     LbDelete,
+    /// A machine's process entered a crash loop (it keeps exiting after its starts).
+    CrashLoop,
+    /// A member was seen with a problem (the health model's words).
+    Unhealthy,
+    /// A member's problems went away before it was replaced.
+    Recovered,
     /// A problem that is not a step's (the load balancer cannot be driven). Releases
     /// before schema version 3 also wrote a failed step as `error`, without its kind.
     Error,
@@ -59,6 +65,9 @@ impl EventKind {
             EventKind::LbAdd => "lb-add",
             EventKind::LbDrain => "lb-drain",
             EventKind::LbDelete => "lb-delete",
+            EventKind::CrashLoop => "crash-loop",
+            EventKind::Unhealthy => "unhealthy",
+            EventKind::Recovered => "recovered",
             EventKind::Error => "error",
             EventKind::Refused => "refused",
             EventKind::Other(u) => u.as_str(),
@@ -76,6 +85,9 @@ impl EventKind {
             "lb-add" => EventKind::LbAdd,
             "lb-drain" => EventKind::LbDrain,
             "lb-delete" => EventKind::LbDelete,
+            "crash-loop" => EventKind::CrashLoop,
+            "unhealthy" => EventKind::Unhealthy,
+            "recovered" => EventKind::Recovered,
             "error" => EventKind::Error,
             "refused" => EventKind::Refused,
             other => EventKind::Other(UnknownKind(other.to_string())),
