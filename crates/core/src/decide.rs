@@ -7,7 +7,8 @@
 //! 3. with no leader to ask: restart stopped members (past their restart backoff), else
 //!    wait, or say quorum is lost;
 //! 4. restart a machine whose member exists but whose process is down: never on lost or
-//!    foreign data, never before its restart backoff (`health::restart_backoff_s`);
+//!    foreign data, never before its restart backoff (`health::restart_backoff_s`), and
+//!    not once it has failed for `unhealthyAfter` (it is remediated instead);
 //! 5. mark the data directories of members that answered as themselves (`repair`);
 //! 6. finish an add: start and promote a learner;
 //! 7. finish a removal: a machine marked deleting hands off leadership, then its member,
@@ -535,6 +536,7 @@ impl<'a> View<'a> {
                 && !s.machine.deleting
                 && self.data_problem(s).is_none()
                 && self.restart_wait_s(s) == 0
+                && !self.failed_long_enough(s)
         })?;
         // Bootstrapped with `new` only if its member has never run (no name yet): a
         // member that ran and lost its data is `DataLost`, never started.
@@ -598,6 +600,11 @@ impl<'a> View<'a> {
             .iter()
             .find(|s| s.member.is_some_and(|m| m.is_learner) && !s.machine.deleting)?;
         let learner = s.member?;
+        if self.failed_long_enough(s) {
+            // A learner that cannot start or answer is remediated like any member
+            // (`remediate`), rather than waited on forever.
+            return None;
+        }
         let op = self.growth_operation();
         let name = &s.machine.name;
         let Some(st) = s.status() else {

@@ -154,6 +154,14 @@ impl<'a> View<'a> {
             .map_or(0, |since| self.now_unix_s.saturating_sub(*since).max(0))
     }
 
+    /// Whether `s` has a remediable problem that has lasted `unhealthyAfter`.
+    pub(crate) fn failed_long_enough(&self, s: &Seen<'_>) -> bool {
+        let after_s = self.spec().remediation.unhealthy_after.as_secs() as i64;
+        !s.machine.deleting
+            && self.problems_of(s).iter().any(Problem::remediable)
+            && self.unhealthy_for_s(&s.machine.name) >= after_s
+    }
+
     /// Replace a member whose remediable problem has lasted `unhealthyAfter`.
     pub(crate) fn remediate(&self) -> Option<Step> {
         let spec = &self.spec().remediation;

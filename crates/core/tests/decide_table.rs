@@ -1540,6 +1540,16 @@ fn repair_table() {
             .unhealthy_for(2, 30),
             "mark-deleting:cp-2",
         ),
+        (
+            "a crash loop for 30s, its backoff passed: replaced, not started again",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD).stopped().started_ago(&[40, 30, 20]), m(3, OLD)],
+            )
+            .unhealthy_for(2, 35),
+            "mark-deleting:cp-2",
+        ),
         // --- a hung or lagging member
         (
             "hung (running, unreachable) for 10s: wait",
@@ -1629,6 +1639,36 @@ fn repair_table() {
             )
             .unhealthy_for(3, 60),
             "promote:cp-4",
+        ),
+        (
+            "a learner that never answers is remediated, not waited on forever",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, OLD).learner().stopped().started_ago(&[50, 30, 10]),
+                ],
+            )
+            .unhealthy_for(4, 45),
+            "mark-deleting:cp-4",
+        ),
+        (
+            "a learner that has not failed long enough is waited on",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD),
+                    m(3, OLD),
+                    m(4, OLD).learner().stopped().started_ago(&[50, 30, 2]),
+                ],
+            )
+            .unhealthy_for(4, 5),
+            "wait: learner cp-4 to answer",
         ),
         // --- limits
         (
