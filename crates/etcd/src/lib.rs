@@ -11,7 +11,10 @@
 
 pub mod failover;
 mod http;
+mod maintenance;
 mod tls;
+
+pub use maintenance::{DEFRAG_TIMEOUT_MS, QUORUM_READ_KEY};
 
 pub use tls::{ClientTls, TlsError};
 
@@ -177,6 +180,27 @@ pub struct ClusterView {
     /// The client URL the member list came from (the leader's).
     pub leader_url: Option<String>,
     pub cluster_version: Option<Version>,
+    /// By endpoint, for every voter whose status answered: whether a linearizable read
+    /// through it answered within `observe_ms` (`Etcd::quorum_read`). Learners serve
+    /// no linearizable reads, so they have no entry; nor has an endpoint whose status
+    /// did not answer.
+    pub quorum_reads: HashMap<String, bool>,
+    /// Every active alarm in the cluster, as (member id, alarm name: `NOSPACE`,
+    /// `CORRUPT`), from the leader's alarm list, or from the members' statuses when no
+    /// leader could be asked. The pairs `Etcd::disarm` takes.
+    pub alarms: Vec<(u64, String)>,
+    /// Whether the keyspace is compacted up to the leader's current revision
+    /// (`Etcd::compacted`): asked of the leader only while some member has a NOSPACE
+    /// alarm (`None` otherwise, or when the leader did not answer).
+    pub compacted: Option<bool>,
+}
+
+/// What the leader answered during an observation.
+struct LeaderAnswers {
+    url: String,
+    members: Vec<Member>,
+    alarms: Option<Vec<(u64, String)>>,
+    cluster_version: Option<Version>,
 }
 
 impl Etcd {
@@ -216,17 +240,27 @@ impl Etcd {
         if let Some(c) = self.lock().get(endpoint) {
             return Ok(c.clone());
         }
+        let client = self.connect_one(endpoint, self.timeouts.change_ms).await?;
+        self.lock().insert(endpoint.to_string(), client.clone());
+        Ok(client)
+    }
+
+    /// A new connection to exactly one endpoint whose every request is cut off by gRPC
+    /// after `request_timeout_ms` (each call bounds itself too; this is the backstop).
+    async fn connect_one(
+        &self,
+        endpoint: &str,
+        request_timeout_ms: u64,
+    ) -> Result<Client, EtcdError> {
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(Duration::from_millis(self.timeouts.connect_ms))
-            .with_timeout(Duration::from_millis(self.timeouts.change_ms))
+            .with_timeout(Duration::from_millis(request_timeout_ms))
             .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
         if let Some((tls, _)) = &self.tls {
             opts = opts.with_tls(tls.grpc_options());
         }
         let fut = Client::connect([endpoint], Some(opts));
-        let client = bounded("connect", endpoint, self.timeouts.connect_ms, fut).await?;
-        self.lock().insert(endpoint.to_string(), client.clone());
-        Ok(client)
+        bounded("connect", endpoint, self.timeouts.connect_ms, fut).await
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Client>> {
@@ -239,8 +273,19 @@ impl Etcd {
         self.lock().remove(endpoint);
     }
 
-    /// The status a member reports about itself, with its alarms.
+    /// The status a member reports about itself, with its own alarms (`alarms` holds
+    /// the names of the alarms raised by this member only: `NOSPACE`, `CORRUPT`; etcd
+    /// reports every member's alarms in every status, and `ClusterView::alarms` keeps
+    /// them all).
     pub async fn status(&self, endpoint: &str) -> Result<EndpointStatus, EtcdError> {
+        self.status_with_alarms(endpoint).await.map(|(st, _)| st)
+    }
+
+    /// The status, and every alarm active in the cluster as this member knows them.
+    async fn status_with_alarms(
+        &self,
+        endpoint: &str,
+    ) -> Result<(EndpointStatus, Vec<(u64, String)>), EtcdError> {
         let mut c = self.client(endpoint).await?;
         let t = self.timeouts.observe_ms;
         let res = bounded("status", endpoint, t, async { c.status().await }).await;
@@ -254,7 +299,8 @@ impl Etcd {
         let member_id = st.header().map(|h| h.member_id()).unwrap_or(0);
         let cluster_id = st.header().map(|h| h.cluster_id()).unwrap_or(0);
         let revision = st.header().map(|h| h.revision()).unwrap_or(0);
-        Ok(EndpointStatus {
+        let (own, all) = maintenance::status_errors(member_id, st.errors());
+        let status = EndpointStatus {
             member_id,
             leader_id: st.leader(),
             raft_term: st.raft_term(),
@@ -262,12 +308,13 @@ impl Etcd {
             raft_applied_index: st.raft_applied_index(),
             version: st.version().parse().ok(),
             is_learner: st.is_learner(),
-            alarms: st.errors().to_vec(),
+            alarms: own,
             cluster_id,
             revision,
             db_size_bytes: u64::try_from(st.db_size()).unwrap_or(0),
             db_size_in_use_bytes: u64::try_from(st.raft_used_db_size()).unwrap_or(0),
-        })
+        };
+        Ok((status, all))
     }
 
     pub async fn member_list(&self, endpoint: &str) -> Result<Vec<Member>, EtcdError> {
@@ -298,7 +345,12 @@ impl Etcd {
         Ok(res
             .alarms()
             .iter()
-            .map(|a| (a.member_id(), format!("{:?}", a.alarm()).to_uppercase()))
+            .map(|a| {
+                (
+                    a.member_id(),
+                    maintenance::alarm_name(a.alarm()).to_string(),
+                )
+            })
             .collect())
     }
 
@@ -335,20 +387,89 @@ impl Etcd {
         self.tls.as_ref().map(|(_, c)| c.clone())
     }
 
-    /// Observes a cluster through the given client URLs: every status in parallel, then
-    /// the member list, alarms and cluster version from the leader.
+    /// Observes a cluster through the given client URLs: every status in parallel; then,
+    /// at the same time, a quorum read through every voter that answered (in parallel)
+    /// and the member list, alarms and cluster version from the leader; last, only
+    /// while some member has a NOSPACE alarm, whether the leader's keyspace is compacted.
+    /// Every call is bounded, and a hung member holds up the others by at most one
+    /// bound: its status, or (answering its status but without a quorum) its read,
+    /// which runs beside the leader's calls.
     pub async fn observe(&self, endpoints: &[String]) -> ClusterView {
-        let statuses = futures::future::join_all(endpoints.iter().map(|e| self.status(e))).await;
-        let mut view = ClusterView {
-            statuses: endpoints.iter().cloned().zip(statuses).collect(),
-            ..ClusterView::default()
-        };
-        let leader_id =
-            quorum_core::leader_of(view.statuses.values().filter_map(|r| r.as_ref().ok()));
-        let Some(leader_id) = leader_id else {
+        let answers =
+            futures::future::join_all(endpoints.iter().map(|e| self.status_with_alarms(e))).await;
+        let mut reported: Vec<(u64, String)> = Vec::new();
+        let mut view = ClusterView::default();
+        for (endpoint, answer) in endpoints.iter().zip(answers) {
+            let answer = answer.map(|(st, all)| {
+                for a in all {
+                    if !reported.contains(&a) {
+                        reported.push(a);
+                    }
+                }
+                st
+            });
+            view.statuses.insert(endpoint.clone(), answer);
+        }
+        // A learner serves no linearizable read ("rpc not supported for learner"):
+        // it is not asked, rather than seen failing.
+        let voters: Vec<&String> = view
+            .statuses
+            .iter()
+            .filter(|(_, r)| r.as_ref().is_ok_and(|s| !s.is_learner))
+            .map(|(e, _)| e)
+            .collect();
+        let reads = futures::future::join_all(
+            voters
+                .iter()
+                .map(|e| async move { ((*e).clone(), self.quorum_read(e).await.is_ok()) }),
+        );
+        let (reads, leader) = tokio::join!(reads, self.ask_leader(&view.statuses));
+        view.quorum_reads = reads.into_iter().collect();
+        // The leader's alarm list is the cluster's; without it, what the members said.
+        let alarms = leader
+            .as_ref()
+            .and_then(|l| l.alarms.clone())
+            .unwrap_or(reported);
+        for (member, alarm) in &alarms {
+            for st in view.statuses.values_mut().flatten() {
+                if st.member_id == *member && !st.alarms.contains(alarm) {
+                    st.alarms.push(alarm.clone());
+                }
+            }
+        }
+        view.alarms = alarms;
+        let Some(leader) = leader else {
             return view;
         };
-        let mut leader_url = view.statuses.iter().find_map(|(url, r)| {
+        view.members = Some(leader.members);
+        view.cluster_version = leader.cluster_version;
+        let nospace = view.alarms.iter().any(|(_, a)| a == maintenance::NOSPACE);
+        if nospace {
+            // The leader's own revision; an orphan leader answered no status of ours,
+            // so the highest revision a member reports stands in for it.
+            let revision = view
+                .statuses
+                .get(&leader.url)
+                .and_then(|r| r.as_ref().ok())
+                .or_else(|| view.statuses.values().flatten().max_by_key(|s| s.revision))
+                .map(|s| s.revision);
+            if let Some(revision) = revision {
+                view.compacted = self.compacted(&leader.url, revision).await.ok();
+            }
+        }
+        view.leader_url = Some(leader.url);
+        view
+    }
+
+    /// The leader's answers: found among `statuses` (or, for an orphan leader, through
+    /// a follower's member list), its member list, alarms and cluster version. `None`
+    /// when there is no leader or it did not answer its member list.
+    async fn ask_leader(
+        &self,
+        statuses: &HashMap<String, Result<EndpointStatus, EtcdError>>,
+    ) -> Option<LeaderAnswers> {
+        let leader_id = quorum_core::leader_of(statuses.values().filter_map(|r| r.as_ref().ok()))?;
+        let mut leader_url = statuses.iter().find_map(|(url, r)| {
             r.as_ref()
                 .ok()
                 .filter(|s| s.member_id == leader_id)
@@ -357,7 +478,7 @@ impl Etcd {
         if leader_url.is_none() {
             // The leader is not one of our endpoints (an orphan member): find its URL in
             // a follower's member list, then ask it.
-            for (url, r) in &view.statuses {
+            for (url, r) in statuses {
                 if r.is_err() {
                     continue;
                 }
@@ -370,25 +491,16 @@ impl Etcd {
                 }
             }
         }
-        let Some(url) = leader_url else {
-            return view;
-        };
-        match self.member_list(&url).await {
-            Ok(ms) => view.members = Some(ms),
-            Err(_) => return view,
-        }
-        if let Ok(alarms) = self.alarms(&url).await {
-            for (member, alarm) in alarms {
-                for st in view.statuses.values_mut().flatten() {
-                    if st.member_id == member && !st.alarms.contains(&alarm) {
-                        st.alarms.push(alarm.clone());
-                    }
-                }
-            }
-        }
-        view.cluster_version = self.cluster_version(&url).await.ok().flatten();
-        view.leader_url = Some(url);
-        view
+        let url = leader_url?;
+        let members = self.member_list(&url).await.ok()?;
+        let alarms = self.alarms(&url).await.ok();
+        let cluster_version = self.cluster_version(&url).await.ok().flatten();
+        Some(LeaderAnswers {
+            url,
+            members,
+            alarms,
+            cluster_version,
+        })
     }
 
     /// MemberAdd as a learner; returns the new member's id. A member already holding

@@ -21,8 +21,10 @@ use std::time::{Duration, Instant};
 
 /// Default time a stopping etcd gets between SIGTERM and SIGKILL.
 pub const STOP_GRACE_MS: u64 = 10_000;
-/// How often a stop polls for the process to be gone.
+/// How often a stop polls for the process to be gone (and a pause for it to stop).
 const STOP_POLL_MS: u64 = 10;
+/// How long a pause waits for every thread of the process to stop.
+const PAUSE_WAIT_MS: u64 = 2_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
@@ -149,6 +151,8 @@ pub struct LocalProvider {
     machines_dir: PathBuf,
     etcd_dir: PathBuf,
     stop_grace: Duration,
+    /// Flags every etcd gets after quorum's own.
+    etcd_flags: Vec<String>,
 }
 
 impl LocalProvider {
@@ -157,7 +161,15 @@ impl LocalProvider {
             machines_dir: home.join("machines"),
             etcd_dir,
             stop_grace: Duration::from_millis(STOP_GRACE_MS),
+            etcd_flags: Vec::new(),
         }
+    }
+
+    /// Flags every etcd this provider starts gets after quorum's own, for example
+    /// `--quota-backend-bytes=16777216` (tests reach NOSPACE quickly with a small quota).
+    pub fn with_etcd_flags(mut self, flags: Vec<String>) -> Self {
+        self.etcd_flags = flags;
+        self
     }
 
     pub fn with_stop_grace(mut self, grace: Duration) -> Self {
@@ -298,6 +310,7 @@ impl LocalProvider {
                 }
             ));
         }
+        args.extend(self.etcd_flags.iter().cloned());
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -386,10 +399,17 @@ impl LocalProvider {
     }
 
     /// Pauses the machine's etcd (SIGSTOP): for fault tests. It keeps its sockets, so
-    /// connections to it are accepted and never answered. Not running is success.
+    /// connections to it are accepted and never answered. Returns once every thread of
+    /// it has stopped (the kernel stops them as each is next scheduled; a busy machine
+    /// could otherwise answer a last request after this returns), or after
+    /// `PAUSE_WAIT_MS`. Not running is success.
     pub fn pause(&self, name: &str) {
         if let Some(pid) = self.live_pid(name) {
             signal(pid, libc::SIGSTOP);
+            let deadline = Instant::now() + Duration::from_millis(PAUSE_WAIT_MS);
+            while !all_threads_stopped(pid) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(STOP_POLL_MS));
+            }
         }
     }
 
@@ -435,6 +455,24 @@ fn signal(pid: i32, sig: i32) {
     unsafe {
         libc::kill(pid, sig);
     }
+}
+
+/// Whether every thread of `pid` is stopped by a signal (state `T` in
+/// `/proc/<pid>/task/<tid>/stat`). A process that is gone counts as stopped.
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|t| {
+        let Ok(stat) = fs::read_to_string(t.path().join("stat")) else {
+            // The thread exited meanwhile.
+            return true;
+        };
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next());
+        matches!(state, Some("T") | Some("Z") | Some("X") | None)
+    })
 }
 
 /// Is `pid` alive (not a zombie) and an etcd using `data_dir`?

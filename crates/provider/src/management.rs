@@ -30,7 +30,19 @@ impl ManagementEtcd {
         version: Version,
         addresses: &[Ipv4Addr],
     ) -> Result<Self> {
-        Self::start_with(dir, etcd_dir, version, addresses, None)
+        Self::start_with(dir, etcd_dir, version, addresses, None, &[])
+    }
+
+    /// The same, every member started with `flags` after the usual ones (for example
+    /// `--quota-backend-bytes=...` to reach NOSPACE quickly).
+    pub fn start_with_flags(
+        dir: &Path,
+        etcd_dir: &Path,
+        version: Version,
+        addresses: &[Ipv4Addr],
+        flags: &[String],
+    ) -> Result<Self> {
+        Self::start_with(dir, etcd_dir, version, addresses, None, flags)
     }
 
     /// The same with mutual TLS on both ports: every member's certificates come from
@@ -45,7 +57,7 @@ impl ManagementEtcd {
         lifetime_s: i64,
     ) -> Result<Self> {
         let tls = Some((ca, now_unix_s, lifetime_s));
-        Self::start_with(dir, etcd_dir, version, addresses, tls)
+        Self::start_with(dir, etcd_dir, version, addresses, tls, &[])
     }
 
     fn start_with(
@@ -54,8 +66,10 @@ impl ManagementEtcd {
         version: Version,
         addresses: &[Ipv4Addr],
         tls: Option<(&quorum_pki::Ca, i64, i64)>,
+        flags: &[String],
     ) -> Result<Self> {
-        let provider = LocalProvider::new(dir, etcd_dir.to_path_buf());
+        let provider =
+            LocalProvider::new(dir, etcd_dir.to_path_buf()).with_etcd_flags(flags.to_vec());
         let machines: Vec<Machine> = addresses
             .iter()
             .enumerate()
