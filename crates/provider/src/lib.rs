@@ -9,9 +9,12 @@
 //! Architecture invariant: the provider never talks to etcd's API and knows nothing of
 //! membership; it starts, stops, observes and deletes processes and directories.
 
+pub mod data;
 pub mod management;
 
-use quorum_core::{ClusterState, InitialMember, Machine, ProcessState, Version};
+pub use data::{DataDirState, LOG_TAIL_BYTES, MARKER_FILE, STARTS_KEPT, UNREADABLE_MARKER};
+
+use quorum_core::{ClusterState, DataMarker, InitialMember, Machine, ProcessState, Version};
 use std::fs;
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -51,6 +54,12 @@ pub enum ProviderError {
         pid: i32,
         waited_ms: u64,
     },
+    #[error("machine {machine} is running (process {pid}): stop it before its data is wiped")]
+    Running { machine: String, pid: i32 },
+    #[error(
+        "machine {machine} holds no member data: a data marker names the member whose data it is"
+    )]
+    NoMemberData { machine: String },
 }
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
@@ -109,11 +118,21 @@ pub fn etcd_binary(dir: &Path, version: Version) -> Result<PathBuf> {
 }
 
 /// What the provider sees of a machine.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MachineState {
     pub process: ProcessState,
     pub pid: Option<i32>,
+    /// The data directory holds member data (`member/wal`).
     pub has_data: bool,
+    /// What the data directory holds (`Member` exactly when `has_data`).
+    pub data_dir: DataDirState,
+    /// The data directory's identity marker (`write_marker`): `None` without one,
+    /// `UNREADABLE_MARKER` (ids 0 and 0, which no etcd cluster or member has) for one
+    /// that exists but cannot be read, so a caller that compares ids refuses it.
+    pub marker: Option<DataMarker>,
+    /// When the process was started (Unix seconds), oldest first: the last
+    /// `STARTS_KEPT`. Empty when the history is missing or garbled.
+    pub starts_unix_s: Vec<i64>,
 }
 
 /// How to start a machine's etcd.
@@ -197,9 +216,12 @@ impl LocalProvider {
         self.machine_dir(name).join("pid")
     }
 
-    /// Observes a machine: is its process alive, has it ever written member data.
+    /// Observes a machine: is its process alive, what its data directory holds and
+    /// says it is, when it was started.
     pub fn observe(&self, name: &str) -> MachineState {
         let pid = self.live_pid(name);
+        let data_dir = self.data_dir(name);
+        let state = data::data_dir_state(&data_dir);
         MachineState {
             process: if pid.is_some() {
                 ProcessState::Running
@@ -207,8 +229,55 @@ impl LocalProvider {
                 ProcessState::Stopped
             },
             pid,
-            has_data: self.data_dir(name).join("member").join("wal").is_dir(),
+            has_data: state == DataDirState::Member,
+            data_dir: state,
+            marker: data::read_marker(&data_dir),
+            starts_unix_s: data::read_starts(&self.machine_dir(name)),
         }
+    }
+
+    /// Writes the identity marker of the machine's data directory (atomically and
+    /// durably; the same marker again is success). Only beside member data: a marker
+    /// names whose data it is.
+    pub fn write_marker(&self, name: &str, marker: DataMarker) -> Result<()> {
+        let data_dir = self.data_dir(name);
+        if data::data_dir_state(&data_dir) != DataDirState::Member {
+            return Err(ProviderError::NoMemberData {
+                machine: name.to_string(),
+            });
+        }
+        data::write_marker(&data_dir, marker).map_err(|e| ProviderError::Io {
+            machine: name.to_string(),
+            what: "write data marker",
+            source: e,
+        })
+    }
+
+    /// Removes the machine's data directory, its marker with it (the start history and
+    /// the log stay). The machine must not be running; no data directory is success.
+    pub fn wipe_data(&self, name: &str) -> Result<()> {
+        if let Some(pid) = self.live_pid(name) {
+            return Err(ProviderError::Running {
+                machine: name.to_string(),
+                pid,
+            });
+        }
+        match fs::remove_dir_all(self.data_dir(name)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(ProviderError::Io {
+                machine: name.to_string(),
+                what: "remove data directory",
+                source: e,
+            }),
+        }
+    }
+
+    /// The last `n` lines of the machine's etcd log, from at most its last
+    /// `LOG_TAIL_BYTES` (what etcd said before it exited: "member ... has already been
+    /// bootstrapped"). No log: no lines.
+    pub fn last_log_lines(&self, name: &str, n: usize) -> Vec<String> {
+        data::last_lines(&self.log_path(name), n)
     }
 
     /// The pid from the pid file, if that process is alive and is this machine's etcd.
@@ -222,7 +291,6 @@ impl LocalProvider {
         process_is(pid, &data_dir).then_some(pid)
     }
 
-    /// Starts the machine's etcd, detached. Already running is success.
     /// Writes a machine's certificates and returns etcd's flags for them: mutual TLS on
     /// the client port (`--client-cert-auth`) and on the peer port
     /// (`--peer-client-cert-auth`), each trusting only the control plane's CA.
@@ -258,6 +326,8 @@ impl LocalProvider {
         ])
     }
 
+    /// Starts the machine's etcd, detached, and records the start in its history.
+    /// Already running is success (and no new start).
     pub fn start(&self, req: &StartRequest<'_>) -> Result<i32> {
         let m = req.machine;
         if let Some(pid) = self.live_pid(&m.name) {
@@ -354,17 +424,23 @@ impl LocalProvider {
                 let _ = child.wait();
             })
             .map_err(|e| io_err("spawn reaper thread", e))?;
+        // Every start is counted (a crash loop is seen from these); the process runs
+        // either way, so a failure here is reported after the reaper is in place.
+        data::record_start(&dir, now_unix_s()).map_err(|e| io_err("record the start", e))?;
         Ok(pid)
     }
 
-    /// Stops the machine's etcd: SIGTERM, then SIGKILL after the grace period. A machine
-    /// that is not running is success.
+    /// Stops the machine's etcd: SIGTERM (and SIGCONT, for a paused one), then SIGKILL
+    /// after the grace period. A machine that is not running is success.
     pub fn stop(&self, name: &str) -> Result<()> {
         let Some(pid) = self.live_pid(name) else {
             return Ok(());
         };
         let data_dir = self.data_dir(name);
         signal(pid, libc::SIGTERM);
+        // A stopped (SIGSTOP) process handles nothing, SIGTERM included, until it is
+        // continued: without this it would take the whole grace, then SIGKILL.
+        signal(pid, libc::SIGCONT);
         if wait_gone(pid, &data_dir, self.stop_grace) {
             return Ok(());
         }
@@ -447,6 +523,14 @@ impl LocalProvider {
         out.sort();
         out
     }
+}
+
+/// Now, in Unix seconds (0 for a clock before 1970).
+fn now_unix_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 fn signal(pid: i32, sig: i32) {

@@ -196,19 +196,37 @@ impl ManagementEtcd {
     /// its client port accepts connections. It answers requests only once it has rejoined
     /// (etcd serves nothing before it has published itself through a leader).
     pub fn restart(&self, i: usize) -> Result<()> {
+        self.spawn(i)?;
+        self.wait_accepting(i)
+    }
+
+    /// Starts member `i` again as `restart` does (with `--initial-cluster-state new`,
+    /// which etcd ignores on existing data), without waiting for anything.
+    pub fn spawn(&self, i: usize) -> Result<()> {
         let m = &self.machines[i];
         let tls = self.tls.as_ref().map(|(ca_pem, certs)| MachineTls {
             ca_pem,
             certs: &certs[i],
         });
-        self.provider.start(&StartRequest {
-            machine: m,
-            cluster_token: "quorum-management",
-            state: ClusterState::New,
-            initial_cluster: &self.initial,
-            tls,
-        })?;
-        self.wait_accepting(i)
+        self.provider
+            .start(&StartRequest {
+                machine: m,
+                cluster_token: "quorum-management",
+                state: ClusterState::New,
+                initial_cluster: &self.initial,
+                tls,
+            })
+            .map(|_| ())
+    }
+
+    /// The provider that runs the members.
+    pub fn provider(&self) -> &LocalProvider {
+        &self.provider
+    }
+
+    /// The machine name of member `i` (for the provider's calls).
+    pub fn name(&self, i: usize) -> &str {
+        &self.machines[i].name
     }
 
     /// The pid of member `i`'s process, if it runs.

@@ -1,9 +1,31 @@
 //! The local provider on real etcd processes.
 
-use quorum_core::{ClusterState, InitialMember, Machine, ProcessState};
-use quorum_provider::{default_etcd_dir, LocalProvider, StartRequest};
+use quorum_core::{ClusterState, DataMarker, InitialMember, Machine, ProcessState};
+use quorum_provider::{default_etcd_dir, DataDirState, LocalProvider, ProviderError, StartRequest};
+use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpStream};
 use std::time::{Duration, Instant};
+
+fn unix_now_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Whether etcd's `/health` at `addr` says it is healthy (it serves, with a leader).
+fn healthy(addr: SocketAddrV4) -> bool {
+    let Ok(mut s) = TcpStream::connect_timeout(&addr.into(), Duration::from_millis(500)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+    if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
+}
 
 fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
@@ -46,9 +68,22 @@ fn start_observe_stop_restart_delete() {
         initial_cluster: &initial,
         tls: None,
     };
-    assert_eq!(p.observe("p-1").process, ProcessState::Stopped);
-    assert!(!p.observe("p-1").has_data);
+    let st = p.observe("p-1");
+    assert_eq!(st.process, ProcessState::Stopped);
+    assert!(!st.has_data);
+    assert_eq!(st.data_dir, DataDirState::Missing);
+    assert!(st.marker.is_none() && st.starts_unix_s.is_empty());
+    // No member data: no marker.
+    let marker = DataMarker {
+        cluster_id: 0x1234_5678_9abc_def0,
+        member_id: 0x0fed_cba9_8765_4321,
+    };
+    assert!(matches!(
+        p.write_marker("p-1", marker),
+        Err(ProviderError::NoMemberData { .. })
+    ));
 
+    let t0 = unix_now_s();
     let pid = p.start(&req).unwrap();
     assert_eq!(
         p.start(&req).unwrap(),
@@ -64,6 +99,18 @@ fn start_observe_stop_restart_delete() {
     });
     let st = p.observe("p-1");
     assert_eq!((st.process, st.pid), (ProcessState::Running, Some(pid)));
+    assert_eq!(st.data_dir, DataDirState::Member);
+    // One start recorded: the second `start` found it running.
+    assert_eq!(st.starts_unix_s.len(), 1);
+    assert!((t0..=unix_now_s()).contains(&st.starts_unix_s[0]));
+    assert!(st.marker.is_none());
+    p.write_marker("p-1", marker).unwrap();
+    p.write_marker("p-1", marker).unwrap();
+    assert_eq!(p.observe("p-1").marker, Some(marker));
+    assert!(p
+        .data_dir("p-1")
+        .join(quorum_provider::MARKER_FILE)
+        .is_file());
     assert!(
         !std::fs::read_to_string(p.log_path("p-1"))
             .unwrap()
@@ -84,11 +131,30 @@ fn start_observe_stop_restart_delete() {
     };
     let pid2 = p.start(&again).unwrap();
     assert_ne!(pid, pid2);
-    wait_for(
-        "the client port after restart",
-        Duration::from_secs(20),
-        || TcpStream::connect(addr).is_ok(),
-    );
+    // etcd starts on its data with the marker in the data directory, and serves.
+    wait_for("health after restart", Duration::from_secs(20), || {
+        healthy(addr)
+    });
+    let st = p.observe("p-1");
+    assert_eq!(st.starts_unix_s.len(), 2);
+    assert!(st.starts_unix_s[0] <= st.starts_unix_s[1]);
+    assert_eq!(st.marker, Some(marker));
+
+    // Wiping: refused while running; then the data and its marker go, the history
+    // stays; again is success.
+    assert!(matches!(
+        p.wipe_data("p-1"),
+        Err(ProviderError::Running { pid: p2, .. }) if p2 == pid2
+    ));
+    assert!(p.observe("p-1").has_data);
+    p.stop("p-1").unwrap();
+    p.wipe_data("p-1").unwrap();
+    p.wipe_data("p-1").unwrap();
+    let st = p.observe("p-1");
+    assert!(!st.has_data && st.marker.is_none());
+    assert_eq!(st.data_dir, DataDirState::Missing);
+    assert_eq!(st.starts_unix_s.len(), 2);
+    assert!(!p.last_log_lines("p-1", 3).is_empty());
 
     p.delete("p-1").unwrap();
     assert_eq!(p.observe("p-1").process, ProcessState::Stopped);
@@ -130,5 +196,127 @@ fn an_uninstalled_version_is_a_clear_error() {
     assert!(
         e.contains("etcd 3.9.9 is not installed") && e.contains("install.sh"),
         "{e}"
+    );
+}
+
+fn single(p: &LocalProvider, m: &Machine) -> i32 {
+    let initial = [InitialMember {
+        name: m.name.clone(),
+        peer_url: m.peer_url(),
+    }];
+    p.start(&StartRequest {
+        machine: m,
+        cluster_token: "p",
+        state: ClusterState::New,
+        initial_cluster: &initial,
+        tls: None,
+    })
+    .unwrap()
+}
+
+/// etcd starts with the marker in the root of its data directory, on existing data and
+/// on a fresh start (a data directory that holds only the marker), on every version
+/// the tests use.
+#[test]
+fn etcd_starts_with_the_marker_in_its_data_directory() {
+    for (i, version) in ["3.4.23", "3.5.1"].into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = LocalProvider::new(dir.path(), default_etcd_dir());
+        let mut m = machine("p-5", 20 + i as u8);
+        m.version = version.parse().unwrap();
+        let addr = SocketAddrV4::new(m.address, quorum_core::CLIENT_PORT);
+        // Fresh: only a marker in the data directory (written as a file: the
+        // provider writes one only beside member data).
+        std::fs::create_dir_all(p.data_dir("p-5")).unwrap();
+        std::fs::write(
+            p.data_dir("p-5").join(quorum_provider::MARKER_FILE),
+            "{\"clusterId\":\"0000000000000001\",\"memberId\":\"0000000000000002\"}\n",
+        )
+        .unwrap();
+        assert_eq!(p.observe("p-5").data_dir, DataDirState::Empty);
+        single(&p, &m);
+        wait_for(
+            &format!("{version} healthy"),
+            Duration::from_secs(20),
+            || healthy(addr),
+        );
+        let marker = DataMarker {
+            cluster_id: 7,
+            member_id: 9,
+        };
+        p.write_marker("p-5", marker).unwrap();
+        p.stop("p-5").unwrap();
+        single(&p, &m);
+        wait_for(
+            &format!("{version} healthy again"),
+            Duration::from_secs(20),
+            || healthy(addr),
+        );
+        assert_eq!(p.observe("p-5").marker, Some(marker));
+        p.delete("p-5").unwrap();
+    }
+}
+
+/// A paused (SIGSTOP) etcd handles no SIGTERM until continued: `stop` continues it, so
+/// it ends at once rather than at the grace's SIGKILL.
+#[test]
+fn a_paused_machine_stops_well_within_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let grace = Duration::from_secs(10);
+    let p = LocalProvider::new(dir.path(), default_etcd_dir()).with_stop_grace(grace);
+    let m = machine("p-4", 12);
+    single(&p, &m);
+    let addr = SocketAddrV4::new(m.address, quorum_core::CLIENT_PORT);
+    wait_for("health", Duration::from_secs(20), || healthy(addr));
+    p.pause("p-4");
+    assert!(!healthy(addr), "a paused etcd answers nothing");
+    let t = Instant::now();
+    p.stop("p-4").unwrap();
+    let took = t.elapsed();
+    println!("a paused etcd stopped in {took:?} (grace {grace:?})");
+    assert!(took < grace / 4, "{took:?}");
+    assert_eq!(p.observe("p-4").process, ProcessState::Stopped);
+}
+
+/// The crash loop, from its start: a member of three whose data is gone,
+/// started again with `--initial-cluster-state new`, exits, and the end of its log says
+/// why; each start is in its history.
+#[test]
+fn a_wiped_member_started_as_new_exits_and_its_log_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = (std::process::id() % 250) as u8;
+    let addrs: Vec<Ipv4Addr> = (30..=32).map(|d| Ipv4Addr::new(127, 251, b, d)).collect();
+    let m = quorum_provider::management::ManagementEtcd::start(
+        dir.path(),
+        &default_etcd_dir(),
+        "3.5.1".parse().unwrap(),
+        &addrs,
+    )
+    .unwrap();
+    let (p, name) = (m.provider(), m.name(0).to_string());
+    wait_for("member data", Duration::from_secs(20), || {
+        p.observe(&name).has_data
+    });
+    // Every member must have published itself before one is lost, or the restart
+    // joins as if for the first time.
+    wait_for("the cluster", Duration::from_secs(30), || {
+        (0..3).all(|i| healthy(SocketAddrV4::new(addrs[i], quorum_core::CLIENT_PORT)))
+    });
+    assert_eq!(p.observe(&name).starts_unix_s.len(), 1);
+    m.kill(0).unwrap();
+    p.wipe_data(&name).unwrap();
+    for attempt in 1..=2 {
+        m.spawn(0).unwrap();
+        wait_for("the exit", Duration::from_secs(30), || {
+            p.observe(&name).process == ProcessState::Stopped
+        });
+        assert_eq!(p.observe(&name).starts_unix_s.len(), 1 + attempt);
+    }
+    let lines = p.last_log_lines(&name, 5);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("has already been bootstrapped")),
+        "{lines:#?}"
     );
 }
