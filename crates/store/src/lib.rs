@@ -860,6 +860,51 @@ mod tests {
     }
 
     #[test]
+    fn a_remediation_record_round_trips_through_allocate_and_mark_deleting() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = Store::open(&tmp.path().join("home")).unwrap();
+        s.create_control_plane(&cp("a"), None, 1).unwrap();
+        let v = "3.5.1".parse().unwrap();
+        let old = s
+            .allocate_machine("a", true, v, None, None, &|_| true)
+            .unwrap();
+        let r = Remediation {
+            machine: old.name.clone(),
+            attempt: 1,
+            at_unix_s: 1_800_000_000,
+            reason: "its data directory belongs to another cluster".into(),
+        };
+        s.mark_machine_deleting("a", &old.name, Some(&r)).unwrap();
+        s.mark_machine_deleting("a", &old.name, None).unwrap();
+        let marked = s.machine("a", &old.name).unwrap();
+        assert!(marked.deleting);
+        assert_eq!(marked.remediation.as_ref(), Some(&r));
+        let new = s
+            .allocate_machine("a", false, v, None, Some(r.clone()), &|_| true)
+            .unwrap();
+        // Read back through another connection, as the CLI reads what a controller wrote.
+        let again = Store::open(&tmp.path().join("home")).unwrap();
+        assert_eq!(again.machine("a", &new.name).unwrap().remediation, Some(r));
+        assert_eq!(again.machine("a", &new.name).unwrap(), new);
+        // The stored document names it only when there is one.
+        let doc = stored_doc(&tmp.path().join("home"), &old.name);
+        assert!(
+            doc.contains("\"remediation\":{\"machine\":\"a-1\",\"attempt\":1,"),
+            "{doc}"
+        );
+    }
+
+    /// A machine's stored JSON document, read without the store.
+    fn stored_doc(home: &Path, machine: &str) -> String {
+        rusqlite::Connection::open(home.join(STATE_FILE))
+            .unwrap()
+            .query_row("SELECT doc FROM machines WHERE name = ?1", [machine], |r| {
+                r.get(0)
+            })
+            .unwrap()
+    }
+
+    #[test]
     fn cli_and_controller_see_each_other() {
         let dir = tempfile::tempdir().unwrap();
         let mut writer = Store::open(&private(&dir)).unwrap();

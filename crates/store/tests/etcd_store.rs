@@ -2,7 +2,9 @@
 //! embedded store (one table of steps run against both), writers that never overwrite
 //! each other, and leadership with fencing.
 
-use quorum_core::{ActionKind, ControlPlane, ControlPlaneSpec, RolloutStrategy, Version};
+use quorum_core::{
+    ActionKind, ControlPlane, ControlPlaneSpec, Remediation, RolloutStrategy, Version,
+};
 use quorum_provider::management::ManagementEtcd;
 use quorum_store::{
     Campaign, EventKind, Heartbeat, NewEvent, PublishedStatus, StepInProgress, StepOutcome, Store,
@@ -221,15 +223,65 @@ fn behaviour(s: &mut Store) {
     assert!(s.data_version().unwrap() != before || s.location().ends_with("quorum.db"));
 }
 
+/// A machine's remediation record, as both backends must keep it: written with the
+/// replacement's allocation and with the leaving machine's mark, read back whole, never
+/// cleared by a mark without one.
+fn remediation_behaviour(s: &mut Store) {
+    let v: Version = "3.5.1".parse().unwrap();
+    s.create_control_plane(&cp("r"), None, 1).unwrap();
+    let old = s
+        .allocate_machine("r", true, v, None, None, &|_| true)
+        .unwrap();
+    assert_eq!(old.remediation, None);
+    assert_eq!(s.machine("r", &old.name).unwrap().remediation, None);
+    let r = Remediation {
+        machine: old.name.clone(),
+        attempt: 2,
+        at_unix_s: 1_800_000_000,
+        reason: "unreachable for 31s".into(),
+    };
+    // The leaving machine keeps why it leaves; marking again (with it or without it)
+    // changes nothing.
+    s.mark_machine_deleting("r", &old.name, Some(&r)).unwrap();
+    let marked = s.machine("r", &old.name).unwrap();
+    assert!(marked.deleting);
+    assert_eq!(marked.remediation.as_ref(), Some(&r));
+    s.mark_machine_deleting("r", &old.name, Some(&r)).unwrap();
+    s.mark_machine_deleting("r", &old.name, None).unwrap();
+    assert_eq!(s.machine("r", &old.name).unwrap(), marked);
+    // Its replacement inherits the record from its allocation on.
+    let new = s
+        .allocate_machine("r", false, v, None, Some(r.clone()), &|_| true)
+        .unwrap();
+    assert_eq!(new.remediation.as_ref(), Some(&r));
+    assert_eq!(s.machine("r", &new.name).unwrap(), new);
+    assert_eq!(
+        s.machines("r")
+            .unwrap()
+            .iter()
+            .map(|m| m.remediation.clone())
+            .collect::<Vec<_>>(),
+        [Some(r.clone()), Some(r)]
+    );
+    // A machine marked leaving without a remediation (a rollout) has none.
+    let plain = s
+        .allocate_machine("r", false, v, None, None, &|_| true)
+        .unwrap();
+    s.mark_machine_deleting("r", &plain.name, None).unwrap();
+    assert_eq!(s.machine("r", &plain.name).unwrap().remediation, None);
+}
+
 #[test]
 fn both_backends_behave_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let mut embedded = Store::open(&home).unwrap();
     behaviour(&mut embedded);
+    remediation_behaviour(&mut embedded);
     let m = management("same", dir.path());
     let mut distributed = etcd_store(&m, "same");
     behaviour(&mut distributed);
+    remediation_behaviour(&mut distributed);
     // Another prefix is another state.
     let other = etcd_store(&m, "other");
     assert_eq!(other.control_planes().unwrap(), vec![]);
@@ -495,6 +547,20 @@ fn a_history_of_release_c1a7ab4_reads_back() {
         (machines("e"), machines("g")),
         (vec!["e-1".to_string()], vec!["g-1".to_string()])
     );
+    // Machine records from before remediation records existed: none.
+    let machine_records = fixture
+        .iter()
+        .filter(|kv| kv["key"].as_str().unwrap().starts_with("machine/"))
+        .count();
+    assert!(machine_records > 0);
+    assert!(fixture
+        .iter()
+        .all(|kv| !kv["value"].as_str().unwrap().contains("remediation")));
+    for cp in ["e", "g"] {
+        for m in s.machines(cp).unwrap() {
+            assert_eq!(m.remediation, None, "{m:?}");
+        }
+    }
     assert!(s.certificate_authority(&cps[0]).unwrap().is_none());
     assert!(s.certificate_authority(&cps[1]).unwrap().is_some());
     assert!(s.published_status("e").unwrap().is_some());

@@ -103,6 +103,20 @@ fn a_state_file_of_release_c1a7ab4_opens_and_reads_back_whole() {
     };
     assert_eq!(machines("a"), ["a-4", "a-5", "a-6"]);
     assert_eq!(machines("c"), ["c-1"]);
+    // Written before machine records had a remediation: they read as having none.
+    let docs: Vec<String> = {
+        let conn = raw(&home);
+        let mut stmt = conn.prepare("SELECT doc FROM machines").unwrap();
+        let rows = stmt.query_map([], |r| r.get(0)).unwrap();
+        rows.map(Result::unwrap).collect()
+    };
+    assert_eq!(docs.len(), 4);
+    assert!(docs.iter().all(|d| !d.contains("remediation")), "{docs:?}");
+    for cp in ["a", "c"] {
+        for m in s.machines(cp).unwrap() {
+            assert_eq!(m.remediation, None, "{m:?}");
+        }
+    }
     assert!(s.certificate_authority(&cps[0]).unwrap().is_none());
     assert!(s.certificate_authority(&cps[1]).unwrap().is_some());
     for cp in ["a", "c"] {
