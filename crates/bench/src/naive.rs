@@ -134,6 +134,7 @@ pub async fn rollout(
                 ca_pem: ca.cert_pem(),
                 certs,
             }),
+            quota_backend_bytes: None,
         })?;
         step(
             StepKind::Action(ActionKind::StartMachine),

@@ -132,6 +132,7 @@ impl Controller {
                         ca_pem: ca.cert_pem(),
                         certs,
                     }),
+                    quota_backend_bytes: cp.spec.maintenance.quota_backend_bytes,
                 };
                 self.provider.start(&req)?;
                 Ok(None)

@@ -108,6 +108,7 @@ impl Machines {
                 state,
                 initial_cluster: &initial,
                 tls: None,
+                quota_backend_bytes: None,
             })
             .unwrap();
         self.started.push(m.name);

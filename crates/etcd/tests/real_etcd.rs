@@ -45,6 +45,7 @@ fn single_member(last_octet: u8) -> Member {
             state: ClusterState::New,
             initial_cluster: &initial,
             tls: None,
+            quota_backend_bytes: None,
         })
         .unwrap();
     Member {

@@ -148,6 +148,9 @@ pub struct StartRequest<'a> {
     /// The machine's certificates, required when the machine speaks TLS. Written to
     /// `machines/<name>/tls/` (keys 0600, directory 0700) on every start.
     pub tls: Option<MachineTls<'a>>,
+    /// etcd's `--quota-backend-bytes` (the spec's `maintenance.quotaBackendBytes`);
+    /// `None`: etcd's default, 2 GiB.
+    pub quota_backend_bytes: Option<u64>,
 }
 
 /// Where a local machine's outgoing connections come from: every machine shares this
@@ -379,6 +382,9 @@ impl LocalProvider {
                     ClusterState::Existing => "existing",
                 }
             ));
+        }
+        if let Some(q) = req.quota_backend_bytes {
+            args.push(format!("--quota-backend-bytes={q}"));
         }
         args.extend(self.etcd_flags.iter().cloned());
         let log = fs::OpenOptions::new()

@@ -129,6 +129,7 @@ impl ManagementEtcd {
                     }),
                     _ => None,
                 },
+                quota_backend_bytes: None,
             })?;
             all_certs.extend(certs);
         }
@@ -215,6 +216,7 @@ impl ManagementEtcd {
                 state: ClusterState::New,
                 initial_cluster: &self.initial,
                 tls,
+                quota_backend_bytes: None,
             })
             .map(|_| ())
     }

@@ -67,6 +67,7 @@ fn start_observe_stop_restart_delete() {
         state: ClusterState::New,
         initial_cluster: &initial,
         tls: None,
+        quota_backend_bytes: None,
     };
     let st = p.observe("p-1");
     assert_eq!(st.process, ProcessState::Stopped);
@@ -191,6 +192,7 @@ fn an_uninstalled_version_is_a_clear_error() {
         state: ClusterState::New,
         initial_cluster: &[],
         tls: None,
+        quota_backend_bytes: None,
     };
     let e = p.start(&req).unwrap_err().to_string();
     assert!(
@@ -210,6 +212,7 @@ fn single(p: &LocalProvider, m: &Machine) -> i32 {
         state: ClusterState::New,
         initial_cluster: &initial,
         tls: None,
+        quota_backend_bytes: None,
     })
     .unwrap()
 }
@@ -319,4 +322,45 @@ fn a_wiped_member_started_as_new_exits_and_its_log_says_why() {
             .any(|l| l.contains("has already been bootstrapped")),
         "{lines:#?}"
     );
+}
+
+/// The quota of a start request reaches etcd (which says so in its log), on every
+/// version the tests use.
+#[test]
+fn the_backend_quota_reaches_etcd() {
+    const QUOTA_BYTES: u64 = 4 * 1024 * 1024;
+    for (i, version) in ["3.4.23", "3.5.1"].into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = LocalProvider::new(dir.path(), default_etcd_dir());
+        let mut m = machine("p-6", 25 + i as u8);
+        m.version = version.parse().unwrap();
+        let initial = [InitialMember {
+            name: m.name.clone(),
+            peer_url: m.peer_url(),
+        }];
+        p.start(&StartRequest {
+            machine: &m,
+            cluster_token: "p",
+            state: ClusterState::New,
+            initial_cluster: &initial,
+            tls: None,
+            quota_backend_bytes: Some(QUOTA_BYTES),
+        })
+        .unwrap();
+        let addr = SocketAddrV4::new(m.address, quorum_core::CLIENT_PORT);
+        wait_for(
+            &format!("{version} healthy"),
+            Duration::from_secs(20),
+            || healthy(addr),
+        );
+        let said = format!("\"quota-size-bytes\":{QUOTA_BYTES}");
+        let lines = p.last_log_lines("p-6", usize::MAX);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("enabled backend quota") && l.contains(&said)),
+            "{version}: {lines:#?}"
+        );
+        p.delete("p-6").unwrap();
+    }
 }
