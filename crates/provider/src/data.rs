@@ -21,8 +21,9 @@ pub const MARKER_FILE: &str = "quorum-member.json";
 /// the history outlives a wiped data directory, so a crash loop stays counted).
 pub const STARTS_FILE: &str = "starts";
 
-/// How many process starts the history keeps (the most recent ones).
-pub const STARTS_KEPT: usize = 16;
+/// How many process starts the history keeps (the most recent ones): the core's
+/// bound, which counts crash loops from them.
+pub use quorum_core::health::STARTS_KEPT;
 
 /// The most of a log file's end `last_log_lines` reads.
 pub const LOG_TAIL_BYTES: u64 = 64 * 1024;
