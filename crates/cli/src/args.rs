@@ -168,6 +168,21 @@ and --key (a client certificate valid for a day, in a private temporary director
 removed when etcdctl ends). etcdctl's exit status is quorum's. Unlike the files of `quorum
 credentials`, nothing goes stale when a rollout replaces members.")]
     Etcdctl(EtcdctlArgs),
+    /// Defragment the members' databases now, one at a time: followers first, the
+    /// leader last, each only while the others hold quorum.
+    #[command(after_help = "Examples:
+  quorum defrag prod                     every member, in that order
+  quorum defrag prod --member prod-2     one member
+
+A member stalls while its database file is rewritten (about a second for 100 MiB), so
+quorum defragments one at a time, checks just before each that the other voters that
+serve are a quorum, and waits for it to serve again before the next. It stops at the
+first it cannot do safely, and says why.
+
+The controller defragments on its own too: when a NOSPACE alarm stops writes (it compacts,
+defragments and disarms the alarm), and when a member's free share of its database passes
+spec.maintenance.defragWhenFragmentedAbove (default 50%; 0 turns that off).")]
+    Defrag(DefragArgs),
     /// Print a shell completion script.
     #[command(after_help = "Examples:
   source <(quorum completion bash)                        # this shell only
@@ -429,6 +444,15 @@ pub struct EtcdctlArgs {
     /// etcdctl's command and flags, after `--`.
     #[arg(required = true, last = true, value_name = "ETCDCTL ARGS")]
     pub args: Vec<std::ffi::OsString>,
+}
+
+#[derive(clap::Args)]
+pub struct DefragArgs {
+    /// The control plane.
+    pub name: String,
+    /// Only this machine (as `quorum status` names it).
+    #[arg(long, value_name = "MACHINE")]
+    pub member: Option<String>,
 }
 
 #[derive(clap::Args)]

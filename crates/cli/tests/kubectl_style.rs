@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// The commands a completion script must offer (every one the CLI has, but `help`).
-const COMMANDS: [&str; 19] = [
+const COMMANDS: [&str; 20] = [
     "create",
     "credentials",
     "apply",
@@ -24,6 +24,7 @@ const COMMANDS: [&str; 19] = [
     "list",
     "get",
     "etcdctl",
+    "defrag",
     "completion",
     "delete",
     "controller",

@@ -11,8 +11,9 @@
 //!   write that is not an action;
 //! - `crash-after-destroy-machine`: inside delete-machine, between destroying the
 //!   machine and forgetting its record;
-//! - `lose-answer-<kind>` for membership changes and leader moves: the call reached
-//!   etcd and took effect, but its answer is lost (the action reports a timeout).
+//! - `lose-answer-<kind>` for membership changes, leader moves and the upkeep calls
+//!   (compact, defragment, disarm): the call reached etcd and took effect, but its
+//!   answer is lost (the action reports a timeout).
 
 use quorum_core::ActionKind;
 
@@ -20,11 +21,14 @@ use quorum_core::ActionKind;
 pub const CRASH_EXIT_CODE: i32 = 86;
 
 /// Action kinds whose answer can be lost after the change took effect.
-pub const LOSABLE: [ActionKind; 4] = [
+pub const LOSABLE: [ActionKind; 7] = [
     ActionKind::AddLearner,
     ActionKind::Promote,
     ActionKind::MoveLeader,
     ActionKind::RemoveMember,
+    ActionKind::Compact,
+    ActionKind::Defragment,
+    ActionKind::DisarmAlarm,
 ];
 
 /// Leadership failpoints, exercised by the tests of several controllers (not crashes):

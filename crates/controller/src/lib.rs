@@ -171,9 +171,9 @@ pub async fn observe(provider: &LocalProvider, etcd: &Etcd, machines: &[Machine]
                 process: st.process,
                 has_data: st.has_data,
                 status: None,
-                marker: None,
+                marker: st.marker,
                 quorum_read: None,
-                starts_unix_s: vec![],
+                starts_unix_s: st.starts_unix_s,
             },
         );
     }
@@ -182,10 +182,12 @@ pub async fn observe(provider: &LocalProvider, etcd: &Etcd, machines: &[Machine]
         if let Some(Ok(st)) = view.statuses.get(&m.client_url()) {
             if let Some(o) = obs.machines.get_mut(&m.name) {
                 o.status = Some(st.clone());
+                o.quorum_read = view.quorum_reads.get(&m.client_url()).copied();
             }
         }
     }
     obs.members = view.members.clone();
+    obs.compacted = view.compacted;
     obs.cluster_version = view.cluster_version;
     obs.now_unix_s = now_unix_s();
     Observed {
@@ -204,6 +206,9 @@ pub struct StatusDoc<'a> {
 
 #[derive(Default)]
 struct CpState {
+    /// Since when each machine has had a problem: the health model's only memory (a
+    /// controller that takes over starts afresh, which only delays a remediation).
+    health: quorum_core::health::Tracker,
     /// When the previous reconcile of this control plane ended, if it left work pending
     /// (it acted or waited). After an idle (converged) pass this is `None`: the time
     /// spent idle is not a reaction delay.
@@ -535,7 +540,17 @@ impl Controller {
     pub async fn reconcile(&mut self, cp: &ControlPlane) -> Result<Outcome, StoreError> {
         let machines = self.store.machines(&cp.name)?;
         let access = self.access_for(cp)?;
-        let observed = observe(&self.provider, &access.etcd, &machines).await;
+        let mut observed = observe(&self.provider, &access.etcd, &machines).await;
+        let tracked = self
+            .state
+            .entry(cp.name.clone())
+            .or_default()
+            .health
+            .observe(cp, &machines, &observed.observation);
+        observed.observation.problem_since_unix_s = tracked.since_unix_s.clone();
+        observed.observation.defragmented = tracked.defragmented.clone();
+        observed.observation.nospace_recurrences = tracked.nospace_recurrences;
+        self.record_health(cp, &tracked);
         let decision = decide(cp, &machines, &observed.observation);
         let up_to_date = machines
             .iter()
@@ -623,6 +638,13 @@ impl Controller {
             match res {
                 Ok(allocated) => {
                     self.metrics.operation(action.kind().as_str(), "ok");
+                    if let Action::Defragment { machine } = action {
+                        self.state
+                            .entry(cp.name.clone())
+                            .or_default()
+                            .health
+                            .defragmented(machine);
+                    }
                     if matches!(action, Action::ForgetControlPlane) {
                         self.metrics.forget(&cp.name);
                         if let Err(e) = remove_local_files(&self.cfg.home, &cp.name) {
@@ -818,6 +840,49 @@ impl Controller {
         }
     }
 
+    /// One event for each member seen with a problem, each crash loop that starts and
+    /// each member that recovers (the history says when a repair began and why).
+    fn record_health(&self, cp: &ControlPlane, t: &quorum_core::health::Tracked) {
+        for (machine, words) in &t.became_unhealthy {
+            tracing::warn!(cp = %cp.name, machine = %machine, "unhealthy: {words}");
+            let e = NewEvent {
+                machine: Some(machine),
+                ..NewEvent::new(EventKind::Unhealthy, StepOutcome::Ok, words)
+            };
+            self.event(cp, e);
+        }
+        for (machine, starts) in &t.crash_loops_started {
+            let tail = self.provider.last_log_lines(machine, CRASH_LOG_LINES);
+            let last = tail.last().map(|l| etcd_log_message(l)).unwrap_or_default();
+            let msg = if last.is_empty() {
+                format!(
+                    "crash loop: started {starts} times in {} min, and it exits",
+                    quorum_core::health::CRASH_LOOP_WINDOW_S / 60
+                )
+            } else {
+                format!(
+                    "crash loop: started {starts} times in {} min, and it exits; its log ends: {last}",
+                    quorum_core::health::CRASH_LOOP_WINDOW_S / 60
+                )
+            };
+            tracing::warn!(cp = %cp.name, machine = %machine, "{msg}");
+            let e = NewEvent {
+                machine: Some(machine),
+                ..NewEvent::new(EventKind::CrashLoop, StepOutcome::Failed, &msg)
+            };
+            self.event(cp, e);
+        }
+        for (machine, lasted_s) in &t.recovered {
+            let msg = format!("recovered after {lasted_s}s");
+            tracing::info!(cp = %cp.name, machine = %machine, "{msg}");
+            let e = NewEvent {
+                machine: Some(machine),
+                ..NewEvent::new(EventKind::Recovered, StepOutcome::Ok, &msg)
+            };
+            self.event(cp, e);
+        }
+    }
+
     fn publish(&mut self, cp: &ControlPlane, d: &Decision, o: &Observed) -> Result<(), StoreError> {
         if self
             .state
@@ -871,6 +936,28 @@ impl Controller {
         failpoints::crash_point("crash-after-publish-status");
         res
     }
+}
+
+/// How many lines of a crash-looping machine's log its event quotes from (the last).
+const CRASH_LOG_LINES: usize = 5;
+/// The longest log message an event quotes.
+const MAX_LOG_MESSAGE_CHARS: usize = 300;
+
+/// The message of one of etcd's log lines: its zap JSON `msg` (and `error`, when there
+/// is one), else the line itself; at most `MAX_LOG_MESSAGE_CHARS`.
+fn etcd_log_message(line: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(line).ok();
+    let text = match parsed {
+        Some(v) => {
+            let msg = v.get("msg").and_then(|m| m.as_str()).unwrap_or_default();
+            match v.get("error").and_then(|m| m.as_str()) {
+                Some(err) => format!("{msg}: {err}"),
+                None => msg.to_string(),
+            }
+        }
+        None => line.trim().to_string(),
+    };
+    text.chars().take(MAX_LOG_MESSAGE_CHARS).collect()
 }
 
 /// Where the client endpoints of a control plane are published for clients to follow:

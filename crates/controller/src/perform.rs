@@ -184,6 +184,28 @@ impl Controller {
                 self.store.forget_control_plane(&cp.name)?;
                 Ok(None)
             }
+            Action::WriteMarker { machine, marker } => {
+                let (p, n, marker) = (self.provider.clone(), machine.clone(), *marker);
+                tokio::task::spawn_blocking(move || p.write_marker(&n, marker))
+                    .await
+                    .map_err(|e| ActionError::Join(e.to_string()))??;
+                Ok(None)
+            }
+            Action::Compact { revision } => {
+                access.etcd.compact(&leader()?, *revision).await?;
+                Ok(None)
+            }
+            Action::Defragment { machine } => {
+                let Some(m) = find(machine) else {
+                    return Ok(None);
+                };
+                access.etcd.defragment(&m.client_url()).await?;
+                Ok(None)
+            }
+            Action::DisarmAlarm { member_id, alarm } => {
+                access.etcd.disarm(&leader()?, *member_id, alarm).await?;
+                Ok(None)
+            }
         }
     }
 

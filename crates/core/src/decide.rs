@@ -139,6 +139,9 @@ pub(crate) struct View<'a> {
     pub(crate) problem_since: &'a BTreeMap<String, i64>,
     /// Whether the keyspace is compacted to its revision (probed under NOSPACE).
     pub(crate) compacted: Option<bool>,
+    /// Defragmented since the NOSPACE alarm appeared (the tracker's memory).
+    pub(crate) defragmented: &'a std::collections::BTreeSet<String>,
+    pub(crate) nospace_recurrences: u32,
 }
 
 impl<'a> View<'a> {
@@ -182,6 +185,8 @@ impl<'a> View<'a> {
             now_unix_s: observed.now_unix_s,
             problem_since: &observed.problem_since_unix_s,
             compacted: observed.compacted,
+            defragmented: &observed.defragmented,
+            nospace_recurrences: observed.nospace_recurrences,
         }
     }
 

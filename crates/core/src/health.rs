@@ -12,7 +12,7 @@
 use crate::decide::View;
 use crate::model::*;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// How many process starts a machine's history keeps (the provider's bound too).
@@ -30,6 +30,13 @@ pub const RESTART_BACKOFF_CAP_S: i64 = 60;
 /// etcd's own default for when a follower is sent a snapshot instead of entries
 /// (`--snapshot-catchup-entries`).
 pub const MAX_APPLY_LAG_ENTRIES: u64 = 5_000;
+/// NOSPACE alarms within this window count toward `NOSPACE_MAX_RECURRENCES`.
+pub const NOSPACE_WINDOW_S: i64 = 600;
+/// A NOSPACE alarm that comes back this often within the window is not repaired again:
+/// the live data itself fills the quota, which only a person can change.
+pub const NOSPACE_MAX_RECURRENCES: u32 = 3;
+/// How many NOSPACE appearances the tracker keeps.
+const NOSPACE_KEPT: usize = 8;
 
 /// Something wrong with a member, seen in one observation.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -139,6 +146,12 @@ pub struct Tracker {
     since_unix_s: BTreeMap<String, i64>,
     /// The machines seen in a crash loop at the last observation.
     looping: Vec<String>,
+    /// A NOSPACE alarm was active at the last observation.
+    nospace: bool,
+    /// When NOSPACE alarms appeared (the last `NOSPACE_KEPT`).
+    nospace_seen_unix_s: Vec<i64>,
+    /// Machines defragmented since the current NOSPACE alarm appeared.
+    defragmented: BTreeSet<String>,
 }
 
 /// What one observation changed in the tracker's memory.
@@ -153,6 +166,10 @@ pub struct Tracked {
     pub became_unhealthy: Vec<(String, String)>,
     /// Machines whose problems went away, with how long they lasted (seconds).
     pub recovered: Vec<(String, i64)>,
+    /// For `Observation::defragmented`.
+    pub defragmented: BTreeSet<String>,
+    /// For `Observation::nospace_recurrences`.
+    pub nospace_recurrences: u32,
 }
 
 impl Tracker {
@@ -196,11 +213,40 @@ impl Tracker {
             }
         }
         self.looping = looping;
+        let nospace = observed.machines.values().any(|o| {
+            o.status
+                .as_ref()
+                .is_some_and(|st| st.alarms.iter().any(|a| a == crate::upkeep::NOSPACE))
+        });
+        if nospace && !self.nospace {
+            self.nospace_seen_unix_s.push(now);
+            let excess = self.nospace_seen_unix_s.len().saturating_sub(NOSPACE_KEPT);
+            self.nospace_seen_unix_s.drain(..excess);
+        }
+        if !nospace {
+            self.defragmented.clear();
+        }
+        self.nospace = nospace;
+        let nospace_recurrences = self
+            .nospace_seen_unix_s
+            .iter()
+            .filter(|t| now.saturating_sub(**t) < NOSPACE_WINDOW_S)
+            .count() as u32;
         Tracked {
             since_unix_s: self.since_unix_s.clone(),
             crash_loops_started: started,
             became_unhealthy,
             recovered,
+            defragmented: self.defragmented.clone(),
+            nospace_recurrences,
+        }
+    }
+
+    /// The runtime defragmented `machine`: under a NOSPACE alarm, it is not done again
+    /// until the alarm is gone and comes back.
+    pub fn defragmented(&mut self, machine: &str) {
+        if self.nospace {
+            self.defragmented.insert(machine.to_string());
         }
     }
 }

@@ -4,7 +4,7 @@
 use crate::span::Span;
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 /// The standard etcd ports. Every local machine has its own loopback address, so every
@@ -476,6 +476,19 @@ pub struct Observation {
     /// a NOSPACE alarm is active; `None` otherwise).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compacted: Option<bool>,
+    /// The machines defragmented since the current NOSPACE alarm was first seen, as
+    /// `health::Tracker` remembers. Under the alarm the sizes cannot say it: etcd
+    /// updates a member's in-use size only at its next commit, and none comes.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub defragmented: BTreeSet<String>,
+    /// How often a NOSPACE alarm appeared within `health::NOSPACE_WINDOW_S`, as the
+    /// tracker remembers.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nospace_recurrences: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The leader as the members see it: the leader id reported with the highest term (a

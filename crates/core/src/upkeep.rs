@@ -1,20 +1,20 @@
 //! Space upkeep, a rule of `decide` and a plan for `quorum defrag`.
 //!
 //! A NOSPACE alarm makes etcd refuse every write until a person (or quorum) frees
-//! space and disarms it. The repair, level-triggered from what is observed: compact the
-//! keyspace to its current revision (frees the pages old revisions hold), defragment
-//! every member with free pages (followers first, the leader last, each only while the
-//! others hold quorum, since a member stalls while its file is rewritten), then disarm
-//! the alarm. Without an alarm, a member whose free share of its database passes
+//! space and disarms it. The repair: compact the keyspace to its current revision (frees
+//! the pages old revisions hold; whether it is done is observed), defragment every member
+//! that serves, once (followers first, the leader last, each only while the others hold
+//! quorum, since a member stalls while its file is rewritten; which were done is the
+//! tracker's memory, as sizes cannot tell under the alarm), then disarm the alarm. An
+//! alarm that keeps coming back means the live data fills the quota: quorum stops and
+//! says so. Without an alarm, a member whose free share of its database passes
 //! `spec.maintenance.defragWhenFragmentedAbove` is defragmented the same way, once
 //! nothing else is under way.
 
 use crate::decide::*;
+use crate::health;
 use crate::model::*;
 
-/// Under NOSPACE, after compaction, a member with at least this share of its file free
-/// is defragmented; below it, a rewrite would return too little to matter.
-pub const NOSPACE_DEFRAG_MIN_FREE_PERCENT: u64 = 10;
 /// Automatic defragmentation leaves a file alone unless it would return at least this
 /// much: rewriting a small file costs a stall for nothing.
 pub const AUTO_DEFRAG_MIN_FREE_BYTES: u64 = 1 << 20;
@@ -113,6 +113,17 @@ impl View<'_> {
             return None;
         }
         let op = Operation::Maintaining;
+        if self.nospace_recurrences >= health::NOSPACE_MAX_RECURRENCES {
+            return Some(Step::refuse(
+                op,
+                format!(
+                    "NOSPACE came back {} times in {} min: the live data fills the quota, and compacting and defragmenting again cannot help. Raise spec.maintenance.quotaBackendBytes (members take it at their next start) or delete data, then `quorum etcdctl {} -- alarm disarm`",
+                    self.nospace_recurrences,
+                    health::NOSPACE_WINDOW_S / 60,
+                    self.cp.name
+                ),
+            ));
+        }
         match self.compacted {
             None => {
                 return Some(Step::wait(
@@ -133,14 +144,13 @@ impl View<'_> {
             }
             Some(true) => {}
         }
-        let fragmented = self.defrag_order().into_iter().find(|s| {
-            Self::free_bytes(s).is_some_and(|(free, size)| {
-                size > 0
-                    && free.saturating_mul(100)
-                        >= size.saturating_mul(NOSPACE_DEFRAG_MIN_FREE_PERCENT)
-            })
-        });
-        if let Some(s) = fragmented {
+        // Each member that serves, once (a member that does not is skipped: it cannot
+        // be defragmented, and is repaired as a member).
+        let next = self
+            .defrag_order()
+            .into_iter()
+            .find(|s| self.serving(s) && !self.defragmented.contains(&s.machine.name));
+        if let Some(s) = next {
             return Some(self.defragment(s, op));
         }
         let actions = alarmed

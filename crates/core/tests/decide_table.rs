@@ -203,6 +203,9 @@ struct Sit {
     /// Seconds each machine (by serial) has had a problem, as the tracker remembers.
     unhealthy_for: Vec<(u64, i64)>,
     compacted: Option<bool>,
+    /// Defragmented since the NOSPACE alarm appeared, by serial.
+    defragmented: Vec<u64>,
+    nospace_recurrences: u32,
     /// The leader's (and every member's) raft index.
     raft_index: u64,
     remediation: RemediationSpec,
@@ -228,6 +231,8 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         members_visible: true,
         unhealthy_for: vec![],
         compacted: None,
+        defragmented: vec![],
+        nospace_recurrences: 0,
         raft_index: 1000,
         remediation: RemediationSpec::default(),
         defrag_percent: 50,
@@ -262,6 +267,14 @@ impl Sit {
         for f in &mut self.machines {
             f.applied = f.applied.max(index);
         }
+        self
+    }
+    fn defragmented(mut self, serials: &[u64]) -> Self {
+        self.defragmented = serials.to_vec();
+        self
+    }
+    fn nospace_recurrences(mut self, n: u32) -> Self {
+        self.nospace_recurrences = n;
         self
     }
     fn compacted(mut self, c: bool) -> Self {
@@ -391,6 +404,8 @@ impl Sit {
                 .map(|(serial, secs)| (name(*serial), NOW_UNIX_S - secs))
                 .collect(),
             compacted: self.compacted,
+            defragmented: self.defragmented.iter().map(|s| name(*s)).collect(),
+            nospace_recurrences: self.nospace_recurrences,
         };
         (cp, machines, observed)
     }
@@ -1787,35 +1802,21 @@ fn repair_table() {
         ),
         (
             "NOSPACE, compacted: defragment a follower first",
-            sit(
-                3,
-                OLD,
-                vec![
-                    nospace(m(1, OLD)).db(16 * mib, 2 * mib),
-                    nospace(m(2, OLD)).db(16 * mib, 2 * mib),
-                    m(3, OLD).db(16 * mib, 2 * mib),
-                ],
-            )
-            .compacted(true),
+            sit(3, OLD, vec![nospace(m(1, OLD)), nospace(m(2, OLD)), m(3, OLD)]).compacted(true),
             "defragment:cp-2",
         ),
         (
             "NOSPACE, followers done: the leader last",
-            sit(
-                3,
-                OLD,
-                vec![
-                    nospace(m(1, OLD)).db(16 * mib, 2 * mib),
-                    nospace(m(2, OLD)).db(2 * mib, 2 * mib),
-                    m(3, OLD).db(2 * mib, 2 * mib),
-                ],
-            )
-            .compacted(true),
+            sit(3, OLD, vec![nospace(m(1, OLD)), nospace(m(2, OLD)), m(3, OLD)])
+                .compacted(true)
+                .defragmented(&[2, 3]),
             "defragment:cp-1",
         ),
         (
             "NOSPACE, every member defragmented: disarm",
-            sit(3, OLD, vec![nospace(m(1, OLD)), nospace(m(2, OLD)), m(3, OLD)]).compacted(true),
+            sit(3, OLD, vec![nospace(m(1, OLD)), nospace(m(2, OLD)), m(3, OLD)])
+                .compacted(true)
+                .defragmented(&[1, 2, 3]),
             "disarm-alarm disarm-alarm",
         ),
         (
@@ -1823,14 +1824,17 @@ fn repair_table() {
             sit(
                 3,
                 OLD,
-                vec![
-                    nospace(m(1, OLD)).db(16 * mib, 2 * mib),
-                    nospace(m(2, OLD)).db(16 * mib, 2 * mib),
-                    m(3, OLD).unreachable(),
-                ],
+                vec![nospace(m(1, OLD)), nospace(m(2, OLD)), m(3, OLD).unreachable()],
             )
             .compacted(true),
             "refuse: not defragmenting cp-2: while cp-2 is defragmented 1 of 3 voters would serve",
+        ),
+        (
+            "NOSPACE that keeps coming back: the data fills the quota",
+            sit(3, OLD, vec![nospace(m(1, OLD)), nospace(m(2, OLD)), m(3, OLD)])
+                .compacted(true)
+                .nospace_recurrences(3),
+            "refuse: NOSPACE came back 3 times in 10 min",
         ),
         // --- defragmentation on its own
         (
@@ -1952,6 +1956,36 @@ fn the_tracker_remembers_since_when() {
     assert_eq!(first.crash_loops_started, [("cp-2".to_string(), 3)]);
     let (cp, ms, o) = at(0, looping());
     assert!(t.observe(&cp, &ms, &o).crash_loops_started.is_empty());
+
+    // Under NOSPACE it remembers what was defragmented, until the alarm goes; it counts
+    // how often the alarm came.
+    let full = || {
+        sit(
+            3,
+            OLD,
+            vec![m(1, OLD).alarm("NOSPACE"), m(2, OLD), m(3, OLD)],
+        )
+    };
+    let mut t = health::Tracker::default();
+    let (cp, ms, o) = at(0, full());
+    assert_eq!(t.observe(&cp, &ms, &o).nospace_recurrences, 1);
+    t.defragmented("cp-2");
+    let (cp, ms, o) = at(5, full());
+    let seen = t.observe(&cp, &ms, &o);
+    assert_eq!(seen.defragmented.iter().collect::<Vec<_>>(), ["cp-2"]);
+    assert_eq!(seen.nospace_recurrences, 1);
+    let (cp, ms, o) = at(10, sit(3, OLD, old3()));
+    assert!(t.observe(&cp, &ms, &o).defragmented.is_empty());
+    t.defragmented("cp-2");
+    let (cp, ms, o) = at(20, full());
+    let again = t.observe(&cp, &ms, &o);
+    assert!(
+        again.defragmented.is_empty(),
+        "outside an alarm nothing is remembered"
+    );
+    assert_eq!(again.nospace_recurrences, 2);
+    let (cp, ms, o) = at(20 + health::NOSPACE_WINDOW_S, sit(3, OLD, old3()));
+    assert_eq!(t.observe(&cp, &ms, &o).nospace_recurrences, 0);
 }
 
 /// `quorum defrag`'s plan: followers first, the leader last, each only while the others

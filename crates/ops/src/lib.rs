@@ -17,6 +17,7 @@ macro_rules! say {
 }
 
 mod ctx;
+pub mod defrag;
 mod haproxy;
 pub mod manifest;
 mod spec;

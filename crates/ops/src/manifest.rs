@@ -167,6 +167,14 @@ spec:
                                # (default: a fifth of certificates.lifetime)
   certificates:
     lifetime: 365d     # each machine's certificates (mutual TLS): d, h, m, s
+  remediation:         # a member that fails on its own is replaced, one at a time
+    unhealthyAfter: 30s  # a problem must last this long (at least 5s)
+    maxRetry: 3        # replacements of one slot in a row (each failing within
+    retryPeriod: 1m    #   minHealthyPeriod of the last) before quorum stops and asks
+    minHealthyPeriod: 1h
+  maintenance:
+    defragWhenFragmentedAbove: 50%  # defragment a member once this much of its
+                       # database is free (0 turns it off); NOSPACE is always repaired
   paused: false
   # insecurePlaintext: true  # DANGEROUS: plain HTTP, no certificates (only at creation)
   # haproxy:           # optional: an HAProxy quorum keeps in step (see `quorum haproxy-config`)
@@ -235,6 +243,8 @@ mod tests {
             Some(quorum_core::Span::days(73))
         );
         assert!(m.spec.tls());
+        assert_eq!(m.spec.remediation, quorum_core::RemediationSpec::default());
+        assert_eq!(m.spec.maintenance, quorum_core::MaintenanceSpec::default());
     }
 
     #[test]

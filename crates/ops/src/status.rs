@@ -5,12 +5,14 @@ use crate::haproxy::{probe, HaproxyState};
 use anyhow::Result;
 use quorum_controller::{now_ms, observe};
 use quorum_core::{
-    decide, Condition, ControlPlane, Decision, HaproxySpec, Machine, ProcessState, Role,
+    decide, Condition, ControlPlane, Decision, HaproxySpec, Machine, MachineHealth, ProcessState,
+    Role,
 };
 use quorum_etcd::Etcd;
 use quorum_provider::LocalProvider;
 use quorum_store::Store;
 use serde::Serialize;
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 pub use quorum_controller::CONTROLLER_STALE_MS;
@@ -67,6 +69,16 @@ pub struct MachineRow {
     pub role: Role,
     /// By the decision's rule (the one that gates every membership change).
     pub healthy: bool,
+    /// What is wrong with it now (the health model's words); empty when nothing is.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<String>,
+    /// Since when (UTC) it has had a problem without a break, as the controller
+    /// remembers it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unhealthy_since: Option<String>,
+    /// How long that is, in seconds, at the time of the look (for the table).
+    #[serde(skip)]
+    pub unhealthy_for_s: Option<i64>,
     pub raft_index: Option<u64>,
     pub process: String,
     pub pid: Option<i32>,
@@ -106,9 +118,42 @@ pub async fn decision(
     cp: &ControlPlane,
 ) -> Result<(Vec<Machine>, quorum_controller::Observed, Decision)> {
     let machines = store.machines(&cp.name)?;
-    let observed = observe(provider, etcd, &machines).await;
+    let mut observed = observe(provider, etcd, &machines).await;
+    // The controller's memory of since when each machine has had a problem, for the
+    // machines that have one now: so `status` says how long, and decides as it does.
+    let remembered = remembered_since(store, &cp.name)?;
+    let now_problems = quorum_core::health::assess(cp, &machines, &observed.observation);
+    observed.observation.problem_since_unix_s = remembered
+        .into_iter()
+        .filter(|(m, _)| now_problems.contains_key(m))
+        .collect();
     let decision = decide(cp, &machines, &observed.observation);
     Ok((machines, observed, decision))
+}
+
+/// Since when (Unix seconds) each machine has had a problem, as the controller
+/// published it (its decision's machines), if it published within `REMEMBERED_MS`.
+fn remembered_since(store: &Store, cp: &str) -> Result<BTreeMap<String, i64>> {
+    /// Older than this, what the controller remembered may have healed and broken
+    /// again since: not shown as how long.
+    const REMEMBERED_MS: i64 = 30_000;
+    let Some(p) = store.published_status(cp)? else {
+        return Ok(BTreeMap::new());
+    };
+    if now_ms() - p.updated_at_ms > REMEMBERED_MS {
+        return Ok(BTreeMap::new());
+    }
+    let machines = p
+        .status
+        .get("decision")
+        .and_then(|d| d.get("machines"))
+        .cloned()
+        .and_then(|v| serde_json::from_value::<Vec<MachineHealth>>(v).ok())
+        .unwrap_or_default();
+    Ok(machines
+        .into_iter()
+        .filter_map(|h| h.unhealthy_since_unix_s.map(|t| (h.machine, t)))
+        .collect())
 }
 
 pub async fn live(
@@ -221,7 +266,12 @@ fn machine_row(
     let judged = decision.machine(&m.name);
     let role = judged.map_or(Role::NoMember, |h| h.role);
     let healthy = judged.is_some_and(|h| h.healthy);
+    let problems = judged.map(|h| h.problems.clone()).unwrap_or_default();
+    let since = judged.and_then(|h| h.unhealthy_since_unix_s);
     MachineRow {
+        problems,
+        unhealthy_since: since.map(quorum_pki::format_rfc3339),
+        unhealthy_for_s: since.map(|t| (observed.observation.now_unix_s - t).max(0)),
         name: m.name.clone(),
         address: m.address.to_string(),
         version: m.version.to_string(),
@@ -383,6 +433,16 @@ pub fn render_table(s: &Status) -> String {
         };
         if !m.alarms.is_empty() {
             health = format!("alarm: {}", m.alarms.join(","));
+        }
+        if let Some(first) = m.problems.first() {
+            let more = match m.problems.len() {
+                1 => String::new(),
+                n => format!(" (+{})", n - 1),
+            };
+            health = match m.unhealthy_for_s {
+                Some(s) => format!("{first}{more}, {s}s"),
+                None => format!("{first}{more}"),
+            };
         }
         rows.push(vec![
             if m.deleting {

@@ -6,6 +6,7 @@ mod completion;
 mod controller;
 mod create;
 mod credentials;
+mod defrag;
 mod delete;
 mod etcdctl;
 mod events;
@@ -37,6 +38,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::List(a) => list::run(at, a).await,
         Command::Get(a) => get::run(at, a),
         Command::Etcdctl(a) => etcdctl::run(at, a).await,
+        Command::Defrag(a) => defrag::run(at, a).await,
         Command::Completion(a) => completion::run(a),
         Command::Delete(a) => delete::run(at, a).await,
         Command::Controller(a) => controller::run(at, a).await,
