@@ -236,6 +236,17 @@ pub(crate) fn done_message(action: &Action, allocated: Option<&str>) -> String {
     match (action, allocated) {
         (
             Action::AllocateMachine {
+                version,
+                remediation: Some(r),
+                ..
+            },
+            Some(name),
+        ) => format!(
+            "allocated {name} to replace {} (etcd {version}, attempt {})",
+            r.machine, r.attempt
+        ),
+        (
+            Action::AllocateMachine {
                 bootstrap, version, ..
             },
             Some(name),

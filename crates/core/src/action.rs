@@ -249,6 +249,15 @@ impl fmt::Display for Action {
             Action::AddLearner { machine, .. } => write!(f, "add {machine} as a learner"),
             Action::Promote { machine, .. } => write!(f, "promote {machine} to voter"),
             Action::MarkDeleting {
+                machine,
+                remediation: Some(r),
+                ..
+            } => write!(
+                f,
+                "mark {machine} for replacement (attempt {}: {})",
+                r.attempt, r.reason
+            ),
+            Action::MarkDeleting {
                 machine, reason, ..
             } => {
                 write!(f, "mark {machine} for deletion ({reason})")

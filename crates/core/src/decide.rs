@@ -29,6 +29,7 @@
 pub use crate::action::*;
 pub use crate::decision::*;
 use crate::model::*;
+use crate::repair::has_run;
 use std::collections::BTreeMap;
 /// The next step for one control plane.
 ///
@@ -543,10 +544,10 @@ impl<'a> View<'a> {
                 && self.restart_wait_s(s) == 0
                 && !self.failed_long_enough(s)
         })?;
-        // Bootstrapped with `new` only if its member has never run (no name yet): a
-        // member that ran and lost its data is `DataLost`, never started.
+        // Bootstrapped with `new` only if its member has never run: a member that ran
+        // and lost its data is `DataLost`, never started.
         let fresh_bootstrap =
-            s.machine.bootstrap && !s.has_data() && s.member.is_some_and(|m| m.name.is_empty());
+            s.machine.bootstrap && !s.has_data() && s.member.is_some_and(|m| !has_run(m));
         let state = if fresh_bootstrap {
             ClusterState::New
         } else {

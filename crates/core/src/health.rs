@@ -30,6 +30,10 @@ pub const RESTART_BACKOFF_CAP_S: i64 = 60;
 /// etcd's own default for when a follower is sent a snapshot instead of entries
 /// (`--snapshot-catchup-entries`).
 pub const MAX_APPLY_LAG_ENTRIES: u64 = 5_000;
+/// A problem is reported (an `unhealthy` event) once it has lasted this long: a member
+/// that is starting, or a blip, is not news; a member that recovers is reported only if
+/// its problem was.
+pub const REPORT_AFTER_S: i64 = 3;
 /// NOSPACE alarms within this window count toward `NOSPACE_MAX_RECURRENCES`.
 pub const NOSPACE_WINDOW_S: i64 = 600;
 /// A NOSPACE alarm that comes back this often within the window is not repaired again:
@@ -47,7 +51,7 @@ pub enum Problem {
     /// Its process was started `starts` times within `CRASH_LOOP_WINDOW_S` and is down
     /// again.
     CrashLoop { starts: u32 },
-    /// Its member has run before (it has a name in the member list) but the data
+    /// Its member has run before (it published its client URLs) but the data
     /// directory holds no member data: started, etcd would panic or bootstrap a
     /// stranger. Never started as it is.
     DataLost,
@@ -152,6 +156,8 @@ pub struct Tracker {
     nospace_seen_unix_s: Vec<i64>,
     /// Machines defragmented since the current NOSPACE alarm appeared.
     defragmented: BTreeSet<String>,
+    /// Machines whose problem was reported (and whose recovery will be).
+    reported: BTreeSet<String>,
 }
 
 /// What one observation changed in the tracker's memory.
@@ -161,10 +167,10 @@ pub struct Tracked {
     pub since_unix_s: BTreeMap<String, i64>,
     /// Machines that entered a crash loop with this observation (one event each).
     pub crash_loops_started: Vec<(String, u32)>,
-    /// Machines seen with a problem for the first time since they were last fine,
-    /// with the problems in words.
+    /// Machines whose problem has now lasted `REPORT_AFTER_S` (reported once until they
+    /// are fine again), with the problems in words.
     pub became_unhealthy: Vec<(String, String)>,
-    /// Machines whose problems went away, with how long they lasted (seconds).
+    /// Reported machines whose problems went away, with how long they lasted (seconds).
     pub recovered: Vec<(String, i64)>,
     /// For `Observation::defragmented`.
     pub defragmented: BTreeSet<String>,
@@ -184,18 +190,21 @@ impl Tracker {
         let now = observed.now_unix_s;
         let problems = assess(cp, machines, observed);
         let mut recovered = Vec::new();
+        let reported = &mut self.reported;
         self.since_unix_s.retain(|m, since| {
             let still = problems.contains_key(m);
             // A machine that left the records (deleted) did not recover.
-            if !still && machines.iter().any(|x| &x.name == m && !x.deleting) {
+            let here = machines.iter().any(|x| &x.name == m && !x.deleting);
+            if !still && reported.remove(m) && here {
                 recovered.push((m.clone(), now.saturating_sub(*since)));
             }
             still
         });
+        self.reported.retain(|m| problems.contains_key(m));
         let mut became_unhealthy = Vec::new();
         for (m, ps) in &problems {
-            if !self.since_unix_s.contains_key(m) {
-                self.since_unix_s.insert(m.clone(), now);
+            let since = *self.since_unix_s.entry(m.clone()).or_insert(now);
+            if now.saturating_sub(since) >= REPORT_AFTER_S && self.reported.insert(m.clone()) {
                 let words: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
                 became_unhealthy.push((m.clone(), words.join(", ")));
             }

@@ -45,8 +45,9 @@ impl<'a> View<'a> {
         if !s.running() {
             let starts = s.obs.map_or(&[][..], |o| &o.starts_unix_s[..]);
             let recent = health::recent_starts(starts, self.now_unix_s);
-            // A learner that was added but never started is not down: it is due a start.
-            if member.name.is_empty() && recent == 0 {
+            // A member that was added (or listed in the initial cluster) but never
+            // started is not down: it is due a start.
+            if !has_run(member) && recent == 0 {
                 return out;
             }
             out.push(if recent >= health::CRASH_LOOP_STARTS {
@@ -98,7 +99,7 @@ impl<'a> View<'a> {
     pub(crate) fn data_problem(&self, s: &Seen<'_>) -> Option<Problem> {
         let member = s.member?;
         let obs = s.obs?;
-        if !obs.has_data && !member.name.is_empty() {
+        if !obs.has_data && has_run(member) {
             return Some(Problem::DataLost);
         }
         let marker = obs.marker?;
@@ -318,6 +319,13 @@ impl<'a> View<'a> {
             })
         })
     }
+}
+
+/// Whether a member has run: it published its client URLs (etcd lists a member added
+/// by `MemberAdd` without a name or client URLs, and one of the initial cluster with its
+/// name from `--initial-cluster` but no client URLs, until each first starts).
+pub(crate) fn has_run(member: &Member) -> bool {
+    !member.client_urls.is_empty()
 }
 
 /// Problems as one phrase: "unreachable, a quorum read through it timed out".

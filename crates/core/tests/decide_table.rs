@@ -36,7 +36,7 @@ struct Fx {
     applied: u64,
     /// When its certificates expire (Unix seconds); `None`: a plaintext machine.
     not_after: Option<i64>,
-    /// Its member has run (has a name in the member list) even without data now.
+    /// Its member has run (it published its client URLs) even without data now.
     ran: bool,
     /// The data directory's marker: `None` unmarked; by default its own member's.
     marker: Option<DataMarker>,
@@ -98,7 +98,7 @@ impl Fx {
         self
     }
     /// Its host lost the disk: the process is gone and so is the data, but its member
-    /// has run (it has a name).
+    /// has run (it published its client URLs).
     fn lost_data(mut self) -> Self {
         self.running = false;
         self.reachable = false;
@@ -339,7 +339,9 @@ impl Sit {
                 let started = f.ran;
                 members.push(Member {
                     id: member_id(f.serial),
-                    name: if started {
+                    // etcd names a member of the initial cluster from the start; one
+                    // added later only once it runs. Client URLs come with the first run.
+                    name: if started || f.bootstrap {
                         mach.name.clone()
                     } else {
                         String::new()
@@ -1494,7 +1496,7 @@ fn repair_table() {
             "wait: cp-2: lost its data",
         ),
         (
-            "a bootstrap member that never ran is started with new",
+            "a bootstrap member that never ran (named, no client URLs) is started with new",
             sit(3, OLD, vec![m(1, OLD), m(2, OLD).fresh(), m(3, OLD)]),
             "start-machine:cp-2",
         ),
@@ -1864,6 +1866,25 @@ fn repair_table() {
     }
 }
 
+/// The state a start uses: `new` only for an initial member that never ran.
+#[test]
+fn only_a_member_that_never_ran_is_started_with_new() {
+    let state = |f: Fx| {
+        let s = sit(3, OLD, vec![m(1, OLD), f, m(3, OLD)]);
+        let d = check("start", &s, "start-machine:cp-2");
+        match &d.actions[0] {
+            Action::StartMachine { state, .. } => *state,
+            a => panic!("{a:?}"),
+        }
+    };
+    assert_eq!(state(m(2, OLD).fresh()), ClusterState::New);
+    assert_eq!(state(m(2, OLD).stopped()), ClusterState::Existing);
+    assert_eq!(
+        state(m(2, OLD).stopped().unmarked()),
+        ClusterState::Existing
+    );
+}
+
 /// A remediation records the slot's count and why, and the replacement inherits it.
 #[test]
 fn a_remediation_is_recorded_and_inherited() {
@@ -1929,11 +1950,30 @@ fn the_tracker_remembers_since_when() {
     };
     let sick = || sit(3, OLD, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)]);
     let (cp, ms, o) = at(0, sick());
-    assert_eq!(t.observe(&cp, &ms, &o).since_unix_s["cp-2"], NOW_UNIX_S);
+    let first = t.observe(&cp, &ms, &o);
+    assert_eq!(first.since_unix_s["cp-2"], NOW_UNIX_S);
+    assert!(first.became_unhealthy.is_empty(), "a blip is not news yet");
     let (cp, ms, o) = at(10, sick());
-    assert_eq!(t.observe(&cp, &ms, &o).since_unix_s["cp-2"], NOW_UNIX_S);
+    let later = t.observe(&cp, &ms, &o);
+    assert_eq!(later.since_unix_s["cp-2"], NOW_UNIX_S);
+    assert_eq!(
+        later.became_unhealthy,
+        [("cp-2".into(), "unreachable".into())]
+    );
+    let (cp, ms, o) = at(11, sick());
+    assert!(
+        t.observe(&cp, &ms, &o).became_unhealthy.is_empty(),
+        "reported once"
+    );
     let (cp, ms, o) = at(20, sit(3, OLD, old3()));
-    assert!(t.observe(&cp, &ms, &o).since_unix_s.is_empty());
+    let fine = t.observe(&cp, &ms, &o);
+    assert!(fine.since_unix_s.is_empty());
+    assert_eq!(fine.recovered, [("cp-2".into(), 20)]);
+    // A blip that was never reported does not recover loudly either.
+    let (cp, ms, o) = at(21, sick());
+    t.observe(&cp, &ms, &o);
+    let (cp, ms, o) = at(22, sit(3, OLD, old3()));
+    assert!(t.observe(&cp, &ms, &o).recovered.is_empty());
     let (cp, ms, o) = at(30, sick());
     assert_eq!(
         t.observe(&cp, &ms, &o).since_unix_s["cp-2"],
