@@ -24,8 +24,8 @@ mod standing;
 use access::{now_unix_s, Access};
 use quorum_core::lease::Standing;
 use quorum_core::{
-    decide, Action, ActionKind, ControlPlane, Decision, Machine, MachineObservation, Observation,
-    ProcessState, Refusal, CLIENT_PORT, PEER_PORT,
+    decide, Action, ActionKind, ConditionKind, ControlPlane, Decision, Machine, MachineObservation,
+    Observation, ProcessState, Refusal, CLIENT_PORT, PEER_PORT,
 };
 use quorum_etcd::{ClusterView, Etcd, EtcdError, Timeouts};
 use quorum_haproxy::LbOp;
@@ -224,6 +224,8 @@ struct CpState {
     last_endpoints: Option<Vec<String>>,
     /// The load balancer problem last reported (reported once until it changes).
     last_lb_problem: Option<String>,
+    /// The refusal last recorded (each distinct one once, until it clears).
+    last_blocked: Option<String>,
     /// The client certificate last loaded into the load balancer.
     lb_cert: Option<String>,
 }
@@ -561,6 +563,7 @@ impl Controller {
             up_to_date as f64 / f64::from(cp.spec.replicas.max(1)),
             decision.quorum_margin(),
         );
+        self.record_blocked(cp, &decision);
         // Published before any action: clients see a leaving machine go from the
         // endpoints before its member is removed.
         self.publish(cp, &decision, &observed)?;
@@ -837,6 +840,27 @@ impl Controller {
         };
         if let Err(err) = self.store.record_event(&cp.name, now_ms(), &e) {
             tracing::warn!("recording an event failed: {err}");
+        }
+    }
+
+    /// A refusal (the `Blocked` condition) is history too: what quorum would not do,
+    /// and why, recorded once per distinct refusal.
+    fn record_blocked(&mut self, cp: &ControlPlane, d: &Decision) {
+        let now = d
+            .condition(ConditionKind::Blocked)
+            .filter(|c| c.status)
+            .map(|c| c.message.clone());
+        let st = self.state.entry(cp.name.clone()).or_default();
+        if now == st.last_blocked {
+            return;
+        }
+        st.last_blocked = now.clone();
+        if let Some(msg) = now {
+            tracing::warn!(cp = %cp.name, "refusing: {msg}");
+            self.event(
+                cp,
+                NewEvent::new(EventKind::Blocked, StepOutcome::Refused, &msg),
+            );
         }
     }
 

@@ -34,6 +34,9 @@ pub enum EventKind {
     Unhealthy,
     /// A member's problems went away before it was replaced.
     Recovered,
+    /// quorum refuses a step because it would be unsafe (the `Blocked` condition's
+    /// message), recorded once per distinct refusal.
+    Blocked,
     /// A problem that is not a step's (the load balancer cannot be driven). Releases
     /// before schema version 3 also wrote a failed step as `error`, without its kind.
     Error,
@@ -68,6 +71,7 @@ impl EventKind {
             EventKind::CrashLoop => "crash-loop",
             EventKind::Unhealthy => "unhealthy",
             EventKind::Recovered => "recovered",
+            EventKind::Blocked => "blocked",
             EventKind::Error => "error",
             EventKind::Refused => "refused",
             EventKind::Other(u) => u.as_str(),
@@ -88,6 +92,7 @@ impl EventKind {
             "crash-loop" => EventKind::CrashLoop,
             "unhealthy" => EventKind::Unhealthy,
             "recovered" => EventKind::Recovered,
+            "blocked" => EventKind::Blocked,
             "error" => EventKind::Error,
             "refused" => EventKind::Refused,
             other => EventKind::Other(UnknownKind(other.to_string())),
