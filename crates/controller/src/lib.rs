@@ -553,6 +553,11 @@ impl Controller {
         observed.observation.defragmented = tracked.defragmented.clone();
         observed.observation.nospace_recurrences = tracked.nospace_recurrences;
         self.record_health(cp, &tracked);
+        self.metrics.health(
+            &cp.name,
+            tracked.since_unix_s.len(),
+            tracked.crash_loops_started.len(),
+        );
         let decision = decide(cp, &machines, &observed.observation);
         let up_to_date = machines
             .iter()

@@ -10,6 +10,10 @@
 //! - `quorum_leader`: 1 while this replica leads the controllers of its store, else 0;
 //! - `quorum_quorum_margin{control_plane}`: healthy voters minus the quorum size; alert on
 //!   0 (one more failure loses quorum), and below 0 quorum is lost or unknown;
+//! - `quorum_unhealthy_members{control_plane}`: members with a problem now (the health
+//!   model's); `quorum_crash_loops_total{control_plane}`: crash loops that started;
+//!   remediations are `quorum_membership_operations_total{kind="mark-deleting"}` and the
+//!   `Remediating` condition;
 //! - `quorum_store_endpoint_up{endpoint}`: 1 while a member of the management etcd serves
 //!   this replica's requests and probes (it has a leader), 0 while it is set aside; alert
 //!   when fewer than a majority are 1 (none with the embedded store).
@@ -35,6 +39,8 @@ pub struct Metrics {
     operations: Family<Labels, Counter>,
     up_to_date: Family<Labels, Gauge<f64, AtomicU64>>,
     quorum_margin: Family<Labels, Gauge>,
+    unhealthy: Family<Labels, Gauge>,
+    crash_loops: Family<Labels, Counter>,
     leader: Gauge,
     store_up: Family<Labels, Gauge>,
 }
@@ -74,6 +80,18 @@ impl Metrics {
             "Healthy voters minus the quorum size (0: one more failure loses quorum)",
             quorum_margin.clone(),
         );
+        let unhealthy = Family::<Labels, Gauge>::default();
+        registry.register(
+            "unhealthy_members",
+            "Members with a problem now (the health model's)",
+            unhealthy.clone(),
+        );
+        let crash_loops = Family::<Labels, Counter>::default();
+        registry.register(
+            "crash_loops",
+            "Crash loops that started (a member's process kept exiting after its starts)",
+            crash_loops.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -95,6 +113,8 @@ impl Metrics {
             operations,
             up_to_date,
             quorum_margin,
+            unhealthy,
+            crash_loops,
         }
     }
 
@@ -124,6 +144,18 @@ impl Metrics {
         self.quorum_margin.get_or_create(&l).set(quorum_margin);
     }
 
+    /// The health model's view of one control plane: members with a problem now, and
+    /// crash loops that started since the last call.
+    pub fn health(&self, cp: &str, unhealthy_members: usize, crash_loops_started: usize) {
+        let l = vec![("control_plane".to_string(), cp.to_string())];
+        self.unhealthy
+            .get_or_create(&l)
+            .set(i64::try_from(unhealthy_members).unwrap_or(i64::MAX));
+        self.crash_loops
+            .get_or_create(&l)
+            .inc_by(crash_loops_started as u64);
+    }
+
     /// What this replica knows of each member of its store.
     pub fn store_endpoints(&self, health: &[quorum_store::EndpointHealth]) {
         for h in health {
@@ -137,6 +169,8 @@ impl Metrics {
         let l = vec![("control_plane".to_string(), cp.to_string())];
         self.up_to_date.remove(&l);
         self.quorum_margin.remove(&l);
+        self.unhealthy.remove(&l);
+        self.crash_loops.remove(&l);
     }
 
     /// The OpenMetrics text exposition.
@@ -223,6 +257,7 @@ mod tests {
         m.operation("add-learner", "refused");
         m.operation("add-learner", "ok");
         m.control_plane("prod", 0.5, 1);
+        m.health("prod", 1, 1);
         let up = |endpoint: &str, up: bool| quorum_store::EndpointHealth {
             endpoint: endpoint.into(),
             up,
@@ -239,6 +274,8 @@ mod tests {
             "quorum_membership_operations_total{kind=\"add-learner\",outcome=\"refused\"} 1",
             "quorum_rollout_up_to_date_ratio{control_plane=\"prod\"} 0.5",
             "quorum_quorum_margin{control_plane=\"prod\"} 1",
+            "quorum_unhealthy_members{control_plane=\"prod\"} 1",
+            "quorum_crash_loops_total{control_plane=\"prod\"} 1",
             "quorum_store_endpoint_up{endpoint=\"http://a:2379\"} 1",
             "quorum_store_endpoint_up{endpoint=\"http://b:2379\"} 0",
             "# EOF",
