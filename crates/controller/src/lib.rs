@@ -882,7 +882,7 @@ impl Controller {
         }
         for (machine, starts) in &t.crash_loops_started {
             let tail = self.provider.last_log_lines(machine, CRASH_LOG_LINES);
-            let last = tail.last().map(|l| etcd_log_message(l)).unwrap_or_default();
+            let last = why_it_exited(&tail);
             let msg = if last.is_empty() {
                 format!(
                     "crash loop: started {starts} times in {} min, and it exits",
@@ -967,10 +967,31 @@ impl Controller {
     }
 }
 
-/// How many lines of a crash-looping machine's log its event quotes from (the last).
-const CRASH_LOG_LINES: usize = 5;
+/// How many of a crash-looping machine's last log lines are searched for why it exited
+/// (a Go panic's stack trace follows its message by a few dozen lines).
+const CRASH_LOG_LINES: usize = 60;
 /// The longest log message an event quotes.
 const MAX_LOG_MESSAGE_CHARS: usize = 300;
+
+/// Why an etcd exited, from the end of its log: the last fatal, panic or error entry of
+/// its (zap JSON) log, else the last `panic:` line of a Go panic, else the last line.
+fn why_it_exited(tail: &[String]) -> String {
+    let level = |l: &str| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .ok()
+            .and_then(|v| v.get("level").and_then(|x| x.as_str()).map(str::to_string))
+    };
+    let serious = tail
+        .iter()
+        .rev()
+        .find(|l| matches!(level(l).as_deref(), Some("fatal" | "panic" | "error")));
+    let panic = || tail.iter().rev().find(|l| l.starts_with("panic:"));
+    serious
+        .or_else(panic)
+        .or(tail.last())
+        .map(|l| etcd_log_message(l))
+        .unwrap_or_default()
+}
 
 /// The message of one of etcd's log lines: its zap JSON `msg` (and `error`, when there
 /// is one), else the line itself; at most `MAX_LOG_MESSAGE_CHARS`.
@@ -1058,6 +1079,28 @@ mod tests {
 
     /// A refusal's event says what it means, in the classifier's words, and a failure
     /// has no such reason.
+    #[test]
+    fn a_crash_is_explained_by_its_most_serious_log_line() {
+        let lines = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let fatal =
+            r#"{"level":"fatal","msg":"failed to open database","error":"invalid database"}"#;
+        let tail = lines(&[
+            r#"{"level":"info","msg":"starting"}"#,
+            fatal,
+            "panic: boom",
+            "goroutine 1 [running]:",
+            "	/tmp/etcd/server/backend.go:75 +0x1",
+        ]);
+        assert_eq!(
+            why_it_exited(&tail),
+            "failed to open database: invalid database"
+        );
+        let tail = lines(&["panic: boom", "goroutine 1 [running]:", "	main.go:1"]);
+        assert_eq!(why_it_exited(&tail), "panic: boom");
+        assert_eq!(why_it_exited(&lines(&["last words"])), "last words");
+        assert_eq!(why_it_exited(&[]), "");
+    }
+
     #[test]
     fn refusals_are_explained() {
         let refused = ActionError::Etcd(EtcdError::Refused {

@@ -209,19 +209,20 @@ impl Tracker {
                 became_unhealthy.push((m.clone(), words.join(", ")));
             }
         }
+        // A loop lasts until the machine is fine again: between its restarts, while its
+        // process runs for a moment, it is the same loop, not a new one.
+        self.looping.retain(|m| problems.contains_key(m));
         let mut started = Vec::new();
-        let mut looping = Vec::new();
         for (m, ps) in &problems {
             for p in ps {
                 if let Problem::CrashLoop { starts } = p {
-                    looping.push(m.clone());
                     if !self.looping.contains(m) {
+                        self.looping.push(m.clone());
                         started.push((m.clone(), *starts));
                     }
                 }
             }
         }
-        self.looping = looping;
         let nospace = observed.machines.values().any(|o| {
             o.status
                 .as_ref()

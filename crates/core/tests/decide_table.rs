@@ -1996,6 +1996,14 @@ fn the_tracker_remembers_since_when() {
     assert_eq!(first.crash_loops_started, [("cp-2".to_string(), 3)]);
     let (cp, ms, o) = at(0, looping());
     assert!(t.observe(&cp, &ms, &o).crash_loops_started.is_empty());
+    // Running for a moment between its restarts (not answering yet) is the same loop.
+    let (cp, ms, o) = at(
+        1,
+        sit(3, OLD, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)]),
+    );
+    t.observe(&cp, &ms, &o);
+    let (cp, ms, o) = at(2, looping());
+    assert!(t.observe(&cp, &ms, &o).crash_loops_started.is_empty());
 
     // Under NOSPACE it remembers what was defragmented, until the alarm goes; it counts
     // how often the alarm came.
