@@ -435,6 +435,9 @@ pub fn render_table(s: &Status) -> String {
             health = format!("alarm: {}", m.alarms.join(","));
         }
         if let Some(first) = m.problems.first() {
+            // The table's short form: the words before the details ("lost its data",
+            // "crash loop"); `-o json` and the Degraded condition have them whole.
+            let first = first.split(": ").next().unwrap_or(first);
             let more = match m.problems.len() {
                 1 => String::new(),
                 n => format!(" (+{})", n - 1),
