@@ -856,7 +856,9 @@ impl Controller {
             .filter(|c| c.status)
             .map(|c| c.message.clone());
         let st = self.state.entry(cp.name.clone()).or_default();
-        if now == st.last_blocked {
+        // The same refusal with other figures ("next start in 3s", then 2s) is the same
+        // refusal: recorded once.
+        if now.as_deref().map(shape) == st.last_blocked.as_deref().map(shape) {
             return;
         }
         st.last_blocked = now.clone();
@@ -972,6 +974,22 @@ impl Controller {
 const CRASH_LOG_LINES: usize = 60;
 /// The longest log message an event quotes.
 const MAX_LOG_MESSAGE_CHARS: usize = 300;
+
+/// A message with every run of digits as `#`: refusals that differ only in figures have
+/// the same shape.
+fn shape(msg: &str) -> String {
+    let mut out = String::with_capacity(msg.len());
+    for c in msg.chars() {
+        if c.is_ascii_digit() {
+            if !out.ends_with('#') {
+                out.push('#');
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// Why an etcd exited, from the end of its log: the last fatal, panic or error entry of
 /// its (zap JSON) log, else the last `panic:` line of a Go panic, else the last line.
@@ -1099,6 +1117,15 @@ mod tests {
         assert_eq!(why_it_exited(&tail), "panic: boom");
         assert_eq!(why_it_exited(&lines(&["last words"])), "last words");
         assert_eq!(why_it_exited(&[]), "");
+    }
+
+    #[test]
+    fn refusals_that_differ_only_in_figures_have_one_shape() {
+        assert_eq!(
+            shape("quorum is lost: 1 of 3 answer (a down, next start in 12s)"),
+            shape("quorum is lost: 1 of 3 answer (a down, next start in 3s)")
+        );
+        assert_ne!(shape("not removing a-1"), shape("not adding a-1"));
     }
 
     #[test]
