@@ -189,13 +189,17 @@ impl Tracker {
     ) -> Tracked {
         let now = observed.now_unix_s;
         let problems = assess(cp, machines, observed);
+        // Without a member list (quorum lost, or an election) no member is judged:
+        // the memory goes, as with a controller that takes over (a remediation is
+        // delayed, never hastened), but nothing recovered.
+        let judged = observed.members.is_some();
         let mut recovered = Vec::new();
         let reported = &mut self.reported;
         self.since_unix_s.retain(|m, since| {
             let still = problems.contains_key(m);
             // A machine that left the records (deleted) did not recover.
             let here = machines.iter().any(|x| &x.name == m && !x.deleting);
-            if !still && reported.remove(m) && here {
+            if !still && judged && reported.remove(m) && here {
                 recovered.push((m.clone(), now.saturating_sub(*since)));
             }
             still

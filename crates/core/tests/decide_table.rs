@@ -2036,6 +2036,44 @@ fn the_tracker_remembers_since_when() {
     assert_eq!(t.observe(&cp, &ms, &o).nospace_recurrences, 0);
 }
 
+/// Two of three down: once the leader steps down there is no member list, and no
+/// member can be judged. The tracker forgets (a remediation is delayed, never
+/// hastened) but reports no recovery: the members are still down.
+#[test]
+fn a_lost_quorum_is_no_recovery() {
+    let mut t = health::Tracker::default();
+    let at = |secs: i64, s: Sit| {
+        let (cp, machines, mut o) = s.build();
+        o.now_unix_s = NOW_UNIX_S + secs;
+        (cp, machines, o)
+    };
+    let down = || {
+        sit(
+            3,
+            OLD,
+            vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD).unreachable()],
+        )
+    };
+    let (cp, ms, o) = at(0, down());
+    t.observe(&cp, &ms, &o);
+    let (cp, ms, o) = at(health::REPORT_AFTER_S, down());
+    let seen = t.observe(&cp, &ms, &o);
+    assert_eq!(seen.became_unhealthy.len(), 2, "{seen:?}");
+    let (cp, ms, o) = at(health::REPORT_AFTER_S + 1, down().no_leader());
+    let lost = t.observe(&cp, &ms, &o);
+    assert!(lost.recovered.is_empty(), "{lost:?}");
+    assert!(lost.since_unix_s.is_empty(), "{lost:?}");
+    // Back with a leader: the member still down is unhealthy again, from then on.
+    let back = || sit(3, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()]);
+    let (cp, ms, o) = at(20, back());
+    let again = t.observe(&cp, &ms, &o);
+    assert_eq!(again.since_unix_s["cp-3"], NOW_UNIX_S + 20, "{again:?}");
+    assert!(again.recovered.is_empty(), "{again:?}");
+    let (cp, ms, o) = at(20 + health::REPORT_AFTER_S, back());
+    let reported = t.observe(&cp, &ms, &o);
+    assert_eq!(reported.became_unhealthy.len(), 1, "{reported:?}");
+}
+
 /// `quorum defrag`'s plan: followers first, the leader last, each only while the others
 /// hold quorum.
 #[test]
