@@ -291,6 +291,8 @@ fn remediations(events: &[Event]) -> Vec<String> {
 struct Tally {
     /// Writes etcd acknowledged, in order: each must be read back at the end.
     acked: Vec<(String, String)>,
+    /// When each was acknowledged.
+    acked_at: Vec<Instant>,
     /// Writes that failed or timed out: not acknowledged (they may or may not have
     /// taken effect, so they are not checked either way).
     write_errors: u64,
@@ -353,6 +355,16 @@ impl Workload {
 
     fn acked(&self) -> usize {
         self.tally.lock().unwrap().acked.len()
+    }
+
+    /// Writes acknowledged after `from` and before `to`.
+    fn acked_between(&self, from: Instant, to: Instant) -> usize {
+        self.with(|t| {
+            t.acked_at
+                .iter()
+                .filter(|at| **at > from && **at < to)
+                .count()
+        })
     }
 
     fn with<T>(&self, f: impl FnOnce(&Tally) -> T) -> T {
@@ -499,6 +511,7 @@ async fn run_workload(w: WorkloadShared) {
             let now = Instant::now();
             if acked {
                 t.acked.push((k.clone(), v.clone()));
+                t.acked_at.push(now);
                 t.last_ack = Some(now);
                 if t.first_nospace.is_some() && t.first_ack_after_nospace.is_none() {
                     t.first_ack_after_nospace = Some(now);
@@ -837,7 +850,9 @@ fn scenario_disk_loss(run: &str) -> Duration {
     );
     let took = t0.elapsed();
     assert!(took <= bound, "repaired after {took:?}, over {bound:?}");
-    // Writes went on while one member was gone.
+    // Writes went on while one member was gone, and after.
+    let during = sc.work.acked_between(t0, Instant::now());
+    assert!(during > 0, "no write acknowledged while {victim} was gone");
     sc.work.wait_more_acked(20, Duration::from_secs(30));
     sc.wait_converged();
     let events = events_after(&sc.env, &sc.cp, before);
@@ -916,6 +931,8 @@ fn scenario_hang(run: &str) -> Duration {
     let took = wait_repaired(&sc, &victim, t0);
     let bound = Duration::from_secs(UNHEALTHY_AFTER_S + REPAIR_BOUND_S);
     assert!(took <= bound, "repaired after {took:?}, over {bound:?}");
+    let during = sc.work.acked_between(t0, Instant::now());
+    assert!(during > 0, "no write acknowledged while {victim} hung");
     // Long enough for the old process to have rejoined, had it been able to: it is
     // stopped by quorum or exits by itself (etcd stops a member that learns it was
     // removed), while the cluster goes on taking writes.
@@ -1004,7 +1021,12 @@ fn data_of_another_cluster_is_never_started_and_is_replaced() {
         "--timeout",
         CREATE_TIMEOUT,
     ]);
-    let donor = names(&sc.env.status("donor"))[0].clone();
+    let donor_status = sc.env.status("donor");
+    let donor = names(&donor_status)[0].clone();
+    let donor_member = row(&donor_status, &donor).unwrap()["memberId"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let donor_data = data_dir(&sc.env, &donor);
     let deadline = Instant::now() + Duration::from_secs(30);
     while !donor_data.join(MARKER_FILE).exists() {
@@ -1024,6 +1046,7 @@ fn data_of_another_cluster_is_never_started_and_is_replaced() {
     );
     let before = last_event_id(&sc.env, &sc.cp);
     // Frozen while its directory is swapped, so nothing restarts it in between.
+    let t0 = Instant::now();
     signal_etcd(&sc.env, &victim, pid, libc::SIGSTOP);
     std::fs::remove_dir_all(&data).unwrap();
     copy_dir(&donor_data, &data);
@@ -1041,8 +1064,10 @@ fn data_of_another_cluster_is_never_started_and_is_replaced() {
     });
     let (degraded, message) = condition(&s, "Degraded");
     assert!(
-        degraded && message.contains(&victim) && message.contains("belongs to member"),
-        "{message}"
+        degraded
+            && message.contains(&victim)
+            && message.contains(&format!("belongs to member {donor_member} of cluster")),
+        "{message} (the donor's member is {donor_member})"
     );
     // Repaired: replaced.
     sc.wait(
@@ -1059,6 +1084,8 @@ fn data_of_another_cluster_is_never_started_and_is_replaced() {
         !started.get(),
         "{victim} was started on another cluster's data"
     );
+    let during = sc.work.acked_between(t0, Instant::now());
+    assert!(during > 0, "no write acknowledged while {victim} was down");
     let events = events_after(&sc.env, &sc.cp, before);
     eprintln!("{message}\n{}", history(&events));
     assert_eq!(
@@ -1276,6 +1303,15 @@ fn two_of_three_down_remediates_nothing_and_says_why() {
         "a change while two of three were down:\n{}",
         history(&events)
     );
+    // Nor is any of them said to have recovered while they are down (without a leader
+    // no member can be judged).
+    assert!(
+        !events
+            .iter()
+            .any(|e| kind_is(e, "recovered") && victims.iter().any(|v| about(e, v))),
+        "recovered while down:\n{}",
+        history(&events)
+    );
     let (seen, lists) = sc.watch.members_seen_after(fault);
     assert!(
         lists >= 5,
@@ -1415,6 +1451,7 @@ fn rollout_with_a_dead_member_replaces_it_first() {
     let s = sc.status();
     let victim = follower(&s);
     let before = last_event_id(&sc.env, &sc.cp);
+    let t0 = Instant::now();
     disk_loss(&sc.env, &victim, pid_of(&s, &victim));
     // With --force: `upgrade` checks that every member is healthy before it records
     // the change, and one is dead (the point of the test). Reported with (f).
@@ -1423,6 +1460,8 @@ fn rollout_with_a_dead_member_replaces_it_first() {
         repaired(s, &[&victim]) && machine_versions(s) == vec![NEW; 3] && s["converged"] == true
     });
     assert!(rows(&s).iter().all(|m| m["version"] == NEW), "{s:#}");
+    let during = sc.work.acked_between(t0, Instant::now());
+    assert!(during > 0, "no write acknowledged during the rollout");
     let events = events_after(&sc.env, &sc.cp, before);
     let h = history(&events);
     let marks: Vec<&Event> = events
