@@ -212,7 +212,9 @@ impl<'a> View<'a> {
                     return Some(Step::refuse(
                         op,
                         format!(
-                            "not remediating {name}: its slot was replaced {} time{} in a row, the last {ago}s ago (within minHealthyPeriod {}), and remediation.maxRetry is {}. Find the cause (`quorum events {cp}`, the machine's etcd.log), then raise spec.remediation.maxRetry, or replace it by hand",
+                            // No figure that changes from one pass to the next (how
+                            // long ago): each distinct refusal is recorded once.
+                            "not remediating {name}: its slot was replaced {} time{} in a row within minHealthyPeriod {}, and remediation.maxRetry is {}. Find the cause (`quorum events {cp}`, the machine's etcd.log), then raise spec.remediation.maxRetry, or replace it by hand",
                             prev.attempt,
                             if prev.attempt == 1 { "" } else { "s" },
                             spec.min_healthy_period,

@@ -1697,7 +1697,7 @@ fn repair_table() {
             )
             .unhealthy_for(4, 60)
             .max_retry(0),
-            "refuse: not remediating cp-4: its slot was replaced 1 time in a row, the last 300s ago (within minHealthyPeriod 1h), and remediation.maxRetry is 0",
+            "refuse: not remediating cp-4: its slot was replaced 1 time in a row within minHealthyPeriod 1h, and remediation.maxRetry is 0",
         ),
         (
             "the limit raised: remediate again",
@@ -2072,6 +2072,32 @@ fn a_lost_quorum_is_no_recovery() {
     let (cp, ms, o) = at(20 + health::REPORT_AFTER_S, back());
     let reported = t.observe(&cp, &ms, &o);
     assert_eq!(reported.became_unhealthy.len(), 1, "{reported:?}");
+}
+
+/// The controller records each distinct refusal once: the maxRetry refusal must read
+/// the same from one pass to the next (seen on real etcd: one `blocked` event a second,
+/// "the last 8s ago", "the last 9s ago"...).
+#[test]
+fn the_max_retry_refusal_reads_the_same_a_second_later() {
+    let refusal = |ago_s: i64| {
+        let s = sit(
+            3,
+            OLD,
+            vec![
+                m(1, OLD),
+                m(3, OLD),
+                m(4, OLD).unreachable().remediated("cp-2", 1, ago_s),
+            ],
+        )
+        .unhealthy_for(4, 60)
+        .max_retry(0);
+        let (cp, machines, o) = s.build();
+        let d = decide(&cp, &machines, &o);
+        let blocked = d.condition(ConditionKind::Blocked).unwrap();
+        assert!(blocked.status, "{blocked:?}");
+        blocked.message.clone()
+    };
+    assert_eq!(refusal(300), refusal(301));
 }
 
 /// `quorum defrag`'s plan: followers first, the leader last, each only while the others
