@@ -274,11 +274,17 @@ fn find_from(events: &[Event], from: usize, f: impl Fn(&Event) -> bool) -> Optio
     events.iter().skip(from).position(f).map(|i| i + from)
 }
 
-/// The machine a `mark-deleting` removed for remediation, in the order they happened.
+/// A `mark-deleting` done for remediation: "mark a-1 for replacement (attempt 1: ...)"
+/// (a machine leaving for any other reason says why: "(outdated version)").
+fn is_remediation(e: &Event) -> bool {
+    e.ok && kind_is(e, "mark-deleting") && e.message.contains("for replacement (attempt")
+}
+
+/// The machines marked for remediation, in the order they were.
 fn remediations(events: &[Event]) -> Vec<String> {
     events
         .iter()
-        .filter(|e| e.ok && kind_is(e, "mark-deleting") && e.message.contains("remediation"))
+        .filter(|e| is_remediation(e))
         .filter_map(|e| e.machine.clone())
         .collect()
 }
@@ -802,7 +808,7 @@ fn assert_replaced_in_order(events: &[Event], victim: &str) {
     })
     .unwrap_or_else(|| panic!("no mark-deleting of {victim} after unhealthy:\n{h}"));
     assert!(
-        events[marked].message.contains("remediation"),
+        is_remediation(&events[marked]),
         "{}",
         events[marked].message
     );
@@ -1312,6 +1318,13 @@ fn two_of_three_down_remediates_nothing_and_says_why() {
         "recovered while down:\n{}",
         history(&events)
     );
+    // The refusal is in the history too, once.
+    let refusals: Vec<&Event> = events.iter().filter(|e| kind_is(e, "blocked")).collect();
+    assert!(
+        refusals.iter().any(|e| e.message.contains("quorum")),
+        "no refusal recorded:\n{}",
+        history(&events)
+    );
     let (seen, lists) = sc.watch.members_seen_after(fault);
     assert!(
         lists >= 5,
@@ -1401,6 +1414,18 @@ fn max_retry_exhausted_stops_says_so_and_resumes_when_raised() {
         "a second remediation despite maxRetry 0:\n{}",
         history(&events)
     );
+    let refusals: Vec<&Event> = events.iter().filter(|e| kind_is(e, "blocked")).collect();
+    assert_eq!(
+        refusals.len(),
+        1,
+        "one refusal recorded:\n{}",
+        history(&events)
+    );
+    assert!(
+        refusals[0].message.contains("maxRetry is 0"),
+        "{}",
+        refusals[0].message
+    );
     // A person raises the limit: it resumes and converges.
     // With --force: `apply` checks that every member is healthy before it records a
     // change, and this one is not (the reason for the change). Reported: the refusal
@@ -1470,7 +1495,7 @@ fn rollout_with_a_dead_member_replaces_it_first() {
         .collect();
     assert_eq!(marks.len(), 3, "{h}");
     assert!(
-        about(marks[0], &victim) && marks[0].message.contains("remediation"),
+        about(marks[0], &victim) && is_remediation(marks[0]),
         "the dead member goes first:\n{h}"
     );
     // Nothing was added for the rollout before the dead member was marked.
