@@ -5,9 +5,10 @@
 //! Every scenario runs a 3-member control plane with an independent client workload
 //! (its own runtime and etcd client on the published endpoints: unique writes, each
 //! acknowledged one read back at the end, and a linearizable read after every write), and
-//! a watch that asks every voter for its status every ~200 ms and counts the samples in
-//! which fewer than a quorum answered. Faults are done to the machines' processes by
-//! PID (from `status -o json`), never by name.
+//! a watch that asks every voter for its status every ~200 ms (a sample starts on time
+//! even while an earlier one waits on a hung member) and counts the samples in which
+//! fewer than a quorum answered. Faults are done to the machines' processes by PID
+//! (from `status -o json`), never by name.
 
 mod common;
 
@@ -29,7 +30,7 @@ const REPAIR_BOUND_S: u64 = 15;
 const CREATE_TIMEOUT: &str = "120s";
 /// etcd's answer to a write once a member raised NOSPACE.
 const NOSPACE_ERROR: &str = "database space exceeded";
-/// One client call of the workload or the watch.
+/// One client call of the workload.
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 /// Time between two writes of the workload: a steady load that leaves the CPU to the
 /// members and the controller on a 2-core machine.
@@ -742,8 +743,8 @@ struct Scene {
 
 impl Scene {
     /// A controller, a 3-member control plane at `version` made from a manifest with
-    /// `spec` lines, the workload (filling with `fill`-byte values first, if set) and
-    /// the watch, with some writes acknowledged before it returns.
+    /// `spec` lines, the workload (able to fill the database with `fill`-byte values
+    /// once told to) and the watch, with some writes acknowledged before it returns.
     fn new(test: &str, cp: &str, version: &str, spec: &str, fill: Option<usize>) -> Scene {
         let mut env = Env::new(test);
         env.start_controller();
@@ -787,7 +788,7 @@ fn wait_repaired(sc: &Scene, victim: &str, t0: Instant) -> Duration {
     t0.elapsed()
 }
 
-/// Starts of `machine` recorded after event `after` (each outcome).
+/// Starts of `machine` among `events` (whatever their outcome).
 fn starts_of(events: &[Event], machine: &str) -> usize {
     events
         .iter()
