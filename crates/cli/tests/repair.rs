@@ -1795,7 +1795,7 @@ fn a_member_hung_inside_a_defragmentation_does_not_stall_the_controller() {
 // Timings for the closing note.
 
 #[test]
-#[ignore = "runs (a), (b) and (d) 5 times each, one after the other (about 10 minutes)"]
+#[ignore = "runs (a), (b) and (d) 5 times each, one after the other (about 3 minutes)"]
 fn repair_timings() {
     const RUNS: usize = 5;
     type Scenario = fn(&str) -> Duration;
