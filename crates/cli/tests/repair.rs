@@ -1429,11 +1429,9 @@ fn max_retry_exhausted_stops_says_so_and_resumes_when_raised() {
         "{}",
         refusals[0].message
     );
-    // A person raises the limit: it resumes and converges.
-    // With --force: `apply` checks that every member is healthy before it records a
-    // change, and this one is not (the reason for the change). Reported: the refusal
-    // tells the person to raise maxRetry, and a plain `apply` refuses to.
-    apply(&sc.env, &sc.cp, NEW, &limits(1), &["--force"]);
+    // A person raises the limit, as the refusal says (a plain `apply`: a change of how
+    // quorum repairs is never refused): it resumes and converges.
+    apply(&sc.env, &sc.cp, NEW, &limits(1), &[]);
     wait_repaired(&sc, &second, Instant::now());
     sc.wait_converged();
     let events = events_after(&sc.env, &sc.cp, from);
@@ -1481,9 +1479,10 @@ fn rollout_with_a_dead_member_replaces_it_first() {
     let before = last_event_id(&sc.env, &sc.cp);
     let t0 = Instant::now();
     disk_loss(&sc.env, &victim, pid_of(&s, &victim));
-    // With --force: `upgrade` checks that every member is healthy before it records
-    // the change, and one is dead (the point of the test). Reported with (f).
-    sc.env.ok(&["upgrade", &sc.cp, "--version", NEW, "--force"]);
+    // A plain `upgrade`: with a quorum serving, a dead member does not stop a change
+    // from being recorded (quorum replaces it first, and says so).
+    let out = sc.env.ok(&["upgrade", &sc.cp, "--version", NEW]);
+    assert!(out.contains("quorum replaces it first"), "{out}");
     let s = sc.wait("the rollout done", Duration::from_secs(240), |s| {
         repaired(s, &[&victim]) && machine_versions(s) == vec![NEW; 3] && s["converged"] == true
     });

@@ -35,7 +35,7 @@ impl<'a> View<'a> {
 
     pub(crate) fn problems_of(&self, s: &Seen<'_>) -> Vec<Problem> {
         let Some(member) = s.member else {
-            return vec![];
+            return self.problems_without_members(s);
         };
         let mut out: Vec<Problem> = self.data_problem(s).into_iter().collect();
         if !s.running() && !out.is_empty() {
@@ -91,6 +91,33 @@ impl<'a> View<'a> {
             });
         }
         out
+    }
+
+    /// With no member list (quorum lost, or an election), a machine that has run is
+    /// judged by its process and its endpoint alone: membership is unknown, so nothing
+    /// about its data or its log can be said.
+    fn problems_without_members(&self, s: &Seen<'_>) -> Vec<Problem> {
+        let Some(obs) = s.obs else {
+            return vec![];
+        };
+        if self.members.is_some() || !(obs.has_data || obs.marker.is_some()) {
+            return vec![];
+        }
+        if !s.running() {
+            let recent = health::recent_starts(&obs.starts_unix_s, self.now_unix_s);
+            return vec![if recent >= health::CRASH_LOOP_STARTS {
+                Problem::CrashLoop {
+                    starts: recent as u32,
+                }
+            } else {
+                Problem::Exited
+            }];
+        }
+        match s.status() {
+            None => vec![Problem::Unreachable],
+            Some(st) if st.leader_id == 0 => vec![Problem::NoLeader],
+            Some(_) => vec![],
+        }
     }
 
     /// Data that must never be started as this member: gone although its member ran

@@ -2036,9 +2036,10 @@ fn the_tracker_remembers_since_when() {
     assert_eq!(t.observe(&cp, &ms, &o).nospace_recurrences, 0);
 }
 
-/// Two of three down: once the leader steps down there is no member list, and no
-/// member can be judged. The tracker forgets (a remediation is delayed, never
-/// hastened) but reports no recovery: the members are still down.
+/// Two of three down: once the leader steps down there is no member list, and the
+/// machines are judged by their processes and endpoints alone. The tracker keeps its
+/// memory through it: the members still down stay unhealthy since they went down (so
+/// `status` says how long), and none is said to recover while down.
 #[test]
 fn a_lost_quorum_is_no_recovery() {
     let mut t = health::Tracker::default();
@@ -2062,16 +2063,22 @@ fn a_lost_quorum_is_no_recovery() {
     let (cp, ms, o) = at(health::REPORT_AFTER_S + 1, down().no_leader());
     let lost = t.observe(&cp, &ms, &o);
     assert!(lost.recovered.is_empty(), "{lost:?}");
-    assert!(lost.since_unix_s.is_empty(), "{lost:?}");
-    // Back with a leader: the member still down is unhealthy again, from then on.
+    assert_eq!(lost.since_unix_s["cp-2"], NOW_UNIX_S, "{lost:?}");
+    assert_eq!(lost.since_unix_s["cp-3"], NOW_UNIX_S, "{lost:?}");
+    // What status says meanwhile: each machine that does not answer, not "no problem".
+    let d = decide(&cp, &ms, &o);
+    let degraded = d.condition(ConditionKind::Degraded).unwrap();
+    assert!(
+        degraded.status && degraded.message.contains("cp-3: unreachable"),
+        "{degraded:?}"
+    );
+    // Back with a leader: the member still down has been unhealthy all along; the one
+    // that came back recovered.
     let back = || sit(3, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()]);
     let (cp, ms, o) = at(20, back());
     let again = t.observe(&cp, &ms, &o);
-    assert_eq!(again.since_unix_s["cp-3"], NOW_UNIX_S + 20, "{again:?}");
-    assert!(again.recovered.is_empty(), "{again:?}");
-    let (cp, ms, o) = at(20 + health::REPORT_AFTER_S, back());
-    let reported = t.observe(&cp, &ms, &o);
-    assert_eq!(reported.became_unhealthy.len(), 1, "{reported:?}");
+    assert_eq!(again.since_unix_s["cp-3"], NOW_UNIX_S, "{again:?}");
+    assert_eq!(again.recovered, [("cp-2".to_string(), 20)], "{again:?}");
 }
 
 /// The controller records each distinct refusal once: the maxRetry refusal must read

@@ -193,11 +193,30 @@ async fn live_cluster_version(
         })
         .map(|m| m.name.as_str())
         .collect();
-    if !force && !s.machines.is_empty() && !unhealthy.is_empty() {
-        bail!(
-            "{name}: {} not healthy or unreachable{} (see `quorum status {name}`); fix that first, or pass --force to record the change anyway (quorum still refuses every unsafe step)",
+    // Changing only how quorum repairs and maintains (or pausing) is what a person does
+    // to unblock a repair: never refused for the state the cluster is in.
+    let repair_only = ControlPlaneSpec {
+        remediation: cp.spec.remediation,
+        maintenance: cp.spec.maintenance,
+        paused: cp.spec.paused,
+        ..new.clone()
+    } == cp.spec;
+    if !force && !repair_only && !s.machines.is_empty() && !unhealthy.is_empty() {
+        if leaderless {
+            bail!(
+                "{name}: {} not healthy or unreachable, and no member answers as leader (see `quorum status {name}`); bring a member back first, or pass --force to record the change anyway (quorum still refuses every unsafe step)",
+                unhealthy.join(", ")
+            );
+        }
+        // A quorum serves: quorum replaces the failed members first (spec.remediation),
+        // then makes the change.
+        say!(
+            ctx,
+            "note: {} not healthy; quorum replaces {} first if {} not recover within remediation.unhealthyAfter ({}), then makes this change",
             unhealthy.join(", "),
-            if leaderless { ", and no member answers as leader" } else { "" }
+            if unhealthy.len() == 1 { "it" } else { "them" },
+            if unhealthy.len() == 1 { "it does" } else { "they do" },
+            new.remediation.unhealthy_after
         );
     }
     let cluster_version = s
