@@ -302,6 +302,8 @@ pub struct Tally {
     /// Writes that failed or timed out: not acknowledged (they may or may not have
     /// taken effect, so they are not checked either way).
     pub write_errors: u64,
+    /// Connections (re)made that failed: no call was sent.
+    pub connect_errors: u64,
     /// Of those, refused with NOSPACE.
     pub nospace: u64,
     pub reads_ok: u64,
@@ -314,10 +316,44 @@ pub struct Tally {
     pub first_ack_after_nospace: Option<Instant>,
     /// Large values written while filling the database.
     pub filled_bytes: u64,
+    /// Failed calls (writes and reads) by what the client said, for reports.
+    pub errors: std::collections::BTreeMap<String, u64>,
+}
+
+impl Tally {
+    fn error(&mut self, e: String) {
+        *self.errors.entry(e).or_default() += 1;
+    }
+}
+
+/// What a failed call said, short: etcd-client's text up to the first detail.
+fn error_text<T>(r: &Result<Result<T, etcd_client::Error>, tokio::time::error::Elapsed>) -> String {
+    match r {
+        Ok(Ok(_)) => String::new(),
+        Ok(Err(e)) => {
+            let text = e.to_string();
+            let short: String = text.chars().take(ERROR_TEXT_CHARS).collect();
+            short
+        }
+        Err(_) => format!("no answer within {CALL_TIMEOUT:?}"),
+    }
+}
+
+/// How much of an error's text the tally keeps (the rest names connections and ids).
+const ERROR_TEXT_CHARS: usize = 100;
+
+/// Where the workload sends its calls.
+#[derive(Clone, Debug)]
+pub enum Source {
+    /// The endpoints file the controller publishes (re-read before every write).
+    Published(PathBuf),
+    /// A fixed list, such as a load balancer's address.
+    Fixed(Vec<String>),
 }
 
 /// An independent client: its own thread, runtime and etcd client on the endpoints the
-/// controller publishes (re-read before every write, as a client following them would).
+/// controller publishes (re-read before every write, as a client following them would),
+/// or on a fixed address.
 pub struct Workload {
     stop: Arc<AtomicBool>,
     /// Set by `start_filling`, cleared by the workload at the first NOSPACE.
@@ -331,13 +367,24 @@ impl Workload {
     /// Unique keys under `prefix`; once `start_filling` is called, also overwrites two
     /// keys with values of `fill` bytes until etcd answers NOSPACE.
     pub fn start(env: &Env, cp: &str, prefix: &str, fill: Option<usize>) -> Workload {
+        let path = quorum_controller::endpoints_path(&env.home, cp);
+        Workload::start_on(env, cp, prefix, fill, Source::Published(path))
+    }
+
+    /// The same, with its calls sent to `source`.
+    pub fn start_on(
+        env: &Env,
+        cp: &str,
+        prefix: &str,
+        fill: Option<usize>,
+        source: Source,
+    ) -> Workload {
         let stop = Arc::new(AtomicBool::new(false));
         let filling = Arc::new(AtomicBool::new(false));
         let tally = Arc::new(Mutex::new(Tally::default()));
         let tls = env.client_tls(cp);
-        let path = quorum_controller::endpoints_path(&env.home, cp);
         let w = WorkloadShared {
-            path,
+            source,
             tls,
             prefix: prefix.to_string(),
             fill,
@@ -443,7 +490,7 @@ pub fn published_endpoints(path: &Path) -> Vec<String> {
 
 /// What the workload's thread gets.
 pub struct WorkloadShared {
-    path: PathBuf,
+    source: Source,
     tls: Option<quorum_etcd::ClientTls>,
     prefix: String,
     fill: Option<usize>,
@@ -454,7 +501,7 @@ pub struct WorkloadShared {
 
 pub async fn run_workload(w: WorkloadShared) {
     let WorkloadShared {
-        path,
+        source,
         tls,
         prefix,
         fill,
@@ -468,7 +515,10 @@ pub async fn run_workload(w: WorkloadShared) {
     let token = std::process::id();
     let mut seq = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        let endpoints = published_endpoints(&path);
+        let endpoints = match &source {
+            Source::Published(path) => published_endpoints(path),
+            Source::Fixed(list) => list.clone(),
+        };
         let stale = conn.as_ref().is_none_or(|(e, _)| *e != endpoints);
         if endpoints.is_empty() {
             tokio::time::sleep(WORKLOAD_PACE).await;
@@ -482,7 +532,12 @@ pub async fn run_workload(w: WorkloadShared) {
             };
             match tokio::time::timeout(CALL_TIMEOUT, cluster.connect()).await {
                 Ok(Ok(c)) => conn = Some((endpoints, c)),
-                _ => {
+                failed => {
+                    {
+                        let mut t = tally.lock().unwrap();
+                        t.connect_errors += 1;
+                        t.error(format!("connect: {}", error_text(&failed)));
+                    }
                     conn = None;
                     tokio::time::sleep(WORKLOAD_PACE).await;
                     continue;
@@ -524,6 +579,7 @@ pub async fn run_workload(w: WorkloadShared) {
                 }
             } else {
                 t.write_errors += 1;
+                t.error(format!("put: {}", error_text(&put)));
                 if let Ok(Err(e)) = &put {
                     if e.to_string().contains(NOSPACE_ERROR) {
                         t.nospace += 1;
@@ -546,7 +602,10 @@ pub async fn run_workload(w: WorkloadShared) {
                         t.stale_reads.push(format!("{k}: {seen:?}, wanted {v}"));
                     }
                 }
-                _ => t.read_errors += 1,
+                _ => {
+                    t.read_errors += 1;
+                    t.error(format!("get: {}", error_text(&got)));
+                }
             }
         } else {
             failures_in_row += 1;
@@ -627,13 +686,14 @@ impl MajorityWatch {
                 // hung member makes a sample wait for its timeouts): each is judged at
                 // its start.
                 let mut samples = Vec::new();
+                // The machines of the last read of the store that succeeded: the store
+                // (a management etcd) may fail for a while, the members do not with it.
+                let mut urls: Vec<String> = Vec::new();
                 while !stop2.load(Ordering::Relaxed) {
-                    let urls: Vec<String> = store
-                        .machines(&cp)
-                        .unwrap_or_default()
-                        .iter()
-                        .map(|m| m.client_url())
-                        .collect();
+                    if let Ok(machines) = store.machines(&cp) {
+                        urls = machines.iter().map(|m| m.client_url()).collect();
+                    }
+                    let urls = urls.clone();
                     let (etcd, voters, log) = (etcd.clone(), voters.clone(), log2.clone());
                     samples.push(tokio::spawn(async move {
                         let at = Instant::now();
@@ -748,7 +808,14 @@ impl Scene {
         let mut env = Env::new(test);
         env.start_controller();
         apply(&env, cp, version, spec, &CREATE_FLAGS);
-        let work = Workload::start(&env, cp, "w/", fill);
+        let source = Source::Published(quorum_controller::endpoints_path(&env.home, cp));
+        Scene::watching(env, cp, fill, source)
+    }
+
+    /// The workload (on `source`) and the watch on `cp`, which serves already (its
+    /// controllers run in `env`), with some writes acknowledged before it returns.
+    pub fn watching(env: Env, cp: &str, fill: Option<usize>, source: Source) -> Scene {
+        let work = Workload::start_on(&env, cp, "w/", fill, source);
         let watch = MajorityWatch::start(&env, cp);
         work.wait_more_acked(20, Duration::from_secs(30));
         Scene {
