@@ -3,10 +3,16 @@
 //! stopped past its lease is fenced off when it resumes; and the origin bug report's
 //! scenario (the lease lost right after a member removal) ends with the new leader
 //! finishing the rollout. Real processes, real signals, a real 3-member management etcd.
+//! The management etcd's faults during a rollout are in `ha/store_faults.rs`, during a
+//! repair in `ha/repair_faults.rs`.
 
 mod common;
+#[path = "ha/repair_faults.rs"]
+mod repair_faults;
 #[path = "ha/store_faults.rs"]
 mod store_faults;
+#[path = "repair/support.rs"]
+mod support;
 
 use common::*;
 use quorum_core::ActionKind;

@@ -294,6 +294,41 @@ fn member_id(s: &Value, machine: &str) -> u64 {
     u64::from_str_radix(id, 16).unwrap()
 }
 
+/// HAProxy's own counters of what went wrong in the backend since it started (`show
+/// stat`, the BACKEND row): connection errors, response errors, retries, redispatches,
+/// and the HTTP 5xx answers it gave.
+fn backend_errors(api: &RuntimeApi) -> String {
+    let Ok(csv) = api.command("show stat") else {
+        return "HAProxy does not answer".into();
+    };
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines
+        .next()
+        .unwrap_or_default()
+        .trim_start_matches("# ")
+        .split(',')
+        .collect();
+    let Some(row) = lines
+        .map(|l| l.split(',').collect::<Vec<&str>>())
+        .find(|r| r.first() == Some(&BACKEND) && r.get(1) == Some(&"BACKEND"))
+    else {
+        return format!("no row for backend {BACKEND}");
+    };
+    ["econ", "eresp", "wretr", "wredis", "hrsp_5xx"]
+        .iter()
+        .map(|col| {
+            let v = header
+                .iter()
+                .position(|h| h == col)
+                .and_then(|i| row.get(i))
+                .copied()
+                .unwrap_or("?");
+            format!("{col}={v}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// What the workload through HAProxy saw, in one line.
 fn failed_calls(t: &Tally) -> String {
     format!(
@@ -393,9 +428,10 @@ fn disk_loss_behind_haproxy_drains_first_and_adds_the_replacement_once_healthy()
         last_member.duration_since(out_of_backend).as_secs_f64()
     );
     let connections = lb.api().backend_connections(BACKEND);
+    let errors = backend_errors(&lb.api());
     let tally = work.finish(&env, &cp);
     eprintln!(
-        "the client through HAProxy: {}; HAProxy's backend: {connections:?}",
+        "the client through HAProxy: {}; HAProxy's backend: {connections:?}, {errors}",
         failed_calls(&tally)
     );
     assert_no_orphans(&env, &cp);
@@ -535,8 +571,12 @@ fn haproxy_killed_while_a_remediation_is_due_holds_the_removal_until_it_is_back(
         watch,
     } = sc;
     watch.finish_with_majority();
+    let errors = backend_errors(&lb.api());
     let tally = work.finish(&env, &cp);
-    eprintln!("the client through HAProxy: {}", failed_calls(&tally));
+    eprintln!(
+        "the client through HAProxy: {} (HAProxy since its restart: {errors})",
+        failed_calls(&tally)
+    );
     assert_no_orphans(&env, &cp);
     drop(lb);
 }

@@ -136,7 +136,7 @@ fn upgrade_once_healthy(env: &Env, cp: &str) {
 }
 
 /// The index of the management etcd's leader, once one answers.
-fn management_leader(env: &Env) -> usize {
+pub(crate) fn management_leader(env: &Env) -> usize {
     let store = env.store();
     let mut found = None;
     wait_for("a management leader", Duration::from_secs(30), || {
@@ -185,7 +185,7 @@ fn next_step_after(env: &Env, cp: &str, after_id: i64, after_ms: i64) -> i64 {
 /// No membership change was made twice: in the store's history, each machine was added,
 /// promoted and removed at most once; the managed cluster has exactly its machines, as
 /// voters (`assert_no_orphans`).
-fn assert_each_change_once(env: &Env, cp: &str) {
+pub(crate) fn assert_each_change_once(env: &Env, cp: &str) {
     let events = env.store().events_after(cp, 0, 100_000).unwrap();
     for kind in [
         ActionKind::AddLearner,
