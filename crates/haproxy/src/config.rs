@@ -61,6 +61,12 @@ pub fn config(
          # A member that does not accept a connection within 1 s is down or\n    \
          # overloaded; waiting longer only delays the client's own retry.\n    \
          timeout connect 1s\n    \
+         # A connection refused or timed out (a member that just died, not yet\n    \
+         # drained) is tried again on another member: nothing was sent to the first,\n    \
+         # so even a write is safe to send elsewhere. Without it HAProxy retried the\n    \
+         # dead member 3 times, a second apart, and the request failed after 3 s.\n    \
+         retries 2\n    \
+         option redispatch 1\n    \
          # Inactivity limits on each side. They also apply to a gRPC stream that\n    \
          # carries no data (an etcd watch with no events): HAProxy ends it after\n    \
          # 60 s and etcd's client resumes the watch from its last revision (measured\n    \
@@ -161,6 +167,8 @@ mod tests {
                 "defaults",
                 "mode http",
                 "timeout connect 1s",
+                "retries 2",
+                "option redispatch 1",
                 "timeout client 60s",
                 "timeout server 60s",
                 "frontend etcd",
