@@ -397,6 +397,11 @@ impl<'a> View<'a> {
         {
             return None;
         }
+        // Nor once a member answered at all: etcd serves clients only after its member
+        // was published through a leader.
+        if self.seen.iter().any(|s| s.status().is_some()) {
+            return None;
+        }
         let started = self.seen.iter().any(|s| s.running() || s.has_data());
         if !started && self.seen.len() < self.spec().replicas as usize {
             let missing = self.spec().replicas as usize - self.seen.len();
@@ -425,13 +430,19 @@ impl<'a> View<'a> {
                 peer_url: s.machine.peer_url(),
             })
             .collect();
+        // A machine with data restarts from it (etcd ignores the initial cluster then):
+        // `new` only for one that never started.
         let actions: Vec<Action> = self
             .seen
             .iter()
-            .filter(|s| !s.running())
+            .filter(|s| !s.running() && self.restart_wait_s(s) == 0)
             .map(|s| Action::StartMachine {
                 machine: s.machine.name.clone(),
-                state: ClusterState::New,
+                state: if s.has_data() {
+                    ClusterState::Existing
+                } else {
+                    ClusterState::New
+                },
                 initial_cluster: initial.clone(),
             })
             .collect();
@@ -461,7 +472,7 @@ impl<'a> View<'a> {
             .collect();
         let actions: Vec<Action> = stopped
             .iter()
-            .filter(|s| self.restart_wait_s(s) == 0)
+            .filter(|s| self.restart_wait_s(s) == 0 && !self.foreign_without_leader(s))
             .map(|s| Action::StartMachine {
                 machine: s.machine.name.clone(),
                 state: ClusterState::Existing,
@@ -495,14 +506,15 @@ impl<'a> View<'a> {
             })
             .collect();
         let all_running = self.seen.iter().all(|s| s.running() || s.machine.deleting);
-        if down.is_empty() || (answering == 0 && all_running) {
-            // An election, or processes just started: nothing says quorum is gone yet.
+        let n = self.seen.iter().filter(|s| !s.machine.deleting).count();
+        if down.is_empty() || (answering == 0 && all_running) || answering >= quorum_size(n) {
+            // An election (a quorum answers, knowing no leader yet), or processes just
+            // started: nothing says quorum is gone yet.
             return Step::wait(
                 Operation::WaitingForQuorum,
                 "no member answered as leader: waiting for a quorum of members",
             );
         }
-        let n = self.seen.iter().filter(|s| !s.machine.deleting).count();
         Step::refuse(
             Operation::WaitingForQuorum,
             format!(
@@ -607,9 +619,15 @@ impl<'a> View<'a> {
             .find(|s| s.member.is_some_and(|m| m.is_learner) && !s.machine.deleting)?;
         let learner = s.member?;
         if self.failed_long_enough(s) {
-            // A learner that cannot start or answer is remediated like any member
-            // (`remediate`), rather than waited on forever.
-            return None;
+            // A learner that cannot start or answer is remediated like any member,
+            // rather than waited on forever; and only it: nothing else is remediated
+            // while a learner is pending (the simulator found a voter remediated beside
+            // it). A machine leaving (beside a learner only after a deposed controller's
+            // stale add) goes first.
+            if self.seen.iter().any(|o| o.machine.deleting) {
+                return None;
+            }
+            return self.remediate_one(s, &self.problems_of(s));
         }
         let op = self.growth_operation();
         let name = &s.machine.name;

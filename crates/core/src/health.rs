@@ -143,8 +143,9 @@ pub fn restart_backoff_s(recent_starts: usize) -> i64 {
     (RESTART_BACKOFF_BASE_S << doublings).min(RESTART_BACKOFF_CAP_S)
 }
 
-/// Since when each machine has had some problem without a break: the health model's
-/// only memory, kept by the controller across observations.
+/// Since when each machine has had some problem without a break (restarted when a
+/// problem that replacement repairs appears): the health model's only memory, kept by
+/// the controller across observations.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tracker {
     since_unix_s: BTreeMap<String, i64>,
@@ -158,6 +159,8 @@ pub struct Tracker {
     defragmented: BTreeSet<String>,
     /// Machines whose problem was reported (and whose recovery will be).
     reported: BTreeSet<String>,
+    /// Machines that had a problem replacement repairs at the last observation.
+    remediable: BTreeSet<String>,
 }
 
 /// What one observation changed in the tracker's memory.
@@ -206,13 +209,27 @@ impl Tracker {
         });
         self.reported.retain(|m| problems.contains_key(m));
         let mut became_unhealthy = Vec::new();
+        let remediable: BTreeSet<String> = problems
+            .iter()
+            .filter(|(_, ps)| ps.iter().any(Problem::remediable))
+            .map(|(m, _)| m.clone())
+            .collect();
         for (m, ps) in &problems {
-            let since = *self.since_unix_s.entry(m.clone()).or_insert(now);
+            let since = self.since_unix_s.entry(m.clone()).or_insert(now);
+            // A problem that replacement repairs restarts the clock when it appears: a
+            // member that was full (NOSPACE) for a minute and then stalls in its
+            // defragmentation has been unreachable for the stall, not for the minute
+            // (found by the simulator: it was remediated at once).
+            if remediable.contains(m) && !self.remediable.contains(m) {
+                *since = now;
+            }
+            let since = *since;
             if now.saturating_sub(since) >= REPORT_AFTER_S && self.reported.insert(m.clone()) {
                 let words: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
                 became_unhealthy.push((m.clone(), words.join(", ")));
             }
         }
+        self.remediable = remediable;
         // A loop lasts until the machine is fine again: between its restarts, while its
         // process runs for a moment, it is the same loop, not a new one.
         self.looping.retain(|m| problems.contains_key(m));

@@ -136,6 +136,30 @@ impl<'a> View<'a> {
         foreign.then_some(Problem::DataForeign { marker })
     }
 
+    /// Without a member list (no leader answered), whether a machine's data is another
+    /// cluster's: its marker names a cluster that more of the other machines (by their
+    /// markers or their answers) contradict than confirm.
+    pub(crate) fn foreign_without_leader(&self, s: &Seen<'_>) -> bool {
+        let Some(mine) = s.obs.and_then(|o| o.marker) else {
+            return false;
+        };
+        let (mut agree, mut differ) = (0, 0);
+        for o in self
+            .seen
+            .iter()
+            .filter(|o| o.machine.name != s.machine.name)
+        {
+            let marked = o.obs.and_then(|x| x.marker).map(|m| m.cluster_id);
+            let answered = o.status().map(|st| st.cluster_id).filter(|c| *c != 0);
+            match marked.or(answered) {
+                Some(c) if c == mine.cluster_id => agree += 1,
+                Some(_) => differ += 1,
+                None => {}
+            }
+        }
+        differ > agree
+    }
+
     /// Seconds until a stopped machine may be started again (0: now).
     pub(crate) fn restart_wait_s(&self, s: &Seen<'_>) -> i64 {
         let starts = s.obs.map_or(&[][..], |o| &o.starts_unix_s[..]);
@@ -225,7 +249,7 @@ impl<'a> View<'a> {
         ))
     }
 
-    fn remediate_one(&self, s: &Seen<'a>, ps: &[Problem]) -> Option<Step> {
+    pub(crate) fn remediate_one(&self, s: &Seen<'a>, ps: &[Problem]) -> Option<Step> {
         let spec = &self.spec().remediation;
         let name = &s.machine.name;
         let op = Operation::Repairing;

@@ -200,6 +200,8 @@ struct Sit {
     orphan_leader: Option<u64>,
     /// false: no leader could be asked for the member list.
     members_visible: bool,
+    /// With no leader: the members still answer their status (an election).
+    electing: bool,
     /// Seconds each machine (by serial) has had a problem, as the tracker remembers.
     unhealthy_for: Vec<(u64, i64)>,
     compacted: Option<bool>,
@@ -229,6 +231,7 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         orphans: vec![],
         orphan_leader: None,
         members_visible: true,
+        electing: false,
         unhealthy_for: vec![],
         compacted: None,
         defragmented: vec![],
@@ -254,6 +257,12 @@ impl Sit {
     }
     fn no_leader(mut self) -> Self {
         self.members_visible = false;
+        self
+    }
+    /// No leader, but the members answer (knowing none): an election.
+    fn electing(mut self) -> Self {
+        self.members_visible = false;
+        self.electing = true;
         self
     }
     /// Machine `serial` has had a problem for `secs`, as the tracker remembers.
@@ -329,7 +338,7 @@ impl Sit {
             .collect();
         let leader_id = match self.orphan_leader {
             Some(id) => id,
-            None if self.leader == 0 => 0,
+            None if self.leader == 0 || self.electing => 0,
             None => member_id(self.leader),
         };
         let mut members = vec![];
@@ -355,21 +364,21 @@ impl Sit {
                     is_learner: f.member == Mem::Learner,
                 });
             }
-            let status =
-                (f.reachable && f.running && self.members_visible).then(|| EndpointStatus {
-                    member_id: member_id(f.serial),
-                    leader_id,
-                    raft_term: 2,
-                    raft_index: self.raft_index,
-                    raft_applied_index: f.applied,
-                    version: Some(f.version.parse().unwrap()),
-                    is_learner: f.member == Mem::Learner,
-                    alarms: f.alarms.clone(),
-                    cluster_id: CLUSTER_ID,
-                    revision: 500,
-                    db_size_bytes: f.db.0,
-                    db_size_in_use_bytes: f.db.1,
-                });
+            let answers = self.members_visible || self.electing;
+            let status = (f.reachable && f.running && answers).then(|| EndpointStatus {
+                member_id: member_id(f.serial),
+                leader_id,
+                raft_term: 2,
+                raft_index: self.raft_index,
+                raft_applied_index: f.applied,
+                version: Some(f.version.parse().unwrap()),
+                is_learner: f.member == Mem::Learner,
+                alarms: f.alarms.clone(),
+                cluster_id: CLUSTER_ID,
+                revision: 500,
+                db_size_bytes: f.db.0,
+                db_size_in_use_bytes: f.db.1,
+            });
             obs.insert(
                 mach.name.clone(),
                 MachineObservation {
@@ -1513,6 +1522,62 @@ fn repair_table() {
             "mark-deleting:cp-2",
         ),
         (
+            "no leader: data of another cluster is not restarted either",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).stopped().foreign_data(),
+                    m(2, OLD).stopped(),
+                    m(3, OLD),
+                ],
+            )
+            .no_leader(),
+            "start-machine:cp-2",
+        ),
+        (
+            "no leader, before markers: a bootstrap machine with data restarts from it",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).stopped().unmarked(),
+                    m(2, OLD).unmarked(),
+                    m(3, OLD).unmarked(),
+                ],
+            )
+            .no_leader(),
+            "start-machine:cp-1",
+        ),
+        (
+            "an election, before markers: a member that lost its data is not bootstrapped",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).lost_data().unmarked(),
+                    m(2, OLD).unmarked(),
+                    m(3, OLD).unmarked(),
+                ],
+            )
+            .electing(),
+            "wait: no member answered as leader",
+        ),
+        (
+            "no leader, before markers: a restart waits its backoff",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD).stopped().unmarked().started_ago(&[0]),
+                    m(2, OLD).unmarked(),
+                    m(3, OLD).unmarked(),
+                ],
+            )
+            .no_leader(),
+            "wait: waiting for the initial members to elect a leader",
+        ),
+        (
             "data from before markers: started",
             sit(3, OLD, vec![m(1, OLD), m(2, OLD).stopped().unmarked(), m(3, OLD)]),
             "start-machine:cp-2",
@@ -1646,6 +1711,26 @@ fn repair_table() {
             )
             .no_leader(),
             "refuse: cp-1 down (next start in 3s)",
+        ),
+        (
+            "a learner that lost its data is not waited on: it is remediated",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().lost_data()],
+            )
+            .unhealthy_for(4, 30),
+            "mark-deleting:cp-4",
+        ),
+        (
+            "a learner that lost its data, not for long yet: waited on",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD).learner().lost_data()],
+            )
+            .unhealthy_for(4, 3),
+            "wait: waiting for learner cp-4 to answer",
         ),
         (
             "a learner is promoted before anything is remediated",
@@ -1885,6 +1970,37 @@ fn only_a_member_that_never_ran_is_started_with_new() {
     );
 }
 
+/// Without a leader and before markers exist, a lost quorum looks like a bootstrap:
+/// a machine with data is still restarted from it, never with `new` (the simulator's
+/// check of every start found it: a leader in a crash loop on quorum's first pass).
+#[test]
+fn a_leaderless_restart_never_bootstraps_data() {
+    let s = sit(
+        3,
+        OLD,
+        vec![
+            m(1, OLD).stopped().unmarked(),
+            m(2, OLD).unmarked(),
+            m(3, OLD).fresh().unmarked(),
+        ],
+    )
+    .no_leader();
+    let d = check(
+        "bootstrap with data",
+        &s,
+        "start-machine:cp-1 start-machine:cp-3",
+    );
+    let states: Vec<ClusterState> = d
+        .actions
+        .iter()
+        .map(|a| match a {
+            Action::StartMachine { state, .. } => *state,
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    assert_eq!(states, [ClusterState::Existing, ClusterState::New]);
+}
+
 /// A remediation records the slot's count and why, and the replacement inherits it.
 #[test]
 fn a_remediation_is_recorded_and_inherited() {
@@ -1991,6 +2107,30 @@ fn the_tracker_remembers_since_when() {
             ],
         )
     };
+    // A full database is repaired in place: a stall after it is counted from its own
+    // start (found by the simulator: a defragmentation's stall inherited the alarm's
+    // minute and was remediated at once).
+    let mut t = health::Tracker::default();
+    let full = || {
+        let mut s = sit(
+            3,
+            OLD,
+            vec![m(1, OLD), m(2, OLD).alarm("NOSPACE"), m(3, OLD)],
+        );
+        s.compacted = Some(true);
+        s
+    };
+    let (cp, ms, o) = at(0, full());
+    assert_eq!(t.observe(&cp, &ms, &o).since_unix_s["cp-2"], NOW_UNIX_S);
+    let (cp, ms, o) = at(30, full());
+    assert_eq!(t.observe(&cp, &ms, &o).since_unix_s["cp-2"], NOW_UNIX_S);
+    let (cp, ms, o) = at(60, sick());
+    assert_eq!(
+        t.observe(&cp, &ms, &o).since_unix_s["cp-2"],
+        NOW_UNIX_S + 60
+    );
+
+    let mut t = health::Tracker::default();
     let (cp, ms, o) = at(0, looping());
     let first = t.observe(&cp, &ms, &o);
     assert_eq!(first.crash_loops_started, [("cp-2".to_string(), 3)]);
