@@ -653,6 +653,13 @@ impl Controller {
                             .health
                             .defragmented(machine);
                     }
+                    if let Action::DisarmAlarm { .. } = action {
+                        self.state
+                            .entry(cp.name.clone())
+                            .or_default()
+                            .health
+                            .disarmed();
+                    }
                     if matches!(action, Action::ForgetControlPlane) {
                         self.metrics.forget(&cp.name);
                         if let Err(e) = remove_local_files(&self.cfg.home, &cp.name) {

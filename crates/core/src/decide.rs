@@ -554,7 +554,7 @@ impl<'a> View<'a> {
                 && !s.machine.deleting
                 && self.data_problem(s).is_none()
                 && self.restart_wait_s(s) == 0
-                && !self.failed_long_enough(s)
+                && !(self.failed_long_enough(s) && self.remediation_would_start(s))
         })?;
         // Bootstrapped with `new` only if its member has never run: a member that ran
         // and lost its data is `DataLost`, never started.
@@ -609,6 +609,28 @@ impl<'a> View<'a> {
         } else {
             Operation::ScalingDown
         }
+    }
+
+    /// Whether remediating `s` would start now: no rule before remediation acts (nothing
+    /// leaving, no other learner, no orphan, no NOSPACE repair) and it is within the limits
+    /// and the quorum projection. Until then a member that failed for `unhealthyAfter` is
+    /// still restarted (after its backoff): a crash loop that ends, while another machine
+    /// leaves or maxRetry is spent, would otherwise never run again (found by the
+    /// simulator).
+    fn remediation_would_start(&self, s: &Seen<'a>) -> bool {
+        let busy = self.seen.iter().any(|o| {
+            o.machine.deleting
+                || (o.machine.name != s.machine.name && o.member.is_some_and(|m| m.is_learner))
+        });
+        let nospace = self.seen.iter().any(|o| {
+            o.status()
+                .is_some_and(|st| st.alarms.iter().any(|a| a == crate::upkeep::NOSPACE))
+        });
+        if busy || nospace || !self.orphans.is_empty() {
+            return false;
+        }
+        self.remediate_one(s, &self.problems_of(s))
+            .is_some_and(|step| !step.actions.is_empty())
     }
 
     /// A learner of a live machine is promoted once it has caught up.

@@ -273,6 +273,16 @@ impl Tracker {
         }
     }
 
+    /// The runtime disarmed the NOSPACE alarm: an alarm seen after this is a new one
+    /// (counted toward the recurrences, its members defragmented again), even if no
+    /// observation fell between the disarm and its return. Without this, an alarm raised
+    /// again by the very next write was disarmed again at every pass, for ever (found by
+    /// the simulator: a second fill right after a repair).
+    pub fn disarmed(&mut self) {
+        self.nospace = false;
+        self.defragmented.clear();
+    }
+
     /// The runtime defragmented `machine`: under a NOSPACE alarm, it is not done again
     /// until the alarm is gone and comes back.
     pub fn defragmented(&mut self, machine: &str) {

@@ -1733,6 +1733,38 @@ fn repair_table() {
             "wait: waiting for learner cp-4 to answer",
         ),
         (
+            "failed for unhealthyAfter, its remediation waits on a machine leaving: restarted meanwhile",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD).stopped().started_ago(&[200, 100]),
+                    m(3, OLD).deleting(),
+                ],
+            )
+            .unhealthy_for(2, 300),
+            "start-machine:cp-2",
+        ),
+        (
+            "failed for unhealthyAfter, maxRetry spent: restarted meanwhile",
+            sit(
+                3,
+                OLD,
+                vec![
+                    m(1, OLD),
+                    m(3, OLD),
+                    m(4, OLD)
+                        .stopped()
+                        .started_ago(&[200, 100])
+                        .remediated("cp-2", 1, 300),
+                ],
+            )
+            .unhealthy_for(4, 300)
+            .max_retry(0),
+            "start-machine:cp-4",
+        ),
+        (
             "a learner is promoted before anything is remediated",
             sit(
                 3,
@@ -2174,6 +2206,20 @@ fn the_tracker_remembers_since_when() {
     assert_eq!(again.nospace_recurrences, 2);
     let (cp, ms, o) = at(20 + health::NOSPACE_WINDOW_S, sit(3, OLD, old3()));
     assert_eq!(t.observe(&cp, &ms, &o).nospace_recurrences, 0);
+
+    // Disarmed by quorum and raised again before the next look: a new alarm, not the
+    // one its members were defragmented for.
+    let mut t = health::Tracker::default();
+    let (cp, ms, o) = at(0, full());
+    t.observe(&cp, &ms, &o);
+    for m in ["cp-2", "cp-3", "cp-1"] {
+        t.defragmented(m);
+    }
+    t.disarmed();
+    let (cp, ms, o) = at(1, full());
+    let back = t.observe(&cp, &ms, &o);
+    assert!(back.defragmented.is_empty(), "{back:?}");
+    assert_eq!(back.nospace_recurrences, 2);
 }
 
 /// Two of three down: once the leader steps down there is no member list, and the
