@@ -5,8 +5,16 @@
 use super::*;
 
 impl World {
+    /// The member of a machine (by the machine it was added for).
+    pub(crate) fn member_of_machine(&self, name: &str) -> Option<&SimMember> {
+        self.members
+            .iter()
+            .find(|m| m.machine.as_deref() == Some(name))
+    }
+
     pub(crate) fn machine_of_member(&self, m: &SimMember) -> Option<&Machine> {
-        self.machines.iter().find(|x| x.peer_url() == m.peer_url)
+        let name = m.machine.as_ref()?;
+        self.machines.iter().find(|x| &x.name == name)
     }
 
     /// Is the member's process running?
@@ -19,10 +27,24 @@ impl World {
             .is_some_and(|p| p.running)
     }
 
-    /// Running and able to reach its peers.
+    /// Running and able to reach its peers: not cut off, not hung, not stalled in a
+    /// defragmentation.
     pub(crate) fn member_connected(&self, m: &SimMember) -> bool {
         self.member_running(m)
             && !matches!(&self.impairment, Some((Impairment::PartitionedFromPeers(id), _)) if *id == m.id)
+            && self
+                .machine_of_member(m)
+                .is_none_or(|x| self.responsive(&x.name))
+    }
+
+    /// A running process that answers: neither hung nor defragmenting.
+    pub(crate) fn responsive(&self, machine: &str) -> bool {
+        let hung = matches!(&self.impairment, Some((Impairment::Hung(n), _)) if n == machine);
+        !hung
+            && self
+                .procs
+                .get(machine)
+                .is_some_and(|p| p.running && p.stalled_until_ms.is_none())
     }
 
     pub(crate) fn voters(&self) -> impl Iterator<Item = &SimMember> {
@@ -40,14 +62,24 @@ impl World {
 
     /// One tick of the cluster: elections, replication, client writes, exits.
     pub(crate) fn tick_etcd(&mut self) {
-        // Removed members shut down by themselves.
+        // Removed members shut down by themselves (a hung one once it resumes).
         let now = self.now_ms;
-        for p in self.procs.values_mut() {
-            if p.exit_at_ms.is_some_and(|t| t <= now) {
+        let hung = match &self.impairment {
+            Some((Impairment::Hung(n), _)) => Some(n.clone()),
+            _ => None,
+        };
+        let mut resumed = Vec::new();
+        for (name, p) in self.procs.iter_mut() {
+            if p.exit_at_ms.is_some_and(|t| t <= now) && hung.as_ref() != Some(name) {
                 p.running = false;
                 p.exit_at_ms = None;
             }
+            if p.stalled_until_ms.is_some_and(|t| t <= now) {
+                p.stalled_until_ms = None;
+                resumed.push(name.clone());
+            }
         }
+        self.reconnect_machines(&resumed);
         // Leadership.
         let leader_ok = self
             .leader
@@ -75,10 +107,13 @@ impl World {
             }
         }
         // A client write per tick while there is a leader: committed on a quorum of
-        // connected voters, and replicated to every connected member.
+        // connected voters (unless the keyspace refuses it: NOSPACE), and replicated to
+        // every connected member.
         if let Some(l) = self.leader {
-            self.commit += 1;
-            self.acked = self.commit;
+            if self.client_write(l) {
+                self.commit += 1;
+                self.acked = self.commit;
+            }
             let commit = self.commit;
             let connected: Vec<bool> = self
                 .members
@@ -103,6 +138,25 @@ impl World {
                 }
             }
             debug_assert!(self.members.iter().any(|m| m.id == l && m.log == commit));
+            self.grow_db_files();
+        }
+    }
+
+    /// Peers reconnect to the members of these machines (their stall ended).
+    pub(crate) fn reconnect_machines(&mut self, names: &[String]) {
+        let now = self.now_ms;
+        let urls: Vec<String> = self
+            .machines
+            .iter()
+            .filter(|x| names.contains(&x.name))
+            .map(Machine::peer_url)
+            .collect();
+        for m in self
+            .members
+            .iter_mut()
+            .filter(|m| urls.contains(&m.peer_url))
+        {
+            m.connected_since_ms = now;
         }
     }
 
@@ -133,6 +187,11 @@ impl World {
             is_learner: true,
             log: 0,
             connected_since_ms: self.now_ms,
+            machine: self
+                .machines
+                .iter()
+                .find(|x| x.peer_url() == peer)
+                .map(|x| x.name.clone()),
         });
         Ok(())
     }
@@ -218,7 +277,11 @@ impl World {
         Ok(())
     }
 
-    pub(crate) fn start_machine(&mut self, name: &str, state: ClusterState) -> Answer {
+    /// The provider starts the machine's etcd (a running process is left alone). The
+    /// start is recorded, as the provider records it, and checked (`check_start`):
+    /// never `new` after the cluster formed, never on lost or foreign data, never
+    /// before the restart backoff. `stale`: the deposed leader's in-flight step.
+    pub(crate) fn start_machine(&mut self, name: &str, state: ClusterState, stale: bool) -> Answer {
         let Some(mach) = self.machines.iter().find(|m| m.name == name).cloned() else {
             return Answer::Done;
         };
@@ -228,14 +291,32 @@ impl World {
             .iter()
             .position(|m| m.peer_url == mach.peer_url());
         let broken = matches!(&self.impairment, Some((Impairment::Down(n), _)) if n == name);
+        if self.procs.get(name).is_some_and(|p| p.running) {
+            return Answer::Done;
+        }
+        self.check_start(name, state, member.map(|i| self.members[i].clone()), stale);
+        let now_s = self.now_unix_s();
+        let db = self.space.in_use_bytes();
         let p = self.procs.entry(name.to_string()).or_default();
-        if p.running || broken {
+        p.starts_unix_s.push(now_s);
+        let extra = p.starts_unix_s.len().saturating_sub(health::STARTS_KEPT);
+        p.starts_unix_s.drain(..extra);
+        if broken {
             // A broken machine's etcd exits at once: the start "succeeds", nothing runs.
+            return Answer::Done;
+        }
+        if p.crash_starts_left > 0 {
+            // A crash loop: it exits right after starting.
+            p.crash_starts_left -= 1;
             return Answer::Done;
         }
         match member {
             Some(i) => {
                 p.running = true;
+                if !p.has_data {
+                    // A new member's data: a snapshot of the keyspace, compact.
+                    p.db_size_bytes = db;
+                }
                 p.has_data = true;
                 let m = &mut self.members[i];
                 m.name = name.to_string();
@@ -243,9 +324,33 @@ impl World {
                 Answer::Done
             }
             // Not a member: etcd exits at start ("member not found in cluster").
-            None if state == ClusterState::Existing || p.has_data => Answer::Done,
             None => Answer::Done,
         }
+    }
+
+    /// The simulated clock in Unix seconds, as the observation carries it.
+    pub(crate) fn now_unix_s(&self) -> i64 {
+        EPOCH_UNIX_S + (self.now_ms / 1_000) as i64
+    }
+
+    /// What replica `i` sees before deciding: a fresh observation, with since when each
+    /// machine has had a problem from the replica's own memory (its tracker).
+    pub(crate) fn observe_as(&mut self, i: usize) -> Observation {
+        let mut obs = self.observe();
+        let tracked = self.replicas[i]
+            .tracker
+            .observe(&self.cp, &self.machines, &obs);
+        obs.problem_since_unix_s = tracked.since_unix_s;
+        obs.defragmented = tracked.defragmented;
+        obs.nospace_recurrences = tracked.nospace_recurrences;
+        for (machine, starts) in tracked.crash_loops_started {
+            self.repair.crash_loop_events += 1;
+            let tag = self.tag(i);
+            self.note(format!(
+                "{tag}event: {machine} is in a crash loop ({starts} starts)"
+            ));
+        }
+        obs
     }
 
     pub(crate) fn observe(&self) -> Observation {
@@ -253,30 +358,51 @@ impl World {
             Some((Impairment::HiddenFromController(n), _)) => Some(n.as_str()),
             _ => None,
         };
-        let mut obs = Observation::default();
+        let lagging = match &self.impairment {
+            Some((Impairment::Lagging(id), _)) => Some(*id),
+            _ => None,
+        };
+        let in_use = self.space.in_use_bytes();
+        let mut obs = Observation {
+            now_unix_s: self.now_unix_s(),
+            compacted: self.space.nospace().then(|| self.space.compacted()),
+            ..Observation::default()
+        };
         for mach in &self.machines {
             let p = self.procs.get(&mach.name).cloned().unwrap_or_default();
-            let member = self.members.iter().find(|m| m.peer_url == mach.peer_url());
+            let member = self.member_of_machine(&mach.name);
+            let answers = self.responsive(&mach.name) && hidden != Some(mach.name.as_str());
             let status = match member {
-                Some(m) if p.running && hidden != Some(mach.name.as_str()) => {
-                    Some(EndpointStatus {
-                        member_id: m.id,
-                        leader_id: if self.member_connected(m) {
-                            self.leader.unwrap_or(0)
-                        } else {
-                            0
-                        },
-                        raft_term: self.term,
-                        raft_index: m.log,
-                        raft_applied_index: m.log,
-                        version: Some(mach.version),
-                        is_learner: m.is_learner,
-                        alarms: vec![],
-                        cluster_id: 1,
-                        revision: 0,
-                        db_size_bytes: 0,
-                        db_size_in_use_bytes: 0,
-                    })
+                Some(m) if answers => Some(EndpointStatus {
+                    member_id: m.id,
+                    leader_id: if self.member_connected(m) {
+                        self.leader.unwrap_or(0)
+                    } else {
+                        0
+                    },
+                    raft_term: self.term,
+                    raft_index: m.log,
+                    raft_applied_index: if lagging == Some(m.id) {
+                        m.log.saturating_sub(repair::LAG_ENTRIES)
+                    } else {
+                        m.log
+                    },
+                    version: Some(mach.version),
+                    is_learner: m.is_learner,
+                    alarms: self.space.alarms_of(m.id),
+                    cluster_id: repair::CLUSTER_ID,
+                    revision: self.space.revision,
+                    db_size_bytes: p.db_size_bytes.max(in_use),
+                    db_size_in_use_bytes: in_use,
+                }),
+                _ => None,
+            };
+            // A linearizable read needs the leader's read index: a connected member of
+            // a cluster with a leader. Not tried through a learner (it refuses them) or
+            // a member that did not answer its status.
+            let quorum_read = match (member, &status) {
+                (Some(m), Some(_)) if !m.is_learner => {
+                    Some(self.member_connected(m) && self.leader.is_some())
                 }
                 _ => None,
             };
@@ -290,9 +416,9 @@ impl World {
                     },
                     has_data: p.has_data,
                     status,
-                    marker: None,
-                    quorum_read: None,
-                    starts_unix_s: vec![],
+                    marker: p.marker,
+                    quorum_read,
+                    starts_unix_s: p.starts_unix_s.clone(),
                 },
             );
         }

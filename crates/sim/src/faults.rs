@@ -2,6 +2,14 @@
 
 use super::*;
 
+/// Fault kinds: 0 a process dies, 1 a partition, 2 an endpoint hidden from the
+/// controller, 3 a slow learner, 4 a leader change, 5 a machine breaks, 6 the load
+/// balancer unreachable, 7 to 12 the repair half's (`repair_fault`).
+const FAULT_KINDS: u64 = 13;
+/// The kinds that impair no member: a slow learner, a leader change, the load
+/// balancer, the keyspace filled.
+const NOT_MEMBER_FAULTS: [u64; 4] = [3, 4, 6, 11];
+
 impl World {
     pub(crate) fn maybe_fault(&mut self) {
         if !self.rng.chance(self.cfg.fault_per_mille) {
@@ -13,8 +21,16 @@ impl World {
         }
         self.faults += 1;
         let heal_at = self.step + 5 + self.rng.below(40);
-        let kind = self.rng.below(if self.lb.is_some() { 7 } else { 6 });
+        // Kind 6 (the load balancer) only in runs that have one. While NOSPACE is
+        // active, no member fault (`Config::faults_anywhere` lifts this).
+        let quiet_members = self.keyspace_full() && !self.cfg.faults_anywhere;
+        let kinds: Vec<u64> = (0..FAULT_KINDS)
+            .filter(|k| *k != 6 || self.lb.is_some())
+            .filter(|k| !quiet_members || NOT_MEMBER_FAULTS.contains(k))
+            .collect();
+        let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
         match kind {
+            7..=12 => self.repair_fault(kind, heal_at),
             6 => {
                 // The load balancer is unreachable: it keeps serving what it served, and
                 // cannot be brought in step until it heals. Not a member impairment.
@@ -102,6 +118,205 @@ impl World {
         }
     }
 
+    /// The faults of the repair half: a member's disk lost, a crash loop, a hung
+    /// member, foreign data, the keyspace filled to its quota, a member applying far
+    /// behind. Each member fault only where the cluster keeps a quorum without the
+    /// member, so any quorum loss is still quorum's own doing.
+    fn repair_fault(&mut self, kind: u64, heal_at: u64) {
+        // Machines with a member, by whether their process runs.
+        let with_member = |w: &World, running: bool| -> Vec<String> {
+            w.machines
+                .iter()
+                .filter(|x| w.member_of_machine(&x.name).is_some())
+                .filter(|x| {
+                    w.procs
+                        .get(&x.name)
+                        .is_some_and(|p| p.has_data && (!running || w.responsive(&x.name)))
+                })
+                .map(|x| x.name.clone())
+                .collect()
+        };
+        // Data lost for good while a machine leaves: nothing repairs it (see
+        // `Config::faults_anywhere`).
+        let leaving = self.machines.iter().any(|x| x.deleting)
+            || self
+                .replicas
+                .iter()
+                .any(|r| matches!(r.in_flight, Some(Action::MarkDeleting { .. })));
+        if matches!(kind, 7 | 10) && leaving && !self.cfg.faults_anywhere {
+            return;
+        }
+        match kind {
+            7 => {
+                if let Some(n) = self.pick(&with_member(self, false)) {
+                    if self.safe_to_impair_machine(&n) {
+                        self.lose_disk(&n);
+                    }
+                }
+            }
+            8 => {
+                if let Some(n) = self.pick(&with_member(self, true)) {
+                    if self.safe_to_impair_machine(&n) {
+                        let starts = 2 + self.rng.below(5) as u32;
+                        self.crash_loop(&n, starts);
+                    }
+                }
+            }
+            9 => {
+                if let Some(n) = self.pick(&with_member(self, true)) {
+                    if self.safe_to_impair_machine(&n) {
+                        self.hang(&n, heal_at);
+                    }
+                }
+            }
+            10 => {
+                if let Some(n) = self.pick(&with_member(self, false)) {
+                    if self.safe_to_impair_machine(&n) {
+                        let member_id = self.rng.next_u64();
+                        self.replace_data(&n, member_id);
+                    }
+                }
+            }
+            11 => {
+                // At most `NOSPACE_MAX_RECURRENCES - 1` bursts a run: an alarm that comes
+                // back that often is, to the core, live data filling the quota, which it
+                // leaves to a person (and the run's history is small).
+                let bursts = self.repair.nospace < u64::from(health::NOSPACE_MAX_RECURRENCES) - 1;
+                let may = self.cfg.faults_anywhere || (bursts && self.nospace_repairable());
+                if !self.keyspace_full() && may {
+                    self.fill_keyspace();
+                }
+            }
+            _ => {
+                let ids: Vec<u64> = self
+                    .members
+                    .iter()
+                    .filter(|m| self.member_connected(m))
+                    .map(|m| m.id)
+                    .collect();
+                if let Some(id) = self.pick(&ids) {
+                    self.lag(id, heal_at);
+                }
+            }
+        }
+    }
+
+    /// The machine loses its disk: its process is killed, its data and marker removed
+    /// (the provider keeps its record of starts). Its member stays.
+    pub(crate) fn lose_disk(&mut self, n: &str) {
+        if let Some(p) = self.procs.get_mut(n) {
+            *p = Proc {
+                starts_unix_s: std::mem::take(&mut p.starts_unix_s),
+                ..Proc::default()
+            };
+        }
+        self.repair.disk_losses += 1;
+        self.note(format!(
+            "FAULT {n} loses its disk: its process is killed and its data removed"
+        ));
+    }
+
+    /// Its process dies, and exits right after each of its next `starts` starts.
+    pub(crate) fn crash_loop(&mut self, n: &str, starts: u32) {
+        if let Some(p) = self.procs.get_mut(n) {
+            p.running = false;
+            p.exit_at_ms = None;
+            p.crash_starts_left = starts;
+        }
+        self.repair.crash_loops += 1;
+        self.note(format!(
+            "FAULT {n} crash-loops: its process dies, and exits right after each of its next {starts} starts"
+        ));
+    }
+
+    /// It hangs (SIGSTOP) until `heal_at` (a step): running, answering nothing.
+    pub(crate) fn hang(&mut self, n: &str, heal_at: u64) {
+        self.repair.hangs += 1;
+        self.note(format!("FAULT {n} hangs (SIGSTOP): it answers nothing"));
+        self.impairment = Some((Impairment::Hung(n.to_string()), heal_at));
+    }
+
+    /// It stops, and its data directory is replaced by another cluster's member's
+    /// (`member_id`).
+    pub(crate) fn replace_data(&mut self, n: &str, member_id: u64) {
+        if let Some(p) = self.procs.get_mut(n) {
+            p.running = false;
+            p.exit_at_ms = None;
+            p.has_data = true;
+            p.marker = Some(DataMarker {
+                cluster_id: repair::FOREIGN_CLUSTER_ID,
+                member_id,
+            });
+        }
+        self.repair.foreign_data += 1;
+        self.note(format!(
+            "FAULT {n} stops and its data directory is replaced by another cluster's"
+        ));
+    }
+
+    /// A burst of writes: the history reaches the quota, and the next write raises
+    /// NOSPACE.
+    pub(crate) fn fill_keyspace(&mut self) {
+        let room = repair::QUOTA_BYTES.saturating_sub(self.space.in_use_bytes());
+        self.space.revision += (room / repair::VALUE_BYTES) as i64;
+        self.grow_db_files();
+        self.repair.nospace += 1;
+        self.note(format!(
+            "FAULT a burst of writes fills the keyspace to its quota (revision {})",
+            self.space.revision
+        ));
+    }
+
+    /// Member `id` applies `LAG_ENTRIES` behind its log until `heal_at`.
+    pub(crate) fn lag(&mut self, id: u64, heal_at: u64) {
+        self.repair.lagging += 1;
+        self.note(format!(
+            "FAULT {id:x} applies {} entries behind its log",
+            repair::LAG_ENTRIES
+        ));
+        self.impairment = Some((Impairment::Lagging(id), heal_at));
+    }
+
+    /// Whether the core can repair a NOSPACE alarm raised now: three voters or more, all
+    /// connected, each of a machine, no learner, nothing leaving or waiting to join, no
+    /// impairment. Elsewhere no member can be defragmented while the others keep quorum
+    /// (one or two voters, one of three down for good), and the repair waits forever:
+    /// a finding for the core (see the report; `--nospace-anywhere` shows it).
+    pub(crate) fn nospace_repairable(&self) -> bool {
+        let voters = self.voters().count();
+        let marking = self
+            .replicas
+            .iter()
+            .any(|r| matches!(r.in_flight, Some(Action::MarkDeleting { .. })));
+        voters >= 3
+            && !marking
+            && self.impairment.is_none()
+            && self.members.len() == self.machines.len()
+            && self.machines.iter().all(|x| !x.deleting)
+            && self.members.iter().all(|m| {
+                !m.is_learner
+                    && self.member_connected(m)
+                    && self.machine_of_member(m).is_some()
+                    && self
+                        .machine_of_member(m)
+                        .and_then(|x| self.procs.get(&x.name))
+                        .is_some_and(|p| p.crash_starts_left == 0)
+            })
+    }
+
+    /// NOSPACE is active, or the next write raises it: the keyspace, or a member's
+    /// database file (not defragmented since), is at the quota.
+    pub(crate) fn keyspace_full(&self) -> bool {
+        let in_use = self.space.in_use_bytes();
+        self.space.nospace()
+            || self
+                .procs
+                .values()
+                .map(|p| p.db_size_bytes.max(in_use))
+                .chain([in_use])
+                .any(|db| db + repair::VALUE_BYTES >= repair::QUOTA_BYTES)
+    }
+
     pub(crate) fn pick<T: Clone>(&mut self, xs: &[T]) -> Option<T> {
         if xs.is_empty() {
             None
@@ -136,6 +351,23 @@ impl World {
         }
     }
 
+    /// The faults stop: a crash loop ends with them (its next start runs), as an
+    /// impairment heals.
+    pub(crate) fn end_crash_loops(&mut self) {
+        let looping: Vec<String> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.crash_starts_left > 0)
+            .map(|(n, _)| n.clone())
+            .collect();
+        for n in looping {
+            if let Some(p) = self.procs.get_mut(&n) {
+                p.crash_starts_left = 0;
+            }
+            self.note(format!("HEAL {n}'s crash loop ends"));
+        }
+    }
+
     pub(crate) fn heal(&mut self) {
         let step = self.step;
         if let Some(lb) = self.lb.as_mut() {
@@ -153,6 +385,10 @@ impl World {
                     if let Some(m) = self.members.iter_mut().find(|m| m.id == id) {
                         m.connected_since_ms = now;
                     }
+                }
+                if let Impairment::Hung(n) = imp {
+                    let n = n.clone();
+                    self.reconnect_machines(&[n]);
                 }
                 self.impairment = None;
                 self.note(format!("HEAL {what}"));

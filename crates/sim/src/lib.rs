@@ -68,6 +68,7 @@ mod faults;
 mod invariants;
 pub mod model;
 mod pacing;
+mod repair;
 mod replicas;
 mod store;
 
@@ -76,18 +77,22 @@ use quorum_core::classify::{
     MEMBER_NOT_FOUND, NOT_A_LEARNER, NOT_LEADER, NO_LEADER, PEER_URLS_EXIST, TOO_MANY_LEARNERS,
     UNHEALTHY_CLUSTER,
 };
+use quorum_core::health;
 use quorum_core::lease::{
     margin_ms, renew_every_ms, standby_poll_ms, Standing, DEFAULT_LEASE_TTL_MS,
 };
 use quorum_core::pacing::{Attempt, Hold, Pacing, PacingInput, PacingPolicy};
 use quorum_core::{
-    decide, quorum_size, Action, ClusterState, ControlPlane, ControlPlaneSpec, EndpointStatus,
-    Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
+    decide, quorum_size, Action, ClusterState, ControlPlane, ControlPlaneSpec, DataMarker,
+    EndpointStatus, Machine, MachineObservation, Member, Observation, ProcessState,
+    RemediationSpec, RolloutStrategy, Span, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use pacing::PacingCounts;
 use pacing::SimLb;
+use repair::Keyspace;
+pub use repair::{RepairCounts, NOSPACE_REPAIR_STEPS};
 pub use replicas::LeaseCounts;
 use replicas::{LeaderKey, Replica, Term};
 use std::fmt::Write as _;
@@ -103,6 +108,18 @@ const REMOVED_EXIT_MS: u64 = 1_000;
 const ELECTION_MS: u64 = 1_000;
 /// Steps after the fault window within which the run must converge.
 pub const CONVERGE_WITHIN_STEPS: u64 = 3_000;
+/// The simulated clock's Unix time at 0 ms (the observation's `now_unix_s`).
+pub const EPOCH_UNIX_S: i64 = 1_700_000_000;
+/// The spec's remediation in the simulator: a problem counts after 2 s (a partition or
+/// a hidden endpoint of 0.5 to 4.5 s sometimes outlasts it), a slot is replaced again
+/// after 5 s at the soonest, once in a row (maxRetry 1), and a replacement healthy for
+/// 30 s starts the count afresh: within a 40 s fault window, a slot can exhaust it.
+pub const SIM_REMEDIATION: RemediationSpec = RemediationSpec {
+    unhealthy_after: Span::from_secs(2),
+    max_retry: 1,
+    retry_period: Span::from_secs(5),
+    min_healthy_period: Span::from_secs(30),
+};
 /// A crashed replica (of two) restarts as a standby after this many steps at least...
 const RESTART_MIN_STEPS: u64 = 5;
 /// ...plus up to this many more.
@@ -202,6 +219,14 @@ pub struct Config {
     /// A load balancer (HAProxy) in front of the members, kept in step with the published
     /// endpoints by the controller; it may be unreachable for a while (a seeded fault).
     pub load_balancer: bool,
+    /// Inject the repair faults in any state. Off by default, two are held back where
+    /// the core's rules cannot repair them (these runs show where it then waits for
+    /// ever): NOSPACE without a quorum margin to defragment into, or with member faults
+    /// while the alarm is active (`faults::nospace_repairable`); and a member's data
+    /// lost for good (disk, foreign data) while another machine is leaving, whose
+    /// removal then needs the dead member's vote and which blocks its remediation (one
+    /// at a time).
+    pub faults_anywhere: bool,
 }
 
 impl Config {
@@ -216,6 +241,7 @@ impl Config {
             replicas: 1,
             lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
             load_balancer: (seed / (2 * Scenario::ALL.len() as u64)).is_multiple_of(2),
+            faults_anywhere: false,
         }
     }
 
@@ -247,6 +273,9 @@ pub struct Outcome {
     pub lease_ttl_ms: u64,
     pub lease: LeaseCounts,
     pub pacing: PacingCounts,
+    pub repair: RepairCounts,
+    /// The run injected faults anywhere (`Config::faults_anywhere`), to replay it.
+    pub faults_anywhere: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -260,6 +289,9 @@ struct SimMember {
     log: u64,
     /// When its peers' connections to it were last (re)established.
     connected_since_ms: u64,
+    /// The machine whose peer URL it has, found once when the member is added (addresses
+    /// are never reused): matching by formatting URLs every time cost half the run.
+    machine: Option<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -268,6 +300,18 @@ struct Proc {
     has_data: bool,
     /// Exit at this time (a removed member shuts itself down).
     exit_at_ms: Option<u64>,
+    /// The identity marker of its data directory (none before quorum writes it).
+    marker: Option<DataMarker>,
+    /// When its process was started (Unix seconds of the simulated clock), the last
+    /// `health::STARTS_KEPT`, as the provider keeps them.
+    starts_unix_s: Vec<i64>,
+    /// A crash loop: this many of its next starts exit at once.
+    crash_starts_left: u32,
+    /// The size of its database file (it grows with the keyspace and shrinks only by a
+    /// defragmentation).
+    db_size_bytes: u64,
+    /// Defragmenting until then: it answers nothing and votes nothing.
+    stalled_until_ms: Option<u64>,
 }
 
 /// A fault in force, with the step at which it heals.
@@ -279,6 +323,12 @@ enum Impairment {
     HiddenFromController(String),
     /// The machine is broken: its process is down and exits at once when started.
     Down(String),
+    /// The member's process hangs (SIGSTOP): it keeps running but answers nothing, to
+    /// its peers or to the controller.
+    Hung(String),
+    /// The member applies far behind its log (a slow disk): its applied index trails
+    /// the leader by `LAG_ENTRIES`.
+    Lagging(u64),
 }
 
 /// One simulated control plane with its controller.
@@ -325,6 +375,23 @@ pub struct World {
     lease: LeaseCounts,
     /// The management etcd the replicas share (two replicas only).
     store: store::SimStore,
+    // -- the keyspace: revisions, compaction, alarms and the quota
+    space: Keyspace,
+    repair: RepairCounts,
+    /// Since when (step) a NOSPACE alarm has been active with no other fault: writes
+    /// must be accepted again within `repair::NOSPACE_REPAIR_STEPS`.
+    nospace_whole_since_step: Option<u64>,
+    /// What the leading controller's last decision refused, if it refused.
+    last_refusal: Option<String>,
+    /// What the leading controller's last decision waited for (traced when it changes).
+    last_wait: Option<String>,
+    /// The operator's `quorum defrag` under way (machines left), and until when its
+    /// last defragmentation stalls.
+    operator_defrag: Option<Vec<String>>,
+    operator_busy_until_ms: u64,
+    /// The learner a deposed leader's stale step added (by peer URL), if any: the new
+    /// leader may have marked a machine for removal meanwhile.
+    stale_learner: Option<String>,
     // -- bookkeeping
     decisions: u64,
     /// What the controller's last decision said (a converged decision takes no action).
@@ -391,8 +458,10 @@ impl World {
             leader: None,
             leaderless_since_ms: 0,
             term: 1,
-            commit: 100,
-            acked: 100,
+            // Far enough into the log that a lagging member can trail it by more than
+            // `health::MAX_APPLY_LAG_ENTRIES`.
+            commit: repair::INITIAL_LOG_INDEX,
+            acked: repair::INITIAL_LOG_INDEX,
             next_member_id: 0x1000,
             external_running: BTreeSet::new(),
             slow_learners: BTreeSet::new(),
@@ -408,7 +477,7 @@ impl World {
                     haproxy: None,
                     certificates: Default::default(),
                     insecure_plaintext: true,
-                    remediation: Default::default(),
+                    remediation: SIM_REMEDIATION,
                     maintenance: Default::default(),
                 },
                 deleting: false,
@@ -427,6 +496,14 @@ impl World {
             acted_with_lease: BTreeSet::new(),
             store: store::SimStore::default(),
             lease: LeaseCounts::default(),
+            space: Keyspace::default(),
+            repair: RepairCounts::default(),
+            nospace_whole_since_step: None,
+            last_refusal: None,
+            last_wait: None,
+            operator_defrag: None,
+            operator_busy_until_ms: 0,
+            stale_learner: None,
             decisions: 0,
             last_converged: false,
             faults: 0,
@@ -455,6 +532,7 @@ impl World {
                 is_learner: false,
                 log: w.commit,
                 connected_since_ms: 0,
+                machine: None,
             });
             w.external_running.insert(id);
             let id = w.new_member_id();
@@ -465,6 +543,7 @@ impl World {
                 is_learner: true,
                 log: 0,
                 connected_since_ms: 0,
+                machine: None,
             });
         }
         w.leader = w.members.first().map(|m| m.id);
@@ -555,10 +634,13 @@ impl World {
             is_learner: false,
             log: self.commit,
             connected_since_ms: 0,
+            machine: Some(m.name.clone()),
         });
+        let db = self.space.in_use_bytes();
         let p = self.procs.get_mut(&m.name).expect("just allocated");
         p.running = true;
         p.has_data = true;
+        p.db_size_bytes = db;
     }
 
     // ---------------------------------------------------------------- trace
@@ -600,11 +682,16 @@ impl World {
                 version,
                 remediation,
             } => {
+                if remediation.is_some() {
+                    self.repair.replacements += 1;
+                }
                 let m = self.alloc_machine(*bootstrap, *version, remediation.clone());
                 self.note(format!("  allocated {}", m.name));
                 Answer::Done
             }
-            Action::StartMachine { machine, state, .. } => self.start_machine(machine, *state),
+            Action::StartMachine { machine, state, .. } => {
+                self.start_machine(machine, *state, fenced)
+            }
             Action::AddLearner { peer_url, .. } => {
                 etcd_answer(EtcdCall::AddLearner, self.add_learner(peer_url))
             }
@@ -616,6 +703,9 @@ impl World {
                 remediation,
                 ..
             } => {
+                if let Some(rec) = remediation {
+                    self.check_remediation(machine, rec);
+                }
                 if let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) {
                     m.deleting = true;
                     if remediation.is_some() {
@@ -643,6 +733,10 @@ impl World {
             Action::DeleteMachine { machine } => self.delete_machine(machine, fenced),
             Action::ForgetControlPlane if fenced => Answer::Fenced,
             Action::ForgetControlPlane => Answer::Done,
+            Action::WriteMarker { machine, marker } => self.write_marker(machine, *marker, fenced),
+            Action::Compact { revision } => self.compact(*revision),
+            Action::Defragment { machine } => self.defragment(machine),
+            Action::DisarmAlarm { member_id, alarm } => self.disarm(*member_id, alarm),
         };
         if before_quorum && !self.has_quorum() {
             let (v, c) = (self.voters().count(), self.connected_voters());
@@ -708,11 +802,19 @@ impl World {
             self.stale_side_effect(i, a);
         }
         let answer = self.perform(a, !holds);
+        if !holds && matches!(answer, Answer::Done) {
+            if let Action::AddLearner { peer_url, .. } = a {
+                self.stale_learner = Some(peer_url.clone());
+            }
+        }
         let removed = matches!(a, Action::RemoveMember { .. }) && matches!(answer, Answer::Done);
         if holds && removed && self.lose_lease_after_removal && self.faults_on() {
             self.lose_lease_after_removal = false;
             self.lease.leases_lost_after_removal += 1;
             self.leader_key = None;
+            // Its lease ended after its step: the next holder may act in this step too
+            // (the leases do not overlap).
+            self.acted_with_lease.remove(&i);
             self.note(format!(
                 "FAULT r{i}'s lease is lost right after '{a}'; it still believes it leads"
             ));
@@ -762,10 +864,15 @@ impl World {
                 return;
             }
         }
-        let obs = self.observe();
+        // A defragmentation call blocks its caller until the member is done.
+        if self.replicas[i].busy_until_ms > self.now_ms {
+            return;
+        }
+        let obs = self.observe_as(i);
         let d = decide(&self.cp, &self.machines, &obs);
         self.decisions += 1;
         self.last_converged = d.converged;
+        self.note_refusal(&d);
         if d.actions
             .iter()
             .filter(|a| a.is_membership_change())
@@ -830,6 +937,15 @@ impl World {
                 }
             }
             let answer = self.perform_as(i, a, false);
+            if let (Action::Defragment { machine }, Answer::Done) = (a, &answer) {
+                // The call blocks while the member rewrites its file; the controller's
+                // tracker remembers it was done under this alarm, as the real one does.
+                self.replicas[i].busy_until_ms = self.now_ms + repair::DEFRAG_STALL_MS;
+                self.replicas[i].tracker.defragmented(machine);
+            }
+            if let (Action::DisarmAlarm { .. }, Answer::Done) = (a, &answer) {
+                self.replicas[i].tracker.disarmed();
+            }
             match &answer {
                 Answer::Done => self.note(format!("{tag}did '{a}'")),
                 Answer::Refused(why) => self.note(format!("{tag}'{a}' refused: {why}")),
@@ -867,6 +983,10 @@ impl World {
             }
         }
         self.heal();
+        if !faults_on {
+            self.end_crash_loops();
+            self.operator_step();
+        }
         self.tick_etcd();
         self.acted_with_lease.clear();
         if self.ha() {
@@ -913,6 +1033,8 @@ impl World {
             lease_ttl_ms: self.cfg.lease_ttl_ms,
             lease: self.lease,
             pacing: self.pacing_counts,
+            repair: self.repair,
+            faults_anywhere: self.cfg.faults_anywhere,
         }
     }
 }
@@ -995,6 +1117,9 @@ pub fn replay_command(o: &Outcome) -> String {
         o.seed,
         o.scenario.name()
     );
+    if o.faults_anywhere {
+        c.push_str(" --faults-anywhere");
+    }
     if o.replicas > 1 {
         let _ = write!(c, " --replicas {}", o.replicas);
         if o.lease_ttl_ms != DEFAULT_LEASE_TTL_MS {

@@ -33,8 +33,8 @@
 
 use quorum_core::pacing::{Pacing, PacingInput, Verdict};
 use quorum_core::{
-    decide, quorum_size, Action, ControlPlane, ControlPlaneSpec, EndpointStatus, Machine,
-    MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
+    decide, quorum_size, Action, ControlPlane, ControlPlaneSpec, DataMarker, EndpointStatus,
+    Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
 };
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv4Addr;
@@ -291,7 +291,14 @@ impl State {
                     },
                     has_data: p.is_some_and(|p| p.has_data),
                     status,
-                    marker: None,
+                    // Written with the data at its first start (the simulator covers the
+                    // marker's own step).
+                    marker: member
+                        .filter(|_| p.is_some_and(|p| p.has_data))
+                        .map(|m| DataMarker {
+                            cluster_id: 1,
+                            member_id: m.id,
+                        }),
                     quorum_read: None,
                     starts_unix_s: vec![],
                 },
@@ -456,7 +463,13 @@ fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
                 }
             }
         }
-        Action::ForgetControlPlane => {}
+        // The model's keyspace never fills and its markers come with its data: the
+        // simulator covers markers and space upkeep.
+        Action::ForgetControlPlane
+        | Action::WriteMarker { .. }
+        | Action::Compact { .. }
+        | Action::Defragment { .. }
+        | Action::DisarmAlarm { .. } => {}
         Action::StartMachine { machine, .. } => {
             let url = s
                 .machines

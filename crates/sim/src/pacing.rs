@@ -184,6 +184,8 @@ impl World {
     /// leaving its lease to expire in the store.
     pub(crate) fn crash_replica(&mut self, i: usize) {
         self.replicas[i].pacing = Pacing::default();
+        self.replicas[i].tracker = health::Tracker::default();
+        self.replicas[i].busy_until_ms = 0;
         if !self.ha() {
             return;
         }

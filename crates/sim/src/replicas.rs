@@ -98,6 +98,11 @@ pub(crate) struct Replica {
     pub(crate) term: Option<Term>,
     /// Drain clocks and retry due times: the core's pacing, as the controller keeps it.
     pub(crate) pacing: Pacing,
+    /// Since when each machine has had a problem: the health model's memory, as the
+    /// controller keeps it (a replica that takes over starts with an empty one).
+    pub(crate) tracker: health::Tracker,
+    /// Blocked in a defragmentation call until then.
+    pub(crate) busy_until_ms: u64,
     /// Paused (SIGSTOP) until this step: no renewals, no polls, no actions.
     pub(crate) paused_until_step: Option<u64>,
     /// The side effect it was paused between checking and performing.
@@ -210,6 +215,7 @@ impl World {
             ));
         }
         self.replicas[i].pacing = Pacing::default();
+        self.replicas[i].tracker = health::Tracker::default();
         self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
         self.lease.step_downs += 1;
         if self.leader_key.is_some_and(|k| k.token == t.token) {
@@ -229,6 +235,7 @@ impl World {
         });
         let r = &mut self.replicas[i];
         r.pacing = Pacing::default();
+        r.tracker = health::Tracker::default();
         r.term = Some(Term {
             token,
             deadline_ms: Some(now + ttl_ms),
@@ -381,8 +388,19 @@ impl World {
     /// reason; `a_stale_removal_is_stopped_only_by_etcds_strict_check` shows both sides).
     /// The margin and the fence bound a deposed leader's staleness, but not a pause
     /// between its check and its side effect.
+    ///
+    /// Never a defragmentation or a start, for the same reason with nothing in etcd to
+    /// stop them (found by this simulator, reported for the core and the provider): a
+    /// defragmentation decided while the others served, performed after one of them
+    /// failed, stalls the cluster below quorum for its length; a start decided before
+    /// the machine's disk was lost or its data replaced starts it on lost or foreign data
+    /// (the decision checked the data, the provider does not check it again).
     pub(crate) fn may_pause_in_flight(&self, a: &Action) -> bool {
-        self.cfg.strict_reconfig || !matches!(a, Action::RemoveMember { .. })
+        match a {
+            Action::Defragment { .. } | Action::StartMachine { .. } => false,
+            Action::RemoveMember { .. } => self.cfg.strict_reconfig,
+            _ => true,
+        }
     }
 
     /// The worst case of a check followed by a side effect: the leader passed its check

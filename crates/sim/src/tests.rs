@@ -498,3 +498,346 @@ fn the_checker_sees_a_removal_the_load_balancer_still_serves() {
         w.violation
     );
 }
+
+// ---------------------------------------------------------------- the repair half
+
+/// Three healthy members at the spec's version, no random faults, a fault window that
+/// never ends (so no operator acts): only what a test injects happens.
+fn steady(strict: bool) -> World {
+    let mut c = Config::new(1);
+    c.scenario = Scenario::Rollout;
+    c.strict_reconfig = strict;
+    c.load_balancer = false;
+    c.fault_per_mille = 0;
+    c.fault_steps = 1_000_000;
+    c.trace = true;
+    let mut w = World::new(c);
+    w.cp.spec.version = OLD;
+    // The first passes write the markers.
+    steps(&mut w, 3);
+    assert_eq!(w.repair.markers, 3, "{}", w.trace);
+    w
+}
+
+/// Steps until `done` (at most `max` steps, no violation on the way); the steps taken.
+fn until(w: &mut World, max: u64, done: impl Fn(&World) -> bool) -> u64 {
+    for k in 1..=max {
+        w.step();
+        assert_eq!(w.violation, None, "{}", w.trace);
+        if done(w) {
+            return k;
+        }
+    }
+    panic!("not done within {max} steps:\n{}", w.trace);
+}
+
+/// Every wanted machine is a healthy voter, nothing else is left, and no member has
+/// a problem (the decision's own view).
+fn whole(w: &World) -> bool {
+    let d = decide(&w.cp, &w.machines, &w.observe());
+    d.converged && d.healthy_voters == 3 && w.machines.len() == 3 && w.members.len() == 3
+}
+
+const UNHEALTHY_AFTER_STEPS: u64 = SIM_REMEDIATION.unhealthy_after.as_secs() * 1_000 / STEP_MS;
+/// From a member's problem lasting `unhealthyAfter` to a healthy replacement voter:
+/// the drain (0.5 s), the removal, the replacement recorded, the old record deleted,
+/// the learner added, started, caught up and promoted, with room for etcd's refusals.
+const REPLACED_WITHIN_STEPS: u64 = 30;
+
+#[test]
+fn a_lost_disk_is_replaced_within_unhealthy_after_and_never_started() {
+    let mut w = steady(true);
+    w.lose_disk("sim-2");
+    let taken = until(&mut w, 500, whole);
+    assert!(
+        taken <= UNHEALTHY_AFTER_STEPS + REPLACED_WITHIN_STEPS,
+        "{taken} steps\n{}",
+        w.trace
+    );
+    assert!(!w.machines.iter().any(|m| m.name == "sim-2"));
+    assert_eq!((w.repair.remediations, w.repair.replacements), (1, 1));
+    let fault = w.trace.find("sim-2 loses its disk").expect("injected");
+    assert!(
+        !w.trace[fault..].contains("did 'start sim-2"),
+        "{}",
+        w.trace
+    );
+    // The replacement carries the slot's first remediation.
+    let rec = w
+        .machines
+        .iter()
+        .find_map(|m| m.remediation.clone())
+        .expect("the replacement's record");
+    assert_eq!((rec.machine.as_str(), rec.attempt), ("sim-2", 1));
+}
+
+#[test]
+fn a_crash_loop_backs_off_then_is_remediated() {
+    // A longer unhealthyAfter lets the backoff double a few times first.
+    let mut w = steady(false);
+    w.cp.spec.remediation.unhealthy_after = Span::from_secs(40);
+    w.crash_loop("sim-2", 1_000);
+    until(&mut w, 1_000, |w| w.repair.remediations == 1);
+    let starts = w.procs["sim-2"].starts_unix_s.clone();
+    assert!(starts.len() >= 5, "{starts:?}\n{}", w.trace);
+    for (k, pair) in starts.windows(2).enumerate() {
+        let gap = pair[1] - pair[0];
+        let want = health::restart_backoff_s(k + 1);
+        assert!(
+            gap >= want,
+            "start {} came {gap}s after the last, backoff {want}s: {starts:?}",
+            k + 2
+        );
+    }
+    // Gaps of 1, 2, 4, 8, 16 s: doubling, not a tight loop.
+    assert!(
+        starts[starts.len() - 1] - starts[starts.len() - 2] >= 8,
+        "{starts:?}"
+    );
+    assert_eq!(w.repair.crash_loop_events, 1, "{}", w.trace);
+    assert!(w
+        .trace
+        .contains("event: sim-2 is in a crash loop (3 starts)"));
+    until(&mut w, 500, whole);
+    assert_eq!(w.repair.remediations, 1);
+}
+
+#[test]
+fn two_of_three_down_remediate_nothing_until_one_returns() {
+    let mut w = steady(false);
+    // Deliberately past the fault budget: two members down for good.
+    w.crash_loop("sim-2", 1_000);
+    w.crash_loop("sim-3", 1_000);
+    for _ in 0..(3 * UNHEALTHY_AFTER_STEPS) {
+        w.step();
+    }
+    assert_eq!(w.violation, None, "{}", w.trace);
+    assert_eq!(w.repair.remediations, 0, "{}", w.trace);
+    let refusal = w.last_refusal.clone().unwrap_or_default();
+    assert!(refusal.contains("quorum is lost"), "{refusal}");
+    assert!(refusal.contains("Bring back a member"), "{refusal}");
+    // One comes back: quorum returns, and the other is replaced.
+    w.procs.get_mut("sim-3").expect("sim-3").crash_starts_left = 0;
+    until(&mut w, 1_000, whole);
+    assert_eq!(w.repair.remediations, 1, "{}", w.trace);
+    assert!(!w.machines.iter().any(|m| m.name == "sim-2"));
+}
+
+#[test]
+fn a_remediation_that_could_lose_quorum_is_refused_and_says_so() {
+    let mut w = steady(false);
+    w.lose_disk("sim-3");
+    // sim-2 runs, but the controller cannot see it: it cannot be counted healthy.
+    w.impairment = Some((Impairment::HiddenFromController("sim-2".into()), 1_000_000));
+    for _ in 0..(3 * UNHEALTHY_AFTER_STEPS) {
+        w.step();
+    }
+    assert_eq!(w.repair.remediations, 0, "{}", w.trace);
+    assert!(w.repair.quorum_refusals > 0, "{}", w.trace);
+    let refusal = w.last_refusal.clone().unwrap_or_default();
+    assert!(
+        refusal.starts_with("not remediating") && refusal.contains("below the quorum of 2"),
+        "{refusal}"
+    );
+    w.impairment = None;
+    until(&mut w, 500, whole);
+    assert_eq!(w.repair.remediations, 1, "{}", w.trace);
+}
+
+#[test]
+fn an_exhausted_max_retry_refuses_until_a_person_raises_it() {
+    let mut w = steady(false);
+    w.cp.spec.remediation.max_retry = 0;
+    w.lose_disk("sim-2");
+    until(&mut w, 500, whole);
+    // Its replacement fails too, within minHealthyPeriod.
+    let replacement = w
+        .machines
+        .iter()
+        .find(|m| m.remediation.is_some())
+        .map(|m| m.name.clone())
+        .expect("replaced");
+    w.lose_disk(&replacement);
+    for _ in 0..(10 * UNHEALTHY_AFTER_STEPS) {
+        w.step();
+    }
+    assert_eq!(w.violation, None, "{}", w.trace);
+    assert_eq!(w.repair.remediations, 1, "{}", w.trace);
+    let observed = w.observe_as(0);
+    let d = decide(&w.cp, &w.machines, &observed);
+    assert!(d.is_blocked(), "{:?}", d.waiting_for);
+    let why = d.waiting_for.unwrap_or_default();
+    assert!(why.contains("remediation.maxRetry is 0"), "{why}");
+    assert!(w.repair.max_retry_refusals > 0);
+    // A person raises the limit: the slot is replaced again, as its second attempt.
+    w.cp.spec.remediation.max_retry = 1;
+    until(&mut w, 500, whole);
+    assert_eq!(w.repair.remediations, 2, "{}", w.trace);
+    let rec = w
+        .machines
+        .iter()
+        .filter_map(|m| m.remediation.clone())
+        .max_by_key(|r| r.attempt)
+        .expect("records");
+    assert_eq!(
+        (rec.machine.as_str(), rec.attempt),
+        (replacement.as_str(), 2)
+    );
+}
+
+#[test]
+fn a_hung_member_is_replaced_and_never_rejoins() {
+    let mut w = steady(true);
+    w.hang("sim-2", 1_000_000);
+    until(&mut w, 500, whole);
+    assert_eq!(w.repair.remediations, 1, "{}", w.trace);
+    // SIGCONT: its member is gone, and so is its machine.
+    w.impairment = None;
+    steps(&mut w, 50);
+    assert_eq!(w.violation, None, "{}", w.trace);
+    assert!(!w.procs.contains_key("sim-2"));
+    assert!(w.member_of_machine("sim-2").is_none());
+    assert!(whole(&w), "{}", w.trace);
+}
+
+#[test]
+fn foreign_data_on_the_leader_is_never_started_even_without_a_leader() {
+    let mut w = steady(false);
+    let leader = w.leader.expect("a leader");
+    let machine = w
+        .members
+        .iter()
+        .find(|m| m.id == leader)
+        .and_then(|m| m.machine.clone())
+        .expect("its machine");
+    // The leader stops with another cluster's data: the next pass has no leader to ask.
+    w.replace_data(&machine, 0x999);
+    until(&mut w, 500, whole);
+    let fault = w
+        .trace
+        .find("replaced by another cluster's")
+        .expect("injected");
+    assert!(
+        !w.trace[fault..].contains(&format!("did 'start {machine}'")),
+        "{}",
+        w.trace
+    );
+    assert_eq!(w.repair.remediations, 1, "{}", w.trace);
+}
+
+#[test]
+fn a_lagging_member_is_remediated() {
+    let mut w = steady(false);
+    let id = w.members[1].id;
+    w.lag(id, 1_000_000);
+    until(&mut w, 500, |w| w.repair.remediations == 1);
+    assert!(
+        w.trace.contains("entries behind the leader for 2s"),
+        "{}",
+        w.trace
+    );
+    w.impairment = None;
+    until(&mut w, 500, whole);
+}
+
+#[test]
+fn nospace_is_compacted_defragmented_leader_last_and_disarmed() {
+    let mut w = steady(false);
+    w.fill_keyspace();
+    until(&mut w, 5, |w| w.space.nospace());
+    let leader = w
+        .members
+        .iter()
+        .find(|m| Some(m.id) == w.leader)
+        .and_then(|m| m.machine.clone())
+        .expect("a leader");
+    let raised = w.step;
+    until(&mut w, repair::NOSPACE_REPAIR_STEPS, |w| !w.space.nospace());
+    assert_eq!(w.violation, None, "{}", w.trace);
+    assert_eq!(
+        (w.repair.compactions, w.repair.defrags, w.repair.disarms),
+        (1, 3, 1),
+        "{}",
+        w.trace
+    );
+    // Followers first, the leader last.
+    let defrags: Vec<&str> = w
+        .trace
+        .lines()
+        .filter_map(|l| l.split("did 'defragment ").nth(1))
+        .map(|rest| rest.trim_end_matches('\''))
+        .collect();
+    assert_eq!(defrags.len(), 3);
+    assert_eq!(defrags[2], leader, "{defrags:?}");
+    // Writes are accepted again, and every file is back to the bytes in use.
+    let acked = w.acked;
+    steps(&mut w, 5);
+    assert!(w.acked > acked);
+    assert!(w.step - raised < repair::NOSPACE_REPAIR_STEPS);
+    assert_eq!(w.repair.nospace_repaired, 1);
+    let in_use = w.space.in_use_bytes();
+    assert!(w
+        .procs
+        .values()
+        .all(|p| p.db_size_bytes <= in_use + 64 * repair::VALUE_BYTES));
+    until(&mut w, 100, whole);
+}
+
+#[test]
+fn the_checker_sees_a_start_on_lost_or_foreign_data_with_new_or_too_soon() {
+    type Fault = fn(&mut World);
+    let cases: [(&str, Fault); 4] = [
+        ("started a member on lost data", |w| w.lose_disk("sim-2")),
+        ("started a member on foreign data", |w| {
+            w.replace_data("sim-2", 7)
+        }),
+        ("with ClusterState::New", |w| {
+            w.procs.get_mut("sim-2").expect("sim-2").running = false;
+        }),
+        ("its backoff is 1s", |w| {
+            let now = w.now_unix_s();
+            let p = w.procs.get_mut("sim-2").expect("sim-2");
+            p.running = false;
+            p.starts_unix_s = vec![now];
+        }),
+    ];
+    for (want, fault) in cases {
+        let mut w = steady(false);
+        fault(&mut w);
+        let state = if want.contains("New") {
+            ClusterState::New
+        } else {
+            ClusterState::Existing
+        };
+        w.start_machine("sim-2", state, false);
+        let got = w.violation.clone().unwrap_or_default();
+        assert!(got.contains(want), "{want}: {got}");
+    }
+    // The same start, past the backoff and on its own data, is fine.
+    let mut w = steady(false);
+    w.procs.get_mut("sim-2").expect("sim-2").running = false;
+    w.start_machine("sim-2", ClusterState::Existing, false);
+    assert_eq!(w.violation, None);
+}
+
+#[test]
+fn a_replica_that_takes_over_counts_unhealthy_afresh() {
+    let mut w = two_replicas(Scenario::Rollout, false);
+    w.cp.spec.version = OLD;
+    steps(&mut w, 3);
+    w.lose_disk("sim-2");
+    steps(&mut w, UNHEALTHY_AFTER_STEPS - 5);
+    assert_eq!(w.repair.remediations, 0);
+    // The leader crashes just before the remediation was due; the standby takes over
+    // with no memory and waits a whole unhealthyAfter of its own.
+    w.crash_replica(0);
+    let crashed = w.step;
+    until(&mut w, 500, |w| w.repair.remediations == 1);
+    assert!(w.lease.takeovers == 1, "{}", w.trace);
+    assert!(
+        w.step - crashed >= UNHEALTHY_AFTER_STEPS,
+        "remediated {} steps after the takeover\n{}",
+        w.step - crashed,
+        w.trace
+    );
+}

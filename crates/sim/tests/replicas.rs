@@ -5,7 +5,7 @@
 //! etcd unavailable for a while, one of its members killed or paused), zero violations,
 //! every run converged, and the faults summed over the seeds really happened.
 
-use quorum_sim::{replay_command, run, Config, LeaseCounts, PacingCounts, Scenario};
+use quorum_sim::{replay_command, run, Config, LeaseCounts, PacingCounts, RepairCounts, Scenario};
 use std::time::Instant;
 
 const SEEDS: u64 = 3_000;
@@ -19,6 +19,7 @@ struct Tally {
     strict: [u64; 2],
     lease: LeaseCounts,
     pacing: PacingCounts,
+    repair: RepairCounts,
 }
 
 fn worker(k: u64) -> Tally {
@@ -34,6 +35,7 @@ fn worker(k: u64) -> Tally {
         t.per_scenario[at] += 1;
         t.lease.add(&o.lease);
         t.pacing.add(&o.pacing);
+        t.repair.add(&o.repair);
         if let Some(v) = &o.violation {
             t.failures.push(format!(
                 "seed {seed} ({}): {v}\n  replay: {}",
@@ -55,12 +57,14 @@ fn two_replicas_with_lease_faults_hold_every_invariant_and_converge() {
     let secs = start.elapsed().as_secs_f64();
     let mut lease = LeaseCounts::default();
     let mut pacing = PacingCounts::default();
+    let mut repair = RepairCounts::default();
     let mut per_scenario = [0u64; 5];
     let mut strict = [0u64; 2];
     let mut failures = Vec::new();
     for t in tallies {
         lease.add(&t.lease);
         pacing.add(&t.pacing);
+        repair.add(&t.repair);
         for (a, b) in per_scenario.iter_mut().zip(t.per_scenario) {
             *a += b;
         }
@@ -75,6 +79,7 @@ fn two_replicas_with_lease_faults_hold_every_invariant_and_converge() {
     );
     println!("{lease}");
     println!("pacing: {pacing}");
+    println!("repair: {repair}");
     // A violation includes "stuck": not converged after the fault window.
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     assert!(per_scenario.iter().all(|n| *n > 0), "{per_scenario:?}");
@@ -100,6 +105,12 @@ fn two_replicas_with_lease_faults_hold_every_invariant_and_converge() {
     );
     assert!(pacing.drain_holds > 0, "{pacing}");
     assert!(pacing.lb_holds > 0, "{pacing}");
+    // The repair half ran beside the lease faults: memory lost with every takeover.
+    assert!(
+        repair.remediations > 0 && repair.replacements > 0,
+        "{repair}"
+    );
+    assert!(repair.nospace_repaired > 0, "{repair}");
 }
 
 #[test]

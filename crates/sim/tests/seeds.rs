@@ -1,9 +1,12 @@
 //! The simulator's seeds, in the test suite: at least 10,000 across rollouts (maxSurge 1
 //! and 0), scale up, scale down and orphan cleanup, with faults, and zero violations;
 //! the shared pacing policy really held removals back (drain, load balancer) and backed
-//! off.
+//! off; the repair half met every fault it knows (disks lost, crash loops, hung members,
+//! foreign data, NOSPACE, lagging members) and remediated, refused and repaired.
 
-use quorum_sim::{replay_command, run, Config, PacingCounts, Scenario};
+use quorum_sim::{
+    replay_command, run, Config, PacingCounts, RepairCounts, Scenario, NOSPACE_REPAIR_STEPS,
+};
 use std::time::Instant;
 
 const SEEDS: u64 = 10_000;
@@ -12,17 +15,19 @@ const THREADS: u64 = 2;
 #[test]
 fn ten_thousand_seeds_hold_every_invariant() {
     let t = Instant::now();
-    let results: Vec<(Vec<String>, PacingCounts)> = std::thread::scope(|s| {
+    let results: Vec<(Vec<String>, PacingCounts, RepairCounts)> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..THREADS)
             .map(|k| {
                 s.spawn(move || {
                     let mut bad = Vec::new();
                     let mut pacing = PacingCounts::default();
+                    let mut repair = RepairCounts::default();
                     let mut per = [0u64; 5];
                     for seed in (k..SEEDS).step_by(THREADS as usize) {
                         let o = run(Config::new(seed));
                         per[Scenario::ALL.iter().position(|x| *x == o.scenario).unwrap()] += 1;
                         pacing.add(&o.pacing);
+                        repair.add(&o.repair);
                         if let Some(v) = &o.violation {
                             bad.push(format!(
                                 "seed {seed} ({}): {v}\n  replay: {}",
@@ -32,17 +37,19 @@ fn ten_thousand_seeds_hold_every_invariant() {
                         }
                     }
                     assert!(per.iter().all(|n| *n > 0), "every scenario ran: {per:?}");
-                    (bad, pacing)
+                    (bad, pacing, repair)
                 })
             })
             .collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let mut pacing = PacingCounts::default();
+    let mut repair = RepairCounts::default();
     let mut failures = Vec::new();
-    for (bad, p) in results {
+    for (bad, p, r) in results {
         failures.extend(bad);
         pacing.add(&p);
+        repair.add(&r);
     }
     let secs = t.elapsed().as_secs_f64();
     println!(
@@ -51,6 +58,7 @@ fn ten_thousand_seeds_hold_every_invariant() {
         failures.len()
     );
     println!("pacing: {pacing}");
+    println!("repair: {repair}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The policy was exercised, so the run cannot pass vacuously.
     assert!(pacing.paced_removals > 0, "{pacing}");
@@ -58,6 +66,30 @@ fn ten_thousand_seeds_hold_every_invariant() {
     assert!(pacing.lb_faults > 0, "{pacing}");
     assert!(pacing.lb_holds > 0, "{pacing}");
     assert!(pacing.backoff_holds > 0, "{pacing}");
+    assert_repair_exercised(&repair);
+}
+
+/// Every repair fault happened and every path of the repair half ran: remediation,
+/// its refusals (maxRetry spent, quorum at stake), the operator raising maxRetry once
+/// the faults stopped, crash-loop events, markers, the NOSPACE repair within its bound.
+fn assert_repair_exercised(r: &RepairCounts) {
+    assert!(r.disk_losses > 0, "{r}");
+    assert!(r.crash_loops > 0, "{r}");
+    assert!(r.hangs > 0, "{r}");
+    assert!(r.foreign_data > 0, "{r}");
+    assert!(r.nospace > 0, "{r}");
+    assert!(r.lagging > 0, "{r}");
+    assert!(r.remediations > 0, "{r}");
+    assert!(r.replacements > 0, "{r}");
+    assert!(r.max_retry_refusals > 0, "{r}");
+    assert!(r.max_retry_raised > 0, "{r}");
+    assert!(r.quorum_refusals > 0, "{r}");
+    assert!(r.crash_loop_events > 0, "{r}");
+    assert!(r.markers > 0, "{r}");
+    assert!(r.compactions > 0 && r.defrags > 0 && r.disarms > 0, "{r}");
+    assert!(r.nospace_repaired > 0, "{r}");
+    // Each run checks the bound; the figure reached is in the summary.
+    assert!(r.nospace_repair_max_steps <= NOSPACE_REPAIR_STEPS, "{r}");
 }
 
 #[test]
