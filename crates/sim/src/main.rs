@@ -54,7 +54,8 @@ struct Args {
     #[arg(long, value_name = "N")]
     scale: Option<usize>,
     /// Instead: exhaustively model-check a 3-member rollout (maxSurge 1 and 0) with up to
-    /// two controller crashes and a deposed controller's stale step.
+    /// two controller crashes, a deposed controller's stale step, and one failure (a
+    /// process dying, a member hanging, a disk lost) repaired by remediation.
     #[arg(long)]
     model_check: bool,
 }
@@ -90,14 +91,16 @@ fn main() -> std::process::ExitCode {
     if args.model_check {
         let mut ok = true;
         let total = Instant::now();
-        for v in quorum_sim::model::Variant::ALL {
+        for mut v in quorum_sim::model::Variant::ALL {
+            v.faults_anywhere = args.faults_anywhere;
             let t = Instant::now();
             let r = quorum_sim::model::check(v);
             println!(
-                "model check, 3-member rollout, maxSurge {}, etcd strict check {}, deposed controller {}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
+                "model check, 3-member rollout, maxSurge {}, etcd strict check {}, deposed controller {}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
                 v.max_surge,
                 if v.etcd_strict { "on" } else { "off" },
                 if v.deposed { "yes" } else { "no" },
+                if v.faults_anywhere { ", faults anywhere" } else { "" },
                 r.states,
                 r.transitions,
                 r.max_depth,

@@ -7,8 +7,19 @@
 //! still perform its first side effect once, at any later moment (its store writes are
 //! fenced, so only its effects on etcd and on machines land). The environment moves at
 //! any pace: learners catch up, removed members' processes exit, a leaderless cluster
-//! elects, one member process may die (the controller restarts it), and one member
-//! may be cut off from its peers and the controller for a while.
+//! elects, and one failure happens at most: a member process dies (the controller
+//! restarts it), a member hangs (or is cut off from its peers and the controller) for a
+//! while, or a member's disk is lost for good (its process killed, its data gone).
+//!
+//! Remediation is the core's: the controller keeps the health memory `health::Tracker`
+//! keeps (lost in a crash), here abstract: which machines have a problem replacement
+//! repairs, and for each whether it has lasted `unhealthyAfter` (an environment step,
+//! one machine at a time, so the memory may say anything about the problems seen). A
+//! due member is marked for replacement with its remediation record, leaves (leadership
+//! first, then its member, then its process), its replacement is recorded before its
+//! record goes, and the replacement joins as a learner and is promoted. A lost disk is
+//! only ever repaired that way, so the liveness check below proves the path completes.
+//! Checked at every start: never `new` after the cluster formed, never on lost data.
 //!
 //! Pacing is the core's (`quorum_core::pacing`, what the controller runs): before each
 //! action the controller asks `Pacing::check`, so a member of a leaving machine is
@@ -22,21 +33,29 @@
 //! modelled: a refused action just ends the controller's pass, as a wait would.
 //!
 //! Every reachable state is enumerated (breadth first, states deduplicated). Checked in
-//! every state: a majority of voters runs (quorum never lost: the model injects no
-//! failure, so any loss would be quorum's doing), at most one learner, never an add and a
-//! removal in flight together, no machine deleted while its member votes. Liveness under
-//! fairness: every terminal state is the goal (all members upgraded), and the goal is
-//! reachable from every reachable state (AG EF goal over the explicit state graph). That
+//! every state: a majority of voters runs (quorum never lost: a failure is injected only
+//! where a majority keeps running, so any loss would be quorum's doing, whatever the
+//! health memory says), at most one learner, never an add and a removal in flight
+//! together (but beside a deposed controller's stale add), no machine deleted while its
+//! member votes. Liveness under fairness: every terminal state is the goal (all members
+//! upgraded, every machine with its data), and the goal is reachable from every
+//! reachable state (AG EF goal over the explicit state graph). That
 //! second check is why this is a purpose-built explorer rather than the `stateright`
 //! crate: stateright's `eventually` ignores paths that end in a cycle (a documented
 //! false negative), while a stuck cycle is exactly the bug this project exists to prevent.
+//!
+//! Two faults are held back where the core's rules cannot repair them, as in the
+//! simulator (`Variant::faults_anywhere` lets them happen): a disk lost while another
+//! machine is leaving, and a deposed controller's stale start.
 
+use quorum_core::health::{self, Problem};
 use quorum_core::pacing::{Pacing, PacingInput, Verdict};
 use quorum_core::{
     decide, quorum_size, Action, ControlPlane, ControlPlaneSpec, DataMarker, EndpointStatus,
     Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
 };
 use std::collections::{HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::net::Ipv4Addr;
 
 pub const MAX_CRASHES: u8 = 2;
@@ -44,11 +63,18 @@ const OLD: Version = Version::new(3, 4, 23);
 const NEW: Version = Version::new(3, 5, 1);
 /// A bound on the explored states: the check fails rather than run away.
 pub const MAX_STATES: usize = 5_000_000;
+/// The model's clock stands still: whether a problem has lasted `unhealthyAfter` is a
+/// state bit (`Memory`), set by an environment step.
+const NOW_UNIX_S: i64 = 1_800_000_000;
+const CLUSTER_ID: u64 = 1;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 struct MMember {
     id: u64,
     peer_url: String,
+    /// The serial of the machine whose peer URL it has (a machine's address ends in its
+    /// serial): members match machines by it without formatting URLs in the hot loop.
+    serial: u64,
     /// The process started once (etcd then knows its name).
     named: bool,
     is_learner: bool,
@@ -76,6 +102,12 @@ pub struct Variant {
     /// effects on etcd and on machines land. The simulator's two-replica mode (`lib.rs`,
     /// `Config::replicas`) plays the same fault with timed leases, renewals and takeovers.
     pub deposed: bool,
+    /// Faults also where the core's rules cannot repair them (off in `ALL`; the binary's
+    /// `--model-check --faults-anywhere` shows the counterexamples): a disk lost while
+    /// another machine is leaving (its removal then needs the dead member's vote, and
+    /// remediation waits for the removal), and a deposed controller's stale start of a
+    /// machine whose disk is lost meanwhile (nothing checks the data again at the start).
+    pub faults_anywhere: bool,
 }
 
 impl Variant {
@@ -88,21 +120,25 @@ impl Variant {
             max_surge: 1,
             etcd_strict: false,
             deposed: false,
+            faults_anywhere: false,
         },
         Variant {
             max_surge: 0,
             etcd_strict: false,
             deposed: false,
+            faults_anywhere: false,
         },
         Variant {
             max_surge: 1,
             etcd_strict: true,
             deposed: true,
+            faults_anywhere: false,
         },
         Variant {
             max_surge: 0,
             etcd_strict: true,
             deposed: true,
+            faults_anywhere: false,
         },
     ];
 }
@@ -121,12 +157,23 @@ pub struct State {
     crashes: u8,
     /// A member process may die once (the controller restarts it).
     died: bool,
-    /// A member may be cut off once (from its peers and the controller) until it heals.
+    /// A member may hang once (SIGSTOP) or be cut off from its peers and the controller:
+    /// its process runs, it answers nothing, until it heals.
     partitioned: Option<u64>,
     partition_used: bool,
+    /// A member's disk may be lost once: its process killed, its data gone for good
+    /// (only remediation repairs it).
+    disk_lost: bool,
+    /// The controller's health memory (`health::Tracker`, lost in a crash): the
+    /// machines with a problem that replacement repairs, and whether it has lasted
+    /// `unhealthyAfter` (an environment step says so; the model has no clock).
+    memory: Vec<(String, bool)>,
     /// The deposed controller's pending side effect.
     stale: Option<Action>,
     stale_used: bool,
+    /// The learner its stale add created (by peer URL): the controller may have marked
+    /// a machine for removal meanwhile (remediation comes before joins).
+    stale_learner: Option<String>,
     /// The controller's drain clock (its memory, lost in a crash): started by a pass
     /// that saw a machine leaving, passed by an environment step.
     drain_started: bool,
@@ -148,6 +195,11 @@ pub struct Report {
     pub transitions: usize,
     pub max_depth: usize,
     pub goal_states: usize,
+    /// States with a machine's disk lost, and states in which a remediation is recorded
+    /// (a machine leaving to be replaced, or its replacement): the repair path was
+    /// explored.
+    pub disk_lost_states: usize,
+    pub remediation_states: usize,
     /// Empty when every property holds.
     pub violations: Vec<String>,
 }
@@ -203,6 +255,7 @@ pub fn initial(variant: Variant) -> State {
             .map(|m| MMember {
                 id: m.serial,
                 peer_url: m.peer_url(),
+                serial: m.serial,
                 named: true,
                 is_learner: false,
                 caught_up: true,
@@ -216,8 +269,11 @@ pub fn initial(variant: Variant) -> State {
         died: false,
         partitioned: None,
         partition_used: false,
+        disk_lost: false,
+        memory: vec![],
         stale: None,
         stale_used: false,
+        stale_learner: None,
         drain_started: false,
         drain_passed: false,
         drained: vec![],
@@ -237,7 +293,7 @@ impl State {
     }
 
     fn machine_of(&self, m: &MMember) -> Option<&Machine> {
-        self.machines.iter().find(|x| x.peer_url() == m.peer_url)
+        self.machines.iter().find(|x| x.serial == m.serial)
     }
 
     /// Running and connected: what counts towards quorum.
@@ -263,7 +319,7 @@ impl State {
         for mach in &self.machines {
             let p = self.proc(&mach.name);
             let running = p.is_some_and(|p| p.running);
-            let member = self.members.iter().find(|m| m.peer_url == mach.peer_url());
+            let member = self.members.iter().find(|m| m.serial == mach.serial);
             let status = match member {
                 Some(m) if running && s_partitioned_not(self, m.id) => Some(EndpointStatus {
                     member_id: m.id,
@@ -274,7 +330,7 @@ impl State {
                     version: Some(mach.version),
                     is_learner: m.is_learner,
                     alarms: vec![],
-                    cluster_id: 1,
+                    cluster_id: CLUSTER_ID,
                     revision: 0,
                     db_size_bytes: 0,
                     db_size_in_use_bytes: 0,
@@ -292,11 +348,11 @@ impl State {
                     has_data: p.is_some_and(|p| p.has_data),
                     status,
                     // Written with the data at its first start (the simulator covers the
-                    // marker's own step).
+                    // marker's own step); gone with it.
                     marker: member
                         .filter(|_| p.is_some_and(|p| p.has_data))
                         .map(|m| DataMarker {
-                            cluster_id: 1,
+                            cluster_id: CLUSTER_ID,
                             member_id: m.id,
                         }),
                     quorum_read: None,
@@ -304,6 +360,8 @@ impl State {
                 },
             );
         }
+        obs.now_unix_s = NOW_UNIX_S;
+        obs.problem_since_unix_s = self.problem_since();
         if self.leader.is_some() {
             obs.members = Some(
                 self.members
@@ -318,7 +376,13 @@ impl State {
                             String::new()
                         },
                         peer_urls: vec![m.peer_url.clone()],
-                        client_urls: vec![],
+                        // etcd lists a member's client URLs once it has started (the
+                        // core's sign that it ran).
+                        client_urls: if m.named {
+                            vec![m.peer_url.replace(":2380", ":2379")]
+                        } else {
+                            vec![]
+                        },
                         is_learner: m.is_learner,
                     })
                     .collect(),
@@ -331,7 +395,9 @@ impl State {
         if self.partitioned.is_some() {
             return false;
         }
-        self.machines.len() == 3
+        let data_everywhere = self.procs.iter().all(|p| p.has_data);
+        data_everywhere
+            && self.machines.len() == 3
             && self
                 .machines
                 .iter()
@@ -353,6 +419,44 @@ impl State {
         if self.machines.iter().any(|m| m.deleting) {
             self.drain_started = true;
         }
+    }
+
+    /// Since when each remembered problem holds, as the tracker would say it.
+    fn problem_since(&self) -> std::collections::BTreeMap<String, i64> {
+        let after_s = self.cp.spec.remediation.unhealthy_after.as_secs() as i64;
+        self.memory
+            .iter()
+            .map(|(m, due)| {
+                (
+                    m.clone(),
+                    if *due {
+                        NOW_UNIX_S - after_s
+                    } else {
+                        NOW_UNIX_S
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The controller's pass takes in a fresh observation (`health::Tracker::observe`,
+    /// in the model's abstract time): a machine with a problem that replacement repairs
+    /// is remembered (not yet for `unhealthyAfter`), one without is forgotten.
+    fn track(&mut self, observed: &Observation) {
+        let problems = health::assess(&self.cp, &self.machines, observed);
+        let remediable: Vec<String> = problems
+            .into_iter()
+            .filter(|(_, ps)| ps.iter().any(Problem::remediable))
+            .map(|(m, _)| m)
+            .collect();
+        let old = std::mem::take(&mut self.memory);
+        self.memory = remediable
+            .into_iter()
+            .map(|m| {
+                let due = old.iter().any(|(o, d)| *o == m && *d);
+                (m, due)
+            })
+            .collect();
     }
 
     /// The shared pacing policy's verdict on `a`, in the model's abstract time: the
@@ -406,13 +510,29 @@ impl State {
                 && self
                     .members
                     .iter()
-                    .any(|m| m.peer_url == x.peer_url() && !m.is_learner)
+                    .any(|m| m.serial == x.serial && !m.is_learner)
         });
-        if learners == 1 && removing {
+        // Quorum's own steps never start an add beside a removal; a deposed
+        // controller's stale add may land beside one (the learner is then promoted, or
+        // removed as an orphan, before the removal: `finish_learner` and
+        // `remove_orphan` come first).
+        let stale = self
+            .members
+            .iter()
+            .any(|m| m.is_learner && self.stale_learner.as_ref() == Some(&m.peer_url));
+        if learners == 1 && removing && !stale {
             return Err("an add and a removal in flight together".into());
         }
         Ok(())
     }
+}
+
+/// The serial a model machine's peer URL ends in (`http://127.1.0.<serial>:2380`).
+fn serial_of_url(url: &str) -> u64 {
+    url.rsplit_once(':')
+        .and_then(|(host, _)| host.rsplit_once('.'))
+        .and_then(|(_, last)| last.parse().ok())
+        .unwrap_or(0)
 }
 
 fn s_partitioned_not(s: &State, id: u64) -> bool {
@@ -463,28 +583,41 @@ fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
                 }
             }
         }
-        // The model's keyspace never fills and its markers come with its data: the
-        // simulator covers markers and space upkeep.
+        // The model's data directories carry their marker from their first start (it
+        // is the observation's `marker`), and its keyspace never fills: the simulator
+        // covers markers and space upkeep.
         Action::ForgetControlPlane
         | Action::WriteMarker { .. }
         | Action::Compact { .. }
         | Action::Defragment { .. }
         | Action::DisarmAlarm { .. } => {}
-        Action::StartMachine { machine, .. } => {
-            let url = s
+        Action::StartMachine { machine, state, .. } => {
+            let serial = s
                 .machines
                 .iter()
                 .find(|m| &m.name == machine)
-                .map(|m| m.peer_url());
-            let Some(url) = url else { return Ok(true) };
-            let is_member = s.members.iter().any(|m| m.peer_url == url);
+                .map(|m| m.serial);
+            let Some(serial) = serial else {
+                return Ok(true);
+            };
+            if *state == quorum_core::ClusterState::New {
+                return Err(format!(
+                    "{machine} started with `new` after the cluster formed"
+                ));
+            }
+            let lost = s.members.iter().any(|m| m.serial == serial && m.named)
+                && s.proc(machine).is_some_and(|p| !p.has_data && !p.running);
+            if lost {
+                return Err(format!("{machine} started on lost data"));
+            }
+            let is_member = s.members.iter().any(|m| m.serial == serial);
             // etcd started for a machine that is not a member exits at once.
             if is_member {
                 if let Some(p) = s.proc_mut(machine) {
                     p.running = true;
                     p.has_data = true;
                 }
-                if let Some(m) = s.members.iter_mut().find(|m| m.peer_url == url) {
+                if let Some(m) = s.members.iter_mut().find(|m| m.serial == serial) {
                     m.named = true;
                 }
             }
@@ -504,6 +637,7 @@ fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
             s.members.push(MMember {
                 id,
                 peer_url: peer_url.clone(),
+                serial: serial_of_url(peer_url),
                 named: false,
                 is_learner: true,
                 caught_up: false,
@@ -561,8 +695,11 @@ fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
         }
         Action::DeleteMachine { machine } => {
             if let Some(m) = s.machines.iter().find(|m| &m.name == machine) {
-                let url = m.peer_url();
-                if s.members.iter().any(|x| x.peer_url == url && !x.is_learner) {
+                let serial = m.serial;
+                if s.members
+                    .iter()
+                    .any(|x| x.serial == serial && !x.is_learner)
+                {
                     return Err(format!("{machine} deleted while its member votes"));
                 }
             }
@@ -584,7 +721,18 @@ fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
 /// Every successor of `s`, or a violated property.
 fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     let mut out = Vec::new();
-    let d = decide(&s.cp, &s.machines, &s.observe());
+    // The controller's pass starts with its health memory brought up to date.
+    let mut tracked = s.clone();
+    let mut observed = s.observe();
+    tracked.track(&observed);
+    observed.problem_since_unix_s = tracked.problem_since();
+    let d = decide(&tracked.cp, &tracked.machines, &observed);
+    if d.actions.is_empty() && tracked != *s {
+        out.push((
+            "controller: notes the problems it sees".to_string(),
+            tracked.clone(),
+        ));
+    }
     if d.actions
         .iter()
         .filter(|a| a.is_membership_change())
@@ -599,7 +747,7 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         if crash && s.crashes >= MAX_CRASHES {
             continue;
         }
-        let mut n = s.clone();
+        let mut n = tracked.clone();
         n.begin_pass();
         let mut steps = Vec::new();
         for a in &d.actions[..k] {
@@ -617,9 +765,11 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         let mut label = steps.join(", ");
         if crash {
             n.crashes += 1;
-            // Its pacing memory goes with it: the next controller drains again.
+            // Its pacing and health memory go with it: the next controller drains again
+            // and counts every problem afresh.
             n.drain_started = false;
             n.drain_passed = false;
+            n.memory.clear();
             label.push_str(" (then the controller crashes)");
         }
         out.push((format!("controller: {label}"), n));
@@ -628,11 +778,12 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     // reachable load balancer in step too, and its step passed the same pacing check.
     if s.variant.deposed && s.stale.is_none() && !s.stale_used {
         if let Some(a) = d.actions.first() {
-            let mut n = s.clone();
+            let mut n = tracked.clone();
             if n.lb_reachable {
                 n.lb_serves.clear();
             }
-            if n.pacing(a) == Verdict::Go {
+            let held = s.variant.faults_anywhere || !matches!(a, Action::StartMachine { .. });
+            if held && n.pacing(a) == Verdict::Go {
                 n.stale = Some(a.clone());
                 out.push((format!("deposed controller decides: {a}"), n));
             }
@@ -642,7 +793,17 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         let mut n = s.clone();
         n.stale = None;
         n.stale_used = true;
-        perform(&mut n, a, true)?;
+        let added = |x: &State, url: &str| x.members.iter().any(|m| m.peer_url == url);
+        if let Action::AddLearner { peer_url, .. } = a {
+            if !added(&n, peer_url) {
+                perform(&mut n, a, true)?;
+                if added(&n, peer_url) {
+                    n.stale_learner = Some(peer_url.clone());
+                }
+            }
+        } else {
+            perform(&mut n, a, true)?;
+        }
         out.push((format!("deposed controller performs: {a}"), n));
     }
     // The environment.
@@ -658,7 +819,7 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             .machines
             .iter()
             .find(|x| x.name == p.name)
-            .and_then(|x| s.members.iter().find(|m| m.peer_url == x.peer_url()));
+            .and_then(|x| s.members.iter().find(|m| m.serial == x.serial));
         if p.running && member.is_none() {
             // A removed member's process shuts itself down.
             let mut n = s.clone();
@@ -670,9 +831,13 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     // failure. With two (a voter dead and the learner cut off), a deposed controller's
     // promote decided before both can lose quorum: that window is bounded by the
     // distributed store's fencing and leadership re-check, not by this core.
-    if !s.died && !s.partition_used {
-        // A member's process dies (once): only when a majority would still run, so any
-        // quorum loss is quorum's doing, not the environment's.
+    let fault_free = !s.died && !s.partition_used && !s.disk_lost;
+    let leaving = s.machines.iter().any(|m| m.deleting);
+    let disk_may_go = s.variant.faults_anywhere || !leaving;
+    if fault_free {
+        // A member's process dies (once), or its disk is lost with it: only when a
+        // majority would still run, so any quorum loss is quorum's doing, not the
+        // environment's.
         for (i, p) in s.procs.iter().enumerate() {
             if !p.running {
                 continue;
@@ -681,6 +846,21 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             n.procs[i].running = false;
             n.died = true;
             if n.has_quorum() {
+                let mut lost = n.clone();
+                lost.died = false;
+                lost.disk_lost = true;
+                lost.procs[i].has_data = false;
+                if lost.leader.is_some_and(|l| {
+                    lost.members
+                        .iter()
+                        .find(|m| m.id == l)
+                        .is_some_and(|m| !lost.member_running(m))
+                }) {
+                    lost.leader = None;
+                }
+                if disk_may_go {
+                    out.push((format!("{} loses its disk", p.name), lost));
+                }
                 let dead_leader = n
                     .leader
                     .and_then(|l| n.members.iter().find(|m| m.id == l))
@@ -692,7 +872,7 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             }
         }
     }
-    if !s.partition_used && !s.died {
+    if fault_free {
         for m in s.members.iter().filter(|m| s.member_running(m)) {
             let mut n = s.clone();
             n.partitioned = Some(m.id);
@@ -701,14 +881,23 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
                 if n.leader == Some(m.id) {
                     n.leader = None;
                 }
-                out.push((format!("member {} is cut off", m.id), n));
+                out.push((format!("member {} hangs (or is cut off)", m.id), n));
             }
         }
     }
     if s.partitioned.is_some() {
         let mut n = s.clone();
         n.partitioned = None;
-        out.push(("the cut-off member heals".to_string(), n));
+        out.push(("the hung member resumes".to_string(), n));
+    }
+    // Time: a problem the controller remembers lasts `unhealthyAfter` (each on its own,
+    // so its memory may say anything about the problems it sees).
+    for (i, (m, due)) in s.memory.iter().enumerate() {
+        if !due {
+            let mut n = s.clone();
+            n.memory[i].1 = true;
+            out.push((format!("{m}'s problem lasts unhealthyAfter"), n));
+        }
     }
     // Time: the controller's drain clock passes (the leaving machines' endpoints have
     // been unpublished at least that long).
@@ -751,6 +940,7 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         n.drained.sort();
         n.lb_serves.sort();
         n.lb_serves.dedup();
+        n.memory.sort();
     }
     Ok(out)
 }
@@ -758,14 +948,15 @@ fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
 /// Explores every reachable state from `initial(variant)`.
 pub fn check(variant: Variant) -> Report {
     let start = initial(variant);
-    let mut index: HashMap<State, usize> = HashMap::new();
+    // States by their hash (the states themselves are kept once, in `states`).
+    let mut index: HashMap<u64, Vec<usize>, BuildHasherDefault<FxHasher>> = HashMap::default();
     let mut states: Vec<State> = Vec::new();
     let mut edges: Vec<Vec<usize>> = Vec::new();
     let mut depth: Vec<usize> = Vec::new();
     let mut parent: Vec<Option<(usize, String)>> = vec![None];
     let mut queue = VecDeque::new();
     let mut violations = Vec::new();
-    index.insert(start.clone(), 0);
+    index.insert(fx_hash(&start), vec![0]);
     states.push(start);
     edges.push(vec![]);
     depth.push(0);
@@ -785,8 +976,12 @@ pub fn check(variant: Variant) -> Report {
         };
         for (label, n) in next {
             transitions += 1;
-            let j = match index.get(&n) {
-                Some(j) => *j,
+            let h = fx_hash(&n);
+            let seen = index
+                .get(&h)
+                .and_then(|js| js.iter().copied().find(|j| states[*j] == n));
+            let j = match seen {
+                Some(j) => j,
                 None => {
                     let j = states.len();
                     if j >= MAX_STATES {
@@ -795,7 +990,7 @@ pub fn check(variant: Variant) -> Report {
                         ));
                         break;
                     }
-                    index.insert(n.clone(), j);
+                    index.entry(h).or_default().push(j);
                     states.push(n);
                     parent.push(Some((i, label)));
                     edges.push(vec![]);
@@ -852,8 +1047,59 @@ pub fn check(variant: Variant) -> Report {
         transitions,
         max_depth: depth.iter().copied().max().unwrap_or(0),
         goal_states: goal.iter().filter(|g| **g).count(),
+        disk_lost_states: states.iter().filter(|s| s.disk_lost).count(),
+        remediation_states: states
+            .iter()
+            .filter(|s| s.machines.iter().any(|m| m.remediation.is_some()))
+            .count(),
         violations,
     }
+}
+
+/// FxHash (rustc's): the explored states are hashed millions of times, and SipHash's
+/// resistance to chosen keys buys nothing here.
+#[derive(Default)]
+struct FxHasher(u64);
+
+impl FxHasher {
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        for b in chunks.remainder() {
+            self.add(u64::from(*b));
+        }
+    }
+    fn write_u8(&mut self, n: u8) {
+        self.add(u64::from(n));
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.add(u64::from(n));
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.add(n);
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+fn fx_hash(s: &State) -> u64 {
+    let mut h = FxHasher::default();
+    s.hash(&mut h);
+    h.finish()
 }
 
 /// The steps from the initial state to state `i`.
@@ -885,6 +1131,68 @@ mod tests {
         s.procs[0].running = false;
         s.procs[1].running = false;
         assert!(s.check().is_err());
+    }
+
+    #[test]
+    fn members_match_machines_by_the_serial_in_their_url() {
+        let m = machine(12, NEW);
+        assert_eq!(serial_of_url(&m.peer_url()), 12);
+        assert_eq!(serial_of_url("http://127.250.0.1:2380"), 1);
+        assert_eq!(serial_of_url("nonsense"), 0);
+    }
+
+    #[test]
+    fn the_checker_sees_a_start_on_lost_data_or_with_new() {
+        let mut s = initial(Variant::ALL[0]);
+        s.procs[1].running = false;
+        s.procs[1].has_data = false;
+        let start = |state| Action::StartMachine {
+            machine: "m-2".into(),
+            state,
+            initial_cluster: vec![],
+        };
+        let err = perform(&mut s, &start(ClusterState::Existing), false).unwrap_err();
+        assert!(err.contains("started on lost data"), "{err}");
+        let err = perform(&mut s, &start(ClusterState::New), false).unwrap_err();
+        assert!(err.contains("`new` after the cluster formed"), "{err}");
+    }
+
+    #[test]
+    fn a_lost_disk_is_remembered_then_remediated() {
+        let mut s = initial(Variant::ALL[0]);
+        s.procs[1].running = false;
+        s.procs[1].has_data = false;
+        s.disk_lost = true;
+        // The pass notes the problem; nothing is replaced before it lasts.
+        let next = successors(&s).unwrap();
+        let (_, noted) = next
+            .iter()
+            .find(|(l, _)| l == "controller: notes the problems it sees")
+            .expect("noted");
+        assert_eq!(noted.memory, [("m-2".to_string(), false)]);
+        assert!(
+            controller_labels(noted).is_empty(),
+            "{:?}",
+            controller_labels(noted)
+        );
+        let (_, due) = successors(noted)
+            .unwrap()
+            .into_iter()
+            .find(|(l, _)| l == "m-2's problem lasts unhealthyAfter")
+            .expect("time passes");
+        let labels = controller_labels(&due);
+        assert_eq!(labels.len(), 1, "{labels:?}");
+        assert!(
+            labels[0].starts_with("controller: mark m-2 for replacement (attempt 1: lost its data"),
+            "{labels:?}"
+        );
+        // A crash forgets: the next controller counts afresh.
+        let mut crashed = due.clone();
+        crashed.memory.clear();
+        assert_eq!(
+            controller_labels(&crashed),
+            ["controller: notes the problems it sees"]
+        );
     }
 
     #[test]
