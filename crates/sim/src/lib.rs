@@ -19,6 +19,21 @@
 //! change. The fault budget keeps at most one member impaired at a time, so faults alone
 //! never take quorum away: any quorum loss is quorum's own doing.
 //!
+//! The repair half (`repair.rs`): a member's disk lost (process killed, data and marker
+//! gone, member kept), a crash loop (its next 2 to 6 starts exit at once), a hung member
+//! (running, answering nothing), foreign data (a stopped member's data replaced by
+//! another cluster's), the keyspace filled to its quota (NOSPACE: writes refused until
+//! compacted, defragmented, disarmed), a member applying far behind. The controller keeps
+//! the core's `health::Tracker` per replica (a replica that takes over starts with an
+//! empty one), the spec remediates after 2 s with maxRetry 1 (`SIM_REMEDIATION`), and
+//! once the faults stop a person does what a refusal asks (raises maxRetry; for a NOSPACE
+//! alarm the core refuses as recurring, compacts, defragments and disarms). Checked: every
+//! start (never `new` after the cluster formed, never on lost or foreign data, never
+//! before its restart backoff), every remediation (one at a time, within the limits),
+//! every marker (its own member's), and writes accepted again within
+//! `NOSPACE_REPAIR_STEPS` once no other fault is active. Two faults are held back where
+//! the core cannot repair them (`Config::faults_anywhere` lifts that).
+//!
 //! The controller paces its actions by the core's one pacing policy
 //! (`quorum_core::pacing`, the type the real controller drives): it publishes the client
 //! endpoints before it acts, a member of a leaving machine is removed only once the drain
