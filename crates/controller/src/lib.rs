@@ -188,6 +188,7 @@ pub async fn observe(provider: &LocalProvider, etcd: &Etcd, machines: &[Machine]
     }
     obs.members = view.members.clone();
     obs.compacted = view.compacted;
+    obs.alarms = view.alarms.clone();
     obs.cluster_version = view.cluster_version;
     obs.now_unix_s = now_unix_s();
     Observed {

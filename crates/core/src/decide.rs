@@ -143,6 +143,8 @@ pub(crate) struct View<'a> {
     /// Defragmented since the NOSPACE alarm appeared (the tracker's memory).
     pub(crate) defragmented: &'a std::collections::BTreeSet<String>,
     pub(crate) nospace_recurrences: u32,
+    /// The cluster's alarms by member id (the leader's list).
+    pub(crate) alarms: &'a [(u64, String)],
 }
 
 impl<'a> View<'a> {
@@ -188,6 +190,7 @@ impl<'a> View<'a> {
             compacted: observed.compacted,
             defragmented: &observed.defragmented,
             nospace_recurrences: observed.nospace_recurrences,
+            alarms: &observed.alarms,
         }
     }
 

@@ -244,11 +244,15 @@ impl Tracker {
                 }
             }
         }
-        let nospace = observed.machines.values().any(|o| {
-            o.status
-                .as_ref()
-                .is_some_and(|st| st.alarms.iter().any(|a| a == crate::upkeep::NOSPACE))
-        });
+        let nospace = observed
+            .alarms
+            .iter()
+            .any(|(_, a)| a == crate::upkeep::NOSPACE)
+            || observed.machines.values().any(|o| {
+                o.status
+                    .as_ref()
+                    .is_some_and(|st| st.alarms.iter().any(|a| a == crate::upkeep::NOSPACE))
+            });
         if nospace && !self.nospace {
             self.nospace_seen_unix_s.push(now);
             let excess = self.nospace_seen_unix_s.len().saturating_sub(NOSPACE_KEPT);

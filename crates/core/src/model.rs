@@ -481,6 +481,11 @@ pub struct Observation {
     /// updates a member's in-use size only at its next commit, and none comes.
     #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
     pub defragmented: BTreeSet<String>,
+    /// Every active alarm of the cluster as (member id, name), from the leader's alarm
+    /// list: it includes the alarm of a member that does not answer, and of one that was
+    /// removed (etcd keeps it, and it still refuses writes), which no status reports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub alarms: Vec<(u64, String)>,
     /// How often a NOSPACE alarm appeared within `health::NOSPACE_WINDOW_S`, as the
     /// tracker remembers.
     #[serde(default, skip_serializing_if = "is_zero")]

@@ -96,19 +96,30 @@ impl View<'_> {
         }
     }
 
-    /// The NOSPACE repair: compact, defragment each member with free pages, disarm.
-    pub(crate) fn repair_nospace(&self) -> Option<Step> {
-        let alarmed: Vec<u64> = self
-            .seen
+    /// The members with a NOSPACE alarm: from the leader's alarm list (it has the alarm
+    /// of a member that does not answer or was removed) and from the members' statuses.
+    fn nospace_members(&self) -> Vec<u64> {
+        let listed = self
+            .alarms
             .iter()
-            .filter_map(|s| {
-                let st = s.status()?;
-                st.alarms
-                    .iter()
-                    .any(|a| a == NOSPACE)
-                    .then_some(st.member_id)
-            })
-            .collect();
+            .filter(|(_, a)| a == NOSPACE)
+            .map(|(id, _)| *id);
+        let reported = self.seen.iter().filter_map(|s| {
+            let st = s.status()?;
+            st.alarms
+                .iter()
+                .any(|a| a == NOSPACE)
+                .then_some(st.member_id)
+        });
+        let mut out: Vec<u64> = listed.chain(reported).collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// The NOSPACE repair: compact, defragment each member that serves, disarm.
+    pub(crate) fn repair_nospace(&self) -> Option<Step> {
+        let alarmed = self.nospace_members();
         if alarmed.is_empty() {
             return None;
         }

@@ -207,6 +207,8 @@ struct Sit {
     compacted: Option<bool>,
     /// Defragmented since the NOSPACE alarm appeared, by serial.
     defragmented: Vec<u64>,
+    /// The leader's alarm list: (member id, alarm).
+    cluster_alarms: Vec<(u64, String)>,
     nospace_recurrences: u32,
     /// The leader's (and every member's) raft index.
     raft_index: u64,
@@ -235,6 +237,7 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         unhealthy_for: vec![],
         compacted: None,
         defragmented: vec![],
+        cluster_alarms: vec![],
         nospace_recurrences: 0,
         raft_index: 1000,
         remediation: RemediationSpec::default(),
@@ -276,6 +279,10 @@ impl Sit {
         for f in &mut self.machines {
             f.applied = f.applied.max(index);
         }
+        self
+    }
+    fn cluster_alarm(mut self, member: u64, alarm: &str) -> Self {
+        self.cluster_alarms.push((member, alarm.into()));
         self
     }
     fn defragmented(mut self, serials: &[u64]) -> Self {
@@ -417,6 +424,7 @@ impl Sit {
             compacted: self.compacted,
             defragmented: self.defragmented.iter().map(|s| name(*s)).collect(),
             nospace_recurrences: self.nospace_recurrences,
+            alarms: self.cluster_alarms.clone(),
         };
         (cp, machines, observed)
     }
@@ -1947,6 +1955,21 @@ fn repair_table() {
             )
             .compacted(true),
             "refuse: not defragmenting cp-2: while cp-2 is defragmented 1 of 3 voters would serve",
+        ),
+        (
+            "NOSPACE of a removed member (only the leader's list has it): repaired too",
+            sit(3, OLD, old3())
+                .cluster_alarm(0x999, "NOSPACE")
+                .compacted(true)
+                .defragmented(&[1, 2, 3]),
+            "disarm-alarm",
+        ),
+        (
+            "NOSPACE of a member that does not answer: compacted and repaired",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()])
+                .cluster_alarm(member_id(3), "NOSPACE")
+                .compacted(false),
+            "compact",
         ),
         (
             "NOSPACE that keeps coming back: the data fills the quota",

@@ -448,6 +448,8 @@ impl World {
                     })
                     .collect(),
             );
+            // The leader's alarm list: every alarm, that of a removed member too.
+            obs.alarms = self.space.alarms.iter().cloned().collect();
         }
         obs
     }
