@@ -135,6 +135,7 @@ pub async fn rollout(
                 certs,
             }),
             quota_backend_bytes: None,
+            expect_marker: None,
         })?;
         step(
             StepKind::Action(ActionKind::StartMachine),

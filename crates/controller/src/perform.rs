@@ -105,6 +105,7 @@ impl Controller {
                 machine,
                 state,
                 initial_cluster,
+                expect,
             } => {
                 let Some(m) = find(machine) else {
                     return Ok(None);
@@ -133,6 +134,7 @@ impl Controller {
                         certs,
                     }),
                     quota_backend_bytes: cp.spec.maintenance.quota_backend_bytes,
+                    expect_marker: Some(*expect),
                 };
                 self.provider.start(&req)?;
                 Ok(None)

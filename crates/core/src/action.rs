@@ -69,6 +69,12 @@ pub enum Action {
         machine: String,
         state: ClusterState,
         initial_cluster: Vec<InitialMember>,
+        /// The marker its data directory held when the start was decided (`None`: none).
+        /// The runtime refuses to start if it holds another now, or lost the data that
+        /// was marked: a start decided on an observation that went stale (a deposed
+        /// controller's, or a disk lost meanwhile) never runs on the wrong data.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<DataMarker>,
     },
     /// MemberAdd as a learner, with the machine's peer URL.
     AddLearner { machine: String, peer_url: String },

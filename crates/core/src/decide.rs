@@ -447,6 +447,7 @@ impl<'a> View<'a> {
                     ClusterState::New
                 },
                 initial_cluster: initial.clone(),
+                expect: s.obs.and_then(|o| o.marker),
             })
             .collect();
         if actions.is_empty() {
@@ -480,6 +481,7 @@ impl<'a> View<'a> {
                 machine: s.machine.name.clone(),
                 state: ClusterState::Existing,
                 initial_cluster: vec![],
+                expect: s.obs.and_then(|o| o.marker),
             })
             .collect();
         if !actions.is_empty() {
@@ -591,6 +593,7 @@ impl<'a> View<'a> {
                 machine: s.machine.name.clone(),
                 state,
                 initial_cluster,
+                expect: s.obs.and_then(|o| o.marker),
             },
         ))
     }

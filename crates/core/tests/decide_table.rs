@@ -1200,6 +1200,7 @@ fn start_of_a_joining_member_lists_the_cluster_and_itself() {
     let Action::StartMachine {
         state,
         initial_cluster,
+        expect: None,
         ..
     } = &d.actions[0]
     else {
@@ -1335,6 +1336,7 @@ fn action_kinds_lists_every_variant() {
             machine: m(),
             state: ClusterState::New,
             initial_cluster: vec![],
+            expect: None,
         },
         Action::AddLearner {
             machine: m(),

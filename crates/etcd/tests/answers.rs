@@ -109,6 +109,7 @@ impl Machines {
                 initial_cluster: &initial,
                 tls: None,
                 quota_backend_bytes: None,
+                expect_marker: None,
             })
             .unwrap();
         self.started.push(m.name);

@@ -46,6 +46,7 @@ fn single_member(last_octet: u8) -> Member {
             initial_cluster: &initial,
             tls: None,
             quota_backend_bytes: None,
+            expect_marker: None,
         })
         .unwrap();
     Member {

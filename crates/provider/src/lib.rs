@@ -60,6 +60,8 @@ pub enum ProviderError {
         "machine {machine} holds no member data: a data marker names the member whose data it is"
     )]
     NoMemberData { machine: String },
+    #[error("machine {machine}: its data directory changed since the start was decided ({found}); not started")]
+    DataChanged { machine: String, found: String },
 }
 
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
@@ -151,6 +153,11 @@ pub struct StartRequest<'a> {
     /// etcd's `--quota-backend-bytes` (the spec's `maintenance.quotaBackendBytes`);
     /// `None`: etcd's default, 2 GiB.
     pub quota_backend_bytes: Option<u64>,
+    /// The data the start was decided on: `Some(m)` requires the data directory to hold
+    /// exactly marker `m` (`Some(None)`: no marker) and, when marked, member data;
+    /// anything else refuses the start (`DataChanged`). `None`: no check (the
+    /// management etcd, tests).
+    pub expect_marker: Option<Option<DataMarker>>,
 }
 
 /// Where a local machine's outgoing connections come from: every machine shares this
@@ -242,6 +249,33 @@ impl LocalProvider {
     /// Writes the identity marker of the machine's data directory (atomically and
     /// durably; the same marker again is success). Only beside member data: a marker
     /// names whose data it is.
+    /// The data directory still holds what a start was decided on: exactly marker
+    /// `expected` and, when marked, member data (checked just before etcd runs, so a
+    /// disk lost or data swapped since the observation is never started).
+    fn check_data(&self, name: &str, expected: Option<DataMarker>) -> Result<()> {
+        let dir = self.data_dir(name);
+        let found = data::read_marker(&dir);
+        let has_member_data = dir.join("member").join("wal").is_dir();
+        let hex = |m: Option<DataMarker>| match m {
+            Some(m) => format!("member {:x} of cluster {:x}", m.member_id, m.cluster_id),
+            None => "no marker".to_string(),
+        };
+        let changed = if found != expected {
+            Some(format!("{}, expected {}", hex(found), hex(expected)))
+        } else if expected.is_some() && !has_member_data {
+            Some("the marked member data is gone".to_string())
+        } else {
+            None
+        };
+        match changed {
+            Some(found) => Err(ProviderError::DataChanged {
+                machine: name.to_string(),
+                found,
+            }),
+            None => Ok(()),
+        }
+    }
+
     pub fn write_marker(&self, name: &str, marker: DataMarker) -> Result<()> {
         let data_dir = self.data_dir(name);
         if data::data_dir_state(&data_dir) != DataDirState::Member {
@@ -335,6 +369,9 @@ impl LocalProvider {
         let m = req.machine;
         if let Some(pid) = self.live_pid(&m.name) {
             return Ok(pid);
+        }
+        if let Some(expected) = req.expect_marker {
+            self.check_data(&m.name, expected)?;
         }
         let io_err = |what, source| ProviderError::Io {
             machine: m.name.clone(),

@@ -130,6 +130,7 @@ impl ManagementEtcd {
                     _ => None,
                 },
                 quota_backend_bytes: None,
+                expect_marker: None,
             })?;
             all_certs.extend(certs);
         }
@@ -217,6 +218,7 @@ impl ManagementEtcd {
                 initial_cluster: &self.initial,
                 tls,
                 quota_backend_bytes: None,
+                expect_marker: None,
             })
             .map(|_| ())
     }

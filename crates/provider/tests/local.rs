@@ -68,6 +68,7 @@ fn start_observe_stop_restart_delete() {
         initial_cluster: &initial,
         tls: None,
         quota_backend_bytes: None,
+        expect_marker: None,
     };
     let st = p.observe("p-1");
     assert_eq!(st.process, ProcessState::Stopped);
@@ -193,6 +194,7 @@ fn an_uninstalled_version_is_a_clear_error() {
         initial_cluster: &[],
         tls: None,
         quota_backend_bytes: None,
+        expect_marker: None,
     };
     let e = p.start(&req).unwrap_err().to_string();
     assert!(
@@ -213,6 +215,7 @@ fn single(p: &LocalProvider, m: &Machine) -> i32 {
         initial_cluster: &initial,
         tls: None,
         quota_backend_bytes: None,
+        expect_marker: None,
     })
     .unwrap()
 }
@@ -345,6 +348,7 @@ fn the_backend_quota_reaches_etcd() {
             initial_cluster: &initial,
             tls: None,
             quota_backend_bytes: Some(QUOTA_BYTES),
+            expect_marker: None,
         })
         .unwrap();
         let addr = SocketAddrV4::new(m.address, quorum_core::CLIENT_PORT);
@@ -363,4 +367,57 @@ fn the_backend_quota_reaches_etcd() {
         );
         p.delete("p-6").unwrap();
     }
+}
+
+/// A start carries the marker its decision saw; the provider refuses it when the data
+/// directory holds another now, or lost the marked data (checked before etcd runs, so
+/// no etcd is needed to see the refusal).
+#[test]
+fn a_start_on_data_that_changed_since_the_decision_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = LocalProvider::new(dir.path(), default_etcd_dir());
+    let m = machine("q-1", 30);
+    let ours = DataMarker {
+        cluster_id: 0xc1,
+        member_id: 0x11,
+    };
+    let start = |expect: Option<Option<DataMarker>>| {
+        p.start(&StartRequest {
+            machine: &m,
+            cluster_token: "q",
+            state: ClusterState::Existing,
+            initial_cluster: &[],
+            tls: None,
+            quota_backend_bytes: None,
+            expect_marker: expect,
+        })
+    };
+    // Decided on our marked data, which is gone now (a disk lost meanwhile).
+    let e = start(Some(Some(ours))).unwrap_err();
+    assert!(matches!(e, ProviderError::DataChanged { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("no marker, expected member 11 of cluster c1"),
+        "{e}"
+    );
+    // Another cluster's data where none was (copied in meanwhile).
+    let data = p.data_dir("q-1");
+    std::fs::create_dir_all(data.join("member").join("wal")).unwrap();
+    let theirs = DataMarker {
+        cluster_id: 0xbad,
+        member_id: 0x99,
+    };
+    p.write_marker("q-1", theirs).unwrap();
+    let e = start(Some(None)).unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("member 99 of cluster bad, expected no marker"),
+        "{e}"
+    );
+    let e = start(Some(Some(ours))).unwrap_err();
+    assert!(matches!(e, ProviderError::DataChanged { .. }), "{e}");
+    assert!(
+        p.observe("q-1").starts_unix_s.is_empty(),
+        "nothing was started"
+    );
 }

@@ -704,8 +704,22 @@ impl World {
                 self.note(format!("  allocated {}", m.name));
                 Answer::Done
             }
-            Action::StartMachine { machine, state, .. } => {
-                self.start_machine(machine, *state, fenced)
+            Action::StartMachine {
+                machine,
+                state,
+                expect,
+                ..
+            } => {
+                // The provider's check just before etcd runs: the data directory still
+                // holds the marker the start was decided on (and, marked, its data).
+                let p = self.procs.get(machine.as_str());
+                let marker = p.and_then(|p| p.marker);
+                let has_data = p.is_some_and(|p| p.has_data);
+                if marker != *expect || (expect.is_some() && !has_data) {
+                    Answer::Failed("its data directory changed since the start was decided")
+                } else {
+                    self.start_machine(machine, *state, fenced)
+                }
             }
             Action::AddLearner { peer_url, .. } => {
                 etcd_answer(EtcdCall::AddLearner, self.add_learner(peer_url))

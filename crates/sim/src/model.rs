@@ -1150,6 +1150,7 @@ mod tests {
             machine: "m-2".into(),
             state,
             initial_cluster: vec![],
+            expect: None,
         };
         let err = perform(&mut s, &start(ClusterState::Existing), false).unwrap_err();
         assert!(err.contains("started on lost data"), "{err}");
@@ -1228,6 +1229,7 @@ mod tests {
             machine: "m-4".into(),
             state: ClusterState::Existing,
             initial_cluster: vec![],
+            expect: None,
         };
         perform(&mut s, &a, false).unwrap();
         assert!(!s.proc("m-4").unwrap().running);

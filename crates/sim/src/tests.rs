@@ -105,6 +105,7 @@ fn a_paused_leader_is_replaced_and_its_stale_step_lands_once() {
         machine: "sim-1".into(),
         state: ClusterState::Existing,
         initial_cluster: vec![],
+        expect: None,
     };
     w.replicas[0].in_flight = Some(a);
     let pause_steps = w.ttl_steps() + 5;
