@@ -87,14 +87,17 @@ fn nospace_scenario(point: &str) -> String {
     )
     .unwrap();
     env.start_controller();
-    env.ok(&[
-        "apply",
-        "-f",
-        manifest.to_str().unwrap(),
-        "--wait",
-        "--timeout",
-        TIMEOUT,
-    ]);
+    let apply_and_wait = |env: &Env| {
+        env.ok(&[
+            "apply",
+            "-f",
+            manifest.to_str().unwrap(),
+            "--wait",
+            "--timeout",
+            TIMEOUT,
+        ])
+    };
+    apply_and_wait(&env);
     let keys = write_keys(&env.endpoints(name), "k/", 50);
     env.kill_controller();
     let cluster = env.endpoints(name);
@@ -121,14 +124,7 @@ fn nospace_scenario(point: &str) -> String {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-    env.ok(&[
-        "apply",
-        "-f",
-        manifest.to_str().unwrap(),
-        "--wait",
-        "--timeout",
-        TIMEOUT,
-    ]);
+    apply_and_wait(&env);
     let s = env.status(name);
     let alarms: Vec<&serde_json::Value> = s["machines"]
         .as_array()
