@@ -174,10 +174,10 @@ credentials`, nothing goes stale when a rollout replaces members.")]
   quorum defrag prod                     every member, in that order
   quorum defrag prod --member prod-2     one member
 
-A member stalls while its database file is rewritten (about a second for 100 MiB), so
-quorum defragments one at a time, checks just before each that the other voters that
-serve are a quorum, and waits for it to serve again before the next. It stops at the
-first it cannot do safely, and says why.
+A member stalls while its database file is rewritten (about 0.1 s for 16 MiB of live
+data, measured here), so quorum defragments one at a time, checks just before each that
+the other voters that serve are a quorum, and waits for it to serve again before the
+next. It stops at the first it cannot do safely, and says why.
 
 The controller defragments on its own too: when a NOSPACE alarm stops writes (it compacts,
 defragments and disarms the alarm), and when a member's free share of its database passes
