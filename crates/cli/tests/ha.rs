@@ -368,22 +368,30 @@ fn the_lease_lost_right_after_a_member_removal_and_the_new_leader_continues() {
     );
     assert!(log1.contains("stepping down"), "{log1}");
     // A new term: r2 (r1 waits before it campaigns again, so r2 gets the first go).
+    // On a loaded machine r2 may in turn miss a renewal of its 2 s lease and r1 lead
+    // again: a legitimate second handover, after which r1 may act.
     let now = env.store().leader().unwrap().unwrap();
     assert!(now.token > first_token, "{now:?}");
-    assert_eq!(now.identity, "r2");
+    let log2 = r2.log_text();
+    assert!(log2.contains("leading token="), "r2 never led:\n{log2}");
+    let second_handover = now.identity == "r1";
     // r1 removed one member, then nothing more: r2 did the rest.
     let removed_by_r1 = performed(&log1)
         .iter()
         .filter(|l| l.contains("remove-member"))
         .count();
     assert_eq!(removed_by_r1, 1, "{log1}");
-    // Everything r1 logged after the removal it performed (logged once it returned).
+    // Everything r1 logged after the removal it performed (logged once it returned),
+    // until it led again, if it did.
     let after_loss = log1
         .split_once("performed=\"remove-member\"")
         .map(|(_, rest)| rest)
         .unwrap_or_default();
-    assert!(performed(after_loss).is_empty(), "{after_loss}");
-    assert!(!performed(&r2.log_text()).is_empty());
+    let until_relead = after_loss
+        .split_once("leading token=")
+        .map_or(after_loss, |(before, _)| before);
+    assert!(performed(until_relead).is_empty(), "{until_relead}");
+    assert!(!performed(&log2).is_empty());
     // In the store's history the removal r1 performed is missing (its lease was gone
     // before it could record it); the steps after it are all r2's.
     let h = history(&env, "b");
@@ -392,7 +400,7 @@ fn the_lease_lost_right_after_a_member_removal_and_the_new_leader_continues() {
         .position(|(by, _, _)| by == "r2")
         .expect("r2 acted");
     assert!(
-        h[first_by_r2..].iter().all(|(by, _, _)| by == "r2"),
+        second_handover || h[first_by_r2..].iter().all(|(by, _, _)| by == "r2"),
         "{h:?}"
     );
     assert!(
