@@ -70,10 +70,10 @@ pub fn decide(cp: &ControlPlane, machines: &[Machine], observed: &Observation) -
 }
 
 pub(crate) struct Step {
-    actions: Vec<Action>,
-    operation: Operation,
-    waiting_for: Option<String>,
-    blocked: bool,
+    pub(crate) actions: Vec<Action>,
+    pub(crate) operation: Operation,
+    pub(crate) waiting_for: Option<String>,
+    pub(crate) blocked: bool,
 }
 
 impl Step {
@@ -133,7 +133,7 @@ pub(crate) struct View<'a> {
     /// Sorted by serial (oldest first).
     pub(crate) seen: Vec<Seen<'a>>,
     pub(crate) members: Option<&'a [Member]>,
-    orphans: Vec<&'a Member>,
+    pub(crate) orphans: Vec<&'a Member>,
     pub(crate) leader_id: Option<u64>,
     pub(crate) now_unix_s: i64,
     /// Since when each machine has had a problem (the tracker's memory).
@@ -928,156 +928,5 @@ impl<'a> View<'a> {
                 remediation: None,
             },
         )
-    }
-
-    fn conditions(&self, step: &Step) -> Vec<Condition> {
-        let spec = self.spec();
-        let voters = self.voters().count();
-        let healthy_voters = self.healthy_voters_except(None);
-        let available =
-            self.members.is_some() && voters > 0 && healthy_voters >= quorum_size(voters);
-        let unhealthy: Vec<String> = self
-            .members
-            .into_iter()
-            .flatten()
-            .filter(|m| !self.healthy(m))
-            .map(|m| self.name_of(m))
-            .collect();
-        let outdated: Vec<String> = self
-            .seen
-            .iter()
-            .filter_map(|s| match self.outdated(s.machine)? {
-                DeleteReason::CertificatesExpiring => {
-                    Some(format!("{} (certificates expire soon)", s.machine.name))
-                }
-                _ => Some(format!("{} ({})", s.machine.name, s.machine.version)),
-            })
-            .collect();
-        let learners = self
-            .members
-            .into_iter()
-            .flatten()
-            .filter(|m| m.is_learner)
-            .count();
-        let leaving = self.seen.iter().filter(|s| s.machine.deleting).count();
-        let scaled = voters == spec.replicas as usize
-            && self.seen.len() == spec.replicas as usize
-            && learners == 0
-            && leaving == 0
-            && self.orphans.is_empty();
-        let mut out = vec![
-            Condition {
-                kind: ConditionKind::Available,
-                status: available,
-                message: if self.members.is_none() {
-                    "no member answered as leader".into()
-                } else {
-                    format!(
-                        "{healthy_voters} of {voters} voters healthy (quorum {})",
-                        quorum_size(voters)
-                    )
-                },
-            },
-            Condition {
-                kind: ConditionKind::Healthy,
-                status: self.members.is_some() && unhealthy.is_empty(),
-                message: if self.members.is_none() {
-                    "member health unknown".into()
-                } else if unhealthy.is_empty() {
-                    "every member healthy".into()
-                } else {
-                    format!("not healthy: {}", unhealthy.join(", "))
-                },
-            },
-            Condition {
-                kind: ConditionKind::UpToDate,
-                status: outdated.is_empty() && !self.seen.is_empty(),
-                message: if self.seen.is_empty() {
-                    "no machine yet".into()
-                } else if outdated.is_empty() {
-                    format!("every machine runs {}", spec.version)
-                } else {
-                    format!("to replace: {}", outdated.join(", "))
-                },
-            },
-            Condition {
-                kind: ConditionKind::Scaled,
-                status: scaled,
-                message: format!(
-                    "{}, {}, {} ({leaving} leaving), {} wanted",
-                    counted(voters, "voter"),
-                    counted(learners, "learner"),
-                    counted(self.seen.len(), "machine"),
-                    spec.replicas
-                ),
-            },
-            Condition {
-                kind: ConditionKind::Blocked,
-                status: step.blocked,
-                message: if step.blocked {
-                    step.waiting_for.clone().unwrap_or_default()
-                } else {
-                    "nothing refused".into()
-                },
-            },
-        ];
-        let problems = self.problems();
-        out.push(Condition {
-            kind: ConditionKind::Degraded,
-            status: !problems.is_empty(),
-            message: if problems.is_empty() {
-                "no member has a problem".into()
-            } else {
-                problems
-                    .iter()
-                    .map(|(m, ps)| match self.problem_since.get(m) {
-                        Some(_) => format!(
-                            "{m}: {} (for {}s)",
-                            crate::repair::words(ps),
-                            self.unhealthy_for_s(m)
-                        ),
-                        None => format!("{m}: {}", crate::repair::words(ps)),
-                    })
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            },
-        });
-        let remediating = self.remediating();
-        out.push(Condition {
-            kind: ConditionKind::Remediating,
-            status: remediating.is_some(),
-            message: remediating.unwrap_or_else(|| "no member is being replaced".into()),
-        });
-        if spec.version.has_known_data_inconsistency_bug() {
-            out.push(Condition {
-                kind: ConditionKind::VersionWarning,
-                status: true,
-                message: format!(
-                    "etcd {} has a known data inconsistency bug (fixed in 3.5.3); plan to move to 3.5.3 or later",
-                    spec.version
-                ),
-            });
-        }
-        out
-    }
-
-    /// The URLs clients should use: machines that are not leaving, whose member votes
-    /// and is healthy. A learner never appears here (it refuses client requests).
-    fn endpoints(&self) -> Vec<String> {
-        self.seen
-            .iter()
-            .filter(|s| !s.machine.deleting)
-            .filter(|s| s.member.is_some_and(|m| !m.is_learner && self.healthy(m)))
-            .map(|s| s.machine.client_url())
-            .collect()
-    }
-}
-
-/// "1 voter", "3 voters": a count and its noun, agreeing.
-fn counted(n: usize, noun: &str) -> String {
-    if n == 1 {
-        format!("1 {noun}")
-    } else {
-        format!("{n} {noun}s")
     }
 }

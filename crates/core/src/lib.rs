@@ -7,6 +7,7 @@
 
 mod action;
 pub mod classify;
+mod conditions;
 pub mod decide;
 mod decision;
 pub mod failover;
