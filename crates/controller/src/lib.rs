@@ -175,6 +175,7 @@ pub async fn observe(provider: &LocalProvider, etcd: &Etcd, machines: &[Machine]
                 marker: st.marker,
                 quorum_read: None,
                 starts_unix_s: st.starts_unix_s,
+                running_version: st.running_version,
             },
         );
     }

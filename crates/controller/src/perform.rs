@@ -3,6 +3,7 @@
 //! write, a machine, or a membership call to the leader).
 
 use super::*;
+use quorum_core::{InPlace, InPlaceOutcome, InPlacePhase};
 
 impl Controller {
     /// Performs one action, with its failpoints around it. Returns the name of the
@@ -206,6 +207,96 @@ impl Controller {
             }
             Action::DisarmAlarm { member_id, alarm } => {
                 access.etcd.disarm(&leader()?, *member_id, alarm).await?;
+                Ok(None)
+            }
+            Action::BeginInPlace {
+                machine,
+                to,
+                reason,
+            } => {
+                // Refuse to begin what could never restart.
+                etcd_binary(self.provider.etcd_dir(), *to)?;
+                let (to, reason, now) = (*to, *reason, now_unix_s());
+                self.store
+                    .update_machine(&cp.name, machine, "begin an in-place step", &|m| {
+                        if m.in_place.is_some() || m.deleting {
+                            return false;
+                        }
+                        m.in_place = Some(InPlace {
+                            from: m.version,
+                            to,
+                            phase: InPlacePhase::Draining,
+                            since_unix_s: now,
+                            reason,
+                            failure: None,
+                        });
+                        true
+                    })?;
+                Ok(None)
+            }
+            Action::SetInPlacePhase {
+                machine,
+                phase,
+                version,
+                failure,
+            } => {
+                etcd_binary(self.provider.etcd_dir(), *version)?;
+                // A restart on the new binary gets certificates that end a whole
+                // lifetime from now (how an in-place renewal renews them).
+                let not_after = match (phase, &access.ca) {
+                    (InPlacePhase::Restarting, Some(ca)) => {
+                        let lifetime_s = cp.spec.certificates.lifetime.as_secs() as i64;
+                        Some((now_unix_s() + lifetime_s).min(ca.not_after_unix_s()))
+                    }
+                    _ => None,
+                };
+                let (phase, version, now) = (*phase, *version, now_unix_s());
+                let failure = failure.clone();
+                self.store
+                    .update_machine(&cp.name, machine, "record an in-place phase", &|m| {
+                        let Some(ip) = m.in_place.as_mut() else {
+                            return false;
+                        };
+                        if ip.phase == phase {
+                            return false;
+                        }
+                        ip.phase = phase;
+                        ip.since_unix_s = now;
+                        if failure.is_some() {
+                            ip.failure = failure.clone();
+                        }
+                        m.version = version;
+                        if m.certificates_not_after_unix_s.is_some() {
+                            if let Some(t) = not_after {
+                                m.certificates_not_after_unix_s = Some(t);
+                            }
+                        }
+                        true
+                    })?;
+                Ok(None)
+            }
+            Action::EndInPlace { machine, outcome } => {
+                let (outcome, now) = (outcome.clone(), now_unix_s());
+                self.store
+                    .update_machine(&cp.name, machine, "end an in-place step", &|m| {
+                        let Some(ip) = m.in_place.as_mut() else {
+                            return false;
+                        };
+                        match outcome {
+                            InPlaceOutcome::RolledBack if ip.phase == InPlacePhase::RolledBack => {
+                                false
+                            }
+                            InPlaceOutcome::RolledBack => {
+                                ip.phase = InPlacePhase::RolledBack;
+                                ip.since_unix_s = now;
+                                true
+                            }
+                            InPlaceOutcome::Done | InPlaceOutcome::Abandoned => {
+                                m.in_place = None;
+                                true
+                            }
+                        }
+                    })?;
                 Ok(None)
             }
         }

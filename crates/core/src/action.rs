@@ -1,7 +1,7 @@
 //! What the decision asks the runtime to do: `Action`s, their kinds (`ActionKind`,
 //! the names every crash point, metric and event uses), and the words each is shown in.
 
-use crate::model::{DataMarker, Remediation};
+use crate::model::{DataMarker, InPlacePhase, Remediation};
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -117,6 +117,42 @@ pub enum Action {
     Defragment { machine: String },
     /// Disarm an alarm of one member (sent to the leader).
     DisarmAlarm { member_id: u64, alarm: String },
+    /// Record that the machine begins an in-place step toward `to` (phase `Draining`):
+    /// it leaves the endpoints before anything else happens to it.
+    BeginInPlace {
+        machine: String,
+        to: Version,
+        reason: DeleteReason,
+    },
+    /// Record the machine's next phase and the binary its next start uses: `Restarting`
+    /// on `version` (the new one; its certificates are renewed then), or `RollingBack`
+    /// on `version` (the previous one), with why.
+    SetInPlacePhase {
+        machine: String,
+        phase: InPlacePhase,
+        version: Version,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<String>,
+    },
+    /// The in-place step ended: `RolledBack` keeps its memory (the rollout stops);
+    /// otherwise the record is cleared and the machine serves again.
+    EndInPlace {
+        machine: String,
+        outcome: InPlaceOutcome,
+    },
+}
+
+/// How an in-place step ended.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InPlaceOutcome {
+    /// The member serves on the new binary.
+    Done,
+    /// Back and healthy on the previous binary; the rollout stops.
+    RolledBack,
+    /// The step no longer applies (the spec's version changed before the restart, or a
+    /// rolled-back step's version is no longer wanted): forgotten.
+    Abandoned,
 }
 
 impl Action {
@@ -139,7 +175,10 @@ impl Action {
             | Action::StopMachine { machine }
             | Action::DeleteMachine { machine }
             | Action::WriteMarker { machine, .. }
-            | Action::Defragment { machine } => Some(machine),
+            | Action::Defragment { machine }
+            | Action::BeginInPlace { machine, .. }
+            | Action::SetInPlacePhase { machine, .. }
+            | Action::EndInPlace { machine, .. } => Some(machine),
             Action::MoveLeader { to_machine, .. } => Some(to_machine),
             Action::RemoveMember { machine, .. } => machine.as_deref(),
             Action::AllocateMachine { .. }
@@ -166,6 +205,9 @@ impl Action {
             Action::Compact { .. } => ActionKind::Compact,
             Action::Defragment { .. } => ActionKind::Defragment,
             Action::DisarmAlarm { .. } => ActionKind::DisarmAlarm,
+            Action::BeginInPlace { .. } => ActionKind::BeginInPlace,
+            Action::SetInPlacePhase { .. } => ActionKind::SetInPlacePhase,
+            Action::EndInPlace { .. } => ActionKind::EndInPlace,
         }
     }
 }
@@ -211,6 +253,9 @@ action_kinds! {
     Compact = "compact",
     Defragment = "defragment",
     DisarmAlarm = "disarm-alarm",
+    BeginInPlace = "begin-in-place",
+    SetInPlacePhase = "set-in-place-phase",
+    EndInPlace = "end-in-place",
 }
 
 impl ActionKind {
@@ -291,6 +336,51 @@ impl fmt::Display for Action {
             Action::DisarmAlarm { member_id, alarm } => {
                 write!(f, "disarm the {alarm} alarm of member {member_id:x}")
             }
+            Action::BeginInPlace {
+                machine,
+                to,
+                reason: DeleteReason::CertificatesExpiring,
+            } => write!(
+                f,
+                "begin renewing {machine}'s certificates in place (etcd {to}): drain it"
+            ),
+            Action::BeginInPlace { machine, to, .. } => {
+                write!(
+                    f,
+                    "begin upgrading {machine} in place to etcd {to}: drain it"
+                )
+            }
+            Action::SetInPlacePhase {
+                machine,
+                phase: InPlacePhase::RollingBack,
+                version,
+                failure,
+            } => write!(
+                f,
+                "roll {machine} back to etcd {version}{}",
+                failure
+                    .as_ref()
+                    .map(|w| format!(" ({w})"))
+                    .unwrap_or_default()
+            ),
+            Action::SetInPlacePhase {
+                machine, version, ..
+            } => write!(f, "record {machine} on etcd {version}, to restart it"),
+            Action::EndInPlace {
+                machine,
+                outcome: InPlaceOutcome::Done,
+            } => write!(f, "put {machine} back in service"),
+            Action::EndInPlace {
+                machine,
+                outcome: InPlaceOutcome::RolledBack,
+            } => write!(
+                f,
+                "stop the rollout: {machine} is back on its previous binary"
+            ),
+            Action::EndInPlace {
+                machine,
+                outcome: InPlaceOutcome::Abandoned,
+            } => write!(f, "forget {machine}'s in-place step"),
         }
     }
 }

@@ -123,14 +123,11 @@ impl View<'_> {
             status: remediating.is_some(),
             message: remediating.unwrap_or_else(|| "no member is being replaced".into()),
         });
-        if spec.version.has_known_data_inconsistency_bug() {
+        if let Some(warning) = spec.version.known_bug_warning() {
             out.push(Condition {
                 kind: ConditionKind::VersionWarning,
                 status: true,
-                message: format!(
-                    "etcd {} has a known data inconsistency bug (fixed in 3.5.3); plan to move to 3.5.3 or later",
-                    spec.version
-                ),
+                message: warning,
             });
         }
         out
@@ -141,7 +138,7 @@ impl View<'_> {
     pub(crate) fn endpoints(&self) -> Vec<String> {
         self.seen
             .iter()
-            .filter(|s| !s.machine.deleting)
+            .filter(|s| !s.machine.deleting && !s.machine.in_place_out_of_service())
             .filter(|s| s.member.is_some_and(|m| !m.is_learner && self.healthy(m)))
             .map(|s| s.machine.client_url())
             .collect()

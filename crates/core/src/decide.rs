@@ -10,6 +10,8 @@
 //!    foreign data, never before its restart backoff (`health::restart_backoff_s`), and
 //!    not once it has failed for `unhealthyAfter` (it is remediated instead);
 //! 5. mark the data directories of members that answered as themselves (`repair`);
+//! 5a. carry on an in-place step (`inplace`): drain, stop, record the new binary,
+//!    start, wait until it serves; past `inPlace.timeout`, roll it back;
 //! 6. finish an add: start and promote a learner;
 //! 7. finish a removal: a machine marked deleting hands off leadership, then its member,
 //!    then its process; a remediated one then records its replacement; then its record;
@@ -19,8 +21,9 @@
 //!     replacement, within the limits (`repair`); one that has not yet is waited on;
 //! 11. a machine without a member: join it as a learner (never started) or replace it
 //!     (it had data, so its member was removed behind quorum's back);
-//! 12. scale up, scale down, roll out outdated machines (surge or remove first); with
-//!     nothing else to do, defragment a member past the spec's threshold.
+//! 12. scale up, scale down, roll out outdated machines (surge or remove first, or in
+//!     place under `strategy: InPlace`); with nothing else to do, defragment a member
+//!     past the spec's threshold.
 //!
 //! Every membership change is preceded by a quorum projection in which every member
 //! that is not provably healthy counts as unhealthy, and at most one membership change
@@ -30,6 +33,7 @@ pub use crate::action::*;
 pub use crate::decision::*;
 use crate::model::*;
 use crate::repair::has_run;
+use crate::version::Version;
 use std::collections::BTreeMap;
 /// The next step for one control plane.
 ///
@@ -145,6 +149,8 @@ pub(crate) struct View<'a> {
     pub(crate) nospace_recurrences: u32,
     /// The cluster's alarms by member id (the leader's list).
     pub(crate) alarms: &'a [(u64, String)],
+    /// The cluster version the leader reported (`None`: unknown).
+    pub(crate) cluster_version: Option<Version>,
 }
 
 impl<'a> View<'a> {
@@ -191,6 +197,7 @@ impl<'a> View<'a> {
             defragmented: &observed.defragmented,
             nospace_recurrences: observed.nospace_recurrences,
             alarms: &observed.alarms,
+            cluster_version: observed.cluster_version,
         }
     }
 
@@ -296,7 +303,7 @@ impl<'a> View<'a> {
 
     /// Preflight for starting a membership change that is not already in flight: every
     /// member healthy, no alarm, no learner pending, nothing leaving.
-    fn preflight(&self) -> Result<(), String> {
+    pub(crate) fn preflight(&self) -> Result<(), String> {
         for m in self.members.into_iter().flatten() {
             let name = self.name_of(m);
             if m.is_learner {
@@ -349,6 +356,7 @@ impl<'a> View<'a> {
         };
         self.restart_stopped()
             .or_else(|| self.mark_data())
+            .or_else(|| self.continue_in_place())
             .or_else(|| self.finish_learner())
             .or_else(|| self.finish_deletion())
             .or_else(|| self.remove_orphan())
@@ -557,6 +565,8 @@ impl<'a> View<'a> {
             s.member.is_some()
                 && !s.running()
                 && !s.machine.deleting
+                // The in-place rule starts these, on the binary of their phase.
+                && !s.machine.in_place_out_of_service()
                 && self.data_problem(s).is_none()
                 && self.restart_wait_s(s) == 0
                 && !(self.failed_long_enough(s) && self.remediation_would_start(s))
@@ -710,13 +720,13 @@ impl<'a> View<'a> {
     fn transferee(&self, from: u64) -> Option<(&Member, &Machine)> {
         self.seen
             .iter()
-            .filter(|s| !s.machine.deleting)
+            .filter(|s| !s.machine.deleting && !s.machine.in_place_out_of_service())
             .filter_map(|s| s.member.map(|m| (m, s.machine)))
             .filter(|(m, _)| !m.is_learner && m.id != from && self.healthy(m))
             .min_by_key(|(_, machine)| (self.outdated(machine).is_some(), machine.serial))
     }
 
-    fn move_leader_off(&self, op: Operation, member: &Member, label: &str) -> Step {
+    pub(crate) fn move_leader_off(&self, op: Operation, member: &Member, label: &str) -> Step {
         match self.transferee(member.id) {
             Some((to, machine)) => Step::act(
                 op,
@@ -864,6 +874,9 @@ impl<'a> View<'a> {
                 waiting_for: None,
                 blocked: false,
             });
+        }
+        if spec.rollout.strategy == Strategy::InPlace {
+            return self.begin_in_place(&outdated);
         }
         if spec.rollout.max_surge >= 1 {
             return self.allocate(Operation::RollingOut);

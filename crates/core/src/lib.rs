@@ -12,6 +12,7 @@ pub mod decide;
 mod decision;
 pub mod failover;
 pub mod health;
+pub mod inplace;
 pub mod lease;
 pub mod model;
 pub mod pacing;
@@ -24,7 +25,7 @@ pub mod version;
 pub use classify::{classify, ClientErrorKind, EtcdAnswer, EtcdCall, GrpcCode, Refusal, Verdict};
 pub use decide::{
     decide, Action, ActionKind, ClusterState, Condition, ConditionKind, Decision, DeleteReason,
-    InitialMember, MachineHealth, Operation, Role,
+    InPlaceOutcome, InitialMember, MachineHealth, Operation, Role,
 };
 pub use model::*;
 pub use span::{parse_duration, Span, SpanError};

@@ -1,10 +1,12 @@
 //! The domain: what the user wants (spec), what quorum has promised itself (machine
 //! records, the durable intent) and what it saw (observation).
 
+use crate::action::DeleteReason;
 use crate::span::Span;
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::net::Ipv4Addr;
 
 /// The standard etcd ports. Every local machine has its own loopback address, so every
@@ -15,14 +17,20 @@ pub const PEER_PORT: u16 = 2380;
 /// Largest control plane quorum manages. etcd recommends at most 7 voting members.
 pub const MAX_REPLICAS: u32 = 7;
 
-/// How outdated machines are replaced.
+/// How outdated machines are brought up to date.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RolloutStrategy {
+    /// Replace machines (the default) or restart them in place on the new binary.
+    #[serde(default, skip_serializing_if = "Strategy::is_replace")]
+    pub strategy: Strategy,
     /// How many machines above `replicas` may exist during a rollout: 1 (add the new
     /// member before removing the old, the default) or 0 (remove first; needs 3+ replicas).
     #[serde(default = "default_max_surge")]
     pub max_surge: u32,
+    /// The in-place step's limits (`strategy: InPlace`).
+    #[serde(default, skip_serializing_if = "InPlaceSpec::is_default")]
+    pub in_place: InPlaceSpec,
     /// Replace machines before something happens to them.
     #[serde(default, skip_serializing_if = "RolloutBefore::is_empty")]
     pub before: RolloutBefore,
@@ -51,9 +59,94 @@ fn default_max_surge() -> u32 {
 impl Default for RolloutStrategy {
     fn default() -> Self {
         RolloutStrategy {
+            strategy: Strategy::Replace,
             max_surge: default_max_surge(),
+            in_place: InPlaceSpec::default(),
             before: RolloutBefore::default(),
         }
+    }
+}
+
+/// How a machine that runs another version (or whose certificates expire soon) is
+/// brought up to date.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Strategy {
+    /// A new machine joins and the old one leaves: right where machines are immutable
+    /// (new hosts, new images). Each replacement copies the whole database and waits
+    /// out etcd's 5 s check on a new voter.
+    #[default]
+    Replace,
+    /// The same machine, data and identity, restarted on the new binary one member at a
+    /// time (etcd's own upgrade procedure): no membership change, no copy. Needs 3 or
+    /// more voters, since the restarting member is down meanwhile.
+    InPlace,
+}
+
+impl Strategy {
+    fn is_replace(&self) -> bool {
+        *self == Strategy::Replace
+    }
+
+    /// The name users write (`--strategy`, manifests): `Replace`, `InPlace`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Replace => "Replace",
+            Strategy::InPlace => "InPlace",
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Strategy {
+    type Err = String;
+
+    /// `Replace` or `InPlace`, also as `replace`, `in-place`, `inplace` (any case).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().replace(['-', '_'], "").as_str() {
+            "replace" => Ok(Strategy::Replace),
+            "inplace" => Ok(Strategy::InPlace),
+            _ => Err(format!(
+                "{s:?} is not a rollout strategy: use Replace (new machines join, old ones leave) or InPlace (each member restarted on the new binary, same data)"
+            )),
+        }
+    }
+}
+
+/// The in-place step's limits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct InPlaceSpec {
+    /// How long a member restarted on the new binary may take to report that version,
+    /// be healthy and catch up; past it, the previous binary is put back (while the
+    /// cluster version allows) and the rollout stops.
+    #[serde(default = "default_in_place_timeout")]
+    pub timeout: Span,
+}
+
+pub const DEFAULT_IN_PLACE_TIMEOUT: Span = Span::from_secs(60);
+/// The least `inPlace.timeout`: a member needs a few seconds to start and catch up.
+pub const MIN_IN_PLACE_TIMEOUT: Span = Span::from_secs(5);
+
+fn default_in_place_timeout() -> Span {
+    DEFAULT_IN_PLACE_TIMEOUT
+}
+
+impl Default for InPlaceSpec {
+    fn default() -> Self {
+        InPlaceSpec {
+            timeout: DEFAULT_IN_PLACE_TIMEOUT,
+        }
+    }
+}
+
+impl InPlaceSpec {
+    fn is_default(&self) -> bool {
+        *self == InPlaceSpec::default()
     }
 }
 
@@ -338,6 +431,65 @@ pub struct Machine {
     /// its replacement, so `maxRetry` holds across machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remediation: Option<Remediation>,
+    /// Intent: an in-place step under way on this machine (or, in phase `RolledBack`,
+    /// the memory of one that failed, which stops the rollout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_place: Option<InPlace>,
+}
+
+/// An in-place step of one machine, recorded before each of its side effects.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InPlace {
+    /// The binary it ran when the step began.
+    pub from: Version,
+    /// The binary it moves to (the spec's version when the step began; the same as
+    /// `from` for a certificate renewal).
+    pub to: Version,
+    pub phase: InPlacePhase,
+    /// When this phase was recorded (Unix seconds): the restart's deadline counts from it.
+    pub since_unix_s: i64,
+    /// Why the step was taken.
+    pub reason: DeleteReason,
+    /// Why it was rolled back (phases `RollingBack` and `RolledBack`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
+}
+
+/// Where an in-place step is. The machine record's `version` is the binary its next
+/// start uses: `from` while draining and rolling back, `to` while restarting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InPlacePhase {
+    /// Out of the endpoints; leadership moves off it; then it is stopped.
+    Draining,
+    /// Stopped and recorded on the new binary: started, then waited on until it reports
+    /// the new version, is healthy and has caught up.
+    Restarting,
+    /// It did not come up in time: recorded back on the previous binary, stopped if the
+    /// new one runs, started on the old one.
+    RollingBack,
+    /// Back and healthy on the previous binary: the rollout stops here until the user
+    /// retries or chooses another version.
+    RolledBack,
+}
+
+impl InPlacePhase {
+    /// Whether the machine is out of the client endpoints in this phase.
+    pub fn out_of_service(self) -> bool {
+        !matches!(self, InPlacePhase::RolledBack)
+    }
+}
+
+impl fmt::Display for InPlacePhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            InPlacePhase::Draining => "draining",
+            InPlacePhase::Restarting => "restarting",
+            InPlacePhase::RollingBack => "rolling back",
+            InPlacePhase::RolledBack => "rolled back",
+        })
+    }
 }
 
 /// One remediation of a machine slot.
@@ -355,6 +507,14 @@ pub struct Remediation {
 }
 
 impl Machine {
+    /// Whether it is out of the endpoints for an in-place step (draining, restarting,
+    /// rolling back).
+    pub fn in_place_out_of_service(&self) -> bool {
+        self.in_place
+            .as_ref()
+            .is_some_and(|ip| ip.phase.out_of_service())
+    }
+
     fn scheme(&self) -> &'static str {
         if self.tls {
             "https"
@@ -449,6 +609,11 @@ pub struct MachineObservation {
     /// `health::STARTS_KEPT` at most. A crash loop is counted from these.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub starts_unix_s: Vec<i64>,
+    /// The etcd version of the binary its running process was started from (the
+    /// provider's record; `None` when stopped or unknown). The in-place step tells a
+    /// member still on the new binary from one already back on the old one by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running_version: Option<Version>,
 }
 
 /// A fresh observation of one control plane.

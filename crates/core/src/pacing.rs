@@ -221,8 +221,10 @@ struct Retry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Pacing {
     policy: PacingPolicy,
-    /// Leaving machines and when their member may be removed.
+    /// Leaving machines and when their member may be removed (or, in place, stopped).
     drains: BTreeMap<String, u64>,
+    /// Machines out of service for an in-place step: their stop waits for the drain.
+    in_place: std::collections::BTreeSet<String>,
     retries: BTreeMap<RetryKey, Retry>,
 }
 
@@ -231,6 +233,7 @@ impl Pacing {
         Pacing {
             policy,
             drains: BTreeMap::new(),
+            in_place: Default::default(),
             retries: BTreeMap::new(),
         }
     }
@@ -244,11 +247,20 @@ impl Pacing {
     /// what is remembered of machines that are gone is forgotten.
     pub fn observe(&mut self, now_ms: u64, machines: &[Machine]) {
         let known = |name: &str| machines.iter().any(|m| m.name == name);
-        self.drains.retain(|name, _| known(name));
+        // A machine stays leaving until it is gone, or until its in-place step ends
+        // (its next step drains again, from a fresh clock).
+        let leaving = |m: &Machine| m.deleting || m.in_place_out_of_service();
+        self.drains
+            .retain(|name, _| machines.iter().any(|m| m.name == *name && leaving(m)));
+        self.in_place = machines
+            .iter()
+            .filter(|m| !m.deleting && m.in_place_out_of_service())
+            .map(|m| m.name.clone())
+            .collect();
         self.retries
             .retain(|key, _| key.machine().is_none_or(&known));
         let until = now_ms.saturating_add(self.policy.drain_ms);
-        for m in machines.iter().filter(|m| m.deleting) {
+        for m in machines.iter().filter(|m| leaving(m)) {
             self.drains.entry(m.name.clone()).or_insert(until);
         }
     }
@@ -266,10 +278,15 @@ impl Pacing {
     /// May `a` be performed now? Removals of a leaving machine's member wait for its
     /// drain and for the load balancer; every action waits out its backoff.
     pub fn check(&self, a: &Action, input: &PacingInput) -> Verdict {
-        if let Action::RemoveMember {
-            machine: Some(m), ..
-        } = a
-        {
+        let drained = match a {
+            Action::RemoveMember {
+                machine: Some(m), ..
+            } => Some(m),
+            // The stop of an in-place step is its member's leaving: the same drain.
+            Action::StopMachine { machine } if self.in_place.contains(machine) => Some(machine),
+            _ => None,
+        };
+        if let Some(m) = drained {
             // Only a machine marked deleting has its member removed, and `observe` saw
             // it first; one it did not see has not started draining (fail safe).
             let until_ms = self
@@ -381,6 +398,7 @@ pub fn table_machine(name: &str, deleting: bool) -> Machine {
         tls: false,
         certificates_not_after_unix_s: None,
         remediation: None,
+        in_place: None,
     }
 }
 

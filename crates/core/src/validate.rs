@@ -1,6 +1,6 @@
 //! Checks on what a user asks for, before anything is stored.
 
-use crate::model::{ControlPlaneSpec, HaproxySpec, MAX_REPLICAS};
+use crate::model::{ControlPlaneSpec, HaproxySpec, Strategy, MAX_REPLICAS, MIN_IN_PLACE_TIMEOUT};
 use crate::span::Span;
 use crate::version::{check_version_change, Version, VersionChangeError};
 
@@ -32,6 +32,10 @@ pub enum SpecError {
     QuotaBackendBytes(u64),
     #[error("remediation.maxRetry {0} is too high: at most {MAX_REMEDIATION_RETRY} (a slot that fails that often needs a person)")]
     MaxRetry(u32),
+    #[error("rollout.strategy InPlace needs at least 3 replicas, got {0}: a member restarting in place is down meanwhile, and 1 or 2 would lose quorum with it; use strategy Replace")]
+    InPlaceTooSmall(u32),
+    #[error("rollout.inPlace.timeout {0} is too short: at least {MIN_IN_PLACE_TIMEOUT} (a member needs seconds to start and catch up, and a shorter deadline rolls back healthy restarts)")]
+    InPlaceTimeout(Span),
     #[error(transparent)]
     Version(#[from] VersionChangeError),
 }
@@ -79,6 +83,12 @@ pub fn validate_spec(spec: &ControlPlaneSpec, allow_even: bool) -> Result<(), Sp
     }
     if spec.rollout.max_surge == 0 && spec.replicas < 3 {
         return Err(SpecError::SurgeZeroTooSmall);
+    }
+    if spec.rollout.strategy == Strategy::InPlace && spec.replicas < 3 {
+        return Err(SpecError::InPlaceTooSmall(spec.replicas));
+    }
+    if spec.rollout.in_place.timeout < MIN_IN_PLACE_TIMEOUT {
+        return Err(SpecError::InPlaceTimeout(spec.rollout.in_place.timeout));
     }
     if let Some(h) = &spec.haproxy {
         validate_haproxy(h)?;
@@ -198,6 +208,30 @@ mod tests {
         assert!(e.to_string().contains("not shorter than"), "{e}");
         s.rollout.before.certificates_expiry = Some(Span::from_secs(119));
         assert!(validate_spec(&s, false).is_ok());
+    }
+
+    #[test]
+    fn in_place_needs_three_replicas_and_a_real_deadline() {
+        let mut s = spec(3, "3.5.1", 1);
+        s.rollout.strategy = Strategy::InPlace;
+        assert!(validate_spec(&s, false).is_ok());
+        s.replicas = 1;
+        let e = validate_spec(&s, false).unwrap_err();
+        assert!(matches!(e, SpecError::InPlaceTooSmall(1)), "{e}");
+        assert!(e.to_string().contains("use strategy Replace"), "{e}");
+        s.replicas = 5;
+        s.rollout.in_place.timeout = Span::from_secs(4);
+        let e = validate_spec(&s, false).unwrap_err();
+        assert!(e.to_string().contains("at least 5s"), "{e}");
+        s.rollout.in_place.timeout = Span::from_secs(5);
+        assert!(validate_spec(&s, false).is_ok());
+        assert_eq!("in-place".parse::<Strategy>(), Ok(Strategy::InPlace));
+        assert_eq!("InPlace".parse::<Strategy>(), Ok(Strategy::InPlace));
+        assert_eq!("replace".parse::<Strategy>(), Ok(Strategy::Replace));
+        assert!("rolling"
+            .parse::<Strategy>()
+            .unwrap_err()
+            .contains("Replace"));
     }
 
     #[test]

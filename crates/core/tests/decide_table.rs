@@ -45,6 +45,9 @@ struct Fx {
     starts_ago_s: Vec<i64>,
     db: (u64, u64),
     remediation: Option<Remediation>,
+    in_place: Option<InPlace>,
+    /// The version its running process is and reports (`None`: the record's).
+    runs: Option<&'static str>,
 }
 
 /// A healthy running voter at `version`.
@@ -70,6 +73,8 @@ fn m(serial: u64, version: &'static str) -> Fx {
         starts_ago_s: vec![],
         db: (4 << 20, 4 << 20),
         remediation: None,
+        in_place: None,
+        runs: None,
     }
 }
 
@@ -143,6 +148,35 @@ impl Fx {
         });
         self
     }
+    /// An in-place step in `phase` from `from` to `to`, recorded `ago_s` seconds ago
+    /// (the record's version is the phase's: `to` while restarting, `from` otherwise).
+    fn in_place(
+        mut self,
+        phase: InPlacePhase,
+        from: &'static str,
+        to: &'static str,
+        ago_s: i64,
+    ) -> Self {
+        self.version = if phase == InPlacePhase::Restarting {
+            to
+        } else {
+            from
+        };
+        self.in_place = Some(InPlace {
+            from: from.parse().unwrap(),
+            to: to.parse().unwrap(),
+            phase,
+            since_unix_s: NOW_UNIX_S - ago_s,
+            reason: DeleteReason::Outdated,
+            failure: (phase >= InPlacePhase::RollingBack).then(|| "not serving".to_string()),
+        });
+        self
+    }
+    /// Its running process is (and reports) `version`, whatever its record says.
+    fn runs(mut self, version: &'static str) -> Self {
+        self.runs = Some(version);
+        self
+    }
     fn stopped(mut self) -> Self {
         self.running = false;
         self.reachable = false;
@@ -214,6 +248,8 @@ struct Sit {
     raft_index: u64,
     remediation: RemediationSpec,
     defrag_percent: u8,
+    strategy: Strategy,
+    cluster_version: Option<&'static str>,
 }
 
 fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
@@ -242,6 +278,8 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         raft_index: 1000,
         remediation: RemediationSpec::default(),
         defrag_percent: 50,
+        strategy: Strategy::Replace,
+        cluster_version: None,
     }
 }
 
@@ -301,6 +339,14 @@ impl Sit {
         self.remediation.max_retry = n;
         self
     }
+    fn in_place(mut self) -> Self {
+        self.strategy = Strategy::InPlace;
+        self
+    }
+    fn cluster_version(mut self, v: &'static str) -> Self {
+        self.cluster_version = Some(v);
+        self
+    }
     fn defrag_above(mut self, percent: u8) -> Self {
         self.defrag_percent = percent;
         self
@@ -314,6 +360,7 @@ impl Sit {
                 version: self.version.parse().unwrap(),
                 rollout: RolloutStrategy {
                     max_surge: self.max_surge,
+                    strategy: self.strategy,
                     ..RolloutStrategy::default()
                 },
                 paused: self.paused,
@@ -341,6 +388,7 @@ impl Sit {
                 tls: f.not_after.is_some(),
                 certificates_not_after_unix_s: f.not_after,
                 remediation: f.remediation.clone(),
+                in_place: f.in_place.clone(),
             })
             .collect();
         let leader_id = match self.orphan_leader {
@@ -378,7 +426,7 @@ impl Sit {
                 raft_term: 2,
                 raft_index: self.raft_index,
                 raft_applied_index: f.applied,
-                version: Some(f.version.parse().unwrap()),
+                version: Some(f.runs.unwrap_or(f.version).parse().unwrap()),
                 is_learner: f.member == Mem::Learner,
                 alarms: f.alarms.clone(),
                 cluster_id: CLUSTER_ID,
@@ -399,6 +447,9 @@ impl Sit {
                     status,
                     marker: f.marker.filter(|_| f.has_data),
                     starts_unix_s: f.starts_ago_s.iter().map(|a| NOW_UNIX_S - a).collect(),
+                    running_version: f
+                        .running
+                        .then(|| f.runs.unwrap_or(f.version).parse().unwrap()),
                 },
             );
         }
@@ -413,7 +464,9 @@ impl Sit {
         }
         let observed = Observation {
             members: self.members_visible.then_some(members),
-            cluster_version: None,
+            cluster_version: self
+                .cluster_version
+                .map(|v| Version::parse_cluster_version(v).unwrap()),
             machines: obs,
             now_unix_s: NOW_UNIX_S,
             problem_since_unix_s: self
@@ -497,6 +550,9 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
     }
     d
 }
+
+#[path = "decide_table/inplace.rs"]
+mod inplace;
 
 fn old3() -> Vec<Fx> {
     vec![m(1, OLD), m(2, OLD), m(3, OLD)]
@@ -1376,6 +1432,21 @@ fn action_kinds_lists_every_variant() {
             member_id: 1,
             alarm: "NOSPACE".into(),
         },
+        Action::BeginInPlace {
+            machine: m(),
+            to: v,
+            reason: DeleteReason::Outdated,
+        },
+        Action::SetInPlacePhase {
+            machine: m(),
+            phase: InPlacePhase::Restarting,
+            version: v,
+            failure: None,
+        },
+        Action::EndInPlace {
+            machine: m(),
+            outcome: InPlaceOutcome::Done,
+        },
     ];
     for a in &all {
         match a {
@@ -1392,7 +1463,10 @@ fn action_kinds_lists_every_variant() {
             | Action::WriteMarker { .. }
             | Action::Compact { .. }
             | Action::Defragment { .. }
-            | Action::DisarmAlarm { .. } => {}
+            | Action::DisarmAlarm { .. }
+            | Action::BeginInPlace { .. }
+            | Action::SetInPlacePhase { .. }
+            | Action::EndInPlace { .. } => {}
         }
     }
     let kinds: Vec<ActionKind> = all.iter().map(|a| a.kind()).collect();
@@ -1421,6 +1495,9 @@ fn action_kind_names_are_stable() {
             "compact",
             "defragment",
             "disarm-alarm",
+            "begin-in-place",
+            "set-in-place-phase",
+            "end-in-place",
         ]
     );
     for k in ActionKind::ALL {

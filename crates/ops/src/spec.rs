@@ -11,8 +11,7 @@ use quorum_core::{
 use quorum_provider::etcd_binary;
 
 pub fn version_warning(v: Version) -> Option<String> {
-    v.has_known_data_inconsistency_bug()
-        .then(|| format!("warning: etcd {v} has a known data inconsistency bug, fixed in 3.5.3"))
+    v.known_bug_warning().map(|w| format!("warning: {w}"))
 }
 
 /// How a change is made: what the user confirmed, and whether to store it at all.

@@ -135,6 +135,9 @@ pub struct MachineState {
     /// When the process was started (Unix seconds), oldest first: the last
     /// `STARTS_KEPT`. Empty when the history is missing or garbled.
     pub starts_unix_s: Vec<i64>,
+    /// The version of the binary the running process was started from (its path is
+    /// `<etcd dir>/<version>/etcd`); `None` when stopped or not of that form.
+    pub running_version: Option<Version>,
 }
 
 /// How to start a machine's etcd.
@@ -243,6 +246,7 @@ impl LocalProvider {
             data_dir: state,
             marker: data::read_marker(&data_dir),
             starts_unix_s: data::read_starts(&self.machine_dir(name)),
+            running_version: pid.and_then(binary_version),
         }
     }
 
@@ -600,6 +604,15 @@ fn all_threads_stopped(pid: i32) -> bool {
             .and_then(|(_, rest)| rest.split_whitespace().next());
         matches!(state, Some("T") | Some("Z") | Some("X") | None)
     })
+}
+
+/// The version of the etcd binary process `pid` runs: the name of the directory its
+/// program (`argv[0]`, as `start` gave it) lies in.
+fn binary_version(pid: i32) -> Option<Version> {
+    let cmdline = fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let program = cmdline.split(|b| *b == 0).next()?;
+    let program = Path::new(std::str::from_utf8(program).ok()?);
+    program.parent()?.file_name()?.to_str()?.parse().ok()
 }
 
 /// Is `pid` alive (not a zombie) and an etcd using `data_dir`?

@@ -83,6 +83,7 @@ impl ManagementEtcd {
                 tls: tls.is_some(),
                 certificates_not_after_unix_s: tls.map(|(_, now, life)| now + life),
                 remediation: None,
+                in_place: None,
             })
             .collect();
         let initial: Vec<InitialMember> = machines

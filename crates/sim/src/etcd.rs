@@ -419,6 +419,7 @@ impl World {
                     marker: p.marker,
                     quorum_read,
                     starts_unix_s: p.starts_unix_s.clone(),
+                    running_version: None,
                 },
             );
         }

@@ -632,6 +632,7 @@ impl World {
             tls: false,
             certificates_not_after_unix_s: None,
             remediation,
+            in_place: None,
         };
         self.machines.push(m.clone());
         self.procs.insert(m.name.clone(), Proc::default());

@@ -215,6 +215,7 @@ fn machine(serial: u64, version: Version) -> Machine {
         tls: false,
         certificates_not_after_unix_s: None,
         remediation: None,
+        in_place: None,
     }
 }
 
@@ -357,6 +358,7 @@ impl State {
                         }),
                     quorum_read: None,
                     starts_unix_s: vec![],
+                    running_version: None,
                 },
             );
         }

@@ -273,6 +273,17 @@ pub trait StateStore: Send {
     ) -> Result<()>;
     /// Removes a machine record (idempotent: an absent record is success).
     fn delete_machine(&mut self, cp: &str, machine: &str) -> Result<()>;
+    /// Changes a machine record in one compare-and-swap write: `change` edits the record
+    /// read and returns whether it changed anything (nothing to change is success
+    /// without a write, so a repeated step is idempotent). `what` names the change in
+    /// errors ("record an in-place phase").
+    fn update_machine(
+        &mut self,
+        cp: &str,
+        machine: &str,
+        what: &'static str,
+        change: &dyn Fn(&mut Machine) -> bool,
+    ) -> Result<()>;
 
     fn record_event(&self, cp: &str, at_ms: i64, e: &NewEvent<'_>) -> Result<i64>;
     /// Events of a control plane with an id above `after_id`, oldest first, at most `limit`.
@@ -567,6 +578,7 @@ fn new_machine(
         tls: certificates_not_after_unix_s.is_some(),
         certificates_not_after_unix_s,
         remediation,
+        in_place: None,
     })
 }
 

@@ -814,6 +814,51 @@ impl StateStore for SqliteStore {
         Ok(())
     }
 
+    fn update_machine(
+        &mut self,
+        cp: &str,
+        machine: &str,
+        _what: &'static str,
+        change: &dyn Fn(&mut Machine) -> bool,
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let sql = sql_error(&path);
+        // One immediate transaction: the record written is the record read.
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let doc: Option<String> = tx
+            .query_row(
+                "SELECT doc FROM machines WHERE control_plane = ?1 AND name = ?2",
+                params![cp, machine],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(sql)?;
+        let Some(doc) = doc else {
+            return Err(StoreError::MachineNotFound {
+                cp: cp.to_string(),
+                machine: machine.to_string(),
+            });
+        };
+        let mut m: Machine = serde_json::from_str(&doc).map_err(|e| StoreError::Corrupt {
+            location: path.display().to_string(),
+            detail: format!("machine '{machine}' of '{cp}': {e}"),
+        })?;
+        if !change(&mut m) {
+            return Ok(());
+        }
+        assert_eq!(m.name, machine, "a change never renames a machine");
+        tx.execute(
+            "UPDATE machines SET doc = ?3 WHERE control_plane = ?1 AND name = ?2",
+            params![cp, machine, to_json(&m)],
+        )
+        .and_then(|_| tx.commit())
+        .map_err(sql)?;
+        Ok(())
+    }
+
     /// Removes a machine record (idempotent: an absent record is success).
     fn delete_machine(&mut self, cp: &str, machine: &str) -> Result<()> {
         self.conn

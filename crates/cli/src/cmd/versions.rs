@@ -13,10 +13,9 @@ pub fn run() -> Result<()> {
         );
     }
     for v in vs {
-        let warn = if v.has_known_data_inconsistency_bug() {
-            "  (known data inconsistency bug, fixed in 3.5.3)"
-        } else {
-            ""
+        let warn = match v.known_bugs().map(|b| b.fixed_in).max() {
+            Some(fixed) => format!("  (known data inconsistency bugs, fixed in {fixed})"),
+            None => String::new(),
         };
         println!("{v}{warn}");
     }

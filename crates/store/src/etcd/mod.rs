@@ -673,6 +673,41 @@ impl StateStore for EtcdStore {
         Err(self.conflict(format!("machine allocation of {cp:?}")))
     }
 
+    fn update_machine(
+        &mut self,
+        cp: &str,
+        machine: &str,
+        what: &'static str,
+        change: &dyn Fn(&mut Machine) -> bool,
+    ) -> Result<()> {
+        let key = self.key(&format!("machine/{cp}/{machine}"));
+        for attempt in 0..WRITE_ATTEMPTS {
+            backoff(attempt);
+            let Some(kv) = self.get(&key, "read a machine")? else {
+                return Err(StoreError::MachineNotFound {
+                    cp: cp.to_string(),
+                    machine: machine.to_string(),
+                });
+            };
+            let mut m: Machine = self.parse(&kv)?;
+            if !change(&mut m) {
+                return Ok(());
+            }
+            assert_eq!(m.name, machine, "a change never renames a machine");
+            let same = Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision);
+            let value = to_json(&m);
+            let put = TxnOp::put(key.clone(), value.clone(), None);
+            let landed = Landed::Value {
+                key: key.clone(),
+                value: value.into_bytes(),
+            };
+            if let Committed::Yes(_) = self.commit(what, vec![same], vec![put], Some(landed))? {
+                return Ok(());
+            }
+        }
+        Err(self.conflict(format!("machine {machine:?}")))
+    }
+
     fn mark_machine_deleting(
         &mut self,
         cp: &str,

@@ -1,0 +1,373 @@
+//! The in-place step (`strategy: InPlace`): situations and the decision expected, and
+//! whole in-place rollouts replayed in an ideal world.
+
+use super::*;
+use InPlacePhase::*;
+
+const MID: &str = "3.5.0";
+
+#[test]
+fn in_place_table() {
+    let cases: Vec<(&str, Sit, &str)> = vec![
+        // ---- beginning: followers first (oldest first), the leader last
+        (
+            "a follower begins first: it leaves the endpoints",
+            sit(3, NEW, old3()).in_place(),
+            "begin-in-place:cp-2",
+        ),
+        (
+            "the oldest follower when the first machine leads another",
+            sit(3, NEW, old3()).in_place().leader(2),
+            "begin-in-place:cp-1",
+        ),
+        (
+            "the leader last, once it is the only one outdated",
+            sit(3, NEW, vec![m(1, OLD), m(2, NEW), m(3, NEW)]).in_place(),
+            "begin-in-place:cp-1",
+        ),
+        (
+            "five members: a follower first",
+            sit(5, NEW, vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, OLD), m(5, OLD)])
+                .in_place()
+                .leader(3),
+            "begin-in-place:cp-1",
+        ),
+        (
+            "the strategy Replace still replaces",
+            sit(3, NEW, old3()),
+            "allocate-machine",
+        ),
+        (
+            "preflight: every member healthy (an unreachable one is remediation's first)",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(3, OLD).unreachable()]).in_place(),
+            "wait: cp-3: unreachable",
+        ),
+        (
+            "preflight: a failed quorum read is remediation's first",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(3, OLD).quorum_read_fails()]).in_place(),
+            "wait: cp-3: a quorum read through it timed out",
+        ),
+        (
+            "preflight: every voter answered a quorum read (one not tried is not proof)",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD), Fx { quorum_read: None, ..m(3, OLD) }]).in_place(),
+            "wait: cp-3 has not answered a quorum read",
+        ),
+        (
+            "preflight: no alarm",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(3, OLD).alarm("CORRUPT")]).in_place(),
+            "wait: cp-3: alarm CORRUPT",
+        ),
+        (
+            "never with fewer than 3 voters",
+            sit(1, NEW, vec![m(1, OLD)]).in_place(),
+            "refuse: needs 3 or more voters",
+        ),
+        (
+            "certificates due are renewed in place, not replaced",
+            sit(3, NEW, vec![m(1, NEW).certs_for(400), m(2, NEW).certs_for(10), m(3, NEW).certs_for(400)])
+                .in_place(),
+            "begin-in-place:cp-2",
+        ),
+        // ---- draining
+        (
+            "draining: a running follower is stopped (after the drain, the pacing's)",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(Draining, OLD, NEW, 1), m(3, OLD)])
+                .in_place(),
+            "stop-machine:cp-2",
+        ),
+        (
+            "draining: leadership moves off it first",
+            sit(3, NEW, vec![m(1, NEW), m(2, NEW), m(3, OLD).in_place(Draining, OLD, NEW, 1)])
+                .in_place()
+                .leader(3),
+            "move-leader:cp-1",
+        ),
+        (
+            "draining: stopped, its new binary is recorded before it starts",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(Draining, OLD, NEW, 1).stopped(), m(3, OLD)])
+                .in_place(),
+            "set-in-place-phase:cp-2",
+        ),
+        (
+            "draining: not stopped while another member is down",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(Draining, OLD, NEW, 1), m(3, OLD).unreachable()])
+                .in_place(),
+            "refuse: not stopping cp-2",
+        ),
+        (
+            "draining: a version changed before the restart abandons the step",
+            sit(3, MID, vec![m(1, OLD), m(2, OLD).in_place(Draining, OLD, NEW, 1), m(3, OLD)])
+                .in_place(),
+            "end-in-place:cp-2",
+        ),
+        // ---- restarting
+        (
+            "restarting: started on the new binary",
+            sit(3, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 0).stopped(), m(3, OLD)])
+                .in_place(),
+            "start-machine:cp-2",
+        ),
+        (
+            "restarting: it serves on the new version, caught up: back in service",
+            sit(3, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 2), m(3, OLD)])
+                .in_place(),
+            "end-in-place:cp-2",
+        ),
+        (
+            "restarting: still catching up",
+            {
+                let mut s = sit(3, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 2), m(3, OLD)])
+                    .in_place()
+                    .log(5000);
+                s.machines[1].applied = 100;
+                s
+            },
+            "wait: catching up",
+        ),
+        (
+            "restarting: not answering yet, within the deadline",
+            sit(3, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 5).unreachable(), m(3, OLD)])
+                .in_place(),
+            "wait: waiting for cp-2 to serve on etcd 3.5.1",
+        ),
+        (
+            "restarting: it exited on the new binary; restarted after its backoff",
+            sit(3, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 5).stopped().started_ago(&[3, 1]), m(3, OLD)])
+                .in_place(),
+            "wait: next start in",
+        ),
+        (
+            "restarting: past the deadline, rolled back while the cluster is still 3.4",
+            sit(3, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 61).stopped().started_ago(&[1]), m(3, OLD)])
+                .in_place()
+                .cluster_version("3.4"),
+            "set-in-place-phase:cp-2",
+        ),
+        (
+            "restarting: past the deadline with an unknown cluster version: no rollback guessed, remediation's",
+            sit(3, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 61).stopped().started_ago(&[1]), m(3, OLD)])
+                .in_place(),
+            "wait: cp-2: its process is not running; replaced unless",
+        ),
+        (
+            "restarting: past the deadline once the cluster version moved: remediation's",
+            sit(3, NEW, vec![m(1, NEW), m(2, NEW), m(3, NEW).in_place(Restarting, OLD, NEW, 61).unreachable()])
+                .in_place()
+                .cluster_version("3.5")
+                .unhealthy_for(3, 61),
+            "mark-deleting:cp-3",
+        ),
+        (
+            "restarting: another member that crashed meanwhile is restarted first",
+            sit(5, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 1).unreachable(), m(3, OLD), m(4, OLD).stopped(), m(5, OLD)])
+                .in_place(),
+            "start-machine:cp-4",
+        ),
+        // ---- rolling back
+        (
+            "rolling back: the new binary still runs: stopped",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(RollingBack, OLD, NEW, 1).runs(NEW).unreachable(), m(3, OLD)])
+                .in_place(),
+            "stop-machine:cp-2",
+        ),
+        (
+            "rolling back: stopped: started on the old binary",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(RollingBack, OLD, NEW, 1).stopped(), m(3, OLD)])
+                .in_place(),
+            "start-machine:cp-2",
+        ),
+        (
+            "rolling back: serving again on the old binary: the rollout stops",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(RollingBack, OLD, NEW, 2), m(3, OLD)])
+                .in_place(),
+            "end-in-place:cp-2",
+        ),
+        (
+            "rolled back: the rollout is stopped and says how to go on",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(RolledBack, OLD, NEW, 20), m(3, OLD)])
+                .in_place(),
+            "refuse: rollout stopped: cp-2 was rolled back to etcd 3.4.23",
+        ),
+        (
+            "rolled back: another version chosen: the memory is forgotten",
+            sit(3, MID, vec![m(1, OLD), m(2, OLD).in_place(RolledBack, OLD, NEW, 20), m(3, OLD)])
+                .in_place(),
+            "end-in-place:cp-2",
+        ),
+    ];
+    for (name, s, expect) in &cases {
+        check(name, s, expect);
+    }
+}
+
+#[test]
+fn a_rollback_records_the_previous_binary_and_why() {
+    let s = sit(
+        3,
+        NEW,
+        vec![
+            m(1, OLD),
+            m(2, NEW)
+                .in_place(Restarting, OLD, NEW, 61)
+                .stopped()
+                .started_ago(&[1]),
+            m(3, OLD),
+        ],
+    )
+    .in_place()
+    .cluster_version("3.4");
+    let d = check("rollback", &s, "set-in-place-phase:cp-2");
+    match &d.actions[0] {
+        Action::SetInPlacePhase {
+            phase,
+            version,
+            failure,
+            ..
+        } => {
+            assert_eq!(*phase, RollingBack);
+            assert_eq!(version.to_string(), OLD);
+            let why = failure.as_deref().unwrap_or_default();
+            assert!(why.contains("not serving on etcd 3.5.1 after 61s"), "{why}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_machine_out_of_service_in_place_is_no_endpoint_and_no_transferee() {
+    let s = sit(
+        3,
+        NEW,
+        vec![
+            m(1, NEW),
+            m(2, NEW).in_place(Restarting, OLD, NEW, 2).applied(1),
+            m(3, OLD),
+        ],
+    )
+    .in_place()
+    .log(5000)
+    .leader(3);
+    let (cp, machines, observed) = s.build();
+    let d = decide(&cp, &machines, &observed);
+    assert!(
+        !d.endpoints.iter().any(|e| e.contains("127.9.0.2")),
+        "{:?}",
+        d.endpoints
+    );
+    assert_eq!(d.endpoints.len(), 2);
+}
+
+/// Ideal world for the in-place step: every action succeeds at once.
+fn apply_in_place(w: &mut Sit, a: &Action) {
+    let serial_of = |n: &str| n.trim_start_matches("cp-").parse::<u64>().unwrap();
+    let text = |v: Version| -> &'static str {
+        [OLD, MID, NEW]
+            .into_iter()
+            .find(|s| *s == v.to_string())
+            .unwrap()
+    };
+    match a {
+        Action::BeginInPlace {
+            machine,
+            to,
+            reason,
+        } => {
+            let f = w
+                .machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap();
+            f.in_place = Some(InPlace {
+                from: f.version.parse().unwrap(),
+                to: *to,
+                phase: Draining,
+                since_unix_s: NOW_UNIX_S,
+                reason: *reason,
+                failure: None,
+            });
+        }
+        Action::SetInPlacePhase {
+            machine,
+            phase,
+            version,
+            failure,
+        } => {
+            let f = w
+                .machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap();
+            f.version = text(*version);
+            let ip = f.in_place.as_mut().unwrap();
+            ip.phase = *phase;
+            ip.failure = failure.clone();
+        }
+        Action::EndInPlace { machine, outcome } => {
+            let f = w
+                .machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap();
+            match outcome {
+                InPlaceOutcome::RolledBack => f.in_place.as_mut().unwrap().phase = RolledBack,
+                _ => f.in_place = None,
+            }
+        }
+        Action::StartMachine { machine, .. } => {
+            let f = w
+                .machines
+                .iter_mut()
+                .find(|f| f.serial == serial_of(machine))
+                .unwrap();
+            f.running = true;
+            f.reachable = true;
+            f.runs = None;
+        }
+        other => apply_ideal(w, other),
+    }
+}
+
+#[test]
+fn in_place_rollouts_replay_to_convergence_without_a_membership_change() {
+    for n in [3u64, 5] {
+        for (from, to) in [(OLD, MID), (MID, NEW), (OLD, NEW)] {
+            let mut world = sit(n as u32, to, (1..=n).map(|i| m(i, from)).collect()).in_place();
+            world.leader = 2;
+            let mut order = vec![];
+            let mut steps = 0;
+            loop {
+                steps += 1;
+                assert!(steps < 200, "no convergence for {n} members {from} -> {to}");
+                let (cp, machines, observed) = world.build();
+                let d = decide(&cp, &machines, &observed);
+                assert!(
+                    d.actions.iter().all(|a| !a.is_membership_change()),
+                    "an in-place rollout changed membership: {:?}",
+                    d.actions
+                );
+                let down = world.machines.iter().filter(|f| !f.running).count();
+                assert!(down <= 1, "{down} members down at once");
+                assert_eq!(world.machines.len(), n as usize);
+                if d.converged {
+                    break;
+                }
+                let action = d
+                    .actions
+                    .first()
+                    .cloned()
+                    .unwrap_or_else(|| panic!("stuck: {d:?}"));
+                if let Action::BeginInPlace { machine, .. } = &action {
+                    order.push(machine.clone());
+                }
+                apply_in_place(&mut world, &action);
+            }
+            assert!(world
+                .machines
+                .iter()
+                .all(|f| f.version == to && f.in_place.is_none()));
+            // Followers first, the leader (cp-2 at the start) last.
+            assert_eq!(order.len(), n as usize, "{order:?}");
+            assert_eq!(order.last().map(String::as_str), Some("cp-2"), "{order:?}");
+        }
+    }
+}
