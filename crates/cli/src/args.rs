@@ -3,7 +3,7 @@
 
 use clap::{Parser, Subcommand, ValueEnum};
 use quorum_bench::{demo, failover, rollout};
-use quorum_core::{Span, DEFAULT_HAPROXY_BACKEND};
+use quorum_core::{Span, Strategy, DEFAULT_HAPROXY_BACKEND};
 use quorum_ops::{parse_lease_ttl, wait};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -288,6 +288,11 @@ pub struct CreateArgs {
     /// 1: add each new member before removing an old one; 0: remove first (3+ replicas).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = usage::max_surge, value_name = "N")]
     pub max_surge: u32,
+    /// How upgrades and certificate renewals roll out: Replace (a new machine joins,
+    /// the old one leaves; for immutable machines) or InPlace (each member restarted
+    /// on the new binary with the same data, followers first; 3+ replicas, no copy).
+    #[arg(long, default_value = "Replace", value_parser = usage::strategy, value_name = "STRATEGY")]
+    pub strategy: Strategy,
     /// Accept an even replica count.
     #[arg(long)]
     pub force: bool,
@@ -353,8 +358,18 @@ pub struct UpgradeArgs {
     /// The control plane.
     pub name: String,
     /// The etcd version to roll to (installed; 3.5 means the newest installed 3.5.x).
-    #[arg(long, value_parser = usage::version_text)]
-    pub version: String,
+    #[arg(long, value_parser = usage::version_text, required_unless_present_any = ["retry", "strategy"])]
+    pub version: Option<String>,
+    /// Roll out this way from now on: Replace (new machines join, old ones leave) or
+    /// InPlace (each member restarted on the new binary, same data, followers first).
+    /// Changeable only while no rollout runs. Default: the control plane's own.
+    #[arg(long, value_parser = usage::strategy, value_name = "STRATEGY")]
+    pub strategy: Option<Strategy>,
+    /// Go on with a rollout that stopped because a member did not serve on the new
+    /// binary and was rolled back (see `quorum status` and `quorum events`): fix the
+    /// cause first.
+    #[arg(long, conflicts_with = "dry_run")]
+    pub retry: bool,
     /// Record the change even if a member is unreachable (quorum still refuses every unsafe step).
     #[arg(long)]
     pub force: bool,

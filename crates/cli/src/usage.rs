@@ -61,6 +61,11 @@ pub fn max_surge(s: &str) -> Result<u32, String> {
         .map_err(|_| MAX_SURGE_ALLOWED.to_string())
 }
 
+/// `--strategy S`: `Replace` or `InPlace` (also `replace`, `in-place`).
+pub fn strategy(s: &str) -> Result<quorum_core::Strategy, String> {
+    s.trim().parse()
+}
+
 /// `--version V`: a version text in the one grammar (`3.5.1`, `v3.5.1`, or `3.5` for the
 /// newest installed 3.5.x); whether it is installed is checked by the command.
 pub fn version_text(s: &str) -> Result<String, String> {
@@ -86,6 +91,11 @@ pub fn create_flag_error(e: anyhow::Error) -> anyhow::Error {
         SpecError::ReplicasRange(_) | SpecError::EvenReplicas(_) => {
             return replicas_error("create", e)
         }
+        SpecError::InPlaceTooSmall(n) => format!(
+            "--strategy InPlace needs --replicas 3 or more, got {n}: a member restarting in \
+             place is down meanwhile, and 1 or 2 would lose quorum with it; use --strategy \
+             Replace"
+        ),
         SpecError::MaxSurge(n) => {
             format!("invalid value '{n}' for '--max-surge <N>': {MAX_SURGE_ALLOWED}")
         }

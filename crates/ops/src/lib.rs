@@ -27,7 +27,9 @@ pub mod wait;
 
 pub use ctx::{list_versions, Ctx, Place};
 pub use haproxy::{haproxy_frontend_tls, HaproxyState, LbServer};
-pub use spec::{change, change_with, create, create_with, plan, version_warning, ChangeOptions};
+pub use spec::{
+    change, change_with, create, create_with, plan, retry_rollout, version_warning, ChangeOptions,
+};
 pub use teardown::teardown;
 
 use std::time::Duration;

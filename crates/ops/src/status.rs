@@ -87,6 +87,10 @@ pub struct MachineRow {
     /// When its certificates expire (UTC), for a TLS machine.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub certificates_expire_at: Option<String>,
+    /// Its in-place step, if one is under way or stopped the rollout: from, to, phase,
+    /// since when and, after a rollback, why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub in_place: Option<quorum_core::InPlace>,
 }
 
 #[derive(Debug, Serialize)]
@@ -286,6 +290,7 @@ fn machine_row(
         },
         pid: observed.pids.get(&m.name).copied(),
         deleting: m.deleting,
+        in_place: m.in_place.clone(),
         alarms: st.map(|s| s.alarms.clone()).unwrap_or_default(),
         certificates_expire_at: m
             .certificates_not_after_unix_s
@@ -302,10 +307,19 @@ pub fn render_table(s: &Status) -> String {
         &mut out,
         "Spec",
         &format!(
-            "{}, etcd {}, maxSurge {}{}",
+            "{}, etcd {}, {}{}",
             plural(s.spec.replicas, "replica"),
             s.spec.version,
-            s.spec.rollout.max_surge,
+            match s.spec.rollout.strategy {
+                quorum_core::Strategy::Replace => format!(
+                    "rolled out by replacement (maxSurge {})",
+                    s.spec.rollout.max_surge
+                ),
+                quorum_core::Strategy::InPlace => format!(
+                    "rolled out in place (restart deadline {})",
+                    s.spec.rollout.in_place.timeout
+                ),
+            },
             if s.spec.paused { ", paused" } else { "" }
         ),
     );
@@ -347,6 +361,14 @@ pub fn render_table(s: &Status) -> String {
         None => format!("{} — next: {}", s.operation, summarize(&s.next_actions)),
     };
     push(&mut out, "Operation", &op);
+    if s.operation == quorum_core::Operation::RollingOut.to_string() {
+        // The step a rollout should begin with, missing until quorum takes snapshots.
+        push(
+            &mut out,
+            "Snapshot",
+            "none taken before this rollout (quorum takes no snapshots yet)",
+        );
+    }
     let ctl = match &s.controller {
         Some(c) if c.active => match &c.working_on {
             Some(w) => format!(
@@ -448,10 +470,16 @@ pub fn render_table(s: &Status) -> String {
             };
         }
         rows.push(vec![
-            if m.deleting {
-                format!("{} (leaving)", m.name)
-            } else {
-                m.name.clone()
+            match &m.in_place {
+                _ if m.deleting => format!("{} (leaving)", m.name),
+                Some(ip) if ip.from != ip.to => {
+                    format!(
+                        "{} (in place {} -> {}: {})",
+                        m.name, ip.from, ip.to, ip.phase
+                    )
+                }
+                Some(ip) => format!("{} (in place, new certificates: {})", m.name, ip.phase),
+                None => m.name.clone(),
             },
             m.address.clone(),
             version,

@@ -16,10 +16,12 @@ pub async fn run(at: &Place, a: CreateArgs) -> Result<()> {
         replicas: a.replicas,
         version,
         rollout: RolloutStrategy {
+            strategy: a.strategy,
             max_surge: a.max_surge,
             before: RolloutBefore {
                 certificates_expiry: a.renew_before,
             },
+            ..RolloutStrategy::default()
         },
         paused: false,
         haproxy: a.haproxy_runtime_api.map(|runtime_api| HaproxySpec {
