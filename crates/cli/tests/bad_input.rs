@@ -137,6 +137,17 @@ fn a_down_member_does_not_block_a_change_but_a_lost_quorum_does() {
         "{out}"
     );
     assert_eq!(spec_of(&env, "u")["version"], NEW);
+    // The rollout has begun (in the spec): its strategy stays until it ends.
+    let e = env.fails(&["upgrade", "u", "--strategy", "InPlace"]);
+    assert!(
+        one_line(&e).contains("changes only while no rollout runs")
+            && e.contains("u-1 still runs etcd 3.4.23"),
+        "{e}"
+    );
+    assert!(spec_of(&env, "u")["rollout"].get("strategy").is_none());
+    // Nothing was rolled back, so there is nothing to retry.
+    let e = env.fails(&["upgrade", "u", "--retry"]);
+    assert!(one_line(&e).contains("no rollout is stopped"), "{e}");
     // The status says which member and why.
     let table = env.ok(&["status", "u"]);
     assert!(table.contains("not healthy: u-2"), "{table}");
@@ -455,6 +466,34 @@ fn usage_errors_exit_2_and_name_the_flag() {
             "{e}"
         );
     }
+    // A strategy that does not exist, or in place with too few members.
+    let e = usage(
+        &env,
+        &["create", "b", "--version", OLD, "--strategy", "rolling"],
+    );
+    assert!(
+        e.contains("'--strategy <STRATEGY>'") && e.contains("Replace") && e.contains("InPlace"),
+        "{e}"
+    );
+    let e = usage(
+        &env,
+        &[
+            "create",
+            "b",
+            "--version",
+            OLD,
+            "--replicas",
+            "1",
+            "--strategy",
+            "in-place",
+        ],
+    );
+    assert!(
+        e.contains("--strategy InPlace needs --replicas 3 or more") && e.contains("Replace"),
+        "{e}"
+    );
+    let e = usage(&env, &["upgrade", "a"]);
+    assert!(e.contains("required arguments were not provided"), "{e}");
     // Errors from flags name the flag, not the manifest's field.
     let e = usage(&env, &["create", "b", "--version", OLD, "--max-surge", "2"]);
     assert!(

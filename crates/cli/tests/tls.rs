@@ -362,6 +362,110 @@ fn machines_whose_certificates_expire_soon_are_replaced_with_data_intact() {
     );
 }
 
+/// Under `strategy: InPlace` a machine due for new certificates keeps its data, its
+/// member and its name: it is restarted with certificates that end a lifetime later.
+#[test]
+fn certificates_expiring_soon_are_renewed_in_place_with_the_same_members() {
+    let mut env = Env::new("tls-inplace");
+    env.start_controller();
+    env.ok(&[
+        "create",
+        "r",
+        "--replicas",
+        "3",
+        "--version",
+        NEW,
+        "--strategy",
+        "InPlace",
+        "--certificate-lifetime",
+        "5m",
+        "--wait",
+        "--timeout",
+        "180s",
+    ]);
+    let store = quorum_store::Store::open(&env.home).unwrap();
+    let before = store.machines("r").unwrap();
+    let ids_before = member_ids(&env, "r");
+    let keys = write_keys(&env.endpoints("r"), "r/", 200);
+    let manifest = env.dir.path().join("r.yaml");
+    std::fs::write(
+        &manifest,
+        format!(
+            "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata:\n  name: r\nspec:\n  replicas: 3\n  version: {NEW}\n  certificates:\n    lifetime: 1h\n  rollout:\n    strategy: InPlace\n    before:\n      certificatesExpiry: 10m\n"
+        ),
+    )
+    .unwrap();
+    env.ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    let renewed = |s: &serde_json::Value| {
+        s["converged"] == true
+            && quorum_store::Store::open(&env.home)
+                .unwrap()
+                .machines("r")
+                .unwrap()
+                .iter()
+                .all(|m| m.certificates_not_after_unix_s.unwrap() - now_unix_s() > 3_000)
+    };
+    let s = env.wait_status(
+        "r",
+        "every machine renewed",
+        Duration::from_secs(180),
+        renewed,
+    );
+    // The same machines and members: nothing was replaced.
+    let names: Vec<String> = before.iter().map(|m| m.name.clone()).collect();
+    assert_eq!(machine_names(&s), names);
+    assert_eq!(member_ids(&env, "r"), ids_before);
+    assert_keys(&env.endpoints("r"), "r/", &keys);
+    for m in store.machines("r").unwrap() {
+        let pem = std::fs::read_to_string(
+            env.home
+                .join("machines")
+                .join(&m.name)
+                .join("tls")
+                .join("server.crt"),
+        )
+        .unwrap();
+        // The certificate the member serves now ends when the record says.
+        assert_eq!(
+            quorum_pki::not_after_unix_s(&pem).unwrap(),
+            m.certificates_not_after_unix_s.unwrap()
+        );
+    }
+    let history = store.events_after("r", 0, 10_000).unwrap();
+    let begun: Vec<_> = history
+        .iter()
+        .filter(|e| {
+            e.kind == quorum_store::EventKind::Action(quorum_core::ActionKind::BeginInPlace) && e.ok
+        })
+        .collect();
+    assert_eq!(begun.len(), 3, "{begun:?}");
+    assert!(
+        begun.iter().all(|e| e.message.contains("certificates")),
+        "{begun:?}"
+    );
+    let membership_changes = history.iter().filter(|e| {
+        matches!(
+            e.kind,
+            quorum_store::EventKind::Action(
+                quorum_core::ActionKind::AddLearner | quorum_core::ActionKind::RemoveMember
+            )
+        )
+    });
+    assert_eq!(membership_changes.count(), 0);
+}
+
+/// The member ids of a control plane's machines, sorted (from `status`).
+fn member_ids(env: &Env, name: &str) -> Vec<u64> {
+    let mut ids: Vec<u64> = env.status(name)["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| u64::from_str_radix(m["memberId"].as_str().unwrap(), 16).unwrap())
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
 fn machine_names(s: &serde_json::Value) -> Vec<String> {
     s["machines"]
         .as_array()

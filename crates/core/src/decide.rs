@@ -10,18 +10,18 @@
 //!    foreign data, never before its restart backoff (`health::restart_backoff_s`), and
 //!    not once it has failed for `unhealthyAfter` (it is remediated instead);
 //! 5. mark the data directories of members that answered as themselves (`repair`);
-//! 5a. carry on an in-place step (`inplace`): drain, stop, record the new binary,
+//! 6. carry on an in-place step (`inplace`): drain, stop, record the new binary,
 //!    start, wait until it serves; past `inPlace.timeout`, roll it back;
-//! 6. finish an add: start and promote a learner;
-//! 7. finish a removal: a machine marked deleting hands off leadership, then its member,
+//! 7. finish an add: start and promote a learner;
+//! 8. finish a removal: a machine marked deleting hands off leadership, then its member,
 //!    then its process; a remediated one then records its replacement; then its record;
-//! 8. remove orphan members (no machine);
-//! 9. repair a NOSPACE alarm: compact, defragment, disarm (`upkeep`);
-//! 10. remediate: a member whose problem lasted `unhealthyAfter` is marked for
+//! 9. remove orphan members (no machine);
+//! 10. repair a NOSPACE alarm: compact, defragment, disarm (`upkeep`);
+//! 11. remediate: a member whose problem lasted `unhealthyAfter` is marked for
 //!     replacement, within the limits (`repair`); one that has not yet is waited on;
-//! 11. a machine without a member: join it as a learner (never started) or replace it
+//! 12. a machine without a member: join it as a learner (never started) or replace it
 //!     (it had data, so its member was removed behind quorum's back);
-//! 12. scale up, scale down, roll out outdated machines (surge or remove first, or in
+//! 13. scale up, scale down, roll out outdated machines (surge or remove first, or in
 //!     place under `strategy: InPlace`); with nothing else to do, defragment a member
 //!     past the spec's threshold.
 //!

@@ -709,6 +709,50 @@ mod tests {
         }
     }
 
+    /// The stop of an in-place step is its member's leaving: it waits for the drain and
+    /// the load balancer as a removal does; a later step of the same machine drains
+    /// again from its own start; other stops never wait.
+    #[test]
+    fn an_in_place_stop_waits_for_the_drain() {
+        let mut p = Pacing::default();
+        let mut m = table_machine("m-1", false);
+        let stop = Action::StopMachine {
+            machine: "m-1".into(),
+        };
+        let go =
+            |p: &Pacing, now_ms, lb_in_step| p.check(&stop, &PacingInput { now_ms, lb_in_step });
+        p.observe(0, std::slice::from_ref(&m));
+        assert_eq!(go(&p, 0, true), Verdict::Go, "not in place: no drain");
+        m.in_place = Some(crate::model::InPlace {
+            from: m.version,
+            to: m.version,
+            phase: crate::model::InPlacePhase::Draining,
+            since_unix_s: 0,
+            reason: crate::action::DeleteReason::Outdated,
+            failure: None,
+        });
+        p.observe(1_000, std::slice::from_ref(&m));
+        assert_eq!(
+            go(&p, 1_100, true),
+            Verdict::Wait(Hold::Draining { until_ms: 1_500 })
+        );
+        assert_eq!(
+            go(&p, 1_500, false),
+            Verdict::Wait(Hold::LoadBalancerBehind)
+        );
+        assert_eq!(go(&p, 1_500, true), Verdict::Go);
+        // The step ends; the next one (another version) drains again.
+        let ip = m.in_place.take();
+        p.observe(5_000, std::slice::from_ref(&m));
+        assert_eq!(go(&p, 5_000, true), Verdict::Go);
+        m.in_place = ip;
+        p.observe(9_000, std::slice::from_ref(&m));
+        assert_eq!(
+            go(&p, 9_000, true),
+            Verdict::Wait(Hold::Draining { until_ms: 9_500 })
+        );
+    }
+
     #[test]
     fn a_wrong_expectation_is_reported() {
         let case = Case {

@@ -397,7 +397,14 @@ mod tests {
     fn version_policy_table() {
         let v = |s: &str| s.parse::<Version>().unwrap();
         let cv = |s: &str| Some(Version::parse_cluster_version(s).unwrap());
-        let rows: &[(&str, Option<Version>, &str, bool, Result<(), &str>)] = &[
+        type Row = (
+            &'static str,
+            Option<Version>,
+            &'static str,
+            bool,
+            Result<(), &'static str>,
+        );
+        let rows: &[Row] = &[
             // Patch upgrades are fine, within 3.4 and 3.5.
             ("3.5.0", cv("3.5"), "3.5.1", false, Ok(())),
             ("3.4.20", cv("3.4"), "3.4.23", false, Ok(())),

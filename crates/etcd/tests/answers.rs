@@ -89,6 +89,7 @@ impl Machines {
             tls: false,
             certificates_not_after_unix_s: None,
             remediation: None,
+            in_place: None,
         }
     }
 

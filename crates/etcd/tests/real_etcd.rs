@@ -33,6 +33,7 @@ fn single_member(last_octet: u8) -> Member {
         tls: false,
         certificates_not_after_unix_s: None,
         remediation: None,
+        in_place: None,
     };
     let initial = [InitialMember {
         name: machine.name.clone(),

@@ -48,6 +48,7 @@ fn machine(name: &str, last_octet: u8) -> Machine {
         tls: false,
         certificates_not_after_unix_s: None,
         remediation: None,
+        in_place: None,
     }
 }
 
@@ -106,6 +107,8 @@ fn start_observe_stop_restart_delete() {
     let st = p.observe("p-1");
     assert_eq!((st.process, st.pid), (ProcessState::Running, Some(pid)));
     assert_eq!(st.data_dir, DataDirState::Member);
+    // The binary it runs is known (an in-place rollback tells old from new by it).
+    assert_eq!(st.running_version, Some(m.version));
     // One start recorded: the second `start` found it running.
     assert_eq!(st.starts_unix_s.len(), 1);
     assert!((t0..=unix_now_s()).contains(&st.starts_unix_s[0]));
@@ -126,6 +129,7 @@ fn start_observe_stop_restart_delete() {
 
     p.stop("p-1").unwrap();
     assert_eq!(p.observe("p-1").process, ProcessState::Stopped);
+    assert_eq!(p.observe("p-1").running_version, None);
     p.stop("p-1").unwrap();
 
     // Restart on the existing data (the initial cluster flags are ignored by etcd then).

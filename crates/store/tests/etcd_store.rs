@@ -3,7 +3,8 @@
 //! each other, and leadership with fencing.
 
 use quorum_core::{
-    ActionKind, ControlPlane, ControlPlaneSpec, Remediation, RolloutStrategy, Version,
+    ActionKind, ControlPlane, ControlPlaneSpec, DeleteReason, InPlace, InPlacePhase, Machine,
+    Remediation, RolloutStrategy, Version,
 };
 use quorum_provider::management::ManagementEtcd;
 use quorum_store::{
@@ -271,6 +272,46 @@ fn remediation_behaviour(s: &mut Store) {
     assert_eq!(s.machine("r", &plain.name).unwrap().remediation, None);
 }
 
+/// `update_machine`, as both backends must do it: the change read back whole, no write
+/// when nothing changes, a missing machine an error that names it.
+fn update_behaviour(s: &mut Store) {
+    let v: Version = "3.4.23".parse().unwrap();
+    s.create_control_plane(&cp("u"), None, 1).unwrap();
+    let m = s
+        .allocate_machine("u", true, v, None, None, &|_| true)
+        .unwrap();
+    let ip = InPlace {
+        from: v,
+        to: "3.5.1".parse().unwrap(),
+        phase: InPlacePhase::Draining,
+        since_unix_s: 1_800_000_000,
+        reason: DeleteReason::Outdated,
+        failure: None,
+    };
+    let begin = |r: &mut Machine| {
+        if r.in_place.is_some() {
+            return false;
+        }
+        r.in_place = Some(ip.clone());
+        true
+    };
+    s.update_machine("u", &m.name, "begin", &begin).unwrap();
+    let after = s.machine("u", &m.name).unwrap();
+    assert_eq!(after.in_place.as_ref(), Some(&ip));
+    assert_eq!(
+        Machine {
+            in_place: None,
+            ..after.clone()
+        },
+        m
+    );
+    // Again: nothing to change, and nothing changes.
+    s.update_machine("u", &m.name, "begin", &begin).unwrap();
+    assert_eq!(s.machine("u", &m.name).unwrap(), after);
+    let e = s.update_machine("u", "u-99", "begin", &begin).unwrap_err();
+    assert!(e.to_string().contains("u-99"), "{e}");
+}
+
 #[test]
 fn both_backends_behave_the_same() {
     let dir = tempfile::tempdir().unwrap();
@@ -278,10 +319,12 @@ fn both_backends_behave_the_same() {
     let mut embedded = Store::open(&home).unwrap();
     behaviour(&mut embedded);
     remediation_behaviour(&mut embedded);
+    update_behaviour(&mut embedded);
     let m = management("same", dir.path());
     let mut distributed = etcd_store(&m, "same");
     behaviour(&mut distributed);
     remediation_behaviour(&mut distributed);
+    update_behaviour(&mut distributed);
     // Another prefix is another state.
     let other = etcd_store(&m, "other");
     assert_eq!(other.control_planes().unwrap(), vec![]);
@@ -381,6 +424,18 @@ fn one_leader_and_a_deposed_leaders_writes_are_refused() {
         .allocate_machine("x", true, "3.4.23".parse().unwrap(), None, None, &|_| true)
         .is_err());
     assert_eq!(b.machines("x").unwrap(), vec![]);
+    let x1 = b
+        .allocate_machine("x", true, "3.4.23".parse().unwrap(), None, None, &|_| true)
+        .unwrap();
+    let e = a
+        .update_machine("x", &x1.name, "mark", &|m| {
+            m.deleting = true;
+            true
+        })
+        .unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    assert!(!b.machine("x", &x1.name).unwrap().deleting);
+    b.delete_machine("x", &x1.name).unwrap();
     // B's writes go through.
     b.controller_heartbeat(&beat("b", 8)).unwrap();
     assert_eq!(
