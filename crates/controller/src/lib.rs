@@ -73,6 +73,8 @@ pub enum ActionError {
     Join(String),
     #[error(transparent)]
     Pki(#[from] quorum_pki::PkiError),
+    #[error("{machine} is no longer draining for its in-place step (the store says {now}): the stop was decided on a stale look and is not performed")]
+    StaleStop { machine: String, now: String },
 }
 
 impl ActionError {

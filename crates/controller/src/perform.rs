@@ -172,6 +172,7 @@ impl Controller {
                 Ok(None)
             }
             Action::StopMachine { machine } => {
+                self.check_still_draining(cp, machines, machine)?;
                 self.on_machine(access, machines, machine, LocalProvider::stop)
                     .await?;
                 Ok(None)
@@ -300,6 +301,37 @@ impl Controller {
                 Ok(None)
             }
         }
+    }
+
+    /// The stop of an in-place step is checked against the store right before it: a
+    /// member stopped on a stale look (a deposed controller's, resumed after its
+    /// successor finished this member's step and began the next one's) would be a
+    /// second member down. The record read now must still say `draining`.
+    fn check_still_draining(
+        &self,
+        cp: &ControlPlane,
+        machines: &[Machine],
+        name: &str,
+    ) -> Result<(), ActionError> {
+        let draining = |m: &Machine| {
+            m.in_place
+                .as_ref()
+                .is_some_and(|ip| ip.phase == InPlacePhase::Draining)
+        };
+        if !machines.iter().any(|m| m.name == name && draining(m)) {
+            return Ok(());
+        }
+        let now = self.store.machine(&cp.name, name)?;
+        if draining(&now) {
+            return Ok(());
+        }
+        Err(ActionError::StaleStop {
+            machine: name.to_string(),
+            now: match &now.in_place {
+                Some(ip) => ip.phase.to_string(),
+                None => "its step ended".to_string(),
+            },
+        })
     }
 
     /// Runs a (blocking, bounded) provider operation on a machine off the async threads,
