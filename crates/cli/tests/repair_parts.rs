@@ -11,6 +11,10 @@
 //! - A member's host loses its disk: it leaves the backend before its member is removed,
 //!   its replacement enters the backend only once its `/health` passes, and the client
 //!   through HAProxy loses no acknowledged write (its failed calls are printed).
+//! - An in-place upgrade 3.4.23 → 3.5.1 (no repair, but the same drain): each member
+//!   leaves the backend before it is stopped and enters it again only once its
+//!   `/health` passes on the new binary; the client through HAProxy loses no
+//!   acknowledged write.
 //! - HAProxy itself is killed (SIGKILL, by PID) while a remediation is due: the member is
 //!   marked for replacement but not removed while HAProxy cannot be kept in step
 //!   (`status` says why in `HaproxyInStep`, the history has the error), and the repair
@@ -241,16 +245,21 @@ fn assert_entered_healthy(samples: &[LbSample], machine: &str) -> usize {
 /// needs the control plane's CA), the backend serving all three, and the workload going
 /// through HAProxy only.
 fn scene_behind_haproxy(test: &str, cp: &str) -> (Scene, Lb) {
+    scene_behind_haproxy_at(test, cp, NEW, "")
+}
+
+/// `scene_behind_haproxy` at `version`, with `more` spec lines (YAML, no indent).
+fn scene_behind_haproxy_at(test: &str, cp: &str, version: &str, more: &str) -> (Scene, Lb) {
     let mut env = Env::new(test);
     env.start_controller();
     let mut lb = Lb::place(&env);
     std::fs::create_dir_all(&lb.dir).unwrap();
     let spec = format!(
-        "{}haproxy:\n  runtimeApi: {}\n",
+        "{}{more}haproxy:\n  runtimeApi: {}\n",
         remediation(""),
         lb.socket.display()
     );
-    apply(&env, cp, NEW, &spec, &CREATE_FLAGS);
+    apply(&env, cp, version, &spec, &CREATE_FLAGS);
     lb.start(&env, cp);
     let api = lb.api();
     let s = env.wait_status(cp, "HAProxy in step", Duration::from_secs(30), |s| {
@@ -432,6 +441,103 @@ fn disk_loss_behind_haproxy_drains_first_and_adds_the_replacement_once_healthy()
     let tally = work.finish(&env, &cp);
     eprintln!(
         "the client through HAProxy: {}; HAProxy's backend: {connections:?}, {errors}",
+        failed_calls(&tally)
+    );
+    assert_no_orphans(&env, &cp);
+    drop(lb);
+}
+
+// ---------------------------------------------------------------------------------
+// An in-place upgrade behind HAProxy.
+
+#[test]
+fn an_in_place_upgrade_behind_haproxy_drains_each_member_before_its_stop() {
+    let (sc, lb) = scene_behind_haproxy_at(
+        "parts-lb-inplace",
+        "p",
+        OLD,
+        "rollout:\n  strategy: InPlace\n",
+    );
+    let sampler = LbSampler::start(&sc.env, &sc.cp, &lb);
+    let s = sc.status();
+    let machines = names(&s);
+    let ids: Vec<u64> = machines.iter().map(|m| member_id(&s, m)).collect();
+    let before = last_event_id(&sc.env, &sc.cp);
+    let t0 = Instant::now();
+    sc.env.ok(&["upgrade", &sc.cp, "--version", NEW]);
+    let api = lb.api();
+    let s = sc.wait(
+        "upgraded in place, HAProxy in step",
+        Duration::from_secs(120),
+        |s| {
+            s["converged"] == true
+                && rows(s)
+                    .iter()
+                    .all(|r| r["runningVersion"].as_str() == Some(NEW))
+                && condition(s, "HaproxyInStep").0
+                && serving(&api).is_ok_and(|set| set.len() == 3)
+        },
+    );
+    let took = t0.elapsed();
+    sc.work.wait_more_acked(20, Duration::from_secs(30));
+    let samples = sampler.finish();
+    let events = events_after(&sc.env, &sc.cp, before);
+    let h = history(&events);
+    eprintln!(
+        "in place behind HAProxy, converged after {:.1}s\n{h}",
+        took.as_secs_f64()
+    );
+    // The same machines and members: nothing joined or left.
+    assert_eq!(names(&s), machines);
+    assert_eq!(
+        machines
+            .iter()
+            .map(|m| member_id(&s, m))
+            .collect::<Vec<_>>(),
+        ids
+    );
+    for kind in ["add-learner", "remove-member", "mark-deleting"] {
+        assert!(
+            !events.iter().any(|e| e.ok && kind_is(e, kind)),
+            "{kind}:\n{h}"
+        );
+    }
+    for m in &machines {
+        // The controller drained it from HAProxy before it stopped it...
+        let drained = first_done(&events, "lb-drain", m)
+            .unwrap_or_else(|| panic!("{m} never drained from HAProxy:\n{h}"));
+        let stopped = first_done(&events, "stop-machine", m)
+            .unwrap_or_else(|| panic!("{m} never stopped:\n{h}"));
+        assert!(drained < stopped, "{m} stopped before it was drained:\n{h}");
+        assert_eq!(count_done(&events, "stop-machine", m), 1, "{h}");
+        // ...and, from HAProxy's side, it served again only once its /health passed
+        // on the new binary: every sample that has it serving after it left the
+        // backend has it healthy then or before.
+        let left = samples
+            .iter()
+            .position(|x| x.serving.as_ref().is_ok_and(|set| !set.contains(m)))
+            .unwrap_or_else(|| panic!("{m} never left HAProxy's backend"));
+        let back = samples[left..]
+            .iter()
+            .position(|x| x.serving.as_ref().is_ok_and(|set| set.contains(m)))
+            .map(|i| left + i)
+            .unwrap_or_else(|| panic!("{m} never came back into HAProxy's backend"));
+        assert!(
+            samples[left..=back].iter().any(|x| x.healthy.contains(m)),
+            "{m} re-entered HAProxy's backend before its /health passed"
+        );
+    }
+    let Scene {
+        env,
+        cp,
+        work,
+        watch,
+    } = sc;
+    watch.finish_with_majority();
+    let errors = backend_errors(&lb.api());
+    let tally = work.finish(&env, &cp);
+    eprintln!(
+        "the client through HAProxy: {}; HAProxy's backend: {errors}",
         failed_calls(&tally)
     );
     assert_no_orphans(&env, &cp);
