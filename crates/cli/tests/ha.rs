@@ -242,6 +242,87 @@ fn one_replica_leads_and_a_standby_finishes_the_rollout_after_a_kill_9() {
     assert_eq!(steps_by("r2"), by_r2.len(), "{table}");
 }
 
+/// An in-place rollout on a management etcd with two replicas: mid-rollout (one member
+/// stopped for its restart) the leading replica is killed -9 and so is the management
+/// etcd's leader. The standby finishes the rollout on the surviving store members; no
+/// membership change is made, each machine's step is begun and stopped once, and every
+/// key is intact.
+#[test]
+fn an_in_place_rollout_survives_a_replica_and_the_management_leader_killed() {
+    let (env, mgmt) = ha_env("ha-inplace");
+    let mut r1 = Replica::start(&env, "r1", &[]);
+    wait_leader(&env, "r1", Duration::from_secs(30));
+    let r2 = Replica::start(&env, "r2", &[]);
+    let cp = "i";
+    env.ok(&[
+        "create",
+        cp,
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--strategy",
+        "InPlace",
+        "--wait",
+        "--timeout",
+        "180s",
+    ]);
+    let keys = write_keys(&env.endpoints(cp), "i/", 200);
+    let ids = member_ids(&env, cp);
+    let watch = QuorumWatch::start(&env, cp);
+    let after = env.store().last_event_id(cp).unwrap();
+    env.ok(&["upgrade", cp, "--version", NEW]);
+    // Mid-step: the first member is stopped for its restart.
+    wait_event(
+        &env,
+        cp,
+        after,
+        ActionKind::StopMachine,
+        Duration::from_secs(120),
+    );
+    let leader = store_faults::management_leader(&env);
+    r1.kill9();
+    mgmt.kill(leader).unwrap();
+    wait_leader(&env, "r2", Duration::from_secs(30));
+    wait_upgraded(&env, cp);
+    let (samples, violations) = watch.finish();
+    assert!(samples > 10);
+    assert!(violations.is_empty(), "quorum lost: {violations:?}");
+    assert_keys(&env.endpoints(cp), "i/", &keys);
+    assert_eq!(
+        member_ids(&env, cp),
+        ids,
+        "an in-place rollout changed membership"
+    );
+    let events = env.store().events_after(cp, after, 100_000).unwrap();
+    for kind in [ActionKind::AddLearner, ActionKind::RemoveMember] {
+        assert!(
+            !events
+                .iter()
+                .any(|e| e.ok && e.kind == EventKind::Action(kind)),
+            "{kind} during an in-place rollout"
+        );
+    }
+    for kind in [ActionKind::BeginInPlace, ActionKind::StopMachine] {
+        let mut per_machine = std::collections::BTreeMap::<String, usize>::new();
+        for e in events
+            .iter()
+            .filter(|e| e.ok && e.kind == EventKind::Action(kind))
+        {
+            *per_machine
+                .entry(e.machine.clone().unwrap_or_default())
+                .or_default() += 1;
+        }
+        assert_eq!(per_machine.len(), 3, "{kind}: {per_machine:?}");
+        assert!(
+            per_machine.values().all(|n| *n == 1),
+            "{kind}: {per_machine:?}"
+        );
+    }
+    assert_no_orphans(&env, cp);
+    drop(r2);
+}
+
 /// The store's history of `cp`: (writer, the step done, at_ms) of every event kept; the
 /// step is `None` for an event that records no step done (a refusal, the endpoints...).
 fn history(env: &Env, cp: &str) -> Vec<(String, Option<ActionKind>, i64)> {
