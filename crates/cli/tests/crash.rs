@@ -1,12 +1,16 @@
 //! Crash anywhere, resume correctly: for every failpoint of the controller, a real
 //! rollout (3 members, etcd 3.4.23 -> 3.5.1, keys written before) crashes there, a fresh
 //! controller takes over, and the rollout must complete with every key intact, quorum
-//! never lost (watched from outside), and no member or machine orphaned.
+//! never lost (watched from outside), and no member or machine orphaned. The in-place
+//! step's failpoints (and the stops, starts and leader moves it makes) crash an in-place
+//! rollout, which must also end with the same members on the same data.
 //!
 //! Needs the `failpoints` feature (scripts/test.sh builds with --all-features).
 #![cfg(feature = "failpoints")]
 
 mod common;
+#[path = "inplace/support.rs"]
+mod inplace;
 
 use common::*;
 use quorum_controller::failpoints::{self, CRASH_EXIT_CODE};
@@ -23,6 +27,30 @@ const PARALLEL: usize = 3;
 /// stop it, so a rollout reaches stop-machine only by timing.)
 fn is_teardown_point(p: &str) -> bool {
     p.ends_with("forget-control-plane") || p.ends_with("stop-machine")
+}
+
+/// The prefix of a failpoint crashed during an in-place rollout rather than a
+/// replacement (`in-place/crash-before-stop-machine`): the kinds an in-place rollout
+/// shares with the others.
+const IN_PLACE_PREFIX: &str = "in-place/";
+
+/// The kinds an in-place step performs besides its own, each crashed during one too.
+const IN_PLACE_SHARED_KINDS: [&str; 3] = ["stop-machine", "start-machine", "move-leader"];
+
+/// A failpoint exercised by an in-place rollout: the in-place step's own kinds
+/// (`begin-in-place`, `set-in-place-phase`, `end-in-place`), and the shared ones
+/// prefixed with `IN_PLACE_PREFIX`.
+fn is_in_place_point(p: &str) -> bool {
+    p.contains("in-place")
+}
+
+/// Every failpoint of an in-place rollout that `failpoints::all` does not name: the
+/// shared kinds, before and after.
+fn in_place_shared_points() -> Vec<String> {
+    IN_PLACE_SHARED_KINDS
+        .iter()
+        .flat_map(|k| ["before", "after"].map(|w| format!("{IN_PLACE_PREFIX}crash-{w}-{k}")))
+        .collect()
 }
 
 /// A failpoint exercised by the NOSPACE repair (compaction, defragmentation, disarm):
@@ -236,6 +264,52 @@ fn rollout_scenario(point: &str) -> String {
     )
 }
 
+/// The in-place scenario: 3 members at OLD rolled out in place to NEW by a controller
+/// that crashes at `point`; the next controller finishes with the same members on the
+/// same data, every key intact, and no membership step taken.
+fn in_place_scenario(point: &str) -> String {
+    let failpoint = point.strip_prefix(IN_PLACE_PREFIX).unwrap_or(point);
+    let mut env = Env::new(&format!("crash-{point}"));
+    let name = "ip";
+    env.start_controller();
+    inplace::create_in_place(&env, name, 3, OLD, "");
+    let keys = write_keys(&env.endpoints(name), "k/", 300);
+    let before = inplace::identity(&env, name);
+    env.kill_controller();
+    let from = inplace::last_event_id(&env, name);
+    env.ok(&["upgrade", name, "--version", NEW]);
+    env.start_controller_with(&[("FAILPOINTS", &format!("{failpoint}=return"))]);
+    let watch = QuorumWatch::start(&env, name);
+    let t = Instant::now();
+    let code = env.controller_exit(Duration::from_secs(120));
+    assert_eq!(
+        code,
+        Some(CRASH_EXIT_CODE),
+        "{point}: the controller did not crash there (never reached?)"
+    );
+    let crashed_after = t.elapsed();
+    env.start_controller();
+    finish_and_check(&mut env, name, &keys, watch);
+    assert_eq!(
+        inplace::identity(&env, name),
+        before,
+        "{point}: the same members on the same data"
+    );
+    let events = inplace::events_after(&env, name, from);
+    inplace::assert_no_membership_step(&events);
+    // Every step ended (a crash right after a step loses its event, so the records say).
+    let machines = env.store().machines(name).unwrap();
+    assert!(
+        machines.iter().all(|m| m.in_place.is_none()),
+        "{point}: an in-place step left: {machines:?}"
+    );
+    format!(
+        "{point}: crashed after {:.1}s, resumed and completed in place in {:.1}s",
+        crashed_after.as_secs_f64(),
+        (t.elapsed() - crashed_after).as_secs_f64()
+    )
+}
+
 /// The teardown scenario: `quorum delete` itself crashes; running it again finishes.
 fn teardown_scenario(point: &str) -> String {
     let mut env = Env::new(&format!("crash-{point}"));
@@ -285,10 +359,11 @@ fn teardown_scenario(point: &str) -> String {
 
 #[test]
 fn every_failpoint_crashes_and_the_next_controller_finishes() {
-    let all = failpoints::all();
+    let mut all = failpoints::all();
     assert!(all.len() >= 20, "failpoints: {all:?}");
+    all.extend(in_place_shared_points());
     // `CRASH_POINTS=defragment,compact` runs only the points containing one of these
-    // (for a run by hand); CI runs them all.
+    // (for a run by hand; `in-place` runs the in-place rollout's); CI runs them all.
     let only = std::env::var("CRASH_POINTS").unwrap_or_default();
     let points: Vec<String> = all
         .into_iter()
@@ -305,7 +380,9 @@ fn every_failpoint_crashes_and_the_next_controller_finishes() {
                 };
                 let p = point.clone();
                 let r = std::panic::catch_unwind(move || {
-                    if is_teardown_point(&p) {
+                    if is_in_place_point(&p) {
+                        in_place_scenario(&p)
+                    } else if is_teardown_point(&p) {
                         teardown_scenario(&p)
                     } else if is_upkeep_point(&p) {
                         nospace_scenario(&p)
