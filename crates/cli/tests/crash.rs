@@ -37,6 +37,24 @@ const IN_PLACE_PREFIX: &str = "in-place/";
 /// The kinds an in-place step performs besides its own, each crashed during one too.
 const IN_PLACE_SHARED_KINDS: [&str; 3] = ["stop-machine", "start-machine", "move-leader"];
 
+/// The prefix of a failpoint crashed while a member that failed to start on the new
+/// binary is rolled back (`rollback/crash-after-end-in-place`).
+const ROLLBACK_PREFIX: &str = "rollback/";
+
+/// The rollback's own side effects, each crashed before and after: recording the
+/// previous binary (the second `set-in-place-phase`, after the one that recorded the new
+/// binary) and ending the step as rolled back (the first `end-in-place`), with the
+/// `fail` actions that make the failpoint fire at that hit.
+const ROLLBACK_POINTS: [(&str, &str); 4] = [
+    ("crash-before-set-in-place-phase", "1*off->return"),
+    ("crash-after-set-in-place-phase", "1*off->return"),
+    ("crash-before-end-in-place", "return"),
+    ("crash-after-end-in-place", "return"),
+];
+
+/// `inPlace.timeout` of the rollback scenario: the least allowed.
+const ROLLBACK_TIMEOUT: &str = "timeout: 5s";
+
 /// A failpoint exercised by an in-place rollout: the in-place step's own kinds
 /// (`begin-in-place`, `set-in-place-phase`, `end-in-place`), and the shared ones
 /// prefixed with `IN_PLACE_PREFIX`.
@@ -45,11 +63,16 @@ fn is_in_place_point(p: &str) -> bool {
 }
 
 /// Every failpoint of an in-place rollout that `failpoints::all` does not name: the
-/// shared kinds, before and after.
-fn in_place_shared_points() -> Vec<String> {
+/// shared kinds, before and after, and the rollback's.
+fn in_place_extra_points() -> Vec<String> {
     IN_PLACE_SHARED_KINDS
         .iter()
         .flat_map(|k| ["before", "after"].map(|w| format!("{IN_PLACE_PREFIX}crash-{w}-{k}")))
+        .chain(
+            ROLLBACK_POINTS
+                .iter()
+                .map(|(p, _)| format!("{ROLLBACK_PREFIX}{p}")),
+        )
         .collect()
 }
 
@@ -310,6 +333,87 @@ fn in_place_scenario(point: &str) -> String {
     )
 }
 
+/// The rollback scenario: 3 members at OLD rolled out in place to a NEW that exits at
+/// once; the controller crashes at `point` while it rolls the first member back. The
+/// next controller finishes the rollback (every member back on OLD, the rollout
+/// stopped), and once NEW is fixed `upgrade --retry` finishes the rollout, on the same
+/// members and data throughout.
+fn rollback_scenario(point: &str) -> String {
+    let failpoint = point.strip_prefix(ROLLBACK_PREFIX).unwrap();
+    let actions = ROLLBACK_POINTS
+        .iter()
+        .find(|(p, _)| *p == failpoint)
+        .map(|(_, a)| *a)
+        .unwrap();
+    let mut env = Env::new(&format!("crash-{point}"));
+    let name = "rb";
+    let bins = inplace::EtcdDir::new(env.dir.path());
+    bins.install_real(OLD);
+    bins.install_broken(NEW);
+    env.start_controller_with(&[bins.var()]);
+    let path = inplace::manifest(&env, name, 3, OLD, ROLLBACK_TIMEOUT);
+    let path = path.to_str().unwrap();
+    bins.ok(&env, &["apply", "-f", path, "--wait", "--timeout", TIMEOUT]);
+    let keys = write_keys(&env.endpoints(name), "k/", 300);
+    let before = inplace::identity(&env, name);
+    env.kill_controller();
+    bins.ok(&env, &["upgrade", name, "--version", NEW]);
+    env.start_controller_with(&[
+        bins.var(),
+        ("FAILPOINTS", &format!("{failpoint}={actions}")),
+    ]);
+    let watch = QuorumWatch::start(&env, name);
+    let t = Instant::now();
+    let code = env.controller_exit(Duration::from_secs(120));
+    assert_eq!(
+        code,
+        Some(CRASH_EXIT_CODE),
+        "{point}: the controller did not crash there (never reached?)"
+    );
+    let crashed_after = t.elapsed();
+    env.start_controller_with(&[bins.var()]);
+    let s = env.wait_status(
+        name,
+        "the rollout stopped by a rollback",
+        Duration::from_secs(120),
+        |s| inplace::blocked(s).0,
+    );
+    let (_, message) = inplace::blocked(&s);
+    assert!(
+        message.contains(&format!("was rolled back to etcd {OLD}")),
+        "{point}: {message}"
+    );
+    assert_eq!(machine_versions(&s), vec![OLD; 3], "{point}: {s:#}");
+    assert_keys(&env.endpoints(name), "k/", &keys);
+    let stopped_after = t.elapsed();
+    bins.install_real(NEW);
+    bins.ok(
+        &env,
+        &["upgrade", name, "--retry", "--wait", "--timeout", TIMEOUT],
+    );
+    let (samples, violations) = watch.finish();
+    assert!(samples > 10, "the quorum watch took only {samples} samples");
+    assert!(
+        violations.is_empty(),
+        "{point}: quorum lost: {violations:?}"
+    );
+    let s = env.status(name);
+    assert_eq!(machine_versions(&s), vec![NEW; 3], "{point}: {s:#}");
+    assert_keys(&env.endpoints(name), "k/", &keys);
+    assert_no_orphans(&env, name);
+    assert_eq!(
+        inplace::identity(&env, name),
+        before,
+        "{point}: the same members on the same data"
+    );
+    format!(
+        "{point}: crashed after {:.1}s, rolled back and stopped at {:.1}s, retried and completed in {:.1}s",
+        crashed_after.as_secs_f64(),
+        stopped_after.as_secs_f64(),
+        (t.elapsed() - stopped_after).as_secs_f64()
+    )
+}
+
 /// The teardown scenario: `quorum delete` itself crashes; running it again finishes.
 fn teardown_scenario(point: &str) -> String {
     let mut env = Env::new(&format!("crash-{point}"));
@@ -361,9 +465,10 @@ fn teardown_scenario(point: &str) -> String {
 fn every_failpoint_crashes_and_the_next_controller_finishes() {
     let mut all = failpoints::all();
     assert!(all.len() >= 20, "failpoints: {all:?}");
-    all.extend(in_place_shared_points());
+    all.extend(in_place_extra_points());
     // `CRASH_POINTS=defragment,compact` runs only the points containing one of these
-    // (for a run by hand; `in-place` runs the in-place rollout's); CI runs them all.
+    // (for a run by hand; `in-place` runs the in-place rollout's, `rollback/` those of
+    // its rollback); CI runs them all.
     let only = std::env::var("CRASH_POINTS").unwrap_or_default();
     let points: Vec<String> = all
         .into_iter()
@@ -380,7 +485,9 @@ fn every_failpoint_crashes_and_the_next_controller_finishes() {
                 };
                 let p = point.clone();
                 let r = std::panic::catch_unwind(move || {
-                    if is_in_place_point(&p) {
+                    if p.starts_with(ROLLBACK_PREFIX) {
+                        rollback_scenario(&p)
+                    } else if is_in_place_point(&p) {
                         in_place_scenario(&p)
                     } else if is_teardown_point(&p) {
                         teardown_scenario(&p)

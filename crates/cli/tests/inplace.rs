@@ -11,7 +11,6 @@ mod support;
 
 use common::*;
 use inplace::*;
-use std::process::Output;
 use std::time::{Duration, Instant};
 use support::{MajorityWatch, Workload};
 
@@ -95,40 +94,6 @@ fn in_place_5_members_3_4_23_to_3_5_0_to_3_5_1() {
     in_place_3_4_to_3_5_1("inplace-5", 5);
 }
 
-/// Runs `quorum` with its etcd binaries from `etcd_dir`.
-fn run_in(env: &Env, etcd_dir: &EtcdDir, args: &[&str]) -> Output {
-    env.cmd(args)
-        .env("QUORUM_ETCD_DIR", &etcd_dir.path)
-        .output()
-        .expect("run quorum")
-}
-
-fn ok_in(env: &Env, etcd_dir: &EtcdDir, args: &[&str]) -> String {
-    let out = run_in(env, etcd_dir, args);
-    assert!(
-        out.status.success(),
-        "quorum {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The Blocked condition of a status: (status, message).
-fn blocked(s: &serde_json::Value) -> (bool, String) {
-    let c = s["conditions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["kind"] == "Blocked")
-        .unwrap_or_else(|| panic!("no Blocked condition: {s:#}"));
-    (
-        c["status"] == true,
-        c["message"].as_str().unwrap_or_default().to_string(),
-    )
-}
-
 /// A release that exits at once: the first member restarted on it is rolled back to
 /// 3.4.23 once `inPlace.timeout` has passed, the cluster keeps a majority and answers
 /// quorum reads throughout, the history and `status` say why the rollout stopped; once
@@ -140,8 +105,7 @@ fn a_release_that_cannot_start_is_rolled_back() {
     let bins = EtcdDir::new(env.dir.path());
     bins.install_real(V3_4_23);
     bins.install_broken(V3_5_1);
-    let etcd_dir = bins.path.to_str().unwrap().to_string();
-    env.start_controller_with(&[("QUORUM_ETCD_DIR", &etcd_dir)]);
+    env.start_controller_with(&[bins.var()]);
     let path = manifest(
         &env,
         cp,
@@ -149,9 +113,8 @@ fn a_release_that_cannot_start_is_rolled_back() {
         V3_4_23,
         &format!("timeout: {SHORT_IN_PLACE_TIMEOUT_S}s"),
     );
-    ok_in(
+    bins.ok(
         &env,
-        &bins,
         &[
             "apply",
             "-f",
@@ -166,7 +129,7 @@ fn a_release_that_cannot_start_is_rolled_back() {
     let majority = MajorityWatch::start(&env, cp);
     let from = last_event_id(&env, cp);
     let t = Instant::now();
-    ok_in(&env, &bins, &["upgrade", cp, "--version", V3_5_1]);
+    bins.ok(&env, &["upgrade", cp, "--version", V3_5_1]);
 
     let s = env.wait_status(
         cp,
@@ -258,9 +221,8 @@ fn a_release_that_cannot_start_is_rolled_back() {
     // The release is fixed: a retry finishes the rollout.
     bins.install_real(V3_5_1);
     let t = Instant::now();
-    ok_in(
+    bins.ok(
         &env,
-        &bins,
         &[
             "upgrade",
             cp,

@@ -498,4 +498,40 @@ impl EtcdDir {
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
         std::fs::rename(&tmp, &bin).unwrap();
     }
+
+    /// Runs `quorum` with its etcd binaries from here; requires success, returns stdout.
+    pub fn ok(&self, env: &Env, args: &[&str]) -> String {
+        let out = env
+            .cmd(args)
+            .env("QUORUM_ETCD_DIR", &self.path)
+            .output()
+            .expect("run quorum");
+        assert!(
+            out.status.success(),
+            "quorum {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// `QUORUM_ETCD_DIR` for a controller: (name, value).
+    pub fn var(&self) -> (&'static str, &str) {
+        ("QUORUM_ETCD_DIR", self.path.to_str().unwrap())
+    }
+}
+
+/// The Blocked condition of a status: (status, message).
+pub fn blocked(s: &serde_json::Value) -> (bool, String) {
+    let c = s["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "Blocked")
+        .unwrap_or_else(|| panic!("no Blocked condition: {s:#}"));
+    (
+        c["status"] == true,
+        c["message"].as_str().unwrap_or_default().to_string(),
+    )
 }
