@@ -130,6 +130,20 @@ fn a_release_that_cannot_start_is_rolled_back() {
     let from = last_event_id(&env, cp);
     let t = Instant::now();
     bins.ok(&env, &["upgrade", cp, "--version", V3_5_1]);
+    // While the member is down on the broken release, the others serve quorum reads.
+    env.wait_status(
+        cp,
+        "a member restarting on the broken release",
+        Duration::from_secs(60),
+        |s| {
+            s["machines"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["inPlace"]["phase"] == "restarting")
+        },
+    );
+    assert_keys(&env.endpoints(cp), "k/", &keys);
 
     let s = env.wait_status(
         cp,
