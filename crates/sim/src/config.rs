@@ -1,0 +1,156 @@
+//! What a run is: the seeded generator, the scenarios, a run's knobs and its outcome.
+
+use super::*;
+
+/// splitmix64: small, fast, and the same on every platform.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed ^ 0x9E37_79B9_7F4A_7C15)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0, "below(0)");
+        self.next_u64() % n
+    }
+    /// True with probability `per_mille`/1000.
+    pub fn chance(&mut self, per_mille: u64) -> bool {
+        self.below(1000) < per_mille
+    }
+}
+
+/// What a run does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scenario {
+    /// 3 members at 3.4.23 rolled to 3.5.1 (maxSurge 1).
+    Rollout,
+    /// The same with maxSurge 0.
+    RolloutSurge0,
+    /// 1 -> 3 members.
+    ScaleUp,
+    /// 5 -> 3 members.
+    ScaleDown,
+    /// 3 members plus orphan members (a voter and an added-but-never-started learner)
+    /// that match no machine.
+    Orphans,
+}
+
+impl Scenario {
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Rollout,
+        Scenario::RolloutSurge0,
+        Scenario::ScaleUp,
+        Scenario::ScaleDown,
+        Scenario::Orphans,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Rollout => "rollout",
+            Scenario::RolloutSurge0 => "rollout-surge0",
+            Scenario::ScaleUp => "scale-up",
+            Scenario::ScaleDown => "scale-down",
+            Scenario::Orphans => "orphans",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scenario> {
+        Scenario::ALL.into_iter().find(|x| x.name() == s)
+    }
+
+    /// The scenario a seed runs when none is named.
+    pub fn for_seed(seed: u64) -> Scenario {
+        Scenario::ALL[(seed % Scenario::ALL.len() as u64) as usize]
+    }
+}
+
+/// Knobs of a run.
+#[derive(Clone, Copy, Debug)]
+pub struct Config {
+    pub seed: u64,
+    pub scenario: Scenario,
+    /// Steps during which faults may be injected.
+    pub fault_steps: u64,
+    /// Chance of a fault per step, per mille.
+    pub fault_per_mille: u64,
+    /// Keep a human-readable trace (slower).
+    pub trace: bool,
+    /// etcd's `--strict-reconfig-check`. With it off, etcd accepts any membership change
+    /// and quorum's own projection is the only guard, which is what the simulation must
+    /// show holds; with it on, etcd's refusals and their 5 s waits are exercised.
+    pub strict_reconfig: bool,
+    /// Controller replicas: 1 (the default: no lease, as with the embedded store) or 2
+    /// (sharing a leader lease, with pauses, crashes, lost leases and stale steps).
+    pub replicas: u8,
+    /// The leader lease's TTL (with 2 replicas).
+    pub lease_ttl_ms: u64,
+    /// A load balancer (HAProxy) in front of the members, kept in step with the published
+    /// endpoints by the controller; it may be unreachable for a while (a seeded fault).
+    pub load_balancer: bool,
+    /// Inject the repair faults in any state. Off by default, two are held back where
+    /// the core's rules cannot repair them (these runs show where it then waits for
+    /// ever): NOSPACE without a quorum margin to defragment into, or with member faults
+    /// while the alarm is active (`faults::nospace_repairable`); and a member's data
+    /// lost for good (disk, foreign data) while another machine is leaving, whose
+    /// removal then needs the dead member's vote and which blocks its remediation (one
+    /// at a time).
+    pub faults_anywhere: bool,
+}
+
+impl Config {
+    pub fn new(seed: u64) -> Config {
+        Config {
+            seed,
+            scenario: Scenario::for_seed(seed),
+            fault_steps: 400,
+            fault_per_mille: 60,
+            trace: false,
+            strict_reconfig: (seed / Scenario::ALL.len() as u64).is_multiple_of(2),
+            replicas: 1,
+            lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
+            load_balancer: (seed / (2 * Scenario::ALL.len() as u64)).is_multiple_of(2),
+            faults_anywhere: false,
+        }
+    }
+
+    /// The same seed with two controller replicas.
+    pub fn with_two_replicas(seed: u64) -> Config {
+        Config {
+            replicas: 2,
+            ..Config::new(seed)
+        }
+    }
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    pub seed: u64,
+    pub scenario: Scenario,
+    pub steps: u64,
+    pub decisions: u64,
+    pub faults: u64,
+    pub sim_ms: u64,
+    /// The first invariant violated, if any.
+    pub violation: Option<String>,
+    /// A hash of the whole trace: equal for equal seeds.
+    pub trace_hash: u64,
+    pub trace: String,
+    /// Controller replicas and lease TTL of the run (to replay it).
+    pub replicas: u8,
+    pub lease_ttl_ms: u64,
+    pub lease: LeaseCounts,
+    pub pacing: PacingCounts,
+    pub repair: RepairCounts,
+    /// The run injected faults anywhere (`Config::faults_anywhere`), to replay it.
+    pub faults_anywhere: bool,
+}

@@ -1,0 +1,364 @@
+//! The simulated controller: one iteration of a replica (observe, decide, pace, perform
+//! with faults around each call), and every action performed against the simulated
+//! world, with the invariants that concern the action itself.
+
+use super::*;
+
+/// What an action came to; for a call to etcd, etcd's reply through the classifier.
+pub(crate) enum Answer {
+    Done,
+    /// Transient: retry soon.
+    Refused(&'static str),
+    Failed(&'static str),
+    /// The store refused the write: another replica holds the leader key, or none does.
+    Fenced,
+}
+
+/// How the controller classifies an action whose answer never came: an etcd call's
+/// client deadline through the core's classifier (a refusal: retried soon, its effect
+/// unknown), anything else (a machine, a store write) as a failure, as the controller's
+/// `ActionError` does.
+pub(crate) fn timed_out(a: &Action) -> Attempt {
+    let call = match a {
+        Action::AddLearner { .. } => EtcdCall::AddLearner,
+        Action::Promote { .. } => EtcdCall::Promote,
+        Action::MoveLeader { .. } => EtcdCall::MoveLeader,
+        Action::RemoveMember { .. } => EtcdCall::RemoveMember,
+        _ => return Attempt::Failed,
+    };
+    match etcd_answer(call, Err(CLIENT_DEADLINE)) {
+        Answer::Done => Attempt::Done,
+        Answer::Refused(_) => Attempt::Refused,
+        Answer::Failed(_) | Answer::Fenced => Attempt::Failed,
+    }
+}
+
+/// etcd's reply to `call` as the controller sees it: through the core's classifier, the
+/// one `quorum-etcd` uses, so a change to it changes the simulator too.
+pub(crate) fn etcd_answer(call: EtcdCall, reply: Result<(), EtcdAnswer>) -> Answer {
+    let Err(a) = reply else {
+        return Answer::Done;
+    };
+    match a.verdict(call) {
+        Verdict::Done | Verdict::AlreadyDone => Answer::Done,
+        Verdict::Refused(_) => Answer::Refused(a.message),
+        Verdict::Unreachable | Verdict::Failed => Answer::Failed(a.message),
+    }
+}
+
+impl World {
+    /// Performs an action against the simulated world; the invariants that concern the
+    /// action itself are checked here, against the ground truth. `fenced`: the store
+    /// refuses the performer's writes (its token is stale), so only its effects on etcd
+    /// and on machines land.
+    pub(crate) fn perform(&mut self, a: &Action, fenced: bool) -> Answer {
+        let before_quorum = self.has_quorum();
+        let answer = match a {
+            Action::AllocateMachine { .. } | Action::MarkDeleting { .. } if fenced => {
+                Answer::Fenced
+            }
+            Action::AllocateMachine {
+                bootstrap,
+                version,
+                remediation,
+            } => {
+                if remediation.is_some() {
+                    self.repair.replacements += 1;
+                }
+                let m = self.alloc_machine(*bootstrap, *version, remediation.clone());
+                self.note(format!("  allocated {}", m.name));
+                Answer::Done
+            }
+            Action::StartMachine {
+                machine,
+                state,
+                expect,
+                ..
+            } => {
+                // The provider's check just before etcd runs: the data directory still
+                // holds the marker the start was decided on (and, marked, its data).
+                let p = self.procs.get(machine.as_str());
+                let marker = p.and_then(|p| p.marker);
+                let has_data = p.is_some_and(|p| p.has_data);
+                if marker != *expect || (expect.is_some() && !has_data) {
+                    Answer::Failed("its data directory changed since the start was decided")
+                } else {
+                    self.start_machine(machine, *state, fenced)
+                }
+            }
+            Action::AddLearner { peer_url, .. } => {
+                etcd_answer(EtcdCall::AddLearner, self.add_learner(peer_url))
+            }
+            Action::Promote { member_id, .. } => {
+                etcd_answer(EtcdCall::Promote, self.promote(*member_id))
+            }
+            Action::MarkDeleting {
+                machine,
+                remediation,
+                ..
+            } => {
+                if let Some(rec) = remediation {
+                    self.check_remediation(machine, rec);
+                }
+                if let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) {
+                    m.deleting = true;
+                    if remediation.is_some() {
+                        m.remediation = remediation.clone();
+                    }
+                }
+                Answer::Done
+            }
+            Action::MoveLeader { to_member, .. } => {
+                etcd_answer(EtcdCall::MoveLeader, self.move_leader(*to_member))
+            }
+            Action::RemoveMember { member_id, machine } => {
+                if let Some(m) = machine {
+                    self.check_removal_paced(m);
+                }
+                etcd_answer(EtcdCall::RemoveMember, self.remove_member(*member_id))
+            }
+            Action::StopMachine { machine } => {
+                if let Some(p) = self.procs.get_mut(machine) {
+                    p.running = false;
+                    p.exit_at_ms = None;
+                }
+                Answer::Done
+            }
+            Action::DeleteMachine { machine } => self.delete_machine(machine, fenced),
+            Action::ForgetControlPlane if fenced => Answer::Fenced,
+            Action::ForgetControlPlane => Answer::Done,
+            Action::WriteMarker { machine, marker } => self.write_marker(machine, *marker, fenced),
+            Action::Compact { revision } => self.compact(*revision),
+            Action::Defragment { machine } => self.defragment(machine),
+            Action::DisarmAlarm { member_id, alarm } => self.disarm(*member_id, alarm),
+            Action::BeginInPlace { .. }
+            | Action::SetInPlacePhase { .. }
+            | Action::EndInPlace { .. } => Answer::Done,
+        };
+        if before_quorum && !self.has_quorum() {
+            let (v, c) = (self.voters().count(), self.connected_voters());
+            self.violate(format!(
+                "quorum lost by quorum's action '{a}': {c} of {v} voters connected"
+            ));
+        }
+        answer
+    }
+
+    /// The machine goes (process and data), then its record, a store write.
+    fn delete_machine(&mut self, machine: &str, fenced: bool) -> Answer {
+        let url = self
+            .machines
+            .iter()
+            .find(|m| m.name == machine)
+            .map(|m| m.peer_url());
+        if let Some(url) = url {
+            if self
+                .members
+                .iter()
+                .any(|m| m.peer_url == url && !m.is_learner)
+            {
+                self.violate(format!("{machine} deleted while its member still votes"));
+            }
+        }
+        self.procs.remove(machine);
+        if fenced {
+            return Answer::Fenced;
+        }
+        self.machines.retain(|m| m.name != machine);
+        Answer::Done
+    }
+
+    /// An action with an effect outside the store (on etcd or a machine).
+    pub(crate) fn acts_outside_store(a: &Action) -> bool {
+        !matches!(
+            a,
+            Action::AllocateMachine { .. }
+                | Action::MarkDeleting { .. }
+                | Action::ForgetControlPlane
+        )
+    }
+
+    /// Performs an action as replica `i`, whose store writes carry its token. Every side
+    /// effect is by the holder of a valid lease, except the deposed leader's one
+    /// `in_flight` step (checked before its pause, performed after it without a check).
+    pub(crate) fn perform_as(&mut self, i: usize, a: &Action, in_flight: bool) -> Answer {
+        let holds = self.holds_lease(i);
+        if holds {
+            self.acted_with_lease.insert(i);
+            if self.acted_with_lease.len() > 1 {
+                self.violate(format!(
+                    "replicas {:?} acted in one step, each with a valid lease",
+                    self.acted_with_lease
+                ));
+            }
+        } else if !in_flight {
+            self.violate(format!(
+                "r{i} performed '{a}' without a valid lease, and not as its in-flight step"
+            ));
+        } else if Self::acts_outside_store(a) {
+            self.stale_side_effect(i, a);
+        }
+        let answer = self.perform(a, !holds);
+        if !holds && matches!(answer, Answer::Done) {
+            if let Action::AddLearner { peer_url, .. } = a {
+                self.stale_learner = Some(peer_url.clone());
+            }
+        }
+        let removed = matches!(a, Action::RemoveMember { .. }) && matches!(answer, Answer::Done);
+        if holds && removed && self.lose_lease_after_removal && self.faults_on() {
+            self.lose_lease_after_removal = false;
+            self.lease.leases_lost_after_removal += 1;
+            self.leader_key = None;
+            // Its lease ended after its step: the next holder may act in this step too
+            // (the leases do not overlap).
+            self.acted_with_lease.remove(&i);
+            self.note(format!(
+                "FAULT r{i}'s lease is lost right after '{a}'; it still believes it leads"
+            ));
+        }
+        answer
+    }
+
+    /// The deposed leader's side effect: counted, and at most one per term.
+    fn stale_side_effect(&mut self, i: usize, a: &Action) {
+        self.lease.stale_side_effects += 1;
+        let store_token = self.leader_key.map_or(0, |k| k.token);
+        let Some(t) = self.replicas[i].term.as_mut() else {
+            self.violate(format!("r{i} performed '{a}' while standing by"));
+            return;
+        };
+        let (token, again) = (t.token, t.stale_done);
+        t.stale_done = true;
+        if again {
+            self.violate(format!(
+                "r{i} performed a second side effect after its lease ended: '{a}'"
+            ));
+        }
+        self.note(format!(
+            "STALE r{i} (token {token}, store token {store_token}) performs '{a}' without re-checking"
+        ));
+    }
+
+    /// One iteration of replica `i`, if it runs and leads: its own lease check, then
+    /// observe, decide, and perform the actions in order until one fails (or the replica
+    /// crashes, is paused, or steps down).
+    pub(crate) fn controller_step(&mut self, i: usize, faults_on: bool) {
+        if !self.runs(i) || self.replicas[i].term.is_none() {
+            return;
+        }
+        // Nothing without the store: not even an observation (the machines are in it).
+        if !self.store_serves(i) {
+            self.lease.store_holds += 1;
+            return;
+        }
+        // The lease before anything else: gone in the store ends the term; not confirmed
+        // (run out by its own clock, its renewals unanswered) holds the replica.
+        match self.standing_of(i, 0) {
+            Standing::Act => self.acted_after_outage(i),
+            Standing::Hold => return,
+            Standing::Lost => {
+                self.step_down(i, "the store says its lease is gone");
+                return;
+            }
+        }
+        // A defragmentation call blocks its caller until the member is done.
+        if self.replicas[i].busy_until_ms > self.now_ms {
+            return;
+        }
+        let obs = self.observe_as(i);
+        let d = decide(&self.cp, &self.machines, &obs);
+        self.decisions += 1;
+        self.last_converged = d.converged;
+        self.note_refusal(&d);
+        if d.actions
+            .iter()
+            .filter(|a| a.is_membership_change())
+            .count()
+            > 1
+        {
+            self.violate(format!(
+                "several membership changes in one decision: {:?}",
+                d.actions
+            ));
+        }
+        // As the controller: publish the endpoints, bring the load balancer in step,
+        // then pace (a machine seen leaving starts its drain now).
+        self.publish(&d.endpoints);
+        let lb_in_step = self.sync_lb();
+        self.observe_pacing(i);
+        let tag = self.tag(i);
+        for a in &d.actions {
+            if let quorum_core::pacing::Verdict::Wait(hold) = self.pacing_verdict(i, a, lb_in_step)
+            {
+                self.count_hold(i, a, hold);
+                return;
+            }
+            if !self.ensure_leading(i) {
+                return;
+            }
+            if faults_on
+                && self.ha()
+                && self.rng.chance(self.cfg.fault_per_mille / 3)
+                && self.may_pause_in_flight(a)
+            {
+                self.pause_in_flight(i, a);
+                return;
+            }
+            // Faults around the call.
+            if faults_on && self.rng.chance(self.cfg.fault_per_mille / 3) {
+                self.faults += 1;
+                match self.rng.below(3) {
+                    0 => {
+                        self.note(format!("{tag}CRASH before '{a}'"));
+                        self.crash_replica(i);
+                        return;
+                    }
+                    1 => {
+                        // Classified as the controller's adapter classifies a timeout.
+                        self.note(format!("{tag}TIMEOUT before '{a}' reached etcd"));
+                        self.backoff(i, a, timed_out(a));
+                        return;
+                    }
+                    _ => {
+                        let ans = self.perform_as(i, a, false);
+                        let applied = matches!(ans, Answer::Done);
+                        if self.rng.chance(500) {
+                            self.note(format!("{tag}CRASH after '{a}' (applied: {applied})"));
+                            self.crash_replica(i);
+                        } else {
+                            self.note(format!("{tag}LOST ANSWER of '{a}' (applied: {applied})"));
+                            self.backoff(i, a, timed_out(a));
+                        }
+                        return;
+                    }
+                }
+            }
+            let answer = self.perform_as(i, a, false);
+            if let (Action::Defragment { machine }, Answer::Done) = (a, &answer) {
+                // The call blocks while the member rewrites its file; the controller's
+                // tracker remembers it was done under this alarm, as the real one does.
+                self.replicas[i].busy_until_ms = self.now_ms + repair::DEFRAG_STALL_MS;
+                self.replicas[i].tracker.defragmented(machine);
+            }
+            if let (Action::DisarmAlarm { .. }, Answer::Done) = (a, &answer) {
+                self.replicas[i].tracker.disarmed();
+            }
+            match &answer {
+                Answer::Done => self.note(format!("{tag}did '{a}'")),
+                Answer::Refused(why) => self.note(format!("{tag}'{a}' refused: {why}")),
+                Answer::Failed(why) => self.note(format!("{tag}'{a}' failed: {why}")),
+                Answer::Fenced => {
+                    self.lease.fenced_writes += 1;
+                    self.step_down(i, &format!("its write for '{a}' was fenced"));
+                    return;
+                }
+            }
+            if let Some(attempt) = Self::attempt_of(&answer) {
+                self.backoff(i, a, attempt);
+                if attempt != Attempt::Done {
+                    return;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,548 @@
+//! An exhaustive model check of the real decision function against an abstract etcd.
+//!
+//! The system: a 3-member control plane rolled from 3.4.23 to 3.5.1 (maxSurge 1 or 0) by
+//! a controller that runs `quorum_core::decide` on a fresh observation and performs the
+//! decision's actions in order, and that may crash after any prefix of them (at most
+//! `MAX_CRASHES` times), plus a deposed controller that took a decision earlier and may
+//! still perform its first side effect once, at any later moment (its store writes are
+//! fenced, so only its effects on etcd and on machines land). The environment moves at
+//! any pace: learners catch up, removed members' processes exit, a leaderless cluster
+//! elects, and one failure happens at most: a member process dies (the controller
+//! restarts it), a member hangs (or is cut off from its peers and the controller) for a
+//! while, or a member's disk is lost for good (its process killed, its data gone).
+//!
+//! Remediation is the core's: the controller keeps the health memory `health::Tracker`
+//! keeps (lost in a crash), here abstract: which machines have a problem replacement
+//! repairs, and for each whether it has lasted `unhealthyAfter` (an environment step,
+//! one machine at a time, so the memory may say anything about the problems seen). A
+//! due member is marked for replacement with its remediation record, leaves (leadership
+//! first, then its member, then its process), its replacement is recorded before its
+//! record goes, and the replacement joins as a learner and is promoted. A lost disk is
+//! only ever repaired that way, so the liveness check below proves the path completes.
+//! Checked at every start: never `new` after the cluster formed, never on lost data.
+//!
+//! Pacing is the core's (`quorum_core::pacing`, what the controller runs): before each
+//! action the controller asks `Pacing::check`, so a member of a leaving machine is
+//! removed only once its drain has passed and while the load balancer is in step. Time
+//! is abstract: state bits say whether the controller's drain clock started (a pass saw
+//! the machine leaving, after publishing the endpoints without it) and whether it passed
+//! (an environment step), and whether the load balancer is reachable (it may become
+//! unreachable once, and reachable again); a pass that reaches it brings it in step.
+//! The ground truth is kept apart (which leaving machines have drained, which the load
+//! balancer still serves), and every removal is checked against it. Retry backoff is not
+//! modelled: a refused action just ends the controller's pass, as a wait would.
+//!
+//! Every reachable state is enumerated (breadth first, states deduplicated). Checked in
+//! every state: a majority of voters runs (quorum never lost: a failure is injected only
+//! where a majority keeps running, so any loss would be quorum's doing, whatever the
+//! health memory says), at most one learner, never an add and a removal in flight
+//! together (but beside a deposed controller's stale add), no machine deleted while its
+//! member votes. Liveness under fairness: every terminal state is the goal (all members
+//! upgraded, every machine with its data), and the goal is reachable from every
+//! reachable state (AG EF goal over the explicit state graph). That
+//! second check is why this is a purpose-built explorer rather than the `stateright`
+//! crate: stateright's `eventually` ignores paths that end in a cycle (a documented
+//! false negative), while a stuck cycle is exactly the bug this project exists to prevent.
+//!
+//! Two faults are held back where the core's rules cannot repair them, as in the
+//! simulator (`Variant::faults_anywhere` lets them happen): a disk lost while another
+//! machine is leaving, and a deposed controller's stale start.
+
+use quorum_core::health::{self, Problem};
+use quorum_core::pacing::{Pacing, PacingInput, Verdict};
+use quorum_core::{
+    decide, quorum_size, Action, ControlPlane, ControlPlaneSpec, DataMarker, EndpointStatus,
+    Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
+};
+use std::hash::Hash;
+use std::net::Ipv4Addr;
+
+pub const MAX_CRASHES: u8 = 2;
+const OLD: Version = Version::new(3, 4, 23);
+const NEW: Version = Version::new(3, 5, 1);
+/// A bound on the explored states: the check fails rather than run away.
+pub const MAX_STATES: usize = 5_000_000;
+/// The model's clock stands still: whether a problem has lasted `unhealthyAfter` is a
+/// state bit (`Memory`), set by an environment step.
+const NOW_UNIX_S: i64 = 1_800_000_000;
+const CLUSTER_ID: u64 = 1;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct MMember {
+    id: u64,
+    peer_url: String,
+    /// The serial of the machine whose peer URL it has (a machine's address ends in its
+    /// serial): members match machines by it without formatting URLs in the hot loop.
+    serial: u64,
+    /// The process started once (etcd then knows its name).
+    named: bool,
+    is_learner: bool,
+    caught_up: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Proc {
+    name: String,
+    running: bool,
+    has_data: bool,
+}
+
+/// Which system is checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Variant {
+    pub max_surge: u32,
+    /// etcd's `--strict-reconfig-check`: a removal must leave a running majority.
+    pub etcd_strict: bool,
+    /// A deposed controller may perform one stale side effect: in lease terms, a replica
+    /// that passed its check (`lease::may_act` with the margin, then the fenced no-op
+    /// write) for its decision's first action, was paused past its TTL while the other
+    /// replica took the leader key (a new token), and performs that action on resuming
+    /// without checking again. Its store writes carry the old token and are refused; its
+    /// effects on etcd and on machines land. The simulator's two-replica mode (`lib.rs`,
+    /// `Config::replicas`) plays the same fault with timed leases, renewals and takeovers.
+    pub deposed: bool,
+    /// Faults also where the core's rules cannot repair them (off in `ALL`; the binary's
+    /// `--model-check --faults-anywhere` shows the counterexamples): a disk lost while
+    /// another machine is leaving (its removal then needs the dead member's vote, and
+    /// remediation waits for the removal), and a deposed controller's stale start of a
+    /// machine whose disk is lost meanwhile (nothing checks the data again at the start).
+    pub faults_anywhere: bool,
+}
+
+impl Variant {
+    /// The systems checked: quorum alone (etcd's check off, so quorum's own projection
+    /// is the only guard), and quorum with a deposed controller (which only etcd's
+    /// check can stop from performing a removal it decided before a member died;
+    /// fencing and the leadership re-check of the distributed store narrow that window).
+    pub const ALL: [Variant; 4] = [
+        Variant {
+            max_surge: 1,
+            etcd_strict: false,
+            deposed: false,
+            faults_anywhere: false,
+        },
+        Variant {
+            max_surge: 0,
+            etcd_strict: false,
+            deposed: false,
+            faults_anywhere: false,
+        },
+        Variant {
+            max_surge: 1,
+            etcd_strict: true,
+            deposed: true,
+            faults_anywhere: false,
+        },
+        Variant {
+            max_surge: 0,
+            etcd_strict: true,
+            deposed: true,
+            faults_anywhere: false,
+        },
+    ];
+}
+
+/// One state of the whole system.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct State {
+    variant: Variant,
+    cp: ControlPlane,
+    machines: Vec<Machine>,
+    next_serial: u64,
+    procs: Vec<Proc>,
+    members: Vec<MMember>,
+    next_member_id: u64,
+    leader: Option<u64>,
+    crashes: u8,
+    /// A member process may die once (the controller restarts it).
+    died: bool,
+    /// A member may hang once (SIGSTOP) or be cut off from its peers and the controller:
+    /// its process runs, it answers nothing, until it heals.
+    partitioned: Option<u64>,
+    partition_used: bool,
+    /// A member's disk may be lost once: its process killed, its data gone for good
+    /// (only remediation repairs it).
+    disk_lost: bool,
+    /// The controller's health memory (`health::Tracker`, lost in a crash): the
+    /// machines with a problem that replacement repairs, and whether it has lasted
+    /// `unhealthyAfter` (an environment step says so; the model has no clock).
+    memory: Vec<(String, bool)>,
+    /// The deposed controller's pending side effect.
+    stale: Option<Action>,
+    stale_used: bool,
+    /// The learner its stale add created (by peer URL): the controller may have marked
+    /// a machine for removal meanwhile (remediation comes before joins).
+    stale_learner: Option<String>,
+    /// The controller's drain clock (its memory, lost in a crash): started by a pass
+    /// that saw a machine leaving, passed by an environment step.
+    drain_started: bool,
+    drain_passed: bool,
+    /// Ground truth: leaving machines whose endpoints have been unpublished for the
+    /// drain time, and leaving machines the load balancer still sends clients to.
+    drained: Vec<String>,
+    lb_serves: Vec<String>,
+    /// The load balancer is reachable (a pass brings it in step); it may become
+    /// unreachable once.
+    lb_reachable: bool,
+    lb_fault_used: bool,
+}
+
+/// What the exploration found.
+#[derive(Debug)]
+pub struct Report {
+    pub states: usize,
+    pub transitions: usize,
+    pub max_depth: usize,
+    pub goal_states: usize,
+    /// States with a machine's disk lost, and states in which a remediation is recorded
+    /// (a machine leaving to be replaced, or its replacement): the repair path was
+    /// explored.
+    pub disk_lost_states: usize,
+    pub remediation_states: usize,
+    /// Empty when every property holds.
+    pub violations: Vec<String>,
+}
+
+fn machine(serial: u64, version: Version) -> Machine {
+    Machine {
+        name: format!("m-{serial}"),
+        serial,
+        address: Ipv4Addr::new(127, 1, 0, serial as u8),
+        version,
+        bootstrap: serial <= 3,
+        deleting: false,
+        tls: false,
+        certificates_not_after_unix_s: None,
+        remediation: None,
+        in_place: None,
+    }
+}
+
+/// 3 healthy members at OLD, spec at NEW.
+pub fn initial(variant: Variant) -> State {
+    let machines: Vec<Machine> = (1..=3).map(|i| machine(i, OLD)).collect();
+    let max_surge = variant.max_surge;
+    State {
+        variant,
+        cp: ControlPlane {
+            name: "m".into(),
+            spec: ControlPlaneSpec {
+                replicas: 3,
+                version: NEW,
+                rollout: RolloutStrategy {
+                    max_surge,
+                    ..RolloutStrategy::default()
+                },
+                paused: false,
+                haproxy: None,
+                certificates: Default::default(),
+                insecure_plaintext: true,
+                remediation: Default::default(),
+                maintenance: Default::default(),
+            },
+            deleting: false,
+        },
+        procs: machines
+            .iter()
+            .map(|m| Proc {
+                name: m.name.clone(),
+                running: true,
+                has_data: true,
+            })
+            .collect(),
+        members: machines
+            .iter()
+            .map(|m| MMember {
+                id: m.serial,
+                peer_url: m.peer_url(),
+                serial: m.serial,
+                named: true,
+                is_learner: false,
+                caught_up: true,
+            })
+            .collect(),
+        machines,
+        next_serial: 4,
+        next_member_id: 4,
+        leader: Some(1),
+        crashes: 0,
+        died: false,
+        partitioned: None,
+        partition_used: false,
+        disk_lost: false,
+        memory: vec![],
+        stale: None,
+        stale_used: false,
+        stale_learner: None,
+        drain_started: false,
+        drain_passed: false,
+        drained: vec![],
+        lb_serves: vec![],
+        lb_reachable: true,
+        lb_fault_used: false,
+    }
+}
+
+impl State {
+    fn proc(&self, name: &str) -> Option<&Proc> {
+        self.procs.iter().find(|p| p.name == name)
+    }
+
+    fn proc_mut(&mut self, name: &str) -> Option<&mut Proc> {
+        self.procs.iter_mut().find(|p| p.name == name)
+    }
+
+    fn machine_of(&self, m: &MMember) -> Option<&Machine> {
+        self.machines.iter().find(|x| x.serial == m.serial)
+    }
+
+    /// Running and connected: what counts towards quorum.
+    fn member_running(&self, m: &MMember) -> bool {
+        self.partitioned != Some(m.id)
+            && self
+                .machine_of(m)
+                .and_then(|x| self.proc(&x.name))
+                .is_some_and(|p| p.running)
+    }
+
+    fn voters(&self) -> impl Iterator<Item = &MMember> {
+        self.members.iter().filter(|m| !m.is_learner)
+    }
+
+    fn has_quorum(&self) -> bool {
+        let v = self.voters().count();
+        v > 0 && self.voters().filter(|m| self.member_running(m)).count() >= quorum_size(v)
+    }
+
+    fn observe(&self) -> Observation {
+        let mut obs = Observation::default();
+        for mach in &self.machines {
+            let p = self.proc(&mach.name);
+            let running = p.is_some_and(|p| p.running);
+            let member = self.members.iter().find(|m| m.serial == mach.serial);
+            let status = match member {
+                Some(m) if running && s_partitioned_not(self, m.id) => Some(EndpointStatus {
+                    member_id: m.id,
+                    leader_id: self.leader.unwrap_or(0),
+                    raft_term: 1,
+                    raft_index: if m.caught_up { 100 } else { 0 },
+                    raft_applied_index: if m.caught_up { 100 } else { 0 },
+                    version: Some(mach.version),
+                    is_learner: m.is_learner,
+                    alarms: vec![],
+                    cluster_id: CLUSTER_ID,
+                    revision: 0,
+                    db_size_bytes: 0,
+                    db_size_in_use_bytes: 0,
+                }),
+                _ => None,
+            };
+            obs.machines.insert(
+                mach.name.clone(),
+                MachineObservation {
+                    process: if running {
+                        ProcessState::Running
+                    } else {
+                        ProcessState::Stopped
+                    },
+                    has_data: p.is_some_and(|p| p.has_data),
+                    status,
+                    // Written with the data at its first start (the simulator covers the
+                    // marker's own step); gone with it.
+                    marker: member
+                        .filter(|_| p.is_some_and(|p| p.has_data))
+                        .map(|m| DataMarker {
+                            cluster_id: CLUSTER_ID,
+                            member_id: m.id,
+                        }),
+                    quorum_read: None,
+                    starts_unix_s: vec![],
+                    running_version: None,
+                },
+            );
+        }
+        obs.now_unix_s = NOW_UNIX_S;
+        obs.problem_since_unix_s = self.problem_since();
+        if self.leader.is_some() {
+            obs.members = Some(
+                self.members
+                    .iter()
+                    .map(|m| Member {
+                        id: m.id,
+                        name: if m.named {
+                            self.machine_of(m)
+                                .map(|x| x.name.clone())
+                                .unwrap_or_default()
+                        } else {
+                            String::new()
+                        },
+                        peer_urls: vec![m.peer_url.clone()],
+                        // etcd lists a member's client URLs once it has started (the
+                        // core's sign that it ran).
+                        client_urls: if m.named {
+                            vec![m.peer_url.replace(":2380", ":2379")]
+                        } else {
+                            vec![]
+                        },
+                        is_learner: m.is_learner,
+                    })
+                    .collect(),
+            );
+        }
+        obs
+    }
+
+    fn goal(&self) -> bool {
+        if self.partitioned.is_some() {
+            return false;
+        }
+        let data_everywhere = self.procs.iter().all(|p| p.has_data);
+        data_everywhere
+            && self.machines.len() == 3
+            && self
+                .machines
+                .iter()
+                .all(|m| m.version == NEW && !m.deleting)
+            && self.members.len() == 3
+            && self
+                .members
+                .iter()
+                .all(|m| !m.is_learner && self.member_running(m))
+    }
+
+    /// The start of a controller's pass: it publishes the endpoints (without the leaving
+    /// machines), brings a reachable load balancer in step, and its pacing sees the
+    /// leaving machines (their drain clock starts).
+    fn begin_pass(&mut self) {
+        if self.lb_reachable {
+            self.lb_serves.clear();
+        }
+        if self.machines.iter().any(|m| m.deleting) {
+            self.drain_started = true;
+        }
+    }
+
+    /// Since when each remembered problem holds, as the tracker would say it.
+    fn problem_since(&self) -> std::collections::BTreeMap<String, i64> {
+        let after_s = self.cp.spec.remediation.unhealthy_after.as_secs() as i64;
+        self.memory
+            .iter()
+            .map(|(m, due)| {
+                (
+                    m.clone(),
+                    if *due {
+                        NOW_UNIX_S - after_s
+                    } else {
+                        NOW_UNIX_S
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// The controller's pass takes in a fresh observation (`health::Tracker::observe`,
+    /// in the model's abstract time): a machine with a problem that replacement repairs
+    /// is remembered (not yet for `unhealthyAfter`), one without is forgotten.
+    fn track(&mut self, observed: &Observation) {
+        let problems = health::assess(&self.cp, &self.machines, observed);
+        let remediable: Vec<String> = problems
+            .into_iter()
+            .filter(|(_, ps)| ps.iter().any(Problem::remediable))
+            .map(|(m, _)| m)
+            .collect();
+        let old = std::mem::take(&mut self.memory);
+        self.memory = remediable
+            .into_iter()
+            .map(|m| {
+                let due = old.iter().any(|(o, d)| *o == m && *d);
+                (m, due)
+            })
+            .collect();
+    }
+
+    /// The shared pacing policy's verdict on `a`, in the model's abstract time: the
+    /// controller saw the leaving machines at 0 (if its clock started) and it is now
+    /// either then or past the drain.
+    fn pacing(&self, a: &Action) -> Verdict {
+        let mut p = Pacing::default();
+        if self.drain_started {
+            p.observe(0, &self.machines);
+        }
+        let input = PacingInput {
+            now_ms: if self.drain_passed {
+                p.policy().drain_ms
+            } else {
+                0
+            },
+            lb_in_step: self.lb_reachable,
+        };
+        p.check(a, &input)
+    }
+
+    /// A removal of a leaving machine's member, against the ground truth.
+    fn check_removal_paced(&self, machine: &str) -> Result<(), String> {
+        if !self.machines.iter().any(|m| m.name == machine) {
+            return Ok(());
+        }
+        if !self.drained.iter().any(|m| m == machine) {
+            return Err(format!(
+                "the member of {machine} removed before its drain passed"
+            ));
+        }
+        if self.lb_serves.iter().any(|m| m == machine) {
+            return Err(format!(
+                "the member of {machine} removed while the load balancer still sends clients to it"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Safety properties of this state.
+    fn check(&self) -> Result<(), String> {
+        if !self.has_quorum() {
+            return Err("quorum lost".into());
+        }
+        let learners = self.members.iter().filter(|m| m.is_learner).count();
+        if learners > 1 {
+            return Err(format!("{learners} learners"));
+        }
+        let removing = self.machines.iter().any(|x| {
+            x.deleting
+                && self
+                    .members
+                    .iter()
+                    .any(|m| m.serial == x.serial && !m.is_learner)
+        });
+        // Quorum's own steps never start an add beside a removal; a deposed
+        // controller's stale add may land beside one (the learner is then promoted, or
+        // removed as an orphan, before the removal: `finish_learner` and
+        // `remove_orphan` come first).
+        let stale = self
+            .members
+            .iter()
+            .any(|m| m.is_learner && self.stale_learner.as_ref() == Some(&m.peer_url));
+        if learners == 1 && removing && !stale {
+            return Err("an add and a removal in flight together".into());
+        }
+        Ok(())
+    }
+}
+
+/// The serial a model machine's peer URL ends in (`http://127.1.0.<serial>:2380`).
+fn serial_of_url(url: &str) -> u64 {
+    url.rsplit_once(':')
+        .and_then(|(host, _)| host.rsplit_once('.'))
+        .and_then(|(_, last)| last.parse().ok())
+        .unwrap_or(0)
+}
+
+fn s_partitioned_not(s: &State, id: u64) -> bool {
+    s.partitioned != Some(id)
+}
+
+mod explore;
+mod perform;
+#[cfg(test)]
+mod tests;
+
+pub use explore::check;

@@ -1,0 +1,415 @@
+//! The model's transitions: every action performed against the abstract etcd, provider
+//! and store (the properties that concern an action checked as it happens), and every
+//! successor of a state: the controller's passes (crashing after any prefix of a
+//! decision), the deposed controller's one stale step, and the environment.
+
+use super::*;
+
+/// Performs one action. `fenced`: the deposed controller, whose store writes fail.
+/// Returns false if etcd refused (the rest of the decision is not performed), or an
+/// error for a violated property.
+pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
+    match a {
+        Action::AllocateMachine {
+            bootstrap,
+            version,
+            remediation,
+        } => {
+            if !fenced {
+                let m = Machine {
+                    bootstrap: *bootstrap,
+                    remediation: remediation.clone(),
+                    ..machine(s.next_serial, *version)
+                };
+                s.next_serial += 1;
+                s.procs.push(Proc {
+                    name: m.name.clone(),
+                    running: false,
+                    has_data: false,
+                });
+                s.machines.push(m);
+            }
+        }
+        Action::MarkDeleting {
+            machine,
+            remediation,
+            ..
+        } => {
+            if !fenced {
+                if let Some(m) = s.machines.iter_mut().find(|m| &m.name == machine) {
+                    m.deleting = true;
+                    if remediation.is_some() {
+                        m.remediation = remediation.clone();
+                    }
+                    // It leaves the endpoints at the next pass: a new drain, and the
+                    // load balancer serves it until a pass brings it in step.
+                    s.drain_started = false;
+                    s.drain_passed = false;
+                    s.lb_serves.push(machine.clone());
+                }
+            }
+        }
+        // The model's data directories carry their marker from their first start (it
+        // is the observation's `marker`), and its keyspace never fills: the simulator
+        // covers markers and space upkeep.
+        Action::ForgetControlPlane
+        | Action::WriteMarker { .. }
+        | Action::Compact { .. }
+        | Action::Defragment { .. }
+        | Action::DisarmAlarm { .. }
+        | Action::BeginInPlace { .. }
+        | Action::SetInPlacePhase { .. }
+        | Action::EndInPlace { .. } => {}
+        Action::StartMachine { machine, state, .. } => {
+            let serial = s
+                .machines
+                .iter()
+                .find(|m| &m.name == machine)
+                .map(|m| m.serial);
+            let Some(serial) = serial else {
+                return Ok(true);
+            };
+            if *state == quorum_core::ClusterState::New {
+                return Err(format!(
+                    "{machine} started with `new` after the cluster formed"
+                ));
+            }
+            let lost = s.members.iter().any(|m| m.serial == serial && m.named)
+                && s.proc(machine).is_some_and(|p| !p.has_data && !p.running);
+            if lost {
+                return Err(format!("{machine} started on lost data"));
+            }
+            let is_member = s.members.iter().any(|m| m.serial == serial);
+            // etcd started for a machine that is not a member exits at once.
+            if is_member {
+                if let Some(p) = s.proc_mut(machine) {
+                    p.running = true;
+                    p.has_data = true;
+                }
+                if let Some(m) = s.members.iter_mut().find(|m| m.serial == serial) {
+                    m.named = true;
+                }
+            }
+        }
+        Action::AddLearner { peer_url, .. } => {
+            if s.leader.is_none() {
+                return Ok(false);
+            }
+            if s.members.iter().any(|m| &m.peer_url == peer_url) {
+                return Ok(true); // already done
+            }
+            if s.members.iter().any(|m| m.is_learner) {
+                return Ok(false); // too many learners
+            }
+            let id = s.next_member_id;
+            s.next_member_id += 1;
+            s.members.push(MMember {
+                id,
+                peer_url: peer_url.clone(),
+                serial: serial_of_url(peer_url),
+                named: false,
+                is_learner: true,
+                caught_up: false,
+            });
+        }
+        Action::Promote { member_id, .. } => {
+            if s.leader.is_none() {
+                return Ok(false);
+            }
+            match s.members.iter_mut().find(|m| m.id == *member_id) {
+                Some(m) if m.is_learner && !m.caught_up => return Ok(false),
+                Some(m) => m.is_learner = false,
+                None => return Ok(false),
+            }
+        }
+        Action::MoveLeader { to_member, .. } => {
+            let ok = s
+                .members
+                .iter()
+                .any(|m| m.id == *to_member && !m.is_learner && s.member_running(m));
+            if s.leader.is_none() || !ok {
+                return Ok(false);
+            }
+            s.leader = Some(*to_member);
+        }
+        Action::RemoveMember { member_id, machine } => {
+            if let Some(m) = machine {
+                s.check_removal_paced(m)?;
+            }
+            if s.leader.is_none() {
+                return Ok(false);
+            }
+            // etcd's strict reconfiguration check (on by default): a removal must leave a
+            // running majority of the remaining voters. quorum's own projection never
+            // relies on it; a deposed controller's stale removal, decided before a member
+            // died, is what it stops.
+            let remaining: Vec<&MMember> = s.voters().filter(|m| m.id != *member_id).collect();
+            let running = remaining.iter().filter(|m| s.member_running(m)).count();
+            let voter = s
+                .members
+                .iter()
+                .any(|m| m.id == *member_id && !m.is_learner);
+            if s.variant.etcd_strict && voter && running < quorum_size(remaining.len()) {
+                return Ok(false);
+            }
+            s.members.retain(|m| m.id != *member_id);
+            if s.leader == Some(*member_id) {
+                s.leader = None;
+            }
+        }
+        Action::StopMachine { machine } => {
+            if let Some(p) = s.proc_mut(machine) {
+                p.running = false;
+            }
+        }
+        Action::DeleteMachine { machine } => {
+            if let Some(m) = s.machines.iter().find(|m| &m.name == machine) {
+                let serial = m.serial;
+                if s.members
+                    .iter()
+                    .any(|x| x.serial == serial && !x.is_learner)
+                {
+                    return Err(format!("{machine} deleted while its member votes"));
+                }
+            }
+            if let Some(p) = s.proc_mut(machine) {
+                p.running = false;
+                p.has_data = false;
+            }
+            if !fenced {
+                s.machines.retain(|m| &m.name != machine);
+                s.procs.retain(|p| &p.name != machine);
+                s.drained.retain(|m| m != machine);
+                s.lb_serves.retain(|m| m != machine);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// Every successor of `s`, or a violated property.
+pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
+    let mut out = Vec::new();
+    // The controller's pass starts with its health memory brought up to date.
+    let mut tracked = s.clone();
+    let mut observed = s.observe();
+    tracked.track(&observed);
+    observed.problem_since_unix_s = tracked.problem_since();
+    let d = decide(&tracked.cp, &tracked.machines, &observed);
+    if d.actions.is_empty() && tracked != *s {
+        out.push((
+            "controller: notes the problems it sees".to_string(),
+            tracked.clone(),
+        ));
+    }
+    if d.actions
+        .iter()
+        .filter(|a| a.is_membership_change())
+        .count()
+        > 1
+    {
+        return Err("several membership changes in one decision".into());
+    }
+    // The controller performs a prefix of the decision (a shorter one is a crash).
+    for k in 1..=d.actions.len() {
+        let crash = k < d.actions.len();
+        if crash && s.crashes >= MAX_CRASHES {
+            continue;
+        }
+        let mut n = tracked.clone();
+        n.begin_pass();
+        let mut steps = Vec::new();
+        for a in &d.actions[..k] {
+            // Held by pacing (draining, the load balancer behind): the pass ends, as
+            // after a refusal.
+            if let Verdict::Wait(hold) = n.pacing(a) {
+                steps.push(format!("holds '{a}' ({hold})"));
+                break;
+            }
+            steps.push(a.to_string());
+            if !perform(&mut n, a, false)? {
+                break;
+            }
+        }
+        let mut label = steps.join(", ");
+        if crash {
+            n.crashes += 1;
+            // Its pacing and health memory go with it: the next controller drains again
+            // and counts every problem afresh.
+            n.drain_started = false;
+            n.drain_passed = false;
+            n.memory.clear();
+            label.push_str(" (then the controller crashes)");
+        }
+        out.push((format!("controller: {label}"), n));
+    }
+    // The deposed controller decides now and acts later, once. Its pass brings a
+    // reachable load balancer in step too, and its step passed the same pacing check.
+    if s.variant.deposed && s.stale.is_none() && !s.stale_used {
+        if let Some(a) = d.actions.first() {
+            let mut n = tracked.clone();
+            if n.lb_reachable {
+                n.lb_serves.clear();
+            }
+            let held = s.variant.faults_anywhere || !matches!(a, Action::StartMachine { .. });
+            if held && n.pacing(a) == Verdict::Go {
+                n.stale = Some(a.clone());
+                out.push((format!("deposed controller decides: {a}"), n));
+            }
+        }
+    }
+    if let Some(a) = &s.stale {
+        let mut n = s.clone();
+        n.stale = None;
+        n.stale_used = true;
+        let added = |x: &State, url: &str| x.members.iter().any(|m| m.peer_url == url);
+        if let Action::AddLearner { peer_url, .. } = a {
+            if !added(&n, peer_url) {
+                perform(&mut n, a, true)?;
+                if added(&n, peer_url) {
+                    n.stale_learner = Some(peer_url.clone());
+                }
+            }
+        } else {
+            perform(&mut n, a, true)?;
+        }
+        out.push((format!("deposed controller performs: {a}"), n));
+    }
+    // The environment.
+    for (i, m) in s.members.iter().enumerate() {
+        if m.is_learner && !m.caught_up && s.member_running(m) {
+            let mut n = s.clone();
+            n.members[i].caught_up = true;
+            out.push((format!("learner {} catches up", m.id), n));
+        }
+    }
+    for (i, p) in s.procs.iter().enumerate() {
+        let member = s
+            .machines
+            .iter()
+            .find(|x| x.name == p.name)
+            .and_then(|x| s.members.iter().find(|m| m.serial == x.serial));
+        if p.running && member.is_none() {
+            // A removed member's process shuts itself down.
+            let mut n = s.clone();
+            n.procs[i].running = false;
+            out.push((format!("removed member's process {} exits", p.name), n));
+        }
+    }
+    // One fault per run (a death or a cut-off member): a 3-member cluster tolerates one
+    // failure. With two (a voter dead and the learner cut off), a deposed controller's
+    // promote decided before both can lose quorum: that window is bounded by the
+    // distributed store's fencing and leadership re-check, not by this core.
+    let fault_free = !s.died && !s.partition_used && !s.disk_lost;
+    let leaving = s.machines.iter().any(|m| m.deleting);
+    let disk_may_go = s.variant.faults_anywhere || !leaving;
+    if fault_free {
+        // A member's process dies (once), or its disk is lost with it: only when a
+        // majority would still run, so any quorum loss is quorum's doing, not the
+        // environment's.
+        for (i, p) in s.procs.iter().enumerate() {
+            if !p.running {
+                continue;
+            }
+            let mut n = s.clone();
+            n.procs[i].running = false;
+            n.died = true;
+            if n.has_quorum() {
+                let mut lost = n.clone();
+                lost.died = false;
+                lost.disk_lost = true;
+                lost.procs[i].has_data = false;
+                if lost.leader.is_some_and(|l| {
+                    lost.members
+                        .iter()
+                        .find(|m| m.id == l)
+                        .is_some_and(|m| !lost.member_running(m))
+                }) {
+                    lost.leader = None;
+                }
+                if disk_may_go {
+                    out.push((format!("{} loses its disk", p.name), lost));
+                }
+                let dead_leader = n
+                    .leader
+                    .and_then(|l| n.members.iter().find(|m| m.id == l))
+                    .is_some_and(|m| !n.member_running(m));
+                if dead_leader {
+                    n.leader = None;
+                }
+                out.push((format!("{}'s process dies", p.name), n));
+            }
+        }
+    }
+    if fault_free {
+        for m in s.members.iter().filter(|m| s.member_running(m)) {
+            let mut n = s.clone();
+            n.partitioned = Some(m.id);
+            n.partition_used = true;
+            if n.has_quorum() {
+                if n.leader == Some(m.id) {
+                    n.leader = None;
+                }
+                out.push((format!("member {} hangs (or is cut off)", m.id), n));
+            }
+        }
+    }
+    if s.partitioned.is_some() {
+        let mut n = s.clone();
+        n.partitioned = None;
+        out.push(("the hung member resumes".to_string(), n));
+    }
+    // Time: a problem the controller remembers lasts `unhealthyAfter` (each on its own,
+    // so its memory may say anything about the problems it sees).
+    for (i, (m, due)) in s.memory.iter().enumerate() {
+        if !due {
+            let mut n = s.clone();
+            n.memory[i].1 = true;
+            out.push((format!("{m}'s problem lasts unhealthyAfter"), n));
+        }
+    }
+    // Time: the controller's drain clock passes (the leaving machines' endpoints have
+    // been unpublished at least that long).
+    if s.drain_started && !s.drain_passed {
+        let mut n = s.clone();
+        n.drain_passed = true;
+        for m in s.machines.iter().filter(|m| m.deleting) {
+            if !n.drained.contains(&m.name) {
+                n.drained.push(m.name.clone());
+            }
+        }
+        out.push(("the drain passes".to_string(), n));
+    }
+    if s.lb_reachable && !s.lb_fault_used {
+        let mut n = s.clone();
+        n.lb_reachable = false;
+        n.lb_fault_used = true;
+        out.push(("the load balancer becomes unreachable".to_string(), n));
+    }
+    if !s.lb_reachable {
+        let mut n = s.clone();
+        n.lb_reachable = true;
+        out.push(("the load balancer is reachable again".to_string(), n));
+    }
+    if s.leader.is_none() {
+        if let Some(m) = s
+            .voters()
+            .filter(|m| s.member_running(m))
+            .min_by_key(|m| m.id)
+        {
+            let mut n = s.clone();
+            n.leader = Some(m.id);
+            out.push((format!("member {} is elected", m.id), n));
+        }
+    }
+    for (_, n) in &mut out {
+        n.members.sort_by_key(|m| m.id);
+        n.procs.sort_by(|a, b| a.name.cmp(&b.name));
+        n.machines.sort_by_key(|m| m.serial);
+        n.drained.sort();
+        n.lb_serves.sort();
+        n.lb_serves.dedup();
+        n.memory.sort();
+    }
+    Ok(out)
+}

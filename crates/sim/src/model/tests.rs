@@ -1,0 +1,189 @@
+//! The model's own tests: its checker, its environment and its controller's pacing.
+
+use super::perform::{perform, successors};
+use super::*;
+use quorum_core::ClusterState;
+
+#[test]
+fn the_initial_state_is_safe_and_not_the_goal() {
+    let s = initial(Variant::ALL[0]);
+    assert!(s.check().is_ok());
+    assert!(!s.goal());
+}
+
+#[test]
+fn the_checker_sees_a_lost_quorum() {
+    let mut s = initial(Variant::ALL[0]);
+    s.procs[0].running = false;
+    s.procs[1].running = false;
+    assert!(s.check().is_err());
+}
+
+#[test]
+fn members_match_machines_by_the_serial_in_their_url() {
+    let m = machine(12, NEW);
+    assert_eq!(serial_of_url(&m.peer_url()), 12);
+    assert_eq!(serial_of_url("http://127.250.0.1:2380"), 1);
+    assert_eq!(serial_of_url("nonsense"), 0);
+}
+
+#[test]
+fn the_checker_sees_a_start_on_lost_data_or_with_new() {
+    let mut s = initial(Variant::ALL[0]);
+    s.procs[1].running = false;
+    s.procs[1].has_data = false;
+    let start = |state| Action::StartMachine {
+        machine: "m-2".into(),
+        state,
+        initial_cluster: vec![],
+        expect: None,
+    };
+    let err = perform(&mut s, &start(ClusterState::Existing), false).unwrap_err();
+    assert!(err.contains("started on lost data"), "{err}");
+    let err = perform(&mut s, &start(ClusterState::New), false).unwrap_err();
+    assert!(err.contains("`new` after the cluster formed"), "{err}");
+}
+
+#[test]
+fn a_lost_disk_is_remembered_then_remediated() {
+    let mut s = initial(Variant::ALL[0]);
+    s.procs[1].running = false;
+    s.procs[1].has_data = false;
+    s.disk_lost = true;
+    // The pass notes the problem; nothing is replaced before it lasts.
+    let next = successors(&s).unwrap();
+    let (_, noted) = next
+        .iter()
+        .find(|(l, _)| l == "controller: notes the problems it sees")
+        .expect("noted");
+    assert_eq!(noted.memory, [("m-2".to_string(), false)]);
+    assert!(
+        controller_labels(noted).is_empty(),
+        "{:?}",
+        controller_labels(noted)
+    );
+    let (_, due) = successors(noted)
+        .unwrap()
+        .into_iter()
+        .find(|(l, _)| l == "m-2's problem lasts unhealthyAfter")
+        .expect("time passes");
+    let labels = controller_labels(&due);
+    assert_eq!(labels.len(), 1, "{labels:?}");
+    assert!(
+        labels[0].starts_with("controller: mark m-2 for replacement (attempt 1: lost its data"),
+        "{labels:?}"
+    );
+    // A crash forgets: the next controller counts afresh.
+    let mut crashed = due.clone();
+    crashed.memory.clear();
+    assert_eq!(
+        controller_labels(&crashed),
+        ["controller: notes the problems it sees"]
+    );
+}
+
+#[test]
+fn a_fenced_deletion_keeps_the_record() {
+    let mut s = initial(Variant::ALL[0]);
+    s.members.retain(|m| m.id != 1);
+    perform(
+        &mut s,
+        &Action::DeleteMachine {
+            machine: "m-1".into(),
+        },
+        true,
+    )
+    .unwrap();
+    assert!(s.machines.iter().any(|m| m.name == "m-1"));
+    assert!(!s.procs[0].running);
+}
+
+#[test]
+fn the_start_of_a_non_member_does_not_run() {
+    let mut s = initial(Variant::ALL[0]);
+    perform(
+        &mut s,
+        &Action::AllocateMachine {
+            bootstrap: false,
+            version: NEW,
+            remediation: None,
+        },
+        false,
+    )
+    .unwrap();
+    let a = Action::StartMachine {
+        machine: "m-4".into(),
+        state: ClusterState::Existing,
+        initial_cluster: vec![],
+        expect: None,
+    };
+    perform(&mut s, &a, false).unwrap();
+    assert!(!s.proc("m-4").unwrap().running);
+}
+
+/// maxSurge 0: the first step marks m-2 leaving; then its removal is due.
+fn leaving() -> State {
+    let mut s = initial(Variant::ALL[1]);
+    let (_, n) = successors(&s)
+        .unwrap()
+        .into_iter()
+        .find(|(l, _)| l.starts_with("controller: mark m-2"))
+        .expect("m-2 marked");
+    s = n;
+    assert!(s.lb_serves.contains(&"m-2".to_string()));
+    s
+}
+
+fn controller_labels(s: &State) -> Vec<String> {
+    successors(s)
+        .unwrap()
+        .into_iter()
+        .map(|(l, _)| l)
+        .filter(|l| l.starts_with("controller:"))
+        .collect()
+}
+
+#[test]
+fn a_removal_is_enabled_only_once_drained_with_the_load_balancer_in_step() {
+    let mut s = leaving();
+    // Member 1 leads: the removal of m-2 is the next step, once paced.
+    let removal = "controller: remove the member of m-2".to_string();
+    assert!(!controller_labels(&s).contains(&removal));
+    s.begin_pass();
+    assert!(s.drain_started && !s.drain_passed);
+    assert!(
+        s.lb_serves.is_empty(),
+        "a reachable load balancer is brought in step"
+    );
+    s.drain_passed = true;
+    s.drained.push("m-2".into());
+    s.lb_reachable = false;
+    assert!(
+        !controller_labels(&s).contains(&removal),
+        "{:?}",
+        controller_labels(&s)
+    );
+    s.lb_reachable = true;
+    assert!(
+        controller_labels(&s).contains(&removal),
+        "{:?}",
+        controller_labels(&s)
+    );
+}
+
+#[test]
+fn the_checker_sees_a_removal_before_the_drain_or_behind_the_load_balancer() {
+    let a = Action::RemoveMember {
+        member_id: 2,
+        machine: Some("m-2".into()),
+    };
+    let mut s = leaving();
+    let err = perform(&mut s, &a, false).unwrap_err();
+    assert!(err.contains("before its drain passed"), "{err}");
+    let mut s = leaving();
+    s.drained.push("m-2".into());
+    let err = perform(&mut s, &a, false).unwrap_err();
+    assert!(err.contains("load balancer still sends clients"), "{err}");
+    s.lb_serves.clear();
+    assert_eq!(perform(&mut s, &a, false), Ok(true));
+}
