@@ -150,8 +150,9 @@ pub enum InPlaceOutcome {
     Done,
     /// Back and healthy on the previous binary; the rollout stops.
     RolledBack,
-    /// The step no longer applies (the spec's version changed before the restart, or a
-    /// rolled-back step's version is no longer wanted): forgotten.
+    /// The step no longer applies (the spec's version changed before the restart, the
+    /// cluster can no longer spare the member before its stop, or a rolled-back step's
+    /// version is no longer wanted): forgotten.
     Abandoned,
 }
 

@@ -7,7 +7,8 @@
 //!    3 or more voters, the cluster survives this member being down), then
 //!    `BeginInPlace` records phase `Draining`: the machine leaves the client endpoints;
 //! 2. leadership moves off it; after the drain (the pacing's, as for a removal) it is
-//!    stopped;
+//!    stopped (should the cluster no longer spare it by then, the step is abandoned:
+//!    it serves again, and begins afresh once every member is healthy);
 //! 3. `SetInPlacePhase(Restarting, new)` records the new binary, then it is started on
 //!    the same data directory;
 //! 4. once it reports the new version, is healthy and has caught up with the leader
@@ -78,6 +79,12 @@ impl<'a> View<'a> {
             return self.end(s, InPlaceOutcome::Abandoned);
         }
         if !s.running() {
+            if self.started_this_second(s) {
+                return Step::wait(
+                    op,
+                    format!("{name} stopped; its restart is recorded at the next second"),
+                );
+            }
             return Step::act(
                 op,
                 Action::SetInPlacePhase {
@@ -89,11 +96,17 @@ impl<'a> View<'a> {
             );
         }
         if let Some(member) = s.member {
+            // The cluster cannot spare it now (another member down, hung, or under an
+            // alarm): nothing has happened to it yet but leaving the endpoints, so the
+            // step is forgotten and it serves again; it begins afresh once every member
+            // is healthy. Refusing here instead held up every later rule, among them
+            // the remediation and the NOSPACE repair that bring the other member back:
+            // the rollout waited for them, and they for it (found by the simulator).
+            if self.survives_down(member).is_err() {
+                return self.end(s, InPlaceOutcome::Abandoned);
+            }
             if self.leader_id == Some(member.id) {
                 return self.move_leader_off(op, member, name);
-            }
-            if let Err(why) = self.survives_down(member) {
-                return Step::refuse(op, format!("not stopping {name} to restart it: {why}"));
             }
         }
         Step::act(
@@ -115,6 +128,16 @@ impl<'a> View<'a> {
             ));
         }
         Ok(())
+    }
+
+    /// Whether it was started within the current second. A phase recorded now would
+    /// take that start for its own (`since_unix_s` has whole seconds) and wait out its
+    /// backoff before ever starting the phase's binary: the new binary of a member that
+    /// had crashed just before its step was then never tried, and the step rolled back
+    /// at its deadline (found by the simulator). The phase is recorded a second later.
+    fn started_this_second(&self, s: &Seen<'_>) -> bool {
+        s.obs
+            .is_some_and(|o| o.starts_unix_s.iter().any(|t| *t >= self.now_unix_s))
     }
 
     /// Start it if it has not been started in this phase (or, after a crash, once its
@@ -200,6 +223,10 @@ impl<'a> View<'a> {
                 self.phase_age_s(ip)
             );
             return match self.rollback_allowed(ip) {
+                Ok(()) if self.started_this_second(s) => Some(Step::wait(
+                    Operation::RollingOut,
+                    format!("{failure}; its rollback is recorded at the next second"),
+                )),
                 Ok(()) => Some(Step::act(
                     Operation::RollingOut,
                     Action::SetInPlacePhase {
@@ -243,8 +270,38 @@ impl<'a> View<'a> {
 
     /// Phase `RollingBack`: stop the new binary, start the old one, and once it serves
     /// again stop the rollout. Past a second deadline it is left to remediation.
+    ///
+    /// The cluster version is looked at again before each of these: it can move after
+    /// the rollback was recorded (the member, cut off until then, came back up on the new
+    /// binary beside peers all on it), and then the old binary would never start again
+    /// (etcd refuses to run below the cluster version). The member goes on with the new
+    /// binary instead, under a fresh deadline (found by the model check). Once it is
+    /// stopped, the cluster version cannot move (etcd moves it only with every member
+    /// answering), so the old binary's start is safe.
     fn roll_back_in_place(&self, s: &Seen<'_>, ip: &InPlace) -> Option<Step> {
         let name = &s.machine.name;
+        let op = Operation::RollingOut;
+        let moved = self
+            .cluster_version
+            .is_some_and(|cv| cv.minor_line() > ip.from.minor_line());
+        if moved {
+            return Some(Step::act(
+                op,
+                Action::SetInPlacePhase {
+                    machine: name.clone(),
+                    phase: InPlacePhase::Restarting,
+                    version: ip.to,
+                    failure: None,
+                },
+            ));
+        }
+        let allowed = self.rollback_allowed(ip);
+        let not_yet = |why: String| {
+            Some(Step::wait(
+                Operation::RollingOut,
+                format!("not rolling {name} back yet: {why}"),
+            ))
+        };
         // The provider's record of the running binary; without one, its own answer.
         let running = s
             .obs
@@ -252,8 +309,11 @@ impl<'a> View<'a> {
             .or_else(|| s.status().and_then(|st| st.version));
         let running_new = s.running() && running == Some(ip.to) && ip.to != ip.from;
         if running_new {
+            if let Err(why) = allowed {
+                return not_yet(why);
+            }
             return Some(Step::act(
-                Operation::RollingOut,
+                op,
                 Action::StopMachine {
                     machine: name.clone(),
                 },
@@ -266,10 +326,13 @@ impl<'a> View<'a> {
             return None;
         }
         if !s.running() {
+            if let Err(why) = allowed {
+                return not_yet(why);
+            }
             return self.start_in_place(s, ip);
         }
         Some(Step::wait(
-            Operation::RollingOut,
+            op,
             format!(
                 "waiting for {name} to serve again on etcd {} ({why})",
                 ip.from

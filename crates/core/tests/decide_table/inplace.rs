@@ -89,16 +89,41 @@ fn in_place_table() {
             "set-in-place-phase:cp-2",
         ),
         (
-            "draining: not stopped while another member is down",
+            "draining: not stopped while another member is down: the step is abandoned, it serves again",
             sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(Draining, OLD, NEW, 1), m(3, OLD).unreachable()])
                 .in_place(),
-            "refuse: not stopping cp-2",
+            "end-in-place:cp-2",
+        ),
+        (
+            // Found by the simulator: the refusal to stop it held up the remediation of
+            // the other member, which waited for the rollout in turn, for ever.
+            "draining: another member failed long enough: the step is abandoned so that remediation can act",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(Draining, OLD, NEW, 1), m(3, OLD).lost_data()])
+                .in_place()
+                .unhealthy_for(3, 60),
+            "end-in-place:cp-2",
+        ),
+        (
+            // Found by the simulator: the NOSPACE repair comes after the in-place rule.
+            "draining: a NOSPACE alarm: the step is abandoned so that the space can be repaired",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(Draining, OLD, NEW, 1), m(3, OLD).alarm("NOSPACE")])
+                .in_place()
+                .cluster_alarm(3, "NOSPACE"),
+            "end-in-place:cp-2",
         ),
         (
             "draining: a version changed before the restart abandons the step",
             sit(3, MID, vec![m(1, OLD), m(2, OLD).in_place(Draining, OLD, NEW, 1), m(3, OLD)])
                 .in_place(),
             "end-in-place:cp-2",
+        ),
+        (
+            // Found by the simulator: recorded in the second of that start, the phase took
+            // it for its own, waited out its backoff and never tried the new binary.
+            "draining: stopped in the second it was last started: the restart is recorded a second later",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(Draining, OLD, NEW, 1).stopped().started_ago(&[0]), m(3, OLD)])
+                .in_place(),
+            "wait: its restart is recorded at the next second",
         ),
         // ---- restarting
         (
@@ -144,6 +169,13 @@ fn in_place_table() {
             "set-in-place-phase:cp-2",
         ),
         (
+            "restarting: past the deadline, started this very second: the rollback is recorded a second later",
+            sit(3, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 61).stopped().started_ago(&[0]), m(3, OLD)])
+                .in_place()
+                .cluster_version("3.4"),
+            "wait: its rollback is recorded at the next second",
+        ),
+        (
             "restarting: past the deadline with an unknown cluster version: no rollback guessed, remediation's",
             sit(3, NEW, vec![m(1, OLD), m(2, NEW).in_place(Restarting, OLD, NEW, 61).stopped().started_ago(&[1]), m(3, OLD)])
                 .in_place(),
@@ -167,13 +199,38 @@ fn in_place_table() {
         (
             "rolling back: the new binary still runs: stopped",
             sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(RollingBack, OLD, NEW, 1).runs(NEW).unreachable(), m(3, OLD)])
-                .in_place(),
+                .in_place()
+                .cluster_version("3.4"),
             "stop-machine:cp-2",
+        ),
+        (
+            // Found by the model check: the member, cut off past its deadline, came back
+            // on the new binary and the cluster version moved; stopping it to start the
+            // old one would have left it a binary etcd refuses to run.
+            "rolling back: the cluster version moved meanwhile: it goes on with the new binary",
+            sit(3, NEW, vec![m(1, NEW), m(2, OLD).in_place(RollingBack, OLD, NEW, 1).runs(NEW), m(3, NEW)])
+                .in_place()
+                .cluster_version("3.5"),
+            "set-in-place-phase:cp-2",
+        ),
+        (
+            "rolling back: stopped, the cluster version moved: started on the new binary, not the old",
+            sit(3, NEW, vec![m(1, NEW), m(2, OLD).in_place(RollingBack, OLD, NEW, 1).stopped(), m(3, NEW)])
+                .in_place()
+                .cluster_version("3.5"),
+            "set-in-place-phase:cp-2",
+        ),
+        (
+            "rolling back: the cluster version unknown: nothing stopped or started",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(RollingBack, OLD, NEW, 1).runs(NEW).unreachable(), m(3, OLD)])
+                .in_place(),
+            "wait: not rolling cp-2 back yet: the cluster version is unknown",
         ),
         (
             "rolling back: stopped: started on the old binary",
             sit(3, NEW, vec![m(1, OLD), m(2, OLD).in_place(RollingBack, OLD, NEW, 1).stopped(), m(3, OLD)])
-                .in_place(),
+                .in_place()
+                .cluster_version("3.4"),
             "start-machine:cp-2",
         ),
         (
