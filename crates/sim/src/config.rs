@@ -42,15 +42,23 @@ pub enum Scenario {
     /// 3 members plus orphan members (a voter and an added-but-never-started learner)
     /// that match no machine.
     Orphans,
+    /// 3 members upgraded in place (`strategy: InPlace`), along a version plan chosen by
+    /// the seed (`inplace::VERSION_PLANS`): a minor step then a patch step, a minor step,
+    /// or a patch step.
+    InPlace,
+    /// The same with 5 members.
+    InPlace5,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Rollout,
         Scenario::RolloutSurge0,
         Scenario::ScaleUp,
         Scenario::ScaleDown,
         Scenario::Orphans,
+        Scenario::InPlace,
+        Scenario::InPlace5,
     ];
 
     pub fn name(self) -> &'static str {
@@ -60,6 +68,8 @@ impl Scenario {
             Scenario::ScaleUp => "scale-up",
             Scenario::ScaleDown => "scale-down",
             Scenario::Orphans => "orphans",
+            Scenario::InPlace => "in-place",
+            Scenario::InPlace5 => "in-place-5",
         }
     }
 
@@ -151,6 +161,7 @@ pub struct Outcome {
     pub lease: LeaseCounts,
     pub pacing: PacingCounts,
     pub repair: RepairCounts,
+    pub in_place: InPlaceCounts,
     /// The run injected faults anywhere (`Config::faults_anywhere`), to replay it.
     pub faults_anywhere: bool,
 }

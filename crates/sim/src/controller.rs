@@ -53,6 +53,7 @@ impl World {
     /// and on machines land.
     pub(crate) fn perform(&mut self, a: &Action, fenced: bool) -> Answer {
         let before_quorum = self.has_quorum();
+        self.check_in_place_membership(a);
         let answer = match a {
             Action::AllocateMachine { .. } | Action::MarkDeleting { .. } if fenced => {
                 Answer::Fenced
@@ -118,9 +119,13 @@ impl World {
                 etcd_answer(EtcdCall::RemoveMember, self.remove_member(*member_id))
             }
             Action::StopMachine { machine } => {
+                let in_place = self.before_in_place_stop(machine);
                 if let Some(p) = self.procs.get_mut(machine) {
                     p.running = false;
                     p.exit_at_ms = None;
+                }
+                if let Some(was_connected) = in_place {
+                    self.after_in_place_stop(machine, was_connected);
                 }
                 Answer::Done
             }
@@ -133,7 +138,7 @@ impl World {
             Action::DisarmAlarm { member_id, alarm } => self.disarm(*member_id, alarm),
             Action::BeginInPlace { .. }
             | Action::SetInPlacePhase { .. }
-            | Action::EndInPlace { .. } => Answer::Done,
+            | Action::EndInPlace { .. } => self.perform_in_place(a, fenced),
         };
         if before_quorum && !self.has_quorum() {
             let (v, c) = (self.voters().count(), self.connected_voters());
@@ -175,6 +180,9 @@ impl World {
             Action::AllocateMachine { .. }
                 | Action::MarkDeleting { .. }
                 | Action::ForgetControlPlane
+                | Action::BeginInPlace { .. }
+                | Action::SetInPlacePhase { .. }
+                | Action::EndInPlace { .. }
         )
     }
 
@@ -270,6 +278,8 @@ impl World {
         self.decisions += 1;
         self.last_converged = d.converged;
         self.note_refusal(&d);
+        self.note_stopped_rollout(&d);
+        self.check_in_place_endpoints(&d.endpoints);
         if d.actions
             .iter()
             .filter(|a| a.is_membership_change())

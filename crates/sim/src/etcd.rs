@@ -140,6 +140,7 @@ impl World {
             debug_assert!(self.members.iter().any(|m| m.id == l && m.log == commit));
             self.grow_db_files();
         }
+        self.monitor_cluster_version();
     }
 
     /// Peers reconnect to the members of these machines (their stall ended).
@@ -294,6 +295,7 @@ impl World {
         if self.procs.get(name).is_some_and(|p| p.running) {
             return Answer::Done;
         }
+        let binary = mach.version;
         self.check_start(name, state, member.map(|i| self.members[i].clone()), stale);
         let now_s = self.now_unix_s();
         let db = self.space.in_use_bytes();
@@ -301,6 +303,8 @@ impl World {
         p.starts_unix_s.push(now_s);
         let extra = p.starts_unix_s.len().saturating_sub(health::STARTS_KEPT);
         p.starts_unix_s.drain(..extra);
+        p.binary = Some(binary);
+        p.last_start_ms = Some(now);
         if broken {
             // A broken machine's etcd exits at once: the start "succeeds", nothing runs.
             return Answer::Done;
@@ -310,6 +314,11 @@ impl World {
             p.crash_starts_left -= 1;
             return Answer::Done;
         }
+        // A broken binary, or one below the cluster version, exits at once too.
+        if !self.check_binary(name, binary) {
+            return Answer::Done;
+        }
+        let p = self.procs.entry(name.to_string()).or_default();
         match member {
             Some(i) => {
                 p.running = true;
@@ -387,7 +396,8 @@ impl World {
                     } else {
                         m.log
                     },
-                    version: Some(mach.version),
+                    // What it runs, which is the record's version only once restarted.
+                    version: p.binary,
                     is_learner: m.is_learner,
                     alarms: self.space.alarms_of(m.id),
                     cluster_id: repair::CLUSTER_ID,
@@ -419,7 +429,7 @@ impl World {
                     marker: p.marker,
                     quorum_read,
                     starts_unix_s: p.starts_unix_s.clone(),
-                    running_version: None,
+                    running_version: p.binary.filter(|_| p.running),
                 },
             );
         }
@@ -451,6 +461,7 @@ impl World {
             );
             // The leader's alarm list: every alarm, that of a removed member too.
             obs.alarms = self.space.alarms.iter().cloned().collect();
+            obs.cluster_version = Some(self.cluster_version);
         }
         obs
     }

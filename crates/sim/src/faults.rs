@@ -4,8 +4,10 @@ use super::*;
 
 /// Fault kinds: 0 a process dies, 1 a partition, 2 an endpoint hidden from the
 /// controller, 3 a slow learner, 4 a leader change, 5 a machine breaks, 6 the load
-/// balancer unreachable, 7 to 12 the repair half's (`repair_fault`).
-const FAULT_KINDS: u64 = 13;
+/// balancer unreachable, 7 to 12 the repair half's (`repair_fault`), 13 a new binary
+/// that fails to start (in-place runs only: `inplace.rs`).
+const FAULT_KINDS: u64 = 14;
+const BAD_BINARY: u64 = 13;
 /// The kinds that impair no member: a slow learner, a leader change, the load
 /// balancer, the keyspace filled.
 const NOT_MEMBER_FAULTS: [u64; 4] = [3, 4, 6, 11];
@@ -26,10 +28,12 @@ impl World {
         let quiet_members = self.keyspace_full() && !self.cfg.faults_anywhere;
         let kinds: Vec<u64> = (0..FAULT_KINDS)
             .filter(|k| *k != 6 || self.lb.is_some())
+            .filter(|k| *k != BAD_BINARY || self.in_place_strategy())
             .filter(|k| !quiet_members || NOT_MEMBER_FAULTS.contains(k))
             .collect();
         let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
         match kind {
+            BAD_BINARY => self.bad_binary_fault(),
             7..=12 => self.repair_fault(kind, heal_at),
             6 => {
                 // The load balancer is unreachable: it keeps serving what it served, and

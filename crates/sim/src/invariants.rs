@@ -41,6 +41,7 @@ impl World {
             ));
         }
         self.check_nospace_bound();
+        self.check_in_place();
         self.check_lease();
         if self.ha() {
             self.check_store_liveness();
@@ -79,6 +80,7 @@ impl World {
             && self.machines.len() == self.cp.spec.replicas as usize
             && self.members.len() == self.machines.len()
             && self.space.alarms.is_empty()
+            && self.in_place_converged()
             && self
                 .lb
                 .as_ref()

@@ -82,6 +82,7 @@ mod config;
 mod controller;
 mod etcd;
 mod faults;
+mod inplace;
 mod invariants;
 pub mod model;
 mod pacing;
@@ -108,6 +109,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 pub use config::{Config, Outcome, Rng, Scenario};
 use controller::{etcd_answer, Answer};
+pub use inplace::{InPlaceCounts, IN_PLACE_END_STEPS, SIM_IN_PLACE_TIMEOUT};
 pub use pacing::PacingCounts;
 use pacing::SimLb;
 use repair::Keyspace;
@@ -178,6 +180,15 @@ struct Proc {
     db_size_bytes: u64,
     /// Defragmenting until then: it answers nothing and votes nothing.
     stalled_until_ms: Option<u64>,
+    /// The etcd version of the binary it was last started from (the machine record's
+    /// version at that start): what it reports while it runs.
+    binary: Option<Version>,
+    /// A fault: every start of this version exits at once (a broken binary on the host).
+    bad_binary: Option<Version>,
+    /// When it was last started, and when its in-place phase was last recorded: the
+    /// first start in a phase (on that phase's binary) is not held to the backoff.
+    last_start_ms: Option<u64>,
+    phase_at_ms: Option<u64>,
 }
 
 /// A fault in force, with the step at which it heals.
@@ -216,6 +227,11 @@ pub struct World {
     external_running: BTreeSet<u64>,
     slow_learners: BTreeSet<u64>,
     impairment: Option<(Impairment, u64)>,
+    /// etcd's cluster version (its minor line): the lowest minor every member ran when
+    /// the leader last saw them all; it never moves down.
+    cluster_version: Version,
+    /// When the leader next looks at its members' versions.
+    next_version_check_ms: u64,
     // -- provider (by machine name)
     procs: BTreeMap<String, Proc>,
     // -- durable store
@@ -258,6 +274,16 @@ pub struct World {
     /// The learner a deposed leader's stale step added (by peer URL), if any: the new
     /// leader may have marked a machine for removal meanwhile.
     stale_learner: Option<String>,
+    // -- the in-place step (`inplace.rs`)
+    /// The versions the spec moves to next, one rollout after another.
+    plan: Vec<Version>,
+    in_place: InPlaceCounts,
+    /// Machines out of service in place, and for how many steps without a fault.
+    in_place_open: BTreeMap<String, u64>,
+    /// The controller's last decision stopped the rollout after a rollback; the stop of
+    /// the rolled-back record there is has been counted.
+    rollout_stopped: bool,
+    stop_counted: bool,
     // -- bookkeeping
     decisions: u64,
     /// What the controller's last decision said (a converged decision takes no action).
@@ -328,6 +354,13 @@ impl World {
             operator_defrag: None,
             operator_busy_until_ms: 0,
             stale_learner: None,
+            plan: vec![],
+            in_place: InPlaceCounts::default(),
+            in_place_open: BTreeMap::new(),
+            rollout_stopped: false,
+            stop_counted: false,
+            cluster_version: OLD,
+            next_version_check_ms: 0,
             decisions: 0,
             last_converged: false,
             faults: 0,
@@ -341,10 +374,20 @@ impl World {
             Scenario::ScaleUp => (1, 3, OLD, 1),
             Scenario::ScaleDown => (5, 3, OLD, 1),
             Scenario::Orphans => (3, 3, OLD, 1),
+            Scenario::InPlace => (3, 3, OLD, 1),
+            Scenario::InPlace5 => (5, 5, OLD, 1),
+        };
+        let (from, version) = match cfg.scenario {
+            Scenario::InPlace | Scenario::InPlace5 => {
+                let from = w.plan_in_place();
+                (from, w.cp.spec.version)
+            }
+            _ => (OLD, version),
         };
         for _ in 0..start {
-            w.seed_member(OLD);
+            w.seed_member(from);
         }
+        w.cluster_version = inplace::line_of(from);
         if cfg.scenario == Scenario::Orphans {
             // A voter whose machine record was lost, running outside quorum's machines,
             // and a learner that was added but never started.
@@ -377,8 +420,10 @@ impl World {
         // The cluster has been up a while: the first change need not wait.
         w.now_ms = HEALTH_INTERVAL_MS;
         w.note(format!(
-            "start {} with {start} members, strict reconfig {}{}",
+            "start {} with {start} members on etcd {from}, spec etcd {version}{}{}, strict reconfig {}{}",
             cfg.scenario.name(),
+            if w.in_place_strategy() { " in place" } else { "" },
+            w.plan.iter().map(|v| format!(" then {v}")).collect::<String>(),
             if cfg.strict_reconfig { "on" } else { "off" },
             if cfg.load_balancer {
                 ", behind a load balancer"
@@ -466,6 +511,7 @@ impl World {
         p.running = true;
         p.has_data = true;
         p.db_size_bytes = db;
+        p.binary = Some(version);
     }
 
     // ---------------------------------------------------------------- trace
@@ -512,6 +558,7 @@ impl World {
             self.end_crash_loops();
             self.operator_step();
         }
+        self.in_place_operator(faults_on);
         self.tick_etcd();
         self.acted_with_lease.clear();
         if self.ha() {
@@ -559,6 +606,7 @@ impl World {
             lease: self.lease,
             pacing: self.pacing_counts,
             repair: self.repair,
+            in_place: self.in_place,
             faults_anywhere: self.cfg.faults_anywhere,
         }
     }

@@ -1,7 +1,9 @@
 //! `quorum-sim`: run seeds of the deterministic simulator, replay one, or benchmark.
 
 use clap::Parser;
-use quorum_sim::{replay_command, run, Config, LeaseCounts, PacingCounts, RepairCounts, Scenario};
+use quorum_sim::{
+    replay_command, run, Config, InPlaceCounts, LeaseCounts, PacingCounts, RepairCounts, Scenario,
+};
 use std::time::Instant;
 
 #[derive(Parser)]
@@ -20,7 +22,8 @@ struct Args {
     /// First seed of --seeds.
     #[arg(long, default_value_t = 0)]
     from: u64,
-    /// rollout, rollout-surge0, scale-up, scale-down or orphans (default: chosen by the seed).
+    /// rollout, rollout-surge0, scale-up, scale-down, orphans, in-place or in-place-5
+    /// (default: chosen by the seed).
     #[arg(long)]
     scenario: Option<String>,
     /// Print the whole trace of --seed.
@@ -53,9 +56,10 @@ struct Args {
     /// print decisions per second, simulated and real time, and memory per control plane.
     #[arg(long, value_name = "N")]
     scale: Option<usize>,
-    /// Instead: exhaustively model-check a 3-member rollout (maxSurge 1 and 0) with up to
-    /// two controller crashes, a deposed controller's stale step, and one failure (a
-    /// process dying, a member hanging, a disk lost) repaired by remediation.
+    /// Instead: exhaustively model-check a 3-member rollout (maxSurge 1 and 0, and in
+    /// place) with up to two controller crashes, a deposed controller's stale step, and
+    /// one failure (a process dying, a member hanging, a disk lost) repaired by
+    /// remediation; in place also a new binary that fails to start, and its rollback.
     #[arg(long)]
     model_check: bool,
 }
@@ -74,7 +78,7 @@ fn main() -> std::process::ExitCode {
         None => None,
         Some((_, Some(s))) => Some(s),
         Some((s, None)) => {
-            eprintln!("error: unknown scenario '{s}': use rollout, rollout-surge0, scale-up, scale-down or orphans");
+            eprintln!("error: unknown scenario '{s}': use rollout, rollout-surge0, scale-up, scale-down, orphans, in-place or in-place-5");
             return std::process::ExitCode::from(2);
         }
     };
@@ -96,8 +100,12 @@ fn main() -> std::process::ExitCode {
             let t = Instant::now();
             let r = quorum_sim::model::check(v);
             println!(
-                "model check, 3-member rollout, maxSurge {}, etcd strict check {}, deposed controller {}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
-                v.max_surge,
+                "model check, 3-member rollout, {}, etcd strict check {}, deposed controller {}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
+                if v.in_place {
+                    "in place".to_string()
+                } else {
+                    format!("maxSurge {}", v.max_surge)
+                },
                 if v.etcd_strict { "on" } else { "off" },
                 if v.deposed { "yes" } else { "no" },
                 if v.faults_anywhere { ", faults anywhere" } else { "" },
@@ -153,6 +161,7 @@ fn main() -> std::process::ExitCode {
         );
         println!("pacing: {}", o.pacing);
         println!("repair: {}", o.repair);
+        println!("in place: {}", o.in_place);
         if o.replicas > 1 {
             println!("{} replicas: {}", o.replicas, o.lease);
         }
@@ -176,6 +185,7 @@ fn main() -> std::process::ExitCode {
                         LeaseCounts::default(),
                         PacingCounts::default(),
                         RepairCounts::default(),
+                        InPlaceCounts::default(),
                     );
                     let mut seed = from + k;
                     while seed < from + n {
@@ -186,6 +196,7 @@ fn main() -> std::process::ExitCode {
                         out.4.add(&o.lease);
                         out.5.add(&o.pacing);
                         out.6.add(&o.repair);
+                        out.7.add(&o.in_place);
                         if o.violation.is_some() {
                             out.3.push(o);
                         }
@@ -207,10 +218,12 @@ fn main() -> std::process::ExitCode {
     let mut lease = LeaseCounts::default();
     let mut pacing = PacingCounts::default();
     let mut repair = RepairCounts::default();
+    let mut in_place = InPlaceCounts::default();
     for r in &results {
         lease.add(&r.4);
         pacing.add(&r.5);
         repair.add(&r.6);
+        in_place.add(&r.7);
     }
     let failed: Vec<_> = results.into_iter().flat_map(|r| r.3).collect();
     for o in &failed {
@@ -231,6 +244,7 @@ fn main() -> std::process::ExitCode {
     );
     println!("pacing: {pacing}");
     println!("repair: {repair}");
+    println!("in place: {in_place}");
     if args.replicas > 1 {
         println!("{} replicas: {lease}", args.replicas);
     }

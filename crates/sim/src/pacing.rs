@@ -150,6 +150,17 @@ impl World {
     /// has been out of the published set for the drain time, and the load balancer sends
     /// it no new request.
     pub(crate) fn check_removal_paced(&mut self, machine: &str) {
+        if self.machines.iter().any(|m| m.name == machine) {
+            self.pacing_counts.paced_removals += 1;
+        }
+        self.check_drained(machine, &format!("the member of {machine} removed"));
+    }
+
+    /// `what` is about to happen to `machine` (its member removed, or its process
+    /// stopped in place), checked against the ground truth: its endpoint has been out of
+    /// the published set for the drain time, and the load balancer sends it no new
+    /// request.
+    pub(crate) fn check_drained(&mut self, machine: &str, what: &str) {
         let Some(url) = self
             .machines
             .iter()
@@ -158,23 +169,20 @@ impl World {
         else {
             return;
         };
-        self.pacing_counts.paced_removals += 1;
         let drain_ms = PacingPolicy::DEFAULT.drain_ms;
         if self.published.contains(&url) {
-            self.violate(format!(
-                "the member of {machine} removed while its endpoint is published"
-            ));
+            self.violate(format!("{what} while its endpoint is published"));
         } else if let Some(at) = self.unpublished_at_ms.get(&url).copied() {
             if self.now_ms < at + drain_ms {
                 self.violate(format!(
-                    "the member of {machine} removed {} ms after its endpoint was unpublished (drain {drain_ms} ms)",
+                    "{what} {} ms after its endpoint was unpublished (drain {drain_ms} ms)",
                     self.now_ms - at
                 ));
             }
         }
         if self.lb.as_ref().is_some_and(|lb| lb.backend.contains(&url)) {
             self.violate(format!(
-                "the member of {machine} removed while the load balancer still sends clients to it"
+                "{what} while the load balancer still sends clients to it"
             ));
         }
     }

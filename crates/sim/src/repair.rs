@@ -265,7 +265,18 @@ impl World {
             }
         }
         let now_s = self.now_unix_s();
-        if let Some(last) = p.starts_unix_s.iter().max().copied() {
+        // The first start in an in-place phase, on that phase's binary, is not a crash
+        // loop's next attempt: no backoff before it (the core's rule).
+        let first_in_phase = p
+            .phase_at_ms
+            .is_some_and(|at| p.last_start_ms.is_none_or(|last| last < at));
+        if let Some(last) = p
+            .starts_unix_s
+            .iter()
+            .max()
+            .copied()
+            .filter(|_| !first_in_phase)
+        {
             let recent = health::recent_starts(&p.starts_unix_s, now_s);
             let backoff_s = health::restart_backoff_s(recent);
             if now_s - last < backoff_s {

@@ -395,9 +395,20 @@ impl World {
     /// failed, stalls the cluster below quorum for its length; a start decided before
     /// the machine's disk was lost or its data replaced starts it on lost or foreign data
     /// (the decision checked the data, the provider does not check it again).
+    ///
+    /// Nor, unless `Config::faults_anywhere`, the stop of a machine that has a member (an
+    /// in-place step's), with nothing in etcd or the provider to stop it either: decided
+    /// while the others served, performed after one of them failed, it takes quorum away
+    /// (3 members); decided during a drain, performed after the step ended or began
+    /// again, it stops a member that serves (found by this simulator and the model
+    /// check, reported). A process kill has no fence: whatever the controller checks
+    /// before it, the pause can come after the check.
     pub(crate) fn may_pause_in_flight(&self, a: &Action) -> bool {
         match a {
             Action::Defragment { .. } | Action::StartMachine { .. } => false,
+            Action::StopMachine { machine } => {
+                self.cfg.faults_anywhere || self.member_of_machine(machine).is_none()
+            }
             Action::RemoveMember { .. } => self.cfg.strict_reconfig,
             _ => true,
         }

@@ -1,6 +1,7 @@
 //! The exhaustive model check of a 3-member rollout, in the test suite: with crashes, a
 //! deposed controller, and one failure (a process dying, a member hanging, a disk lost)
-//! that remediation repairs.
+//! that remediation repairs; and the in-place rollout with a deposed controller, a new
+//! binary that fails to start, and its rollback.
 
 use quorum_sim::model::{check, Variant};
 use std::time::Instant;
@@ -11,12 +12,15 @@ fn every_reachable_state_is_safe_and_can_finish() {
         let t = Instant::now();
         let r = check(v);
         println!(
-            "{v:?}: {} states, {} transitions, depth {}, {} with a disk lost, {} remediating, {:.2}s",
+            "{v:?}: {} states, {} transitions, depth {}, {} with a disk lost, {} remediating, {} in place ({} rolling back or rolled back, {} with a broken binary), {:.2}s",
             r.states,
             r.transitions,
             r.max_depth,
             r.disk_lost_states,
             r.remediation_states,
+            r.in_place_states,
+            r.rollback_states,
+            r.bad_binary_states,
             t.elapsed().as_secs_f64()
         );
         assert!(
@@ -29,5 +33,12 @@ fn every_reachable_state_is_safe_and_can_finish() {
         // The repair path was explored: disks were lost and machines remediated.
         assert!(r.disk_lost_states > 0, "{v:?}");
         assert!(r.remediation_states > 0, "{v:?}");
+        // The in-place variant explored its steps, a new binary failing to start, and
+        // rollbacks.
+        if v.in_place {
+            assert!(r.in_place_states > 0, "{v:?}");
+            assert!(r.bad_binary_states > 0, "{v:?}");
+            assert!(r.rollback_states > 0, "{v:?}");
+        }
     }
 }

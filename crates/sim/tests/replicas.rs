@@ -15,7 +15,7 @@ const THREADS: u64 = 2;
 #[derive(Default)]
 struct Tally {
     failures: Vec<String>,
-    per_scenario: [u64; 5],
+    per_scenario: [u64; Scenario::ALL.len()],
     strict: [u64; 2],
     lease: LeaseCounts,
     pacing: PacingCounts,
@@ -58,7 +58,7 @@ fn two_replicas_with_lease_faults_hold_every_invariant_and_converge() {
     let mut lease = LeaseCounts::default();
     let mut pacing = PacingCounts::default();
     let mut repair = RepairCounts::default();
-    let mut per_scenario = [0u64; 5];
+    let mut per_scenario = [0u64; Scenario::ALL.len()];
     let mut strict = [0u64; 2];
     let mut failures = Vec::new();
     for t in tallies {

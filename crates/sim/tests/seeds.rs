@@ -2,10 +2,13 @@
 //! and 0), scale up, scale down and orphan cleanup, with faults, and zero violations;
 //! the shared pacing policy really held removals back (drain, load balancer) and backed
 //! off; the repair half met every fault it knows (disks lost, crash loops, hung members,
-//! foreign data, NOSPACE, lagging members) and remediated, refused and repaired.
+//! foreign data, NOSPACE, lagging members) and remediated, refused and repaired; the
+//! in-place rollouts (3 and 5 members) took their steps, met new binaries that fail to
+//! start, rolled back, stopped and were retried, and every step ended within its bound.
 
 use quorum_sim::{
-    replay_command, run, Config, PacingCounts, RepairCounts, Scenario, NOSPACE_REPAIR_STEPS,
+    replay_command, run, Config, InPlaceCounts, PacingCounts, RepairCounts, Scenario,
+    IN_PLACE_END_STEPS, NOSPACE_REPAIR_STEPS,
 };
 use std::time::Instant;
 
@@ -15,19 +18,22 @@ const THREADS: u64 = 2;
 #[test]
 fn ten_thousand_seeds_hold_every_invariant() {
     let t = Instant::now();
-    let results: Vec<(Vec<String>, PacingCounts, RepairCounts)> = std::thread::scope(|s| {
+    type Tally = (Vec<String>, PacingCounts, RepairCounts, InPlaceCounts);
+    let results: Vec<Tally> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..THREADS)
             .map(|k| {
                 s.spawn(move || {
                     let mut bad = Vec::new();
                     let mut pacing = PacingCounts::default();
                     let mut repair = RepairCounts::default();
-                    let mut per = [0u64; 5];
+                    let mut in_place = InPlaceCounts::default();
+                    let mut per = [0u64; Scenario::ALL.len()];
                     for seed in (k..SEEDS).step_by(THREADS as usize) {
                         let o = run(Config::new(seed));
                         per[Scenario::ALL.iter().position(|x| *x == o.scenario).unwrap()] += 1;
                         pacing.add(&o.pacing);
                         repair.add(&o.repair);
+                        in_place.add(&o.in_place);
                         if let Some(v) = &o.violation {
                             bad.push(format!(
                                 "seed {seed} ({}): {v}\n  replay: {}",
@@ -37,7 +43,7 @@ fn ten_thousand_seeds_hold_every_invariant() {
                         }
                     }
                     assert!(per.iter().all(|n| *n > 0), "every scenario ran: {per:?}");
-                    (bad, pacing, repair)
+                    (bad, pacing, repair, in_place)
                 })
             })
             .collect();
@@ -45,11 +51,13 @@ fn ten_thousand_seeds_hold_every_invariant() {
     });
     let mut pacing = PacingCounts::default();
     let mut repair = RepairCounts::default();
+    let mut in_place = InPlaceCounts::default();
     let mut failures = Vec::new();
-    for (bad, p, r) in results {
+    for (bad, p, r, i) in results {
         failures.extend(bad);
         pacing.add(&p);
         repair.add(&r);
+        in_place.add(&i);
     }
     let secs = t.elapsed().as_secs_f64();
     println!(
@@ -59,6 +67,7 @@ fn ten_thousand_seeds_hold_every_invariant() {
     );
     println!("pacing: {pacing}");
     println!("repair: {repair}");
+    println!("in place: {in_place}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The policy was exercised, so the run cannot pass vacuously.
     assert!(pacing.paced_removals > 0, "{pacing}");
@@ -67,6 +76,26 @@ fn ten_thousand_seeds_hold_every_invariant() {
     assert!(pacing.lb_holds > 0, "{pacing}");
     assert!(pacing.backoff_holds > 0, "{pacing}");
     assert_repair_exercised(&repair);
+    assert_in_place_exercised(&in_place);
+}
+
+/// Every path of the in-place step ran: steps begun, members stopped, restarted and
+/// back in service; new binaries that failed to start, rollbacks, stopped rollouts and
+/// the person's retries; steps abandoned (a version changed while draining, or the
+/// cluster could no longer spare the member) and left to remediation; the plan's
+/// version changes and the cluster version's moves; the bound on every step.
+fn assert_in_place_exercised(c: &InPlaceCounts) {
+    assert!(
+        c.begun > 0 && c.restarts > 0 && c.stops > 0 && c.done > 0,
+        "{c}"
+    );
+    assert!(c.bad_binaries > 0 && c.failed_starts > 0, "{c}");
+    assert!(c.rollbacks > 0 && c.rolled_back > 0, "{c}");
+    assert!(c.stopped_rollouts > 0 && c.retries > 0, "{c}");
+    assert!(c.abandoned > 0 && c.left_to_remediation > 0, "{c}");
+    assert!(c.version_changes > 0 && c.cluster_version_moves > 0, "{c}");
+    // Each run checks the bound; the figure reached is in the summary.
+    assert!(c.end_max_steps <= IN_PLACE_END_STEPS, "{c}");
 }
 
 /// Every repair fault happened and every path of the repair half ran: remediation,

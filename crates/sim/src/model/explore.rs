@@ -113,6 +113,21 @@ pub fn check(variant: Variant) -> Report {
             .iter()
             .filter(|s| s.machines.iter().any(|m| m.remediation.is_some()))
             .count(),
+        in_place_states: states
+            .iter()
+            .filter(|s| s.machines.iter().any(|m| m.in_place.is_some()))
+            .count(),
+        rollback_states: states
+            .iter()
+            .filter(|s| {
+                s.machines.iter().any(|m| {
+                    m.in_place
+                        .as_ref()
+                        .is_some_and(|ip| ip.phase >= quorum_core::InPlacePhase::RollingBack)
+                })
+            })
+            .count(),
+        bad_binary_states: states.iter().filter(|s| s.bad_binary.is_some()).count(),
         violations,
     }
 }

@@ -52,7 +52,8 @@ use quorum_core::health::{self, Problem};
 use quorum_core::pacing::{Pacing, PacingInput, Verdict};
 use quorum_core::{
     decide, quorum_size, Action, ControlPlane, ControlPlaneSpec, DataMarker, EndpointStatus,
-    Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Version,
+    Machine, MachineObservation, Member, Observation, ProcessState, RolloutStrategy, Strategy,
+    Version,
 };
 use std::hash::Hash;
 use std::net::Ipv4Addr;
@@ -85,6 +86,9 @@ struct Proc {
     name: String,
     running: bool,
     has_data: bool,
+    /// The binary it was last started from (its record's version then): what it
+    /// reports while it runs.
+    binary: Version,
 }
 
 /// Which system is checked.
@@ -104,40 +108,57 @@ pub struct Variant {
     /// Faults also where the core's rules cannot repair them (off in `ALL`; the binary's
     /// `--model-check --faults-anywhere` shows the counterexamples): a disk lost while
     /// another machine is leaving (its removal then needs the dead member's vote, and
-    /// remediation waits for the removal), and a deposed controller's stale start of a
-    /// machine whose disk is lost meanwhile (nothing checks the data again at the start).
+    /// remediation waits for the removal), a deposed controller's stale start of a
+    /// machine whose disk is lost meanwhile (nothing checks the data again at the start),
+    /// and its stale stop of a member (an in-place step's: nothing fences a process kill).
     pub faults_anywhere: bool,
+    /// `strategy: InPlace` (`inplace.rs`): each member restarted on the new binary, with
+    /// the cluster version, a new binary that fails to start, the step's deadline, the
+    /// rollback and the person who retries a stopped rollout.
+    pub in_place: bool,
 }
 
 impl Variant {
     /// The systems checked: quorum alone (etcd's check off, so quorum's own projection
     /// is the only guard), and quorum with a deposed controller (which only etcd's
     /// check can stop from performing a removal it decided before a member died;
-    /// fencing and the leadership re-check of the distributed store narrow that window).
-    pub const ALL: [Variant; 4] = [
+    /// fencing and the leadership re-check of the distributed store narrow that window);
+    /// and the in-place rollout with a deposed controller.
+    pub const ALL: [Variant; 5] = [
         Variant {
             max_surge: 1,
             etcd_strict: false,
             deposed: false,
             faults_anywhere: false,
+            in_place: false,
         },
         Variant {
             max_surge: 0,
             etcd_strict: false,
             deposed: false,
             faults_anywhere: false,
+            in_place: false,
         },
         Variant {
             max_surge: 1,
             etcd_strict: true,
             deposed: true,
             faults_anywhere: false,
+            in_place: false,
         },
         Variant {
             max_surge: 0,
             etcd_strict: true,
             deposed: true,
             faults_anywhere: false,
+            in_place: false,
+        },
+        Variant {
+            max_surge: 1,
+            etcd_strict: true,
+            deposed: true,
+            faults_anywhere: false,
+            in_place: true,
         },
     ];
 }
@@ -185,6 +206,13 @@ pub struct State {
     /// unreachable once.
     lb_reachable: bool,
     lb_fault_used: bool,
+    /// etcd's cluster version has moved to NEW's minor (every member ran it, all
+    /// answering): no binary below it starts since (in-place variant only).
+    cluster_new: bool,
+    /// The machine on which NEW fails to start (every start exits at once), until the
+    /// person replaces it; it may happen once.
+    bad_binary: Option<String>,
+    bad_used: bool,
 }
 
 /// What the exploration found.
@@ -199,6 +227,11 @@ pub struct Report {
     /// explored.
     pub disk_lost_states: usize,
     pub remediation_states: usize,
+    /// States with an in-place step under way, with it rolling back or rolled back,
+    /// and with NEW failing to start somewhere (the in-place variant).
+    pub in_place_states: usize,
+    pub rollback_states: usize,
+    pub bad_binary_states: usize,
     /// Empty when every property holds.
     pub violations: Vec<String>,
 }
@@ -231,6 +264,11 @@ pub fn initial(variant: Variant) -> State {
                 version: NEW,
                 rollout: RolloutStrategy {
                     max_surge,
+                    strategy: if variant.in_place {
+                        Strategy::InPlace
+                    } else {
+                        Strategy::Replace
+                    },
                     ..RolloutStrategy::default()
                 },
                 paused: false,
@@ -248,6 +286,7 @@ pub fn initial(variant: Variant) -> State {
                 name: m.name.clone(),
                 running: true,
                 has_data: true,
+                binary: OLD,
             })
             .collect(),
         members: machines
@@ -280,6 +319,9 @@ pub fn initial(variant: Variant) -> State {
         lb_serves: vec![],
         lb_reachable: true,
         lb_fault_used: false,
+        cluster_new: false,
+        bad_binary: None,
+        bad_used: false,
     }
 }
 
@@ -327,7 +369,7 @@ impl State {
                     raft_term: 1,
                     raft_index: if m.caught_up { 100 } else { 0 },
                     raft_applied_index: if m.caught_up { 100 } else { 0 },
-                    version: Some(mach.version),
+                    version: p.map(|p| p.binary),
                     is_learner: m.is_learner,
                     alarms: vec![],
                     cluster_id: CLUSTER_ID,
@@ -335,6 +377,15 @@ impl State {
                     db_size_bytes: 0,
                     db_size_in_use_bytes: 0,
                 }),
+                _ => None,
+            };
+            // A linearizable read through a voter that answers, as the simulator tries
+            // it: the in-place preflight needs every voter's. (The other variants leave
+            // it untried, as before.)
+            let quorum_read = match (member, &status) {
+                (Some(m), Some(_)) if self.variant.in_place && !m.is_learner => {
+                    Some(self.leader.is_some())
+                }
                 _ => None,
             };
             obs.machines.insert(
@@ -355,15 +406,16 @@ impl State {
                             cluster_id: CLUSTER_ID,
                             member_id: m.id,
                         }),
-                    quorum_read: None,
+                    quorum_read,
                     starts_unix_s: vec![],
-                    running_version: None,
+                    running_version: p.filter(|p| p.running).map(|p| p.binary),
                 },
             );
         }
         obs.now_unix_s = NOW_UNIX_S;
         obs.problem_since_unix_s = self.problem_since();
         if self.leader.is_some() {
+            obs.cluster_version = Some(self.cluster_version());
             obs.members = Some(
                 self.members
                     .iter()
@@ -397,7 +449,10 @@ impl State {
             return false;
         }
         let data_everywhere = self.procs.iter().all(|p| p.has_data);
+        let in_place_done = !self.variant.in_place
+            || (self.cluster_new && self.machines.iter().all(|m| m.in_place.is_none()));
         data_everywhere
+            && in_place_done
             && self.machines.len() == 3
             && self
                 .machines
@@ -417,7 +472,11 @@ impl State {
         if self.lb_reachable {
             self.lb_serves.clear();
         }
-        if self.machines.iter().any(|m| m.deleting) {
+        if self
+            .machines
+            .iter()
+            .any(|m| m.deleting || m.in_place_out_of_service())
+        {
             self.drain_started = true;
         }
     }
@@ -524,7 +583,7 @@ impl State {
         if learners == 1 && removing && !stale {
             return Err("an add and a removal in flight together".into());
         }
-        Ok(())
+        self.check_in_place()
     }
 }
 
@@ -541,6 +600,7 @@ fn s_partitioned_not(s: &State, id: u64) -> bool {
 }
 
 mod explore;
+mod inplace;
 mod perform;
 #[cfg(test)]
 mod tests;

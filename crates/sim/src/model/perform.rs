@@ -9,6 +9,7 @@ use super::*;
 /// Returns false if etcd refused (the rest of the decision is not performed), or an
 /// error for a violated property.
 pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
+    s.check_membership(a)?;
     match a {
         Action::AllocateMachine {
             bootstrap,
@@ -26,6 +27,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
                     name: m.name.clone(),
                     running: false,
                     has_data: false,
+                    binary: *version,
                 });
                 s.machines.push(m);
             }
@@ -56,19 +58,23 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         | Action::WriteMarker { .. }
         | Action::Compact { .. }
         | Action::Defragment { .. }
-        | Action::DisarmAlarm { .. }
-        | Action::BeginInPlace { .. }
+        | Action::DisarmAlarm { .. } => {}
+        Action::BeginInPlace { .. }
         | Action::SetInPlacePhase { .. }
-        | Action::EndInPlace { .. } => {}
+        | Action::EndInPlace { .. } => s.perform_in_place(a, fenced),
         Action::StartMachine { machine, state, .. } => {
-            let serial = s
+            let found = s
                 .machines
                 .iter()
                 .find(|m| &m.name == machine)
-                .map(|m| m.serial);
-            let Some(serial) = serial else {
+                .map(|m| (m.serial, m.version));
+            let Some((serial, binary)) = found else {
                 return Ok(true);
             };
+            // The provider leaves a running process alone.
+            if s.proc(machine).is_some_and(|p| p.running) {
+                return Ok(true);
+            }
             if *state == quorum_core::ClusterState::New {
                 return Err(format!(
                     "{machine} started with `new` after the cluster formed"
@@ -80,8 +86,14 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
                 return Err(format!("{machine} started on lost data"));
             }
             let is_member = s.members.iter().any(|m| m.serial == serial);
+            // The binary of the record's version: below the cluster version, or broken
+            // on this machine, it exits at once.
+            let runs = s.check_binary(machine, binary)?;
+            if let Some(p) = s.proc_mut(machine) {
+                p.binary = binary;
+            }
             // etcd started for a machine that is not a member exits at once.
-            if is_member {
+            if is_member && runs {
                 if let Some(p) = s.proc_mut(machine) {
                     p.running = true;
                     p.has_data = true;
@@ -158,8 +170,12 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             }
         }
         Action::StopMachine { machine } => {
+            let in_place = s.before_stop(machine)?;
             if let Some(p) = s.proc_mut(machine) {
                 p.running = false;
+            }
+            if in_place {
+                s.after_stop(machine)?;
             }
         }
         Action::DeleteMachine { machine } => {
@@ -196,6 +212,7 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     tracked.track(&observed);
     observed.problem_since_unix_s = tracked.problem_since();
     let d = decide(&tracked.cp, &tracked.machines, &observed);
+    tracked.check_endpoints(&d.endpoints)?;
     if d.actions.is_empty() && tracked != *s {
         out.push((
             "controller: notes the problems it sees".to_string(),
@@ -211,6 +228,9 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         return Err("several membership changes in one decision".into());
     }
     // The controller performs a prefix of the decision (a shorter one is a crash).
+    // It is idle when no pass changes anything (it waits, or what it does, such as a
+    // start that exits at once, leaves all as it was).
+    let mut idle = tracked == *s;
     for k in 1..=d.actions.len() {
         let crash = k < d.actions.len();
         if crash && s.crashes >= MAX_CRASHES {
@@ -241,6 +261,7 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             n.memory.clear();
             label.push_str(" (then the controller crashes)");
         }
+        idle &= n == *s;
         out.push((format!("controller: {label}"), n));
     }
     // The deposed controller decides now and acts later, once. Its pass brings a
@@ -251,10 +272,46 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             if n.lb_reachable {
                 n.lb_serves.clear();
             }
-            let held = s.variant.faults_anywhere || !matches!(a, Action::StartMachine { .. });
-            if held && n.pacing(a) == Verdict::Go {
-                n.stale = Some(a.clone());
-                out.push((format!("deposed controller decides: {a}"), n));
+            // Held back unless faults may happen anywhere: a stale start (nothing checks
+            // the data again) and a stale stop of a member (nothing fences a kill).
+            let member_stop = match a {
+                Action::StopMachine { machine } => s
+                    .machines
+                    .iter()
+                    .find(|m| &m.name == machine)
+                    .is_some_and(|x| s.members.iter().any(|m| m.serial == x.serial)),
+                _ => false,
+            };
+            let unfenced = matches!(a, Action::StartMachine { .. }) || member_stop;
+            // A store write only: fenced whenever it comes, so it may as well come now
+            // (one transition, not a pending step in every later state).
+            let store_only = matches!(
+                a,
+                Action::AllocateMachine { .. }
+                    | Action::MarkDeleting { .. }
+                    | Action::ForgetControlPlane
+                    | Action::BeginInPlace { .. }
+                    | Action::SetInPlacePhase { .. }
+                    | Action::EndInPlace { .. }
+            );
+            // Its pacing saw the machines of its pass, as every pass's does.
+            let mut its_pass = n.clone();
+            its_pass.begin_pass();
+            let paced = its_pass.pacing(a) == Verdict::Go;
+            if (s.variant.faults_anywhere || !unfenced) && paced {
+                if store_only {
+                    perform(&mut n, a, true)?;
+                    if n.machines != tracked.machines {
+                        return Err(format!(
+                            "a deposed controller's '{a}' changed the machine records"
+                        ));
+                    }
+                    n.stale_used = true;
+                    out.push((format!("deposed controller's '{a}' is fenced"), n));
+                } else {
+                    n.stale = Some(a.clone());
+                    out.push((format!("deposed controller decides: {a}"), n));
+                }
             }
         }
     }
@@ -272,6 +329,12 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             }
         } else {
             perform(&mut n, a, true)?;
+        }
+        // Its store writes are fenced: no record changes.
+        if n.machines != s.machines {
+            return Err(format!(
+                "a deposed controller's '{a}' changed the machine records"
+            ));
         }
         out.push((format!("deposed controller performs: {a}"), n));
     }
@@ -373,7 +436,11 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     if s.drain_started && !s.drain_passed {
         let mut n = s.clone();
         n.drain_passed = true;
-        for m in s.machines.iter().filter(|m| m.deleting) {
+        for m in s
+            .machines
+            .iter()
+            .filter(|m| m.deleting || m.in_place_out_of_service())
+        {
             if !n.drained.contains(&m.name) {
                 n.drained.push(m.name.clone());
             }
@@ -391,6 +458,7 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         n.lb_reachable = true;
         out.push(("the load balancer is reachable again".to_string(), n));
     }
+    s.in_place_env(&d, idle, &mut out);
     if s.leader.is_none() {
         if let Some(m) = s
             .voters()

@@ -187,3 +187,117 @@ fn the_checker_sees_a_removal_before_the_drain_or_behind_the_load_balancer() {
     s.lb_serves.clear();
     assert_eq!(perform(&mut s, &a, false), Ok(true));
 }
+
+// ---------------------------------------------------------------- the in-place step
+
+const IN_PLACE: Variant = Variant::ALL[4];
+
+#[test]
+fn the_in_place_variant_is_the_one_with_a_deposed_controller() {
+    assert!(IN_PLACE.in_place && IN_PLACE.deposed && !IN_PLACE.faults_anywhere);
+    assert_eq!(
+        initial(IN_PLACE).cp.spec.rollout.strategy,
+        Strategy::InPlace
+    );
+}
+
+#[test]
+fn the_checker_sees_a_start_below_the_cluster_version() {
+    let mut s = initial(IN_PLACE);
+    s.cluster_new = true;
+    s.procs[0].running = false;
+    let err = perform(
+        &mut s,
+        &Action::StartMachine {
+            machine: "m-1".into(),
+            state: ClusterState::Existing,
+            initial_cluster: vec![],
+            expect: None,
+        },
+        false,
+    )
+    .unwrap_err();
+    assert!(err.contains("below the cluster version"), "{err}");
+}
+
+#[test]
+fn a_deposed_controllers_in_place_write_changes_nothing() {
+    let mut s = initial(IN_PLACE);
+    let a = Action::BeginInPlace {
+        machine: "m-2".into(),
+        to: NEW,
+        reason: quorum_core::DeleteReason::Outdated,
+    };
+    perform(&mut s, &a, true).unwrap();
+    assert!(s.machines.iter().all(|m| m.in_place.is_none()));
+    perform(&mut s, &a, false).unwrap();
+    assert!(s.machines[1].in_place_out_of_service());
+    assert!(s.lb_serves.contains(&"m-2".to_string()));
+}
+
+#[test]
+fn the_in_place_step_begins_with_a_follower_and_a_broken_binary_is_rolled_back() {
+    // The first pass begins m-2's step (m-1 leads).
+    let labels = controller_labels(&initial(IN_PLACE));
+    assert_eq!(
+        labels,
+        ["controller: begin upgrading m-2 in place to etcd 3.5.1: drain it"]
+    );
+    // m-2 restarting on a binary that exits at once: only once its deadline has passed
+    // is it rolled back, to its previous binary.
+    let mut s = initial(IN_PLACE);
+    s.bad_binary = Some("m-2".into());
+    s.bad_used = true;
+    s.procs[1].running = false;
+    s.machines[1].version = NEW;
+    s.machines[1].in_place = Some(quorum_core::InPlace {
+        from: OLD,
+        to: NEW,
+        phase: quorum_core::InPlacePhase::Restarting,
+        since_unix_s: NOW_UNIX_S,
+        reason: quorum_core::DeleteReason::Outdated,
+        failure: None,
+    });
+    assert_eq!(controller_labels(&s), ["controller: start m-2"]);
+    let (_, started) = successors(&s)
+        .unwrap()
+        .into_iter()
+        .find(|(l, _)| l == "controller: start m-2")
+        .expect("started");
+    assert!(!started.procs[1].running, "it exits at once");
+    // A pass that changed something is no time passing; once the passes change
+    // nothing, the deadline may pass.
+    let deadline = |x: &State| {
+        successors(x)
+            .unwrap()
+            .into_iter()
+            .find(|(l, _)| l == "m-2's in-place deadline passes")
+    };
+    assert!(deadline(&s).is_none());
+    let (_, late) =
+        deadline(&started).expect("the deadline passes while the start changes nothing");
+    let labels = controller_labels(&late);
+    assert!(
+        labels[0].starts_with("controller: roll m-2 back to etcd 3.4.23"),
+        "{labels:?}"
+    );
+}
+
+/// The finding the simulator holds back too: a deposed controller's stop of a member
+/// (decided once its drain passed) lands after another member failed, and quorum is
+/// lost. Nothing fences a process kill.
+#[test]
+fn a_deposed_controllers_stop_of_a_member_can_take_quorum_away() {
+    let r = check(Variant {
+        faults_anywhere: true,
+        ..IN_PLACE
+    });
+    assert!(
+        r.violations
+            .iter()
+            .any(|v| v.contains("the in-place stop of")
+                && v.contains("deposed controller decides: stop")),
+        "{:?}",
+        r.violations
+    );
+}
