@@ -190,20 +190,23 @@ fn the_checker_sees_a_removal_before_the_drain_or_behind_the_load_balancer() {
 
 // ---------------------------------------------------------------- the in-place step
 
-const IN_PLACE: Variant = Variant::ALL[4];
+/// The variant checked in place: with a deposed controller (and etcd's strict check).
+fn in_place_variant() -> Variant {
+    let v: Vec<Variant> = Variant::ALL.into_iter().filter(|v| v.in_place).collect();
+    assert_eq!(v.len(), 1, "{v:?}");
+    v[0]
+}
 
 #[test]
-fn the_in_place_variant_is_the_one_with_a_deposed_controller() {
-    assert!(IN_PLACE.in_place && IN_PLACE.deposed && !IN_PLACE.faults_anywhere);
-    assert_eq!(
-        initial(IN_PLACE).cp.spec.rollout.strategy,
-        Strategy::InPlace
-    );
+fn the_in_place_variant_has_a_deposed_controller() {
+    let v = in_place_variant();
+    assert!(v.deposed && v.etcd_strict && !v.faults_anywhere, "{v:?}");
+    assert_eq!(initial(v).cp.spec.rollout.strategy, Strategy::InPlace);
 }
 
 #[test]
 fn the_checker_sees_a_start_below_the_cluster_version() {
-    let mut s = initial(IN_PLACE);
+    let mut s = initial(in_place_variant());
     s.cluster_new = true;
     s.procs[0].running = false;
     let err = perform(
@@ -222,7 +225,7 @@ fn the_checker_sees_a_start_below_the_cluster_version() {
 
 #[test]
 fn a_deposed_controllers_in_place_write_changes_nothing() {
-    let mut s = initial(IN_PLACE);
+    let mut s = initial(in_place_variant());
     let a = Action::BeginInPlace {
         machine: "m-2".into(),
         to: NEW,
@@ -238,14 +241,14 @@ fn a_deposed_controllers_in_place_write_changes_nothing() {
 #[test]
 fn the_in_place_step_begins_with_a_follower_and_a_broken_binary_is_rolled_back() {
     // The first pass begins m-2's step (m-1 leads).
-    let labels = controller_labels(&initial(IN_PLACE));
+    let labels = controller_labels(&initial(in_place_variant()));
     assert_eq!(
         labels,
         ["controller: begin upgrading m-2 in place to etcd 3.5.1: drain it"]
     );
     // m-2 restarting on a binary that exits at once: only once its deadline has passed
     // is it rolled back, to its previous binary.
-    let mut s = initial(IN_PLACE);
+    let mut s = initial(in_place_variant());
     s.bad_binary = Some("m-2".into());
     s.bad_used = true;
     s.procs[1].running = false;
@@ -290,7 +293,7 @@ fn the_in_place_step_begins_with_a_follower_and_a_broken_binary_is_rolled_back()
 fn a_deposed_controllers_stop_of_a_member_can_take_quorum_away() {
     let r = check(Variant {
         faults_anywhere: true,
-        ..IN_PLACE
+        ..in_place_variant()
     });
     assert!(
         r.violations
