@@ -1,6 +1,6 @@
 //! quorum's benchmark and demo tooling, kept out of the product crates: `quorum bench
-//! rollout` (paced clients during a rollout by quorum or by a naive script, with
-//! pictures), `quorum bench failover` (controller takeover times) and `quorum demo`.
+//! rollout` (paced clients during a rollout by quorum, replacing machines or restarting
+//! them in place, or by a naive script, with pictures), `quorum bench failover` (controller takeover times) and `quorum demo`.
 //! Each drives the same operations as the `quorum` commands (`quorum-ops`) in a
 //! throwaway home, and cleans up every process it started.
 
@@ -9,5 +9,7 @@ pub mod demo;
 pub mod failover;
 mod naive;
 mod plot;
+mod preload;
 mod report;
 pub mod rollout;
+mod serving;

@@ -67,6 +67,7 @@ pub async fn rollout(
             kind,
             machine: Some(machine.to_string()),
             message,
+            took_ms: None,
         })
     };
     let mut old: Vec<Machine> = ctx

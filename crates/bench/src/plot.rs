@@ -422,6 +422,8 @@ fn draw_p99_line(
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StepKind {
     Learner,
+    /// A machine started: a new member, or one restarted in place.
+    Start,
     Promote,
     MoveLeader,
     Remove,
@@ -431,8 +433,9 @@ pub enum StepKind {
 
 impl StepKind {
     /// Legend order: the order a member replacement goes through them.
-    const ALL: [StepKind; 6] = [
+    const ALL: [StepKind; 7] = [
         StepKind::Learner,
+        StepKind::Start,
         StepKind::Promote,
         StepKind::MoveLeader,
         StepKind::Remove,
@@ -443,6 +446,7 @@ impl StepKind {
     fn color(self) -> RGBColor {
         match self {
             StepKind::Learner => RGBColor(0x2c, 0xa0, 0x2c),
+            StepKind::Start => RGBColor(0x17, 0xbe, 0xcf),
             StepKind::Promote => RGBColor(0x94, 0x67, 0xbd),
             StepKind::MoveLeader => RGBColor(0xff, 0x7f, 0x0e),
             StepKind::Remove => RGBColor(0x8c, 0x56, 0x4b),
@@ -454,6 +458,7 @@ impl StepKind {
     fn name(self) -> &'static str {
         match self {
             StepKind::Learner => "add learner",
+            StepKind::Start => "start machine",
             StepKind::Promote => "promote",
             StepKind::MoveLeader => "move leader",
             StepKind::Remove => "remove member",

@@ -1,7 +1,77 @@
-//! `quorum bench rollout`'s table output: one table per run, then the runs side by side.
+//! `quorum bench rollout`'s report: built from the recorded operations, printed as one
+//! table per run, then the runs side by side; for an in-place run, the issue's goals.
 
-use crate::rollout::{label, ClientMode, Report};
+use crate::rollout::{label, BenchArgs, ClientMode, Op, Report, Step, Strategy};
 use quorum_ops::status;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Issue 16's goals for an in-place rollout of 3 members (at the default 500 ops/s):
+/// the whole rollout within 4 s, no operation slower than 500 ms, at most 0.05 % of
+/// the operations failed, no acknowledged write lost.
+const GOAL_REPLICAS: u32 = 3;
+const GOAL_ROLLOUT_MS: i64 = 4_000;
+const GOAL_MAX_LATENCY_MS: f64 = 500.0;
+const GOAL_FAILED_PERCENT: f64 = 0.05;
+
+/// One goal, what was measured, and whether it was met.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GoalCheck {
+    pub goal: String,
+    pub measured: String,
+    pub met: bool,
+}
+
+/// The goals a run is held to: issue 16's for an in-place rollout of 3 members without
+/// preloaded data; none otherwise.
+pub(crate) fn goals(r: &Report) -> Vec<GoalCheck> {
+    if r.strategy != Strategy::InPlace || r.replicas != GOAL_REPLICAS || r.preload.is_some() {
+        return Vec::new();
+    }
+    let failed_percent = failed_percent(r);
+    vec![
+        GoalCheck {
+            goal: format!("rollout <= {:.0} s", GOAL_ROLLOUT_MS as f64 / 1000.0),
+            measured: format!("{:.1} s", r.rollout_ms as f64 / 1000.0),
+            met: r.rollout_ms <= GOAL_ROLLOUT_MS,
+        },
+        GoalCheck {
+            goal: format!("max latency < {GOAL_MAX_LATENCY_MS:.0} ms"),
+            measured: format!("{:.1} ms", r.latency_ms_max),
+            met: r.latency_ms_max < GOAL_MAX_LATENCY_MS,
+        },
+        GoalCheck {
+            goal: format!("failed <= {GOAL_FAILED_PERCENT} %"),
+            measured: format!("{failed_percent:.3} % ({})", by_kind(r)),
+            met: failed_percent <= GOAL_FAILED_PERCENT,
+        },
+        GoalCheck {
+            goal: "0 lost writes".into(),
+            measured: r.lost_writes.to_string(),
+            met: r.lost_writes == 0,
+        },
+    ]
+}
+
+fn failed_percent(r: &Report) -> f64 {
+    if r.attempted == 0 {
+        return 0.0;
+    }
+    100.0 * r.failed as f64 / r.attempted as f64
+}
+
+/// The failures by kind, "none" without any.
+fn by_kind(r: &Report) -> String {
+    if r.failed_by_kind.is_empty() {
+        return "none".into();
+    }
+    r.failed_by_kind
+        .iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// Every run's table, then (with several runs) one line per run.
 pub(crate) fn print(reports: &[Report]) {
@@ -47,8 +117,37 @@ fn print_table(r: &Report) {
                 r.steps.len()
             ),
         ],
-        vec!["new members".into(), new_members(r)],
+        vec![
+            match r.strategy {
+                Strategy::InPlace => "restarted members".into(),
+                Strategy::Safe | Strategy::Naive => "new members".into(),
+            },
+            new_members(r),
+        ],
     ];
+    if let Some(p) = &r.preload {
+        rows.push(vec![
+            "preloaded data".into(),
+            format!(
+                "{} MiB in {} keys of {} bytes ({} written in {:.1} s); database {:.0} MiB; \
+                 {} keys after the rollout",
+                p.mib,
+                p.keys,
+                p.value_bytes,
+                p.written,
+                p.took_ms as f64 / 1000.0,
+                p.db_size_bytes as f64 / (1024.0 * 1024.0),
+                p.keys_after
+            ),
+        ]);
+    }
+    for g in &r.goals {
+        let mark = if g.met { "met" } else { "MISSED" };
+        rows.push(vec![
+            format!("goal {}", g.goal),
+            format!("{mark}: {}", g.measured),
+        ]);
+    }
     if let Some(line) = haproxy_backend(r) {
         rows.push(vec!["haproxy backend".into(), line]);
     }
@@ -78,15 +177,7 @@ fn workload(r: &Report) -> String {
 }
 
 fn operations(r: &Report) -> String {
-    let failures = if r.failed_by_kind.is_empty() {
-        "none".to_string()
-    } else {
-        r.failed_by_kind
-            .iter()
-            .map(|(k, n)| format!("{k}: {n}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
+    let failures = by_kind(r);
     format!(
         "{} attempted ({} writes), {} succeeded, {} failed ({failures}; {} of them \
          writes), {} reads repeated after 'leader changed'",
@@ -121,10 +212,12 @@ fn haproxy_backend(r: &Report) -> Option<String> {
 
 /// One line per run, side by side.
 fn print_comparison(reports: &[Report]) {
-    let mut rows = vec![vec![
+    let preload = reports.iter().any(|r| r.preload.is_some());
+    let mut header = vec![
         "strategy".to_string(),
         "clients".into(),
         "failed".into(),
+        "failed by kind".into(),
         "reads repeated".into(),
         "p50 ms".into(),
         "p99 ms".into(),
@@ -132,12 +225,22 @@ fn print_comparison(reports: &[Report]) {
         "longest gap ms".into(),
         "rollout s".into(),
         "lost writes".into(),
-    ]];
+    ];
+    if preload {
+        header.push("database MiB".into());
+    }
+    let mut rows = vec![header];
     for r in reports {
-        rows.push(vec![
+        let mut row = vec![
             label(r.strategy),
             label(r.client_mode),
-            format!("{} of {}", r.failed, r.attempted),
+            format!(
+                "{} of {} ({:.3} %)",
+                r.failed,
+                r.attempted,
+                failed_percent(r)
+            ),
+            by_kind(r),
             r.retried_reads.to_string(),
             format!("{:.1}", r.latency_ms_p50),
             format!("{:.1}", r.latency_ms_p99),
@@ -145,7 +248,150 @@ fn print_comparison(reports: &[Report]) {
             r.longest_no_success_ms.to_string(),
             format!("{:.1}", r.rollout_ms as f64 / 1000.0),
             r.lost_writes.to_string(),
-        ]);
+        ];
+        if preload {
+            row.push(r.preload.as_ref().map_or("-".into(), |p| {
+                format!("{:.0}", p.db_size_bytes as f64 / (1024.0 * 1024.0))
+            }));
+        }
+        rows.push(row);
     }
     print!("{}", status::columns(&rows));
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub(crate) fn summarize(
+    args: &BenchArgs,
+    (strategy, client_mode): (Strategy, ClientMode),
+    ops: &[Op],
+    (t0, t1): (i64, i64),
+    (acknowledged, lost): (usize, usize),
+    rollout_ms: i64,
+    steps: Vec<Step>,
+) -> Report {
+    let mut failed_by_kind = BTreeMap::new();
+    let mut error_samples = BTreeMap::new();
+    for (kind, msg) in ops.iter().filter_map(|o| o.error.as_ref()) {
+        *failed_by_kind.entry(kind.as_str()).or_insert(0) += 1;
+        error_samples
+            .entry(kind.as_str())
+            .or_insert_with(|| msg.clone());
+    }
+    let mut lat: Vec<f64> = ops
+        .iter()
+        .filter(|o| o.error.is_none())
+        .map(|o| o.latency_us as f64 / 1000.0)
+        .collect();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    // The longest gap between successive successes, counting the run's edges.
+    let mut ends: Vec<i64> = ops
+        .iter()
+        .filter(|o| o.error.is_none())
+        .map(|o| o.end_ms)
+        .collect();
+    ends.sort_unstable();
+    let mut longest = 0;
+    let mut prev = t0;
+    for e in ends.iter().copied().chain(std::iter::once(t1)) {
+        longest = longest.max(e - prev);
+        prev = e;
+    }
+    let failed = ops.iter().filter(|o| o.error.is_some()).count();
+    Report {
+        strategy,
+        client_mode,
+        from: args.rollout.from.to_string(),
+        to: args.rollout.to.to_string(),
+        replicas: args.rollout.replicas,
+        rate: args.rate,
+        clients: args.clients,
+        attempted: ops.len(),
+        writes_attempted: ops.iter().filter(|o| o.write).count(),
+        succeeded: ops.len() - failed,
+        failed,
+        failed_writes: ops.iter().filter(|o| o.write && o.error.is_some()).count(),
+        retried_reads: ops.iter().filter(|o| o.retried).count(),
+        failed_by_kind,
+        error_samples,
+        latency_ms_p50: percentile(&lat, 0.50),
+        latency_ms_p99: percentile(&lat, 0.99),
+        latency_ms_max: lat.last().copied().unwrap_or(0.0),
+        longest_no_success_ms: longest,
+        acknowledged_writes: acknowledged,
+        lost_writes: lost,
+        rollout_ms,
+        steps,
+        new_members: Vec::new(),
+        plot: None,
+        tls: !args.rollout.insecure_plaintext,
+        haproxy_backend: None,
+        preload: None,
+        goals: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rollout::ClientMode;
+
+    fn report(strategy: Strategy, replicas: u32) -> Report {
+        Report {
+            strategy,
+            client_mode: ClientMode::Follow,
+            from: "3.4.23".into(),
+            to: "3.5.1".into(),
+            replicas,
+            rate: 500,
+            clients: 8,
+            attempted: 4_000,
+            writes_attempted: 2_000,
+            succeeded: 3_998,
+            failed: 2,
+            failed_writes: 2,
+            retried_reads: 0,
+            failed_by_kind: BTreeMap::from([("other", 2)]),
+            error_samples: BTreeMap::new(),
+            latency_ms_p50: 2.0,
+            latency_ms_p99: 30.0,
+            latency_ms_max: 499.9,
+            longest_no_success_ms: 80,
+            acknowledged_writes: 1_998,
+            lost_writes: 0,
+            rollout_ms: 4_000,
+            steps: Vec::new(),
+            new_members: Vec::new(),
+            plot: None,
+            tls: true,
+            haproxy_backend: None,
+            preload: None,
+            goals: Vec::new(),
+        }
+    }
+
+    /// The goals hold at their bounds and are missed just past them; they apply to an
+    /// in-place run of 3 members only.
+    #[test]
+    fn in_place_goals_at_their_bounds() {
+        let r = report(Strategy::InPlace, 3);
+        let g = goals(&r);
+        assert_eq!(g.len(), 4);
+        assert!(g.iter().all(|g| g.met), "{g:?}");
+        assert!(g[2].measured.contains("0.050 % (other: 2)"), "{g:?}");
+        let mut r = report(Strategy::InPlace, 3);
+        r.rollout_ms = 4_001;
+        r.latency_ms_max = 500.0;
+        r.failed = 3;
+        r.lost_writes = 1;
+        assert!(goals(&r).iter().all(|g| !g.met), "{:?}", goals(&r));
+        assert!(goals(&report(Strategy::Safe, 3)).is_empty());
+        assert!(goals(&report(Strategy::InPlace, 5)).is_empty());
+    }
 }

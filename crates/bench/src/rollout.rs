@@ -5,9 +5,10 @@
 //! another version. Clients reach the members one of two ways (`--client-mode`):
 //! following the endpoint set the controller publishes (`<home>/endpoints/<name>.json`),
 //! or through an HAProxy whose backend quorum keeps in step. The rollout is quorum's
-//! (`--strategy safe`) or the bug report's naive script (`--strategy naive`, see
-//! `naive.rs`); each combination runs on its own fresh control plane with the same
-//! workload. Every operation is recorded; the report gives failures by kind, latency
+//! replacement (`--strategy safe`), quorum's in-place restart on the new binary
+//! (`in-place`), or the bug report's naive script (`naive`, see `naive.rs`); each
+//! combination runs on its own fresh control plane with the same workload (and the same
+//! preloaded data, `--preload-mib`, see `preload.rs`). Every operation is recorded; the report gives failures by kind, latency
 //! percentiles, the longest window without a successful operation, the rollout's steps,
 //! and it reads back every acknowledged write: a missing one is a lost write and fails
 //! the run.
@@ -16,11 +17,14 @@ use crate::balancer::{place_balancer, start_balancer, wait_backend, Balancer};
 use crate::demo;
 use crate::naive;
 use crate::plot::{latency_svg, PlotOp, PlotStep, StepKind as PlotStepKind};
-use crate::report;
+use crate::preload::{self, Preload};
+use crate::report::{self, GoalCheck};
+use crate::serving::{self, Answering, NewMember};
 use anyhow::{bail, Context, Result};
 use quorum_controller::{endpoints_path, now_ms};
 use quorum_core::{
-    ActionKind, ClientErrorKind, ControlPlaneSpec, HaproxySpec, DEFAULT_HAPROXY_BACKEND,
+    ActionKind, ClientErrorKind, ControlPlaneSpec, HaproxySpec, RolloutStrategy,
+    DEFAULT_HAPROXY_BACKEND,
 };
 use quorum_etcd::failover::{Deadlines, Failover, FailoverError, Retry};
 use quorum_etcd::ClientTls;
@@ -43,13 +47,18 @@ const MAX_OPS: usize = 1_000_000;
 /// Clients that cannot connect within this long before the workload fail the run.
 const WARM_UP_LIMIT_MS: u64 = 10_000;
 
-/// Who rolls the control plane.
+/// Who rolls the control plane, and how. Runs go in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Strategy {
-    /// Quorum's controller: learners, leadership moved first, endpoints updated and
-    /// drained before a removal, graceful stops.
+    /// Quorum's controller replacing machines (`rollout.strategy: Replace`): learners,
+    /// leadership moved first, endpoints updated and drained before a removal, graceful
+    /// stops.
     Safe,
+    /// Quorum's controller restarting each member on the new binary with its data
+    /// (`rollout.strategy: InPlace`): drained from the endpoints, leadership moved off
+    /// it, stopped, started, back once healthy and caught up; followers first.
+    InPlace,
     /// The bug report's script: voters added directly, no leadership move, removed
     /// members left in the client endpoints, processes killed.
     Naive,
@@ -69,45 +78,53 @@ pub enum ClientMode {
 pub struct BenchArgs {
     /// Operations per second, over all clients.
     #[arg(long, default_value_t = 500)]
-    rate: u32,
+    pub(crate) rate: u32,
     /// Concurrent clients.
     #[arg(long, default_value_t = 8)]
-    clients: u32,
+    pub(crate) clients: u32,
     /// Share of writes (the rest are linearizable reads), 0.0 to 1.0.
     #[arg(long, default_value_t = 0.5)]
-    write_ratio: f64,
-    /// Rollout strategies to run, each on a fresh control plane: safe, naive, or both
-    /// as safe,naive.
+    pub(crate) write_ratio: f64,
+    /// Rollout strategies to run, each on a fresh control plane, side by side:
+    /// safe (quorum replaces the machines), in-place (quorum restarts each member on
+    /// the new binary), naive (the bug report's script); several as safe,in-place,naive.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "safe")]
-    strategy: Vec<Strategy>,
+    pub(crate) strategy: Vec<Strategy>,
+    /// Before the workload, write about this many MiB of data (16 KiB values under
+    /// bench/preload-) to each control plane, and count it again after the rollout. The
+    /// members' quota is raised to hold it (twice the data and 512 MiB, 2 to 8 GiB).
+    /// Each member keeps the database and its log: budget about 2× this on disk per
+    /// member, plus one member's worth during a replacement.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) preload_mib: u64,
     /// How clients reach the members: follow, haproxy, or both as follow,haproxy.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "follow")]
-    client_mode: Vec<ClientMode>,
+    pub(crate) client_mode: Vec<ClientMode>,
     #[command(flatten)]
-    rollout: demo::RolloutArgs,
+    pub(crate) rollout: demo::RolloutArgs,
     /// Workload before the rollout starts and after it ends.
     #[arg(long, default_value = "2s", value_parser = wait::parse_duration)]
-    settle: Duration,
+    pub(crate) settle: Duration,
     /// Write a latency-over-time picture of each run into this directory
     /// (<strategy>-<client-mode>.svg).
     #[arg(long)]
-    plot: Option<PathBuf>,
+    pub(crate) plot: Option<PathBuf>,
     /// Output: table or json.
     #[arg(short = 'o', long, default_value = "table")]
-    output: String,
+    pub(crate) output: String,
 }
 
 #[derive(Clone, Debug)]
-struct Op {
-    start_ms: i64,
-    end_ms: i64,
+pub(crate) struct Op {
+    pub(crate) start_ms: i64,
+    pub(crate) end_ms: i64,
     /// Measured on the monotonic clock, to the microsecond.
-    latency_us: u64,
+    pub(crate) latency_us: u64,
     /// A read repeated once after "leader changed" (its latency covers both tries).
-    retried: bool,
-    write: bool,
+    pub(crate) retried: bool,
+    pub(crate) write: bool,
     /// None: succeeded; else its kind and what the client library said.
-    error: Option<OpError>,
+    pub(crate) error: Option<OpError>,
 }
 
 #[derive(Debug, Serialize)]
@@ -117,6 +134,7 @@ pub struct Report {
     pub client_mode: ClientMode,
     pub from: String,
     pub to: String,
+    pub replicas: u32,
     pub rate: u32,
     pub clients: u32,
     pub attempted: usize,
@@ -140,8 +158,16 @@ pub struct Report {
     pub rollout_ms: i64,
     /// The rollout's steps, milliseconds from the start of the workload.
     pub steps: Vec<Step>,
-    /// The machines the rollout started and when each began to serve.
+    /// The machines the rollout started (new, or restarted in place) and when each
+    /// began to serve.
     pub new_members: Vec<NewMember>,
+    /// The data written before the workload (`--preload-mib`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub preload: Option<Preload>,
+    /// The goals this run is held to (issue 16's, for in-place on 3 members), and
+    /// whether each was met.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub goals: Vec<GoalCheck>,
     /// The latency-over-time picture, when one was asked for.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plot: Option<PathBuf>,
@@ -169,6 +195,9 @@ pub struct Step {
     /// The machine it acted on.
     pub machine: Option<String>,
     pub message: String,
+    /// How long the step itself took (quorum's steps; `at_ms` is when it ended).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub took_ms: Option<i64>,
 }
 
 /// What a rollout step was: an entry of quorum's history, or one of the naive script's
@@ -213,6 +242,7 @@ impl StepKind {
             StepKind::Action(ActionKind::MoveLeader) => PlotStepKind::MoveLeader,
             StepKind::Action(ActionKind::RemoveMember) => PlotStepKind::Remove,
             StepKind::Action(ActionKind::StopMachine) => PlotStepKind::Stop,
+            StepKind::Action(ActionKind::StartMachine) => PlotStepKind::Start,
             _ => PlotStepKind::Other,
         }
     }
@@ -483,6 +513,14 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
     if lost > 0 {
         bail!("{lost} acknowledged writes were lost");
     }
+    let missing: u64 = reports
+        .iter()
+        .filter_map(|r| r.preload.as_ref())
+        .map(|p| p.keys.saturating_sub(p.keys_after))
+        .sum();
+    if missing > 0 {
+        bail!("{missing} preloaded keys were missing after the rollout");
+    }
     Ok(())
 }
 
@@ -504,6 +542,13 @@ async fn run_one(
     ctx.quiet = true;
     let (tls, source) = prepare(&mut ctx, home, args, name, (strategy, mode), balancer).await?;
     let balancer = balancer.as_ref();
+    let mut preloaded = None;
+    if args.preload_mib > 0 {
+        // Straight to the members, not through a balancer.
+        let endpoints = read_endpoints(&endpoints_path(home, name));
+        eprintln!("bench {name}: preloading {} MiB", args.preload_mib);
+        preloaded = Some(preload::preload(&endpoints, tls.as_ref(), args.preload_mib).await?);
+    }
     let workload = Workload::start(args, &source, &tls, home, name).await;
     let t0 = now_ms();
     eprintln!(
@@ -528,6 +573,21 @@ async fn run_one(
             quiet_wait(&ctx, name, args.rollout.timeout).await?;
             None
         }
+        Strategy::InPlace => {
+            // As `quorum upgrade --strategy InPlace`: the strategy changes with the
+            // version, while no rollout runs.
+            change(&mut ctx, name, false, |s| ControlPlaneSpec {
+                version: to,
+                rollout: RolloutStrategy {
+                    strategy: quorum_core::Strategy::InPlace,
+                    ..s.rollout
+                },
+                ..s.clone()
+            })
+            .await?;
+            quiet_wait(&ctx, name, args.rollout.timeout).await?;
+            None
+        }
         Strategy::Naive => {
             // The controller keeps its hands off: paused, and no longer minding HAProxy.
             change(&mut ctx, name, false, |s| ControlPlaneSpec {
@@ -543,7 +603,7 @@ async fn run_one(
     };
     let rollout_ms = now_ms() - up_start;
     tokio::time::sleep(args.settle).await;
-    let (ops, acked, first_ok) = workload.finish().await;
+    let (ops, acked, began) = workload.finish().await;
     // The counters only describe the run; without them the report (and its lost-write
     // check) still stands.
     let haproxy_backend = balancer.and_then(|b| backend_calls(b, name));
@@ -556,8 +616,11 @@ async fn run_one(
     let endpoints = ctx.live(&cp).await?.endpoints;
     // Acknowledged writes missing (or changed) when read back are lost writes.
     let (lost, _) = demo::missing_keys(&endpoints, tls.as_ref(), KEY_PREFIX, &acked).await?;
-    let new_members = new_members(&steps, &first_ok, t0);
-    let mut report = summarize(
+    if let Some(p) = preloaded.as_mut() {
+        p.keys_after = preload::count(&endpoints, tls.as_ref()).await?;
+    }
+    let new_members = serving::started(&steps, &began, t0);
+    let mut report = report::summarize(
         args,
         (strategy, mode),
         &ops,
@@ -568,6 +631,8 @@ async fn run_one(
     );
     report.new_members = new_members;
     report.haproxy_backend = haproxy_backend;
+    report.preload = preloaded;
+    report.goals = report::goals(&report);
     if let Some(dir) = &args.plot {
         let path = dir.join(format!("{}-{}.svg", label(strategy), label(mode)));
         std::fs::write(&path, picture(&report, &ops, t0, t1)?)
@@ -596,7 +661,9 @@ async fn prepare(
         "bench {name}: creating {} members at etcd {}",
         args.rollout.replicas, args.rollout.from
     );
-    create(ctx, name, args.rollout.initial_spec(), false)?;
+    let mut spec = args.rollout.initial_spec();
+    spec.maintenance.quota_backend_bytes = preload::quota_bytes(args.preload_mib);
+    create(ctx, name, spec, false)?;
     let cp = ctx.store.get_control_plane(name)?;
     let tls = ctx.client_tls(&cp)?;
     if let Some(place) = place {
@@ -626,7 +693,7 @@ async fn prepare(
     .await?;
     let source = match (balancer, strategy) {
         (Some(b), _) => Source::Fixed(vec![b.frontend.to_string()]),
-        (None, Strategy::Safe) => Source::File(endpoints_path(home, name)),
+        (None, Strategy::Safe | Strategy::InPlace) => Source::File(endpoints_path(home, name)),
         (None, Strategy::Naive) => {
             // The naive script keeps its own list: it adds members, never removes one.
             let path = home.join("naive").join(format!("{name}.json"));
@@ -641,7 +708,7 @@ async fn prepare(
 /// The paced clients of one run and the probe of new members, running until `finish`.
 struct Workload {
     workers: Vec<tokio::task::JoinHandle<()>>,
-    probe: tokio::task::JoinHandle<BTreeMap<String, i64>>,
+    probe: tokio::task::JoinHandle<Answering>,
     stop: Arc<AtomicBool>,
     ops: Arc<Mutex<Vec<Op>>>,
     acked: Arc<Mutex<Vec<(String, String)>>>,
@@ -677,7 +744,7 @@ impl Workload {
             })
             .collect();
         ready.wait().await;
-        let probe = tokio::spawn(probe_serving(
+        let probe = tokio::spawn(serving::probe(
             home.to_path_buf(),
             name.to_string(),
             tls.clone(),
@@ -693,16 +760,16 @@ impl Workload {
     }
 
     /// Stops the clients and the probe. Returns every operation, the acknowledged
-    /// writes (key, value), and when each new member first answered.
-    async fn finish(self) -> (Vec<Op>, Vec<(String, String)>, BTreeMap<String, i64>) {
+    /// writes (key, value), and when each machine began to answer.
+    async fn finish(self) -> (Vec<Op>, Vec<(String, String)>, Answering) {
         self.stop.store(true, Ordering::Relaxed);
         for w in self.workers {
             let _ = w.await;
         }
-        let first_ok = self.probe.await.unwrap_or_default();
+        let began = self.probe.await.unwrap_or_default();
         let acked = std::mem::take(&mut *self.acked.lock().unwrap_or_else(|p| p.into_inner()));
         let ops = std::mem::take(&mut *self.ops.lock().unwrap_or_else(|p| p.into_inner()));
-        (ops, acked, first_ok)
+        (ops, acked, began)
     }
 }
 
@@ -755,18 +822,9 @@ fn recorded_steps(ctx: &Ctx, name: &str, after: i64, t0: i64) -> Result<Vec<Step
             kind: StepKind::of(e.kind),
             machine: e.machine,
             message: e.message,
+            took_ms: e.took_ms,
         })
         .collect())
-}
-
-/// A machine the rollout started, and when it began to serve clients.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NewMember {
-    pub machine: String,
-    pub started_at_ms: i64,
-    /// From its start to its first answer to a status request; None: never answered.
-    pub serving_after_ms: Option<i64>,
 }
 
 /// The latency-over-time picture of a run.
@@ -784,6 +842,7 @@ fn picture(r: &Report, ops: &[Op], t0: i64, t1: i64) -> Result<String> {
         ActionKind::AllocateMachine,
         ActionKind::MarkDeleting,
         ActionKind::DeleteMachine,
+        ActionKind::SetInPlacePhase,
     ]
     .map(StepKind::Action);
     let steps: Vec<PlotStep> = r
@@ -825,60 +884,6 @@ fn picture(r: &Report, ops: &[Op], t0: i64, t1: i64) -> Result<String> {
     latency_svg(&title, &subtitle, &plot_ops, &steps, t1 - t0)
 }
 
-/// How often the bench looks for machines that have started answering.
-const PROBE_EVERY_MS: u64 = 50;
-
-/// Records when each machine of `cp` first answers a status request (its gRPC server
-/// serves only once the member is ready), until `stop`.
-async fn probe_serving(
-    home: PathBuf,
-    cp: String,
-    tls: Option<ClientTls>,
-    stop: Arc<AtomicBool>,
-) -> BTreeMap<String, i64> {
-    let mut first_ok = BTreeMap::new();
-    let Ok(store) = quorum_store::Store::open(&home) else {
-        return first_ok;
-    };
-    let timeouts = quorum_etcd::Timeouts {
-        connect_ms: 100,
-        observe_ms: 200,
-        change_ms: 200,
-    };
-    let Ok(etcd) = quorum_etcd::Etcd::for_credentials(timeouts, tls) else {
-        return first_ok;
-    };
-    while !stop.load(Ordering::Relaxed) {
-        for m in store.machines(&cp).unwrap_or_default() {
-            if first_ok.contains_key(&m.name) {
-                continue;
-            }
-            if etcd.status(&m.client_url()).await.is_ok() {
-                first_ok.insert(m.name.clone(), now_ms());
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(PROBE_EVERY_MS)).await;
-    }
-    first_ok
-}
-
-/// For each machine the rollout started: how long after its start it first answered.
-fn new_members(steps: &[Step], first_ok: &BTreeMap<String, i64>, t0: i64) -> Vec<NewMember> {
-    steps
-        .iter()
-        .filter(|s| s.kind == StepKind::Action(ActionKind::StartMachine))
-        .filter_map(|s| {
-            let machine = s.machine.clone()?;
-            let serving_after_ms = first_ok.get(&machine).map(|t| t - t0 - s.at_ms);
-            Some(NewMember {
-                machine,
-                started_at_ms: s.at_ms,
-                serving_after_ms,
-            })
-        })
-        .collect()
-}
-
 /// Waits until the published endpoints file lists `n` endpoints.
 async fn wait_endpoints_file(path: &Path, n: usize, timeout: Duration) -> Result<()> {
     let start = Instant::now();
@@ -912,80 +917,5 @@ async fn quiet_wait(ctx: &Ctx, name: &str, timeout: Duration) -> Result<()> {
             );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn summarize(
-    args: &BenchArgs,
-    (strategy, client_mode): (Strategy, ClientMode),
-    ops: &[Op],
-    (t0, t1): (i64, i64),
-    (acknowledged, lost): (usize, usize),
-    rollout_ms: i64,
-    steps: Vec<Step>,
-) -> Report {
-    let mut failed_by_kind = BTreeMap::new();
-    let mut error_samples = BTreeMap::new();
-    for (kind, msg) in ops.iter().filter_map(|o| o.error.as_ref()) {
-        *failed_by_kind.entry(kind.as_str()).or_insert(0) += 1;
-        error_samples
-            .entry(kind.as_str())
-            .or_insert_with(|| msg.clone());
-    }
-    let mut lat: Vec<f64> = ops
-        .iter()
-        .filter(|o| o.error.is_none())
-        .map(|o| o.latency_us as f64 / 1000.0)
-        .collect();
-    lat.sort_by(|a, b| a.total_cmp(b));
-    // The longest gap between successive successes, counting the run's edges.
-    let mut ends: Vec<i64> = ops
-        .iter()
-        .filter(|o| o.error.is_none())
-        .map(|o| o.end_ms)
-        .collect();
-    ends.sort_unstable();
-    let mut longest = 0;
-    let mut prev = t0;
-    for e in ends.iter().copied().chain(std::iter::once(t1)) {
-        longest = longest.max(e - prev);
-        prev = e;
-    }
-    let failed = ops.iter().filter(|o| o.error.is_some()).count();
-    Report {
-        strategy,
-        client_mode,
-        from: args.rollout.from.to_string(),
-        to: args.rollout.to.to_string(),
-        rate: args.rate,
-        clients: args.clients,
-        attempted: ops.len(),
-        writes_attempted: ops.iter().filter(|o| o.write).count(),
-        succeeded: ops.len() - failed,
-        failed,
-        failed_writes: ops.iter().filter(|o| o.write && o.error.is_some()).count(),
-        retried_reads: ops.iter().filter(|o| o.retried).count(),
-        failed_by_kind,
-        error_samples,
-        latency_ms_p50: percentile(&lat, 0.50),
-        latency_ms_p99: percentile(&lat, 0.99),
-        latency_ms_max: lat.last().copied().unwrap_or(0.0),
-        longest_no_success_ms: longest,
-        acknowledged_writes: acknowledged,
-        lost_writes: lost,
-        rollout_ms,
-        steps,
-        new_members: Vec::new(),
-        plot: None,
-        tls: !args.rollout.insecure_plaintext,
-        haproxy_backend: None,
     }
 }

@@ -257,13 +257,18 @@ pub struct BenchCommands {
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// In a fresh temporary home: a paced client workload (writes and linearizable reads)
-    /// during a rollout, through the published endpoints or an HAProxy, by quorum or by a
-    /// naive script; reports failures by kind, latency, the longest gap without a
-    /// success, when new members began to serve, and lost writes (which fail the run).
+    /// during a rollout, through the published endpoints or an HAProxy, by quorum
+    /// (replacing machines, or restarting them in place) or by a naive script; reports
+    /// the rollout's time, failures by kind, latency, the longest gap without a success,
+    /// when started members began to serve, and lost writes (which fail the run).
     #[command(after_help = "Examples:
-  quorum bench rollout                       quorum's rollout, clients following the endpoints
+  quorum bench rollout                       quorum's rollout (replacement), clients following the endpoints
   quorum bench rollout --rate 100 --settle 1s -o json
                                              a short run, machine-readable
+  quorum bench rollout --strategy safe,in-place,naive
+                                             replacement, in place and the naive script side by side
+  quorum bench rollout --strategy safe,in-place --preload-mib 256
+                                             what a 256 MiB database does to each (about 3 GiB of disk at most)
   quorum bench rollout --strategy safe,naive --client-mode follow,haproxy --plot docs/bench
                                              the side-by-side comparison (4 fresh control planes)")]
     Rollout(rollout::BenchArgs),

@@ -451,6 +451,61 @@ fn bench_naive_baseline_runs() {
     assert!(!kinds.contains(&"add-learner") && !kinds.contains(&"move-leader"));
 }
 
+/// quorum's in-place rollout under the same workload, with a small preloaded database:
+/// each member restarted once on the new binary (drained, stopped, started, back in
+/// service), no membership change, every acknowledged write and preloaded key there
+/// after it, and each restarted member's time to serve measured from its own start.
+#[test]
+fn bench_in_place_restarts_each_member_once() {
+    let env = Env::new("bench-in-place");
+    let out = env.ok(&short_bench(&[
+        "--strategy",
+        "in-place",
+        "--preload-mib",
+        "2",
+    ]));
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("the report is JSON on stdout");
+    let r = &doc["runs"][0];
+    assert_eq!(r["strategy"], "in-place", "{r:#}");
+    assert_eq!(r["lostWrites"], 0, "{r:#}");
+    assert!(r["acknowledgedWrites"].as_u64().unwrap() > 100, "{r:#}");
+    let kinds: Vec<&str> = r["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["kind"].as_str().unwrap())
+        .collect();
+    for kind in [
+        "begin-in-place",
+        "stop-machine",
+        "start-machine",
+        "end-in-place",
+    ] {
+        assert_eq!(kinds.iter().filter(|k| **k == kind).count(), 3, "{kinds:?}");
+    }
+    for kind in ["add-learner", "remove-member", "delete-machine"] {
+        assert!(!kinds.contains(&kind), "{kinds:?}");
+    }
+    let restarted = r["newMembers"].as_array().unwrap();
+    assert_eq!(restarted.len(), 3, "{r:#}");
+    for m in restarted {
+        let after = m["servingAfterMs"]
+            .as_i64()
+            .expect("each restarted member serves");
+        assert!((0..60_000).contains(&after), "{m:#}");
+    }
+    let p = &r["preload"];
+    assert_eq!(p["mib"], 2, "{p:#}");
+    assert!(p["keys"].as_u64().unwrap() > 0, "{p:#}");
+    assert_eq!(p["keysAfter"], p["keys"], "{p:#}");
+    assert!(
+        p["dbSizeBytes"].as_u64().unwrap() >= 2 * 1024 * 1024,
+        "{p:#}"
+    );
+    // The goals are for a rollout without preloaded data.
+    assert!(r.get("goals").is_none(), "{r:#}");
+}
+
 /// A controller process this test started; killed (SIGKILL, by PID) when dropped.
 struct Spawned(std::process::Child);
 

@@ -30,6 +30,7 @@ fn ops(n: usize, duration_ms: i64, seed: u64) -> Vec<PlotOp> {
 fn steps() -> Vec<PlotStep> {
     [
         (1_000, "add-learner bench-4", StepKind::Learner),
+        (1_100, "start-machine bench-4", StepKind::Start),
         (2_000, "promote bench-4", StepKind::Promote),
         (2_050, "move-leader", StepKind::MoveLeader),
         (3_000, "remove-member bench-1", StepKind::Remove),
