@@ -435,3 +435,93 @@ fn a_start_on_data_that_changed_since_the_decision_is_refused() {
         "nothing was started"
     );
 }
+
+/// A stand-in for etcd that handles SIGTERM by appending `on_term` to its log and
+/// running on (as etcd does while its peers' connections close), recorded as
+/// machine `name`'s process.
+fn stand_in(p: &LocalProvider, name: &str, on_term: &str) -> std::process::Child {
+    std::fs::create_dir_all(p.data_dir(name)).unwrap();
+    let log = p.log_path(name);
+    let ready = p.machine_dir(name).join("ready");
+    let _ = std::fs::remove_file(&ready);
+    // The trap is set before the ready file appears: a SIGTERM before it would end
+    // the shell at once.
+    let script = format!(
+        "trap 'printf \"%s\\n\" \"$TERM_LINE\" >> {}' TERM; : > {}; while :; do sleep 0.05; done",
+        log.display(),
+        ready.display()
+    );
+    let child = std::process::Command::new("sh")
+        .args(["-c", &script, "sh"])
+        .arg(format!("--data-dir={}", p.data_dir(name).display()))
+        .env("TERM_LINE", on_term)
+        .spawn()
+        .unwrap();
+    std::fs::write(p.machine_dir(name).join("pid"), child.id().to_string()).unwrap();
+    wait_for("the stand-in to run", Duration::from_secs(5), || {
+        ready.exists() && p.observe(name).process == ProcessState::Running
+    });
+    child
+}
+
+/// etcd's last second after SIGTERM is a wait for its peers' connections, once its
+/// server has stopped and closed its data: the stop ends it when etcd logs that its
+/// server stopped, after the signal (a line from an earlier stop does not count); a
+/// process that never says so gets the whole grace.
+#[test]
+fn a_stop_ends_once_etcd_says_its_server_stopped() {
+    let dir = tempfile::tempdir().unwrap();
+    let grace = Duration::from_millis(1_500);
+    let p = LocalProvider::new(dir.path(), default_etcd_dir()).with_stop_grace(grace);
+    let said =
+        r#"{"level":"info","msg":"stopping serving peer traffic","address":"127.0.0.1:2380"}"#;
+    let mut child = stand_in(&p, "s-1", said);
+    let t = Instant::now();
+    p.stop("s-1").unwrap();
+    let took = t.elapsed();
+    let _ = child.wait();
+    assert!(took < grace / 2, "{took:?}");
+
+    // The log already holds the line (the stop above); this process does not say it.
+    let mut child = stand_in(&p, "s-1", r#"{"level":"info","msg":"closing etcd server"}"#);
+    let t = Instant::now();
+    p.stop("s-1").unwrap();
+    let took = t.elapsed();
+    let _ = child.wait();
+    assert!(took >= grace, "{took:?}");
+}
+
+/// The line the stop waits for is the one etcd 3.4.23 and 3.5.1 log on SIGTERM, and
+/// a member stopped on it starts again on its data and serves.
+#[test]
+fn etcd_says_its_server_stopped_and_serves_again_after() {
+    for (i, version) in ["3.4.23", "3.5.1"].into_iter().enumerate() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = LocalProvider::new(dir.path(), default_etcd_dir());
+        let mut m = machine("p-7", 35 + i as u8);
+        m.version = version.parse().unwrap();
+        let addr = SocketAddrV4::new(m.address, quorum_core::CLIENT_PORT);
+        single(&p, &m);
+        wait_for(
+            &format!("{version} healthy"),
+            Duration::from_secs(20),
+            || healthy(addr),
+        );
+        p.stop("p-7").unwrap();
+        assert_eq!(p.observe("p-7").process, ProcessState::Stopped);
+        let log = std::fs::read_to_string(p.log_path("p-7")).unwrap();
+        assert!(
+            log.contains(r#""msg":"stopping serving peer traffic""#),
+            "{version}: {}",
+            p.last_log_lines("p-7", 5).join("\n")
+        );
+        single(&p, &m);
+        wait_for(
+            &format!("{version} healthy again"),
+            Duration::from_secs(20),
+            || healthy(addr),
+        );
+        p.stop("p-7").unwrap();
+        p.delete("p-7").unwrap();
+    }
+}
