@@ -1,7 +1,9 @@
 //! `quorum bench rollout`'s report: built from the recorded operations, printed as one
 //! table per run, then the runs side by side; for an in-place run, the issue's goals.
 
-use crate::rollout::{label, BenchArgs, ClientMode, Op, Report, Step, Strategy};
+use crate::rollout::{
+    label, BenchArgs, ClientMode, Failure, Op, Report, Step, Strategy, MAX_FAILURES_LISTED,
+};
 use quorum_ops::status;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -52,6 +54,37 @@ pub(crate) fn goals(r: &Report) -> Vec<GoalCheck> {
             met: r.lost_writes == 0,
         },
     ]
+}
+
+/// Failures listed one by one in the table, at most (the JSON has more).
+const FAILURES_PRINTED: usize = 10;
+
+/// When the failures began, each beside the last step before it ("4.31 s, 12 ms after
+/// move-leader a-1"), when there are few enough to read.
+fn failures_beside_steps(r: &Report) -> Option<String> {
+    if r.failures.is_empty() || r.failed > FAILURES_PRINTED {
+        return None;
+    }
+    let each: Vec<String> = r
+        .failures
+        .iter()
+        .map(|f| {
+            let what = if f.write { "write" } else { "read" };
+            let step = r.steps.iter().rev().find(|s| s.at_ms <= f.at_ms);
+            match step {
+                Some(s) => format!(
+                    "{:.2} s ({what}, {}; {} ms after {} {})",
+                    f.at_ms as f64 / 1000.0,
+                    f.kind,
+                    f.at_ms - s.at_ms,
+                    s.kind.as_str(),
+                    s.machine.as_deref().unwrap_or_default()
+                ),
+                None => format!("{:.2} s ({what}, {})", f.at_ms as f64 / 1000.0, f.kind),
+            }
+        })
+        .collect();
+    Some(format!("failures at: {}", each.join("; ")))
 }
 
 fn failed_percent(r: &Report) -> f64 {
@@ -154,6 +187,9 @@ fn print_table(r: &Report) {
     print!("{}", status::columns(&rows));
     for (kind, msg) in &r.error_samples {
         println!("  first '{kind}' failure: {msg}");
+    }
+    if let Some(line) = failures_beside_steps(r) {
+        println!("  {line}");
     }
     if let Some(p) = &r.plot {
         println!("  picture: {}", p.display());
@@ -304,6 +340,21 @@ pub(crate) fn summarize(
         prev = e;
     }
     let failed = ops.iter().filter(|o| o.error.is_some()).count();
+    let mut failures: Vec<Failure> = ops
+        .iter()
+        .filter_map(|o| {
+            let (kind, message) = o.error.as_ref()?;
+            Some(Failure {
+                at_ms: o.start_ms - t0,
+                took_ms: o.latency_us as f64 / 1000.0,
+                write: o.write,
+                kind: kind.as_str(),
+                message: message.clone(),
+            })
+        })
+        .collect();
+    failures.sort_by_key(|f| f.at_ms);
+    failures.truncate(MAX_FAILURES_LISTED);
     Report {
         strategy,
         client_mode,
@@ -320,6 +371,7 @@ pub(crate) fn summarize(
         retried_reads: ops.iter().filter(|o| o.retried).count(),
         failed_by_kind,
         error_samples,
+        failures,
         latency_ms_p50: percentile(&lat, 0.50),
         latency_ms_p99: percentile(&lat, 0.99),
         latency_ms_max: lat.last().copied().unwrap_or(0.0),
@@ -359,6 +411,7 @@ mod tests {
             retried_reads: 0,
             failed_by_kind: BTreeMap::from([("other", 2)]),
             error_samples: BTreeMap::new(),
+            failures: Vec::new(),
             latency_ms_p50: 2.0,
             latency_ms_p99: 30.0,
             latency_ms_max: 499.9,
@@ -393,5 +446,36 @@ mod tests {
         assert!(goals(&r).iter().all(|g| !g.met), "{:?}", goals(&r));
         assert!(goals(&report(Strategy::Safe, 3)).is_empty());
         assert!(goals(&report(Strategy::InPlace, 5)).is_empty());
+    }
+
+    /// Each failure is set beside the last step before it.
+    #[test]
+    fn failures_are_placed_after_their_step() {
+        use crate::rollout::StepKind;
+        use quorum_core::ActionKind;
+        let mut r = report(Strategy::InPlace, 3);
+        r.steps = vec![Step {
+            at_ms: 4_200,
+            kind: StepKind::Action(ActionKind::MoveLeader),
+            machine: Some("a-1".into()),
+            message: "move leadership to a-1".into(),
+            took_ms: Some(100),
+        }];
+        r.failures = [(100, "timed out"), (4_300, "no leader")]
+            .into_iter()
+            .map(|(at_ms, kind)| Failure {
+                at_ms,
+                took_ms: 3.0,
+                write: true,
+                kind,
+                message: String::new(),
+            })
+            .collect();
+        assert_eq!(
+            failures_beside_steps(&r).unwrap(),
+            "failures at: 0.10 s (write, timed out); 4.30 s (write, no leader; 100 ms after move-leader a-1)"
+        );
+        r.failed = FAILURES_PRINTED + 1;
+        assert_eq!(failures_beside_steps(&r), None);
     }
 }

@@ -148,6 +148,9 @@ pub struct Report {
     pub failed_by_kind: BTreeMap<&'static str, usize>,
     /// The first error message of each kind.
     pub error_samples: BTreeMap<&'static str, String>,
+    /// The failed operations, in order (the first `MAX_FAILURES_LISTED`): when each
+    /// began, to set beside the steps.
+    pub failures: Vec<Failure>,
     pub latency_ms_p50: f64,
     pub latency_ms_p99: f64,
     pub latency_ms_max: f64,
@@ -185,6 +188,21 @@ pub struct BackendCalls {
     pub calls: u64,
     pub connections_opened: u64,
     pub connections_reused: u64,
+}
+
+/// Failed operations listed one by one in a report, at most.
+pub(crate) const MAX_FAILURES_LISTED: usize = 100;
+
+/// One failed operation.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Failure {
+    /// When it began, milliseconds from the start of the workload.
+    pub at_ms: i64,
+    pub took_ms: f64,
+    pub write: bool,
+    pub kind: &'static str,
+    pub message: String,
 }
 
 #[derive(Debug, Serialize)]
