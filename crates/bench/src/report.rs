@@ -72,14 +72,21 @@ fn failures_beside_steps(r: &Report) -> Option<String> {
             let what = if f.write { "write" } else { "read" };
             let step = r.steps.iter().rev().find(|s| s.at_ms <= f.at_ms);
             match step {
-                Some(s) => format!(
-                    "{:.2} s ({what}, {}; {} ms after {} {})",
-                    f.at_ms as f64 / 1000.0,
-                    f.kind,
-                    f.at_ms - s.at_ms,
-                    s.kind.as_str(),
-                    s.machine.as_deref().unwrap_or_default()
-                ),
+                Some(s) => {
+                    // A step on no one machine (the endpoints published) names none.
+                    let on = s
+                        .machine
+                        .as_deref()
+                        .map(|m| format!(" {m}"))
+                        .unwrap_or_default();
+                    format!(
+                        "{:.2} s ({what}, {}; {} ms after {}{on})",
+                        f.at_ms as f64 / 1000.0,
+                        f.kind,
+                        f.at_ms - s.at_ms,
+                        s.kind.as_str(),
+                    )
+                }
                 None => format!("{:.2} s ({what}, {})", f.at_ms as f64 / 1000.0, f.kind),
             }
         })

@@ -513,3 +513,23 @@ pub fn assert_no_orphans(env: &Env, cp: &str) {
     names.sort();
     assert_eq!(provider.list(), names, "machine directories vs records");
 }
+
+/// The history in one line per event (with its time from the first), for messages.
+pub fn history(events: &[quorum_store::Event]) -> String {
+    let first_ms = events.first().map_or(0, |e| e.at_ms);
+    events
+        .iter()
+        .map(|e| {
+            format!(
+                "{} +{:.1}s {} {} {:?}: {}",
+                e.id,
+                (e.at_ms - first_ms) as f64 / 1000.0,
+                e.kind,
+                e.outcome.as_str(),
+                e.machine,
+                e.message
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

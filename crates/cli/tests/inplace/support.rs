@@ -352,26 +352,6 @@ pub fn kind_is(e: &Event, kind: &str) -> bool {
     e.kind.to_string() == kind
 }
 
-/// The history in one line per event (with its time from the first), for messages.
-pub fn history(events: &[Event]) -> String {
-    let first_ms = events.first().map_or(0, |e| e.at_ms);
-    events
-        .iter()
-        .map(|e| {
-            format!(
-                "{} +{:.1}s {} {} {:?}: {}",
-                e.id,
-                (e.at_ms - first_ms) as f64 / 1000.0,
-                e.kind,
-                e.outcome.as_str(),
-                e.machine,
-                e.message
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// No membership step was taken among `events`.
 pub fn assert_no_membership_step(events: &[Event]) {
     let steps: Vec<&Event> = events

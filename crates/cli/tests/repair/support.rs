@@ -249,26 +249,6 @@ pub fn about(e: &Event, machine: &str) -> bool {
     e.machine.as_deref() == Some(machine)
 }
 
-/// The history in one line per event (with its time from the first), for messages.
-pub fn history(events: &[Event]) -> String {
-    let first_ms = events.first().map_or(0, |e| e.at_ms);
-    events
-        .iter()
-        .map(|e| {
-            format!(
-                "{} +{:.1}s {} {} {:?}: {}",
-                e.id,
-                (e.at_ms - first_ms) as f64 / 1000.0,
-                e.kind,
-                e.outcome.as_str(),
-                e.machine,
-                e.message
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
 /// Index of the first event after `from` that satisfies `f`.
 pub fn find_from(events: &[Event], from: usize, f: impl Fn(&Event) -> bool) -> Option<usize> {
     events.iter().skip(from).position(f).map(|i| i + from)
