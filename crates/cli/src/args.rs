@@ -183,6 +183,34 @@ The controller defragments on its own too: when a NOSPACE alarm stops writes (it
 defragments and disarms the alarm), and when a member's free share of its database passes
 spec.maintenance.defragWhenFragmentedAbove (default 50%; 0 turns that off).")]
     Defrag(DefragArgs),
+    /// Take a snapshot of a control plane now, from its leader, into <home>/backups/NAME/.
+    #[command(after_help = "Example:
+  quorum snapshot prod
+  quorum snapshots prod                  # every snapshot recorded, oldest first
+
+The snapshot streams from the leader (it holds every acknowledged write) straight into
+<home>/backups/NAME/<name>-<UTC time>-r<revision>.db (owner-only), never whole in memory.
+etcd's own sha256 at the stream's end is checked as it arrives, and etcd's tool
+(etcdutl snapshot status) reads back its hash, revision, key count and size; only then
+does the file get its name and the store a record of it. A failed snapshot leaves no file.
+
+Then it is verified by a test restore: restored with etcdutl into a scratch directory,
+started as a throwaway member on a private loopback address (127.254.x.y), read back (it
+must serve the snapshot's revision; its keys are counted), stopped and removed. The
+outcome is recorded; a failed one exits 1 and the snapshot does not count as verified.
+
+quorum also takes one before every change of the etcd version (upgrade, apply): the
+change is not recorded without it, unless --no-snapshot is given.")]
+    Snapshot(SnapshotArgs),
+    /// List a control plane's snapshots: time, revision, keys, size, why, verified.
+    #[command(after_help = "Example:
+  quorum snapshots prod
+  quorum snapshots prod -o json          # every recorded fact, the sha256 included
+  quorum snapshots prod --verify newest  # test-restore one again (or give its id)
+
+The snapshots of a deleted control plane stay listed, as their files stay: they are what
+it can be restored from.")]
+    Snapshots(SnapshotsArgs),
     /// Print a shell completion script.
     #[command(after_help = "Examples:
   source <(quorum completion bash)                        # this shell only
@@ -350,6 +378,10 @@ pub struct ApplyArgs {
     /// Never below the running cluster version.
     #[arg(long)]
     pub allow_downgrade: bool,
+    /// Record a version change without taking a snapshot from the leader first (by
+    /// default the change is not recorded unless the snapshot succeeds).
+    #[arg(long)]
+    pub no_snapshot: bool,
     /// Check the change against the rules and the live cluster, print what it would
     /// do (from -> to, how many machines, a downgrade or not), and change nothing.
     #[arg(long, conflicts_with = "wait")]
@@ -382,6 +414,10 @@ pub struct UpgradeArgs {
     /// Never below the running cluster version.
     #[arg(long)]
     pub allow_downgrade: bool,
+    /// Record a version change without taking a snapshot from the leader first (by
+    /// default the change is not recorded unless the snapshot succeeds).
+    #[arg(long)]
+    pub no_snapshot: bool,
     /// Check the change against the rules and the live cluster, print what it would
     /// do (from -> to, how many machines, a downgrade or not), and change nothing.
     #[arg(long, conflicts_with = "wait")]
@@ -473,6 +509,28 @@ pub struct DefragArgs {
     /// Only this machine (as `quorum status` names it).
     #[arg(long, value_name = "MACHINE")]
     pub member: Option<String>,
+}
+
+#[derive(clap::Args)]
+pub struct SnapshotArgs {
+    /// The control plane.
+    pub name: String,
+    /// Skip the test restore that verifies the new snapshot (it stays unverified).
+    #[arg(long)]
+    pub no_verify: bool,
+}
+
+#[derive(clap::Args)]
+pub struct SnapshotsArgs {
+    /// The control plane.
+    pub name: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value = "table")]
+    pub output: Output,
+    /// Test-restore this snapshot now (its id, or `newest`) and record the outcome,
+    /// then list.
+    #[arg(long, value_name = "ID")]
+    pub verify: Option<String>,
 }
 
 #[derive(clap::Args)]

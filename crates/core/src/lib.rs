@@ -6,6 +6,7 @@
 //! done leaves as data (`Decision`).
 
 mod action;
+pub mod backup;
 pub mod classify;
 mod conditions;
 pub mod decide;
@@ -22,6 +23,7 @@ pub mod upkeep;
 pub mod validate;
 pub mod version;
 
+pub use backup::{SnapshotFacts, SnapshotReason, SnapshotRecord, Verification};
 pub use classify::{classify, ClientErrorKind, EtcdAnswer, EtcdCall, GrpcCode, Refusal, Verdict};
 pub use decide::{
     decide, Action, ActionKind, ClusterState, Condition, ConditionKind, Decision, DeleteReason,

@@ -12,9 +12,11 @@
 pub mod failover;
 mod http;
 mod maintenance;
+mod snapshot;
 mod tls;
 
 pub use maintenance::{DEFRAG_TIMEOUT_MS, QUORUM_READ_KEY};
+pub use snapshot::{SnapshotStreamError, SNAPSHOT_IDLE_TIMEOUT_MS, SNAPSHOT_TIMEOUT_MS};
 
 pub use tls::{ClientTls, TlsError};
 

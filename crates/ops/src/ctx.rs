@@ -31,6 +31,8 @@ impl Place {
 }
 
 pub struct Ctx {
+    /// The home: machines, endpoint files, backups (and the embedded store).
+    pub home: PathBuf,
     pub store: Store,
     pub provider: LocalProvider,
     /// How to reach each control plane's members, built on first use.
@@ -55,6 +57,7 @@ impl Ctx {
     fn with_store(at: &Place, store: Store) -> Result<Ctx> {
         let provider = LocalProvider::new(&at.home, default_etcd_dir());
         Ok(Ctx {
+            home: at.home.clone(),
             store,
             provider,
             access: Mutex::new(HashMap::new()),

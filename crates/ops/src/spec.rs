@@ -4,15 +4,15 @@ use crate::{haproxy, status, Ctx};
 use anyhow::{bail, Result};
 use quorum_controller::access;
 use quorum_controller::now_ms;
+use quorum_core::backup::needs_snapshot;
 use quorum_core::{
     validate_name, validate_spec, validate_spec_change, ControlPlane, ControlPlaneSpec,
-    HaproxySpec, InPlacePhase, Machine, Strategy, Version,
+    HaproxySpec, InPlacePhase, Machine, SnapshotReason, Strategy, Version,
 };
 use quorum_provider::etcd_binary;
 
-/// Said before every version rollout until quorum takes snapshots (issue 15): the
-/// step that should come first is missing, and a person should know.
-pub const NO_SNAPSHOT_NOTE: &str = "note: quorum takes no snapshot before a rollout yet: if you may need to go back, take one first (etcdctl snapshot save, against one member)";
+/// Said when a rollout is recorded without the snapshot that should come first.
+pub const NO_SNAPSHOT_NOTE: &str = "note: no snapshot was taken before this rollout (--no-snapshot): going back means restoring an older snapshot, if any (`quorum snapshots NAME`)";
 
 pub fn version_warning(v: Version) -> Option<String> {
     v.known_bug_warning().map(|w| format!("warning: {w}"))
@@ -27,6 +27,8 @@ pub struct ChangeOptions {
     pub allow_downgrade: bool,
     /// Check everything and print the plan, but store nothing.
     pub dry_run: bool,
+    /// Record a change that starts a rollout without the snapshot taken before it.
+    pub no_snapshot: bool,
 }
 
 /// Checks and stores a new control plane.
@@ -124,6 +126,7 @@ pub async fn change_with(
         force,
         allow_downgrade,
         dry_run,
+        no_snapshot,
     } = opts;
     let cp = ctx.store.get_control_plane(name)?;
     if cp.deleting {
@@ -163,15 +166,36 @@ pub async fn change_with(
         force,
         allow_downgrade,
     )?;
+    let snapshot_first = needs_snapshot(&cp.spec, &new, &machines) && !no_snapshot;
     if dry_run {
         for line in plan(name, &cp.spec, &new, &machines) {
             say!(ctx, "{line}");
         }
+        if snapshot_first {
+            say!(
+                ctx,
+                "{name}: would take a snapshot from the leader first (--no-snapshot: without one)"
+            );
+        }
         say!(ctx, "dry run: nothing was changed");
         return Ok(());
     }
+    // The rollout starts when the spec changes: the snapshot comes before, or nothing
+    // is recorded.
+    if snapshot_first {
+        crate::snapshot::take(ctx, &cp, SnapshotReason::BeforeRollout, Some(new.version))
+            .await
+            .map_err(|e| {
+                e.context(format!(
+                    "{name}: the change was not recorded: no rollout starts without a snapshot first (pass --no-snapshot to record it without one)"
+                ))
+            })?;
+    }
     ctx.store.update_spec(name, &new)?;
     say_recorded(ctx, name, &cp.spec, &new);
+    if needs_snapshot(&cp.spec, &new, &machines) && no_snapshot {
+        say!(ctx, "{NO_SNAPSHOT_NOTE}");
+    }
     if new.haproxy != cp.spec.haproxy && !ctx.quiet {
         say!(
             ctx,
@@ -327,7 +351,6 @@ pub fn plan(
             new.version,
             status::plural(replaced as u32, "machine")
         ));
-        out.push(NO_SNAPSHOT_NOTE.to_string());
         if let Some(w) = version_warning(new.version) {
             out.push(w);
         }
@@ -407,7 +430,6 @@ fn say_recorded(ctx: &Ctx, name: &str, old: &ControlPlaneSpec, new: &ControlPlan
             old.version,
             new.version
         );
-        say!(ctx, "{NO_SNAPSHOT_NOTE}");
         if let Some(w) = version_warning(new.version) {
             say!(ctx, "{w}");
         }

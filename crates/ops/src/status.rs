@@ -46,12 +46,58 @@ pub struct Status {
     pub controller_leader: Option<quorum_store::LeaderInfo>,
     /// The newest entry of the control plane's history (`quorum events` has them all).
     pub last_event: Option<quorum_store::Event>,
+    /// Its snapshots, as recorded (`quorum snapshots` lists them all).
+    pub snapshots: SnapshotSummary,
     /// Each member of a management etcd (`--store etcd://...`), as probed by `status`:
     /// whether it serves, which one leads, why one does not. Empty otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub store: Vec<quorum_store::EndpointHealth>,
     #[serde(skip)]
     pub decision: Decision,
+}
+
+/// What `status` says of a control plane's snapshots.
+#[derive(Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotSummary {
+    pub count: usize,
+    /// The newest one's id and when it was taken.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub newest: Option<SnapshotBrief>,
+    /// The one taken before a rollout to the spec's version (absent when none was:
+    /// recorded with --no-snapshot, or no rollout).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub before_this_rollout: Option<SnapshotBrief>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotBrief {
+    pub id: String,
+    pub taken_at_unix_s: i64,
+    pub revision: i64,
+}
+
+impl SnapshotSummary {
+    fn of(recs: &[quorum_core::SnapshotRecord], spec_version: quorum_core::Version) -> Self {
+        let brief = |r: &quorum_core::SnapshotRecord| SnapshotBrief {
+            id: r.id.clone(),
+            taken_at_unix_s: r.taken_at_unix_s,
+            revision: r.facts.revision,
+        };
+        SnapshotSummary {
+            count: recs.len(),
+            newest: recs.last().map(brief),
+            before_this_rollout: recs
+                .iter()
+                .rev()
+                .find(|r| {
+                    r.reason == quorum_core::SnapshotReason::BeforeRollout
+                        && r.rollout_to == Some(spec_version)
+                })
+                .map(brief),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -224,6 +270,7 @@ pub async fn live(
         controller,
         controller_leader: store.leader()?,
         last_event: newest_event(store, &cp.name)?,
+        snapshots: SnapshotSummary::of(&store.snapshots(&cp.name)?, cp.spec.version),
         store: Vec::new(),
         decision,
     })
@@ -362,12 +409,18 @@ pub fn render_table(s: &Status) -> String {
     };
     push(&mut out, "Operation", &op);
     if s.operation == quorum_core::Operation::RollingOut.to_string() {
-        // The step a rollout should begin with, missing until quorum takes snapshots.
-        push(
-            &mut out,
-            "Snapshot",
-            "none taken before this rollout (quorum takes no snapshots yet)",
-        );
+        // The step a rollout begins with: the way back, if it goes wrong.
+        let line = match &s.snapshots.before_this_rollout {
+            Some(b) => format!(
+                "{} (revision {}, taken before this rollout)",
+                b.id, b.revision
+            ),
+            None => format!(
+                "none taken for a rollout to {} (`quorum snapshot {}` takes one now)",
+                s.spec.version, s.name
+            ),
+        };
+        push(&mut out, "Snapshot", &line);
     }
     let ctl = match &s.controller {
         Some(c) if c.active => match &c.working_on {

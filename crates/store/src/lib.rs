@@ -9,7 +9,9 @@
 //! `quorum-core` types as JSON and checks them on the way back in (a record that does
 //! not parse is reported as corruption, never skipped).
 
-use quorum_core::{ControlPlane, ControlPlaneSpec, Machine, Remediation, Version};
+use quorum_core::{
+    ControlPlane, ControlPlaneSpec, Machine, Remediation, SnapshotRecord, Verification, Version,
+};
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -113,6 +115,12 @@ pub enum StoreError {
     NotFound(String),
     #[error("control plane {0:?} already exists: change it with `quorum apply`, `quorum scale` or `quorum upgrade`, or remove it with `quorum delete {0}`")]
     AlreadyExists(String),
+    #[error("snapshot {id:?} of control plane {cp:?} is recorded already (an id is written once)")]
+    SnapshotRecorded { cp: String, id: String },
+    #[error(
+        "snapshot {id:?} of control plane {cp:?} is not recorded (see `quorum snapshots {cp}`)"
+    )]
+    SnapshotNotFound { cp: String, id: String },
     #[error("machine {machine:?} of control plane {cp:?} does not exist")]
     MachineNotFound { cp: String, machine: String },
     #[error(
@@ -293,6 +301,17 @@ pub trait StateStore: Send {
 
     fn publish_status(&self, cp: &str, status: &PublishedStatus) -> Result<()>;
     fn published_status(&self, cp: &str) -> Result<Option<PublishedStatus>>;
+
+    /// Records a snapshot once its file is complete (`quorum_backup::take`). An id is
+    /// written once: the same id again is refused. Records outlive their control
+    /// plane's deletion, as the files do: a deleted control plane can be restored.
+    fn record_snapshot(&self, rec: &SnapshotRecord) -> Result<()>;
+    /// Records the outcome of a test restore of a recorded snapshot (the last one is
+    /// kept; a newer one replaces it). A snapshot not recorded is an error.
+    fn record_verification(&self, cp: &str, id: &str, v: &Verification) -> Result<()>;
+    /// The snapshots recorded for a control plane, oldest first. A record that does not
+    /// match its id or its control plane is reported as corrupt.
+    fn snapshots(&self, cp: &str) -> Result<Vec<SnapshotRecord>>;
 
     /// A number that changes whenever anyone commits a write: a cheap way for the
     /// controller to notice the CLI changed something.
@@ -586,6 +605,17 @@ fn new_machine(
 /// plane `cp`): the name must be the one it is filed under, and `<cp>-<serial>`, so a
 /// record filed under another control plane is corruption, never a machine of this one.
 /// Returns what is wrong, for the backend's corruption error.
+/// A snapshot record read back under `cp` is one of `cp`'s, whole.
+fn check_snapshot_filed(cp: &str, id: &str, r: &SnapshotRecord) -> Result<(), String> {
+    if r.control_plane != cp || r.id != id {
+        return Err(format!(
+            "snapshot record '{id}' of '{cp}' holds '{}' of '{}'",
+            r.id, r.control_plane
+        ));
+    }
+    quorum_core::backup::check_record(r)
+}
+
 fn check_machine_filed(cp: &str, key_name: &str, m: &Machine) -> Result<(), String> {
     if m.name != key_name || m.name != format!("{cp}-{}", m.serial) {
         return Err(format!(

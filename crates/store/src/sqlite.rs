@@ -1,6 +1,7 @@
 //! The embedded backend: one SQLite file (WAL mode) in the state directory.
 
 use super::*;
+use quorum_core::Verification;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::time::Duration;
 
@@ -246,6 +247,12 @@ impl SqliteStore {
                  CREATE TABLE IF NOT EXISTS published (
                      control_plane TEXT PRIMARY KEY,
                      doc TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS snapshots (
+                     control_plane TEXT NOT NULL,
+                     id TEXT NOT NULL,
+                     taken_at_unix_s INTEGER NOT NULL,
+                     doc TEXT NOT NULL,
+                     PRIMARY KEY (control_plane, id));
                  CREATE TABLE IF NOT EXISTS certificate_authorities (
                      control_plane TEXT PRIMARY KEY REFERENCES control_planes(name) ON DELETE CASCADE,
                      cert_pem TEXT NOT NULL,
@@ -975,6 +982,78 @@ impl StateStore for SqliteStore {
                 .map_err(|e| self.corrupt(format!("published status of '{cp}': {e}")))
         })
         .transpose()
+    }
+
+    // ---- snapshots
+
+    fn record_snapshot(&self, rec: &SnapshotRecord) -> Result<()> {
+        let n = self
+            .conn
+            .execute(
+                "INSERT OR IGNORE INTO snapshots(control_plane, id, taken_at_unix_s, doc)
+                 VALUES (?1, ?2, ?3, ?4)",
+                params![rec.control_plane, rec.id, rec.taken_at_unix_s, to_json(rec)],
+            )
+            .map_err(|e| self.err(e))?;
+        if n == 0 {
+            return Err(StoreError::SnapshotRecorded {
+                cp: rec.control_plane.clone(),
+                id: rec.id.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn record_verification(&self, cp: &str, id: &str, v: &Verification) -> Result<()> {
+        let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
+        let doc: Option<String> = tx
+            .query_row(
+                "SELECT doc FROM snapshots WHERE control_plane = ?1 AND id = ?2",
+                params![cp, id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        let Some(doc) = doc else {
+            return Err(StoreError::SnapshotNotFound {
+                cp: cp.to_string(),
+                id: id.to_string(),
+            });
+        };
+        let mut rec: SnapshotRecord = serde_json::from_str(&doc)
+            .map_err(|e| self.corrupt(format!("snapshot record '{id}' of '{cp}': {e}")))?;
+        check_snapshot_filed(cp, id, &rec).map_err(|e| self.corrupt(e))?;
+        rec.verification = Some(v.clone());
+        tx.execute(
+            "UPDATE snapshots SET doc = ?3 WHERE control_plane = ?1 AND id = ?2",
+            params![cp, id, to_json(&rec)],
+        )
+        .map_err(|e| self.err(e))?;
+        tx.commit().map_err(|e| self.err(e))
+    }
+
+    fn snapshots(&self, cp: &str) -> Result<Vec<SnapshotRecord>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT id, doc FROM snapshots WHERE control_plane = ?1
+                 ORDER BY taken_at_unix_s, rowid",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![cp], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, doc) = row.map_err(|e| self.err(e))?;
+            let rec: SnapshotRecord = serde_json::from_str(&doc)
+                .map_err(|e| self.corrupt(format!("snapshot record '{id}' of '{cp}': {e}")))?;
+            check_snapshot_filed(cp, &id, &rec).map_err(|e| self.corrupt(e))?;
+            out.push(rec);
+        }
+        Ok(out)
     }
 
     /// A number that changes whenever any connection commits a write to the file: a

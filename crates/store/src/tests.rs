@@ -275,6 +275,47 @@ fn a_corrupt_record_is_reported_not_skipped() {
     assert!(e.to_string().contains("did not change it"));
 }
 
+/// A snapshot record is only restored from as what it says it is: one moved to another
+/// control plane's rows, or under another id, reads as corrupt.
+#[test]
+fn a_snapshot_record_moved_elsewhere_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = private(&dir);
+    let s = Store::open(&home).unwrap();
+    let at = 1_800_000_000;
+    let rec = quorum_core::SnapshotRecord {
+        id: quorum_core::backup::snapshot_id("a", at, 3, 0),
+        control_plane: "a".into(),
+        taken_at_unix_s: at,
+        reason: quorum_core::SnapshotReason::OnDemand,
+        from_machine: "a-1".into(),
+        etcd_version: "3.5.1".parse().unwrap(),
+        spec_version: "3.5.1".parse().unwrap(),
+        rollout_to: None,
+        location: "/b".into(),
+        sha256: "0".repeat(64),
+        size_bytes: 20_512,
+        facts: quorum_core::SnapshotFacts {
+            hash: 1,
+            revision: 3,
+            total_keys: 7,
+            total_size_bytes: 20_480,
+        },
+        took_ms: 1,
+        verification: None,
+    };
+    s.record_snapshot(&rec).unwrap();
+    let conn = rusqlite::Connection::open(home.join(STATE_FILE)).unwrap();
+    conn.execute("UPDATE snapshots SET control_plane = 'b'", [])
+        .unwrap();
+    let e = s.snapshots("b").unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+    conn.execute("UPDATE snapshots SET control_plane = 'a', id = 'x.db'", [])
+        .unwrap();
+    let e = s.snapshots("a").unwrap_err();
+    assert!(matches!(e, StoreError::Corrupt { .. }), "{e}");
+}
+
 #[test]
 fn a_file_that_is_not_a_database_is_reported() {
     let dir = tempfile::tempdir().unwrap();

@@ -2,9 +2,11 @@
 //! embedded store (one table of steps run against both), writers that never overwrite
 //! each other, and leadership with fencing.
 
+use quorum_core::backup::snapshot_id;
 use quorum_core::{
     ActionKind, ControlPlane, ControlPlaneSpec, DeleteReason, InPlace, InPlacePhase, Machine,
-    Remediation, RolloutStrategy, Version,
+    Remediation, RolloutStrategy, SnapshotFacts, SnapshotReason, SnapshotRecord, Verification,
+    Version,
 };
 use quorum_provider::management::ManagementEtcd;
 use quorum_store::{
@@ -312,6 +314,86 @@ fn update_behaviour(s: &mut Store) {
     assert!(e.to_string().contains("u-99"), "{e}");
 }
 
+/// A snapshot record as `quorum_backup::take` makes one.
+fn snapshot(cp: &str, at_unix_s: i64, revision: i64) -> SnapshotRecord {
+    SnapshotRecord {
+        id: snapshot_id(cp, at_unix_s, revision, 0),
+        control_plane: cp.into(),
+        taken_at_unix_s: at_unix_s,
+        reason: SnapshotReason::OnDemand,
+        from_machine: format!("{cp}-1"),
+        etcd_version: VERSION.parse().unwrap(),
+        spec_version: VERSION.parse().unwrap(),
+        rollout_to: None,
+        location: "/backups".into(),
+        sha256: "ab".repeat(32),
+        size_bytes: 20_512,
+        facts: SnapshotFacts {
+            hash: 7,
+            revision,
+            total_keys: 9,
+            total_size_bytes: 20_480,
+        },
+        took_ms: 4,
+        verification: None,
+    }
+}
+
+/// Snapshot records, as both backends must keep them: oldest first, per control plane,
+/// an id written once, and kept after the control plane is forgotten.
+fn snapshot_behaviour(s: &mut Store) {
+    s.create_control_plane(&cp("s"), None, 1).unwrap();
+    assert_eq!(s.snapshots("s").unwrap(), vec![]);
+    let newer = snapshot("s", 1_800_000_100, 40);
+    let older = snapshot("s", 1_800_000_000, 30);
+    s.record_snapshot(&newer).unwrap();
+    s.record_snapshot(&older).unwrap();
+    s.record_snapshot(&snapshot("other", 1_800_000_000, 5))
+        .unwrap();
+    // A second one in the same second, at the same revision: listed after it, though
+    // its id sorts before.
+    let twin = SnapshotRecord {
+        id: snapshot_id("s", 1_800_000_100, 40, 1),
+        ..newer.clone()
+    };
+    s.record_snapshot(&twin).unwrap();
+    let all = vec![older.clone(), newer.clone(), twin.clone()];
+    assert_eq!(s.snapshots("s").unwrap(), all);
+    let again = s.record_snapshot(&older).unwrap_err();
+    assert!(
+        matches!(again, StoreError::SnapshotRecorded { .. }),
+        "{again}"
+    );
+    // A test restore's outcome is kept with the record; the newest replaces it.
+    let failed = Verification {
+        at_unix_s: 1_800_000_200,
+        ok: false,
+        revision: 0,
+        keys: 0,
+        took_ms: 9,
+        error: Some("did not serve".into()),
+    };
+    s.record_verification("s", &newer.id, &failed).unwrap();
+    let passed = Verification {
+        ok: true,
+        revision: 40,
+        keys: 12,
+        error: None,
+        ..failed.clone()
+    };
+    s.record_verification("s", &newer.id, &passed).unwrap();
+    let read = s.snapshots("s").unwrap();
+    assert_eq!(read[1].verification.as_ref(), Some(&passed));
+    assert!(read[1].verified() && !read[0].verified() && !read[2].verified());
+    let e = s
+        .record_verification("s", "s-none.db", &passed)
+        .unwrap_err();
+    assert!(matches!(e, StoreError::SnapshotNotFound { .. }), "{e}");
+    let all: Vec<SnapshotRecord> = read;
+    s.forget_control_plane("s").unwrap();
+    assert_eq!(s.snapshots("s").unwrap(), all, "they outlive it");
+}
+
 #[test]
 fn both_backends_behave_the_same() {
     let dir = tempfile::tempdir().unwrap();
@@ -320,11 +402,13 @@ fn both_backends_behave_the_same() {
     behaviour(&mut embedded);
     remediation_behaviour(&mut embedded);
     update_behaviour(&mut embedded);
+    snapshot_behaviour(&mut embedded);
     let m = management("same", dir.path());
     let mut distributed = etcd_store(&m, "same");
     behaviour(&mut distributed);
     remediation_behaviour(&mut distributed);
     update_behaviour(&mut distributed);
+    snapshot_behaviour(&mut distributed);
     // Another prefix is another state.
     let other = etcd_store(&m, "other");
     assert_eq!(other.control_planes().unwrap(), vec![]);

@@ -25,6 +25,7 @@ pub async fn run(at: &Place, a: ApplyArgs) -> Result<()> {
         force: a.force,
         allow_downgrade: a.allow_downgrade || m.allow_downgrade,
         dry_run: a.dry_run,
+        no_snapshot: a.no_snapshot,
     };
     if ctx.store.control_plane(&name)?.is_some() {
         change_with(&mut ctx, &name, opts, |_| m.spec.clone()).await?;

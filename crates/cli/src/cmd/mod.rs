@@ -15,6 +15,7 @@ mod haproxy_config;
 mod list;
 mod pause;
 mod scale;
+mod snapshot;
 mod status;
 mod upgrade;
 mod versions;
@@ -39,6 +40,8 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Get(a) => get::run(at, a),
         Command::Etcdctl(a) => etcdctl::run(at, a).await,
         Command::Defrag(a) => defrag::run(at, a).await,
+        Command::Snapshot(a) => snapshot::take(at, a).await,
+        Command::Snapshots(a) => snapshot::list(at, a).await,
         Command::Completion(a) => completion::run(a),
         Command::Delete(a) => delete::run(at, a).await,
         Command::Controller(a) => controller::run(at, a).await,

@@ -22,6 +22,7 @@ pub async fn run(at: &Place, a: UpgradeArgs) -> Result<()> {
         force: a.force,
         allow_downgrade: a.allow_downgrade,
         dry_run: a.dry_run,
+        no_snapshot: a.no_snapshot,
     };
     if a.version.is_some() || a.strategy.is_some() {
         change_with(&mut ctx, &a.name, opts, |s| ControlPlaneSpec {

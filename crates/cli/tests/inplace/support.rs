@@ -451,15 +451,22 @@ impl EtcdDir {
         dir.join("etcd")
     }
 
-    /// `<version>/etcd` links to the installed etcd of that version.
+    /// `<version>/etcd` links to the installed etcd of that version, and its tools
+    /// (`etcdctl`, `etcdutl`: a snapshot's facts are read with them) beside it.
     pub fn install_real(&self, version: &str) {
-        let real = quorum_provider::default_etcd_dir()
-            .join(version)
-            .join("etcd");
+        let installed = quorum_provider::default_etcd_dir().join(version);
+        let real = installed.join("etcd");
         assert!(real.exists(), "etcd {version} is not installed: {real:?}");
         let bin = self.bin(version);
         let _ = std::fs::remove_file(&bin);
         std::os::unix::fs::symlink(&real, &bin).unwrap();
+        for tool in ["etcdctl", "etcdutl"] {
+            let (from, to) = (installed.join(tool), bin.with_file_name(tool));
+            let _ = std::fs::remove_file(&to);
+            if from.exists() {
+                std::os::unix::fs::symlink(&from, &to).unwrap();
+            }
+        }
     }
 
     /// `<version>/etcd` exits at once with an error.

@@ -1,0 +1,227 @@
+//! A snapshot is verified by a test restore: its stored file checked against the
+//! recorded sha256, restored with etcd's tool into a scratch directory, started as a
+//! throwaway single member on a private loopback address, and read back (its revision
+//! must be the recorded one; its keys are counted), then stopped and removed.
+
+use crate::{sha256_file, BackupError};
+use etcd_client::{Client, ConnectOptions, GetOptions};
+use quorum_core::{SnapshotRecord, Verification, Version};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long etcd's tool may take to restore a snapshot into a data directory.
+pub const RESTORE_TIMEOUT_MS: u64 = 300_000;
+/// How long the restored member may take to serve.
+pub const SERVE_TIMEOUT_MS: u64 = 60_000;
+/// How often to ask it meanwhile.
+const SERVE_POLL_MS: u64 = 100;
+/// The loopback range test restores use (`127.254.x.y`): apart from the machines'
+/// `127.A.B.x` subnets (quorum draws `A` from `16..216`; the tests' own from `30..230`).
+const VERIFY_NET: u8 = 254;
+/// How many random addresses to try before giving up on a free one.
+const ADDRESS_ATTEMPTS: u32 = 16;
+
+/// The installed etcd a restore runs on: the newest (it reads every older snapshot).
+pub fn restore_binary(etcd_dir: &Path, snapshot_of: Version) -> Result<PathBuf, BackupError> {
+    let newest = quorum_provider::installed_versions(etcd_dir).pop();
+    match newest {
+        Some(v) if (v.major, v.minor) >= (snapshot_of.major, snapshot_of.minor) => {
+            Ok(etcd_dir.join(v.to_string()).join("etcd"))
+        }
+        _ => Err(BackupError::Tool {
+            message: format!(
+                "no etcd of {}.{} or newer is installed in {} to restore a snapshot of {snapshot_of} into",
+                snapshot_of.major,
+                snapshot_of.minor,
+                etcd_dir.display()
+            ),
+        }),
+    }
+}
+
+/// Test-restores `rec`'s file (at `file`) with `tool` and `etcd` in a scratch directory
+/// under `scratch_parent`, and says what came of it at `now_unix_s`. A restore that
+/// fails is a `Verification` with `ok: false` and the reason, not an error: it is the
+/// answer. The scratch directory and the member are gone when this returns.
+pub async fn verify(
+    rec: &SnapshotRecord,
+    file: &Path,
+    tool: &Path,
+    etcd: &Path,
+    scratch_parent: &Path,
+    now_unix_s: i64,
+) -> Verification {
+    let started = Instant::now();
+    let outcome = restore_and_read(rec, file, tool, etcd, scratch_parent).await;
+    let took_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    match outcome {
+        Ok((revision, keys)) => Verification {
+            at_unix_s: now_unix_s,
+            ok: true,
+            revision,
+            keys,
+            took_ms,
+            error: None,
+        },
+        Err(e) => Verification {
+            at_unix_s: now_unix_s,
+            ok: false,
+            revision: 0,
+            keys: 0,
+            took_ms,
+            error: Some(e.to_string()),
+        },
+    }
+}
+
+async fn restore_and_read(
+    rec: &SnapshotRecord,
+    file: &Path,
+    tool: &Path,
+    etcd: &Path,
+    scratch_parent: &Path,
+) -> Result<(i64, u64), BackupError> {
+    let sha = sha256_file(file)?;
+    if sha != rec.sha256 {
+        return Err(BackupError::Facts(format!(
+            "{} changed since it was taken: its sha256 is {sha}, the record says {}",
+            file.display(),
+            rec.sha256
+        )));
+    }
+    std::fs::create_dir_all(scratch_parent).map_err(|e| scratch_error(scratch_parent, e))?;
+    let scratch = tempfile::Builder::new()
+        .prefix(".verify-")
+        .tempdir_in(scratch_parent)
+        .map_err(|e| scratch_error(scratch_parent, e))?;
+    let addr = free_address()?;
+    let data = scratch.path().join("data");
+    let peer = format!("http://{addr}:{}", quorum_core::PEER_PORT);
+    let client = format!("http://{addr}:{}", quorum_core::CLIENT_PORT);
+    let mut restore = tokio::process::Command::new(tool);
+    restore
+        .args(["snapshot", "restore"])
+        .arg(file)
+        .arg(format!("--data-dir={}", data.display()))
+        .arg("--name=verify")
+        .arg(format!("--initial-cluster=verify={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .env("ETCDCTL_API", "3")
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_millis(RESTORE_TIMEOUT_MS), restore.output())
+        .await
+        .map_err(|_| tool_error(format!("restore: no end within {RESTORE_TIMEOUT_MS} ms")))?
+        .map_err(|e| tool_error(format!("running {}: {e}", tool.display())))?;
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        return Err(tool_error(format!(
+            "restore failed ({}): {}",
+            out.status,
+            stderr.trim().lines().last().unwrap_or("no message")
+        )));
+    }
+    let log = std::fs::File::create(scratch.path().join("etcd.log"))
+        .map_err(|e| scratch_error(scratch.path(), e))?;
+    let child = Command::new(etcd)
+        .arg(format!("--data-dir={}", data.display()))
+        .arg("--name=verify")
+        .arg(format!("--listen-peer-urls={peer}"))
+        .arg(format!("--listen-client-urls={client}"))
+        .arg(format!("--advertise-client-urls={client}"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| tool_error(format!("starting {}: {e}", etcd.display())))?;
+    let member = Throwaway(child);
+    let read = read_back(&client).await;
+    drop(member);
+    let (revision, keys) = read.map_err(|e| {
+        let log = std::fs::read_to_string(scratch.path().join("etcd.log")).unwrap_or_default();
+        let last = log.lines().last().unwrap_or("").to_string();
+        tool_error(format!("the restored member: {e} (its log: {last})"))
+    })?;
+    // A keyspace never written to is at revision 0 in the file and 1 once served.
+    if revision != rec.facts.revision.max(1) {
+        return Err(BackupError::Facts(format!(
+            "the restored member is at revision {revision}, the snapshot's facts say {}",
+            rec.facts.revision
+        )));
+    }
+    Ok((revision, keys))
+}
+
+/// The restored member's revision and key count, once it serves (within
+/// `SERVE_TIMEOUT_MS`).
+async fn read_back(url: &str) -> Result<(i64, u64), String> {
+    let deadline = Instant::now() + Duration::from_millis(SERVE_TIMEOUT_MS);
+    let opts = ConnectOptions::new()
+        .with_connect_timeout(Duration::from_millis(500))
+        .with_timeout(Duration::from_millis(2_000));
+    let mut last = String::from("no answer");
+    while Instant::now() < deadline {
+        match Client::connect([url], Some(opts.clone())).await {
+            Ok(mut c) => {
+                let all = GetOptions::new().with_from_key().with_count_only();
+                match c.get(vec![0u8], Some(all)).await {
+                    Ok(r) => {
+                        let revision = r.header().map_or(0, |h| h.revision());
+                        return Ok((revision, u64::try_from(r.count()).unwrap_or(0)));
+                    }
+                    Err(e) => last = e.to_string(),
+                }
+            }
+            Err(e) => last = e.to_string(),
+        }
+        tokio::time::sleep(Duration::from_millis(SERVE_POLL_MS)).await;
+    }
+    Err(format!(
+        "did not serve within {SERVE_TIMEOUT_MS} ms: {last}"
+    ))
+}
+
+/// A random `127.254.x.y` whose client and peer ports are free.
+fn free_address() -> Result<Ipv4Addr, BackupError> {
+    for _ in 0..ADDRESS_ATTEMPTS {
+        let a = Ipv4Addr::new(
+            127,
+            VERIFY_NET,
+            rand::random::<u8>(),
+            rand::random_range(1..255),
+        );
+        let free = [quorum_core::CLIENT_PORT, quorum_core::PEER_PORT]
+            .iter()
+            .all(|p| TcpListener::bind(SocketAddrV4::new(a, *p)).is_ok());
+        if free {
+            return Ok(a);
+        }
+    }
+    Err(tool_error(format!(
+        "no free loopback address in 127.{VERIFY_NET}.0.0/16 after {ADDRESS_ATTEMPTS} tries"
+    )))
+}
+
+/// The restored member, killed (by its PID) and waited for when dropped: it holds a
+/// copy of every key and must not outlive the check.
+struct Throwaway(Child);
+
+impl Drop for Throwaway {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn tool_error(message: String) -> BackupError {
+    BackupError::Tool { message }
+}
+
+fn scratch_error(at: &Path, e: std::io::Error) -> BackupError {
+    BackupError::Store {
+        location: at.display().to_string(),
+        message: e.to_string(),
+    }
+}

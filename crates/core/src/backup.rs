@@ -1,0 +1,289 @@
+//! Snapshots of a control plane's keyspace: what a snapshot record says, how one is
+//! named, and when a change must be preceded by one.
+//!
+//! The I/O (streaming from the leader, writing the file, reading its facts back with
+//! etcd's own tool) lives in `quorum-backup`; this module decides and names only.
+
+use crate::{ControlPlaneSpec, Machine, Version};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// What etcd's own tool (`etcdutl snapshot status`) reads out of a snapshot file: the
+/// facts a restore is later checked against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotFacts {
+    /// etcd's hash of the database's contents (crc32, as `etcdutl` prints it).
+    pub hash: u32,
+    /// The keyspace revision the snapshot holds: writes after it are not in it.
+    pub revision: i64,
+    /// Keys in the database file, every bucket counted (etcd's `totalKey`: more than the
+    /// user's keys, as it counts etcd's own too).
+    pub total_keys: u64,
+    /// The database's size (etcd's `totalSize`; the file is 32 bytes longer: etcd's
+    /// sha256 of the database follows it).
+    pub total_size_bytes: u64,
+}
+
+/// Why a snapshot was taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SnapshotReason {
+    /// `quorum snapshot NAME`.
+    OnDemand,
+    /// Before a change that starts a rollout was recorded.
+    BeforeRollout,
+}
+
+impl SnapshotReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SnapshotReason::OnDemand => "on-demand",
+            SnapshotReason::BeforeRollout => "before-rollout",
+        }
+    }
+}
+
+impl fmt::Display for SnapshotReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A snapshot as quorum's store records it: written once the file is complete,
+/// checked by etcd's own trailing digest, and its facts read back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotRecord {
+    /// Unique within the control plane, and the file's name in the snapshot store
+    /// (`snapshot_id`).
+    pub id: String,
+    pub control_plane: String,
+    pub taken_at_unix_s: i64,
+    pub reason: SnapshotReason,
+    /// The machine it was streamed from (the leader at the time).
+    pub from_machine: String,
+    /// The etcd version that machine ran.
+    pub etcd_version: Version,
+    /// The spec's version when it was taken, and the one a rollout was about to move to
+    /// (`BeforeRollout` only).
+    pub spec_version: Version,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_to: Option<Version>,
+    /// Where it is kept (the store's own words: a directory, later a bucket).
+    pub location: String,
+    /// The sha256 of the whole file as stored (hex), to check a copy before a restore.
+    pub sha256: String,
+    /// The file's length (the database and etcd's 32-byte digest).
+    pub size_bytes: u64,
+    pub facts: SnapshotFacts,
+    /// How long the stream from the leader took.
+    pub took_ms: u64,
+    /// The last test restore of it, if any: a snapshot counts as verified only once
+    /// one succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<Verification>,
+}
+
+impl SnapshotRecord {
+    /// Restored, served, and read back at its revision by the last test restore.
+    pub fn verified(&self) -> bool {
+        self.verification.as_ref().is_some_and(|v| v.ok)
+    }
+}
+
+/// What a test restore of a snapshot came to: restored with etcd's tool, started as a
+/// throwaway member, and read back.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    pub at_unix_s: i64,
+    /// The member served, at the snapshot's revision.
+    pub ok: bool,
+    /// The revision and the number of keys the restored member served (0 when it did
+    /// not).
+    pub revision: i64,
+    pub keys: u64,
+    pub took_ms: u64,
+    /// Why it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// The bytes etcd appends to a snapshot stream: the sha256 of the database before it.
+pub const SNAPSHOT_DIGEST_BYTES: usize = 32;
+
+/// How many snapshots of one control plane may be taken in one second at one revision
+/// (their ids differ by a suffix).
+pub const MAX_SNAPSHOTS_PER_SECOND: u32 = 10;
+
+/// A snapshot's id and file name: the control plane, the time (UTC, to the second) and
+/// the revision, so a listing sorts by time and says what it holds at a glance
+/// (`prod-20261203T194501Z-r1234.db`); the `n`th taken in the same second at the same
+/// revision (from 0) gets `-{n+1}` before `.db`.
+pub fn snapshot_id(cp: &str, taken_at_unix_s: i64, revision: i64, n: u32) -> String {
+    let base = format!("{cp}-{}-r{revision}", compact_utc(taken_at_unix_s));
+    match n {
+        0 => format!("{base}.db"),
+        n => format!("{base}-{}.db", n + 1),
+    }
+}
+
+/// `20261203T194501Z` for a Unix time (humantime's RFC 3339 without its separators;
+/// no clock is read). Times before 1970 are taken as 1970.
+pub fn compact_utc(unix_s: i64) -> String {
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix_s.max(0) as u64);
+    humantime::format_rfc3339_seconds(at)
+        .to_string()
+        .chars()
+        .filter(|c| *c != '-' && *c != ':')
+        .collect()
+}
+
+/// Whether recording `new` over `old` starts a rollout that must be preceded by a
+/// snapshot: a change of the etcd version (either way; a downgrade most of all) of a
+/// control plane with machines, whose members hold data. Scaling, pausing and settings
+/// start none: no member runs a new binary, and the data is at no more risk than on
+/// any other day. A control plane with no machine yet has nothing to keep.
+pub fn needs_snapshot(
+    old: &ControlPlaneSpec,
+    new: &ControlPlaneSpec,
+    machines: &[Machine],
+) -> bool {
+    old.version != new.version && !machines.is_empty()
+}
+
+/// A record read back from the store is the one that was written: its id names the
+/// control plane and the revision it holds, and its file is longer than etcd's digest.
+/// A record that breaks this is corrupt, not a snapshot to restore from.
+pub fn check_record(r: &SnapshotRecord) -> Result<(), String> {
+    let named = (0..MAX_SNAPSHOTS_PER_SECOND)
+        .any(|n| r.id == snapshot_id(&r.control_plane, r.taken_at_unix_s, r.facts.revision, n));
+    if !named {
+        let want = snapshot_id(&r.control_plane, r.taken_at_unix_s, r.facts.revision, 0);
+        return Err(format!(
+            "snapshot record '{}' does not match its contents (expected id '{want}')",
+            r.id
+        ));
+    }
+    if r.size_bytes <= SNAPSHOT_DIGEST_BYTES as u64 || r.sha256.len() != 64 {
+        return Err(format!(
+            "snapshot record '{}' has no file to speak of ({} bytes, sha256 '{}')",
+            r.id, r.size_bytes, r.sha256
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_name_the_control_plane_the_utc_time_and_the_revision() {
+        let cases = [
+            ("prod", 0, 1, 0, "prod-19700101T000000Z-r1.db"),
+            (
+                "prod",
+                1_796_327_101,
+                1234,
+                0,
+                "prod-20261203T194501Z-r1234.db",
+            ),
+            // The second in the same second, at the same revision.
+            (
+                "prod",
+                1_796_327_101,
+                1234,
+                1,
+                "prod-20261203T194501Z-r1234-2.db",
+            ),
+            // A leap day, and the last second of a year.
+            ("a", 951_782_400, 7, 0, "a-20000229T000000Z-r7.db"),
+            ("a", 1_798_761_599, 7, 0, "a-20261231T235959Z-r7.db"),
+        ];
+        for (cp, t, rev, n, want) in cases {
+            assert_eq!(snapshot_id(cp, t, rev, n), want, "{cp} {t} {rev} {n}");
+        }
+    }
+
+    #[test]
+    fn only_a_version_change_of_members_with_data_needs_a_snapshot() {
+        let old: ControlPlaneSpec =
+            serde_json::from_str(r#"{"replicas":3,"version":"3.5.0"}"#).unwrap();
+        let machine: Machine = serde_json::from_str(
+            r#"{"name":"a-1","serial":1,"address":"127.0.0.1","version":"3.5.0","bootstrap":true}"#,
+        )
+        .unwrap();
+        let some = [machine];
+        type Change = fn(&mut ControlPlaneSpec);
+        let table: [(&str, Change, &[Machine], bool); 6] = [
+            (
+                "upgrade",
+                |s| s.version = "3.5.1".parse().unwrap(),
+                &some,
+                true,
+            ),
+            (
+                "downgrade",
+                |s| s.version = "3.4.23".parse().unwrap(),
+                &some,
+                true,
+            ),
+            (
+                "upgrade before any machine",
+                |s| s.version = "3.5.1".parse().unwrap(),
+                &[],
+                false,
+            ),
+            ("scale", |s| s.replicas = 5, &some, false),
+            ("pause", |s| s.paused = true, &some, false),
+            ("nothing", |_| {}, &some, false),
+        ];
+        for (what, change, machines, want) in table {
+            let mut new = old.clone();
+            change(&mut new);
+            assert_eq!(needs_snapshot(&old, &new, machines), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_record_that_does_not_match_its_id_is_refused() {
+        let r = SnapshotRecord {
+            id: snapshot_id("prod", 1_796_327_101, 9, 0),
+            control_plane: "prod".into(),
+            taken_at_unix_s: 1_796_327_101,
+            reason: SnapshotReason::OnDemand,
+            from_machine: "prod-1".into(),
+            etcd_version: "3.5.1".parse().unwrap(),
+            spec_version: "3.5.1".parse().unwrap(),
+            rollout_to: None,
+            location: "/b".into(),
+            sha256: "0".repeat(64),
+            size_bytes: 20_512,
+            facts: SnapshotFacts {
+                hash: 1,
+                revision: 9,
+                total_keys: 7,
+                total_size_bytes: 20_480,
+            },
+            took_ms: 3,
+            verification: None,
+        };
+        assert_eq!(check_record(&r), Ok(()));
+        let second = SnapshotRecord {
+            id: snapshot_id("prod", 1_796_327_101, 9, 1),
+            ..r.clone()
+        };
+        assert_eq!(check_record(&second), Ok(()));
+        let mut moved = r.clone();
+        moved.control_plane = "other".into();
+        assert!(check_record(&moved).is_err());
+        let mut rev = r.clone();
+        rev.facts.revision = 10;
+        assert!(check_record(&rev).is_err());
+        let mut empty = r;
+        empty.size_bytes = 32;
+        assert!(check_record(&empty).is_err());
+    }
+}

@@ -1,0 +1,203 @@
+//! `quorum snapshot NAME` and `quorum snapshots NAME`: a snapshot taken from the
+//! leader into `<home>/backups/NAME/`, its facts recorded in the store; and the list.
+//! The same snapshot is taken before a change that starts a rollout is recorded
+//! (`spec::change_with`), so no rollout starts without one unless `--no-snapshot`.
+
+use crate::{status, Ctx};
+use anyhow::{bail, Context, Result};
+use quorum_backup::{LocalDir, TakeRequest};
+use quorum_core::{ControlPlane, SnapshotReason, SnapshotRecord, Verification, Version};
+
+/// Takes a snapshot of `cp` from its leader, records it, and says so in one line.
+pub async fn take(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    reason: SnapshotReason,
+    rollout_to: Option<Version>,
+) -> Result<SnapshotRecord> {
+    let access = ctx.access(cp)?;
+    let (machines, observed, _) =
+        status::decision(&ctx.store, &ctx.provider, &access.etcd, cp).await?;
+    let Some(url) = observed.view.leader_url.clone() else {
+        bail!(
+            "{}: no member answers as leader, so no snapshot can be taken (a snapshot comes from the leader: it holds every acknowledged write); see `quorum status {}`",
+            cp.name,
+            cp.name
+        );
+    };
+    let Some(leader) = machines.iter().find(|m| m.client_url() == url) else {
+        bail!(
+            "{}: the leader at {url} is no machine of quorum's; no snapshot taken",
+            cp.name
+        );
+    };
+    let running = observed
+        .observation
+        .machines
+        .get(&leader.name)
+        .and_then(|o| o.running_version)
+        .unwrap_or(leader.version);
+    let tool = quorum_backup::status_tool(ctx.provider.etcd_dir())?;
+    let dir = LocalDir::for_control_plane(&ctx.home, &cp.name);
+    let req = TakeRequest {
+        control_plane: &cp.name,
+        reason,
+        from_machine: &leader.name,
+        endpoint: &url,
+        etcd_version: running,
+        spec_version: cp.spec.version,
+        rollout_to,
+        now_unix_s: quorum_controller::access::now_unix_s(),
+    };
+    let rec = quorum_backup::take(&access.etcd, &dir, &tool, &req)
+        .await
+        .with_context(|| format!("{}: snapshot from {}", cp.name, leader.name))?;
+    ctx.store.record_snapshot(&rec)?;
+    say!(ctx, "{}", taken_line(&rec));
+    Ok(rec)
+}
+
+/// Test-restores `rec` (restored with etcd's tool, started as a throwaway member on a
+/// private loopback address, read back, removed), records the outcome, and says it.
+/// A failed restore is recorded too, and returned as an error.
+pub async fn verify(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
+    let etcd_dir = ctx.provider.etcd_dir();
+    let tool = quorum_backup::status_tool(etcd_dir)?;
+    let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
+    let file = LocalDir::for_control_plane(&ctx.home, &rec.control_plane).path(&rec.id);
+    let scratch = ctx.home.join("backups").join(SCRATCH_DIR);
+    let now = quorum_controller::access::now_unix_s();
+    let v = quorum_backup::verify(rec, &file, &tool, &etcd, &scratch, now).await;
+    ctx.store
+        .record_verification(&rec.control_plane, &rec.id, &v)?;
+    match &v.error {
+        None => {
+            say!(
+                ctx,
+                "{}: snapshot {} verified in {:.1} s: restored, served {} keys at revision {}",
+                rec.control_plane,
+                rec.id,
+                v.took_ms as f64 / 1000.0,
+                v.keys,
+                v.revision
+            );
+            Ok(v)
+        }
+        Some(e) => bail!(
+            "{}: snapshot {} FAILED its test restore (recorded; it does not count as verified): {e}",
+            rec.control_plane,
+            rec.id
+        ),
+    }
+}
+
+/// Where test restores happen, under `<home>/backups/` (a name no control plane can
+/// have: names start with a letter or digit).
+pub const SCRATCH_DIR: &str = ".scratch";
+
+/// The recorded snapshot `which` names: an id, or `newest`.
+pub fn find(ctx: &Ctx, name: &str, which: &str) -> Result<SnapshotRecord> {
+    let recs = list(ctx, name)?;
+    let found = if which == "newest" {
+        recs.last().cloned()
+    } else {
+        recs.iter().find(|r| r.id == which).cloned()
+    };
+    match found {
+        Some(r) => Ok(r),
+        None if recs.is_empty() => bail!("{name} has no snapshots (`quorum snapshot {name}` takes one)"),
+        None => bail!(
+            "{name} has no snapshot {which:?}: its newest is {} (`quorum snapshots {name}` lists them)",
+            recs.last().map_or("", |r| r.id.as_str())
+        ),
+    }
+}
+
+/// `prod: snapshot prod-20261203T194501Z-r1234.db taken from prod-2 (leader, etcd
+/// 3.5.1) in 0.2 s: revision 1234, 5,012 keys, 1.2 MiB; in /home/q/backups/prod`.
+pub fn taken_line(r: &SnapshotRecord) -> String {
+    format!(
+        "{}: snapshot {} taken from {} (leader, etcd {}) in {:.1} s: revision {}, {} keys, {}; in {}",
+        r.control_plane,
+        r.id,
+        r.from_machine,
+        r.etcd_version,
+        r.took_ms as f64 / 1000.0,
+        r.facts.revision,
+        r.facts.total_keys,
+        crate::defrag::bytes(r.size_bytes),
+        r.location
+    )
+}
+
+/// The snapshots of `name`, oldest first, as recorded (a control plane that is gone
+/// still has its snapshots listed: they are what it can be restored from).
+pub fn list(ctx: &Ctx, name: &str) -> Result<Vec<SnapshotRecord>> {
+    let recs = ctx.store.snapshots(name)?;
+    if recs.is_empty() && ctx.store.control_plane(name)?.is_none() {
+        bail!("control plane {name:?} does not exist and has no snapshots (see `quorum list`)");
+    }
+    Ok(recs)
+}
+
+/// One row per snapshot, for people.
+pub fn table(recs: &[SnapshotRecord]) -> String {
+    let mut rows = vec![[
+        "TAKEN (UTC)".to_string(),
+        "ID".into(),
+        "REVISION".into(),
+        "KEYS".into(),
+        "SIZE".into(),
+        "FROM".into(),
+        "REASON".into(),
+        "VERIFIED".into(),
+    ]];
+    for r in recs {
+        rows.push([
+            quorum_pki::format_rfc3339(r.taken_at_unix_s),
+            r.id.clone(),
+            r.facts.revision.to_string(),
+            r.facts.total_keys.to_string(),
+            crate::defrag::bytes(r.size_bytes),
+            format!("{} ({})", r.from_machine, r.etcd_version),
+            match r.rollout_to {
+                Some(v) => format!("{} to {v}", r.reason),
+                None => r.reason.to_string(),
+            },
+            verified_cell(r),
+        ]);
+    }
+    let widths: Vec<usize> = (0..8)
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|r| {
+            r.iter()
+                .zip(&widths)
+                .map(|(c, w)| format!("{c:<w$}"))
+                .collect::<Vec<_>>()
+                .join("  ")
+                .trim_end()
+                .to_string()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// "yes, 12 keys (2026-12-03T19:45:01Z)", "FAILED: ... ", or "no" (etcd's digest and
+/// tool checked the file when it was taken; a test restore is what verifies it).
+fn verified_cell(r: &SnapshotRecord) -> String {
+    match &r.verification {
+        None => "no".into(),
+        Some(v) if v.ok => format!(
+            "yes, {} keys ({})",
+            v.keys,
+            quorum_pki::format_rfc3339(v.at_unix_s)
+        ),
+        Some(v) => format!(
+            "FAILED ({}): {}",
+            quorum_pki::format_rfc3339(v.at_unix_s),
+            v.error.as_deref().unwrap_or("no reason recorded")
+        ),
+    }
+}
