@@ -28,7 +28,7 @@ use quorum_core::{
 };
 use quorum_etcd::failover::{Deadlines, Failover, FailoverError, Retry};
 use quorum_etcd::ClientTls;
-use quorum_ops::{change, create, teardown, wait, Ctx, Place};
+use quorum_ops::{change, change_with, create, teardown, wait, ChangeOptions, Ctx, Place};
 use quorum_store::EventKind;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -608,7 +608,13 @@ async fn run_one(
         }
         Strategy::Naive => {
             // The controller keeps its hands off: paused, and no longer minding HAProxy.
-            change(&mut ctx, name, false, |s| ControlPlaneSpec {
+            // The bug report's script takes no snapshot either (quorum's strategies
+            // do, and their times include it).
+            let opts = ChangeOptions {
+                no_snapshot: true,
+                ..ChangeOptions::default()
+            };
+            change_with(&mut ctx, name, opts, |s| ControlPlaneSpec {
                 version: to,
                 paused: true,
                 haproxy: None,
