@@ -26,6 +26,12 @@ use quorum_etcd::{Etcd, SnapshotStreamError};
 use std::path::Path;
 use std::time::Instant;
 
+/// Where test restores happen: `<home>/backups/.scratch/` (a name no control plane can
+/// have: names start with a letter).
+pub fn scratch_dir(home: &Path) -> std::path::PathBuf {
+    home.join("backups").join(".scratch")
+}
+
 /// What went wrong taking a snapshot. Whatever it is, no file by a snapshot's name is
 /// left behind.
 #[derive(Debug, thiserror::Error)]

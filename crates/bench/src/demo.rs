@@ -59,6 +59,12 @@ impl RolloutArgs {
             insecure_plaintext: self.insecure_plaintext,
             remediation: Default::default(),
             maintenance: Default::default(),
+            // A scheduled snapshot would land in the measurement (quorum still takes
+            // one before the upgrade, as always).
+            backup: quorum_core::BackupSpec {
+                schedule: quorum_core::backup::SCHEDULE_OFF.into(),
+                ..Default::default()
+            },
         }
     }
 }

@@ -28,6 +28,10 @@ const PRELOAD_CONCURRENCY: usize = 16;
 const PRELOAD_WRITE_TIMEOUT_MS: u64 = 30_000;
 /// Reading the preloaded keys' count (keys only) gives up after this long.
 const COUNT_TIMEOUT_MS: u64 = 60_000;
+/// How long to wait for the members' database size to include the preload (etcd
+/// commits its backend every 100 ms), and how often to look.
+const DB_SIZE_SETTLE_MS: u64 = 5_000;
+const DB_SIZE_POLL_MS: u64 = 100;
 /// The largest preload: its quota (below) must stay within etcd's 8 GiB ceiling.
 pub const MAX_PRELOAD_MIB: u64 = 3_072;
 /// etcd's own default quota, kept when it is large enough.
@@ -121,14 +125,17 @@ pub async fn preload(endpoints: &[String], tls: Option<&ClientTls>, mib: u64) ->
         r?;
     }
     let took_ms = i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX);
-    let mut db_size_bytes = 0;
-    for e in endpoints {
-        let mut c = Client::connect([e.as_str()], Some(demo::client_options(tls)))
-            .await
-            .with_context(|| format!("connecting to {e}"))?;
-        let s = c.status().await.with_context(|| format!("status of {e}"))?;
-        db_size_bytes = db_size_bytes.max(u64::try_from(s.db_size()).unwrap_or(0));
-    }
+    // etcd's status reports the database as of its backend's last commit (every
+    // 100 ms): asked at once, the last writes may not be in it yet.
+    let data_bytes = keys * VALUE_BYTES as u64;
+    let deadline = Instant::now() + Duration::from_millis(DB_SIZE_SETTLE_MS);
+    let db_size_bytes = loop {
+        let size = db_size(endpoints, tls).await?;
+        if size >= data_bytes || Instant::now() >= deadline {
+            break size;
+        }
+        tokio::time::sleep(Duration::from_millis(DB_SIZE_POLL_MS)).await;
+    };
     Ok(Preload {
         mib,
         keys,
@@ -138,6 +145,19 @@ pub async fn preload(endpoints: &[String], tls: Option<&ClientTls>, mib: u64) ->
         db_size_bytes,
         keys_after: 0,
     })
+}
+
+/// The largest database of `endpoints`, as their statuses report it.
+async fn db_size(endpoints: &[String], tls: Option<&ClientTls>) -> Result<u64> {
+    let mut largest = 0;
+    for e in endpoints {
+        let mut c = Client::connect([e.as_str()], Some(demo::client_options(tls)))
+            .await
+            .with_context(|| format!("connecting to {e}"))?;
+        let s = c.status().await.with_context(|| format!("status of {e}"))?;
+        largest = largest.max(u64::try_from(s.db_size()).unwrap_or(0));
+    }
+    Ok(largest)
 }
 
 #[cfg(test)]

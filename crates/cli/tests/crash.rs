@@ -78,6 +78,47 @@ fn in_place_extra_points() -> Vec<String> {
 
 /// A failpoint exercised by the NOSPACE repair (compaction, defragmentation, disarm):
 /// no rollout reaches those steps.
+/// A failpoint of the scheduled snapshots (`take-snapshot`, `prune-snapshot`).
+fn is_snapshot_point(p: &str) -> bool {
+    p.ends_with("-snapshot")
+}
+
+/// Crashes the controller at `point` while it takes scheduled snapshots (every 2 s,
+/// retention keeping 1) of a 1-member control plane; the next controller goes on:
+/// snapshots are taken, verified and pruned, and every file left has a record and
+/// every record its file.
+fn snapshot_scenario(point: &str) -> String {
+    let mut env = Env::new(&format!("crash-{point}"));
+    let name = "sn";
+    let manifest = scheduled_backup_manifest(&env, name, "*/2 * * * * *", 1);
+    env.start_controller_with(&[("FAILPOINTS", &format!("{point}=return"))]);
+    env.ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    let code = env.controller_exit(Duration::from_secs(120));
+    assert_eq!(
+        code,
+        Some(CRASH_EXIT_CODE),
+        "{point}: the controller did not crash there (never reached?)"
+    );
+    env.start_controller();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let (recs, ids, files) = snapshot_records_and_files(&env, name);
+        let done = ok_steps(&env, name, "take-snapshot") >= 3
+            && ok_steps(&env, name, "prune-snapshot") >= 1
+            && files == ids
+            && recs.iter().any(|r| r.verified());
+        if done {
+            return format!("{point}: crashed, next controller took, verified and pruned");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{point}: after 90 s: records {ids:?}, files {files:?}\n{}",
+            history(&env.store().events_after(name, 0, 10_000).unwrap())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn is_upkeep_point(p: &str) -> bool {
     p.ends_with("-compact") || p.ends_with("-defragment") || p.ends_with("-disarm-alarm")
 }
@@ -493,6 +534,8 @@ fn every_failpoint_crashes_and_the_next_controller_finishes() {
                         teardown_scenario(&p)
                     } else if is_upkeep_point(&p) {
                         nospace_scenario(&p)
+                    } else if is_snapshot_point(&p) {
+                        snapshot_scenario(&p)
                     } else {
                         rollout_scenario(&p)
                     }

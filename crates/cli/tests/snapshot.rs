@@ -182,3 +182,97 @@ fn an_upgrade_is_not_recorded_when_the_leader_cannot_give_a_snapshot() {
     let e = env.ok(&["snapshots", "h"]);
     assert!(e.contains("no snapshots yet"), "{e}");
 }
+
+/// `spec.backup`: a snapshot every 2 s, retention keeping 2. The controller takes,
+/// verifies and prunes them; while the only member hangs (the fault on etcd's side)
+/// none is taken and nothing is lost; once it is back, they go on. Every file left has
+/// a record and every record its file.
+#[test]
+fn scheduled_snapshots_are_taken_verified_pruned_and_wait_out_a_hung_member() {
+    let mut env = Env::new("snapsched");
+    let manifest = scheduled_backup_manifest(&env, "b", "*/2 * * * * *", 2);
+    env.start_controller();
+    env.ok(&["apply", "-f", manifest.to_str().unwrap()]);
+    let files_and_records = |env: &Env| snapshot_records_and_files(env, "b");
+    let taken = |env: &Env| {
+        (
+            ok_steps(env, "b", "take-snapshot"),
+            ok_steps(env, "b", "prune-snapshot"),
+        )
+    };
+    wait_until(
+        "3 scheduled snapshots, one pruned",
+        Duration::from_secs(60),
+        || {
+            let (took, pruned) = taken(&env);
+            took >= 3 && pruned >= 1
+        },
+    );
+    let (recs, ids, _) = files_and_records(&env);
+    assert!(
+        recs.len() <= 3,
+        "retention keeps 2 (and the newest verified): {ids:?}"
+    );
+    assert!(
+        recs.iter()
+            .all(|r| r.reason.as_str() == "scheduled" && r.verified()),
+        "{recs:?}"
+    );
+    let m = env.metrics();
+    assert!(
+        m.contains("quorum_snapshot_verifications_total{control_plane=\"b\",outcome=\"ok\"}"),
+        "{m}"
+    );
+
+    // The only member hangs: no snapshot can be taken; none is recorded.
+    let p = provider(&env);
+    let machine = env.status("b")["machines"][0]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    p.pause(&machine);
+    let (took_before, _) = taken(&env);
+    wait_until(
+        "a refused or failed attempt",
+        Duration::from_secs(30),
+        || {
+            env.store()
+                .events_after("b", 0, 10_000)
+                .unwrap()
+                .iter()
+                .any(|e| e.kind.to_string() == "take-snapshot" && e.outcome.as_str() != "ok")
+                || env.status("b")["converged"] == false
+        },
+    );
+    assert!(
+        taken(&env).0 <= took_before + 1,
+        "none taken while it hangs"
+    );
+    p.resume(&machine);
+    wait_until(
+        "snapshots again once it is back",
+        Duration::from_secs(60),
+        || taken(&env).0 >= took_before + 2,
+    );
+    wait_until(
+        "every file with its record",
+        Duration::from_secs(30),
+        || {
+            let (_, ids, files) = files_and_records(&env);
+            ids == files
+        },
+    );
+    let table = env.ok(&["snapshots", "b"]);
+    assert!(
+        table.contains("scheduled") && table.contains("yes, "),
+        "{table}"
+    );
+}
+
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + limit;
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -13,6 +13,8 @@
 //! `pacing::Pacer`.
 
 pub mod access;
+mod backups;
+pub use backups::snapshot_source;
 pub mod balancer;
 pub mod failpoints;
 pub mod heartbeat;
@@ -75,6 +77,8 @@ pub enum ActionError {
     Pki(#[from] quorum_pki::PkiError),
     #[error("{machine} is no longer draining for its in-place step (the store says {now}): the stop was decided on a stale look and is not performed")]
     StaleStop { machine: String, now: String },
+    #[error(transparent)]
+    Backup(#[from] quorum_backup::BackupError),
 }
 
 impl ActionError {
@@ -557,6 +561,7 @@ impl Controller {
         observed.observation.problem_since_unix_s = tracked.since_unix_s.clone();
         observed.observation.defragmented = tracked.defragmented.clone();
         observed.observation.nospace_recurrences = tracked.nospace_recurrences;
+        snapshots_into(&self.store, cp, &mut observed.observation)?;
         self.record_health(cp, &tracked);
         self.metrics.health(
             &cp.name,
@@ -918,6 +923,22 @@ impl Controller {
 /// Where the client endpoints of a control plane are published for clients to follow:
 /// `<home>/endpoints/<name>.json`, `{"endpoints": [...], "updatedAtMs": ...}`, replaced
 /// atomically whenever the set changes (before a leaving member is removed).
+/// What the decision needs for `spec.backup`: the recorded snapshots, and when the
+/// control plane was created (the schedule counts from there until the first).
+pub fn snapshots_into(
+    store: &Store,
+    cp: &ControlPlane,
+    obs: &mut quorum_core::Observation,
+) -> Result<(), StoreError> {
+    obs.snapshots = store
+        .snapshots(&cp.name)?
+        .iter()
+        .map(|r| r.seen())
+        .collect();
+    obs.created_at_unix_s = store.created_at_ms(&cp.name)?.map(|ms| ms.div_euclid(1000));
+    Ok(())
+}
+
 pub fn endpoints_path(home: &Path, cp: &str) -> PathBuf {
     home.join("endpoints").join(format!("{cp}.json"))
 }

@@ -14,6 +14,8 @@
 //!   model's); `quorum_crash_loops_total{control_plane}`: crash loops that started;
 //!   remediations are `quorum_membership_operations_total{kind="mark-deleting"}` and the
 //!   `Remediating` condition;
+//! - `quorum_snapshot_verifications_total{control_plane, outcome}`: test restores of
+//!   scheduled snapshots (ok, failed); alert on a failed one;
 //! - `quorum_store_endpoint_up{endpoint}`: 1 while a member of the management etcd serves
 //!   this replica's requests and probes (it has a leader), 0 while it is set aside; alert
 //!   when fewer than a majority are 1 (none with the embedded store).
@@ -43,6 +45,7 @@ pub struct Metrics {
     crash_loops: Family<Labels, Counter>,
     leader: Gauge,
     store_up: Family<Labels, Gauge>,
+    verifications: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
@@ -104,7 +107,14 @@ impl Metrics {
             "1 while a member of the management etcd serves requests (has a leader), else 0",
             store_up.clone(),
         );
+        let verifications = Family::<Labels, Counter>::default();
+        registry.register(
+            "snapshot_verifications",
+            "Test restores of scheduled snapshots, by control plane and outcome (ok, failed)",
+            verifications.clone(),
+        );
         Metrics {
+            verifications,
             leader,
             store_up,
             registry,
@@ -154,6 +164,17 @@ impl Metrics {
         self.crash_loops
             .get_or_create(&l)
             .inc_by(crash_loops_started as u64);
+    }
+
+    /// A test restore of a scheduled snapshot came to `ok` or not.
+    pub fn verified(&self, cp: &str, ok: bool) {
+        let outcome = if ok { "ok" } else { "failed" };
+        self.verifications
+            .get_or_create(&vec![
+                ("control_plane".to_string(), cp.to_string()),
+                ("outcome".to_string(), outcome.to_string()),
+            ])
+            .inc();
     }
 
     /// What this replica knows of each member of its store.

@@ -210,6 +210,14 @@ impl Controller {
                 access.etcd.disarm(&leader()?, *member_id, alarm).await?;
                 Ok(None)
             }
+            Action::TakeSnapshot => {
+                self.take_snapshot(cp, access, machines, observed).await?;
+                Ok(None)
+            }
+            Action::PruneSnapshot { id } => {
+                self.prune_snapshot(cp, id)?;
+                Ok(None)
+            }
             Action::BeginInPlace {
                 machine,
                 to,

@@ -117,6 +117,10 @@ pub enum Action {
     Defragment { machine: String },
     /// Disarm an alarm of one member (sent to the leader).
     DisarmAlarm { member_id: u64, alarm: String },
+    /// Take a scheduled snapshot from the leader, record it, and test-restore it.
+    TakeSnapshot,
+    /// Remove a snapshot retention no longer keeps: its file, then its record.
+    PruneSnapshot { id: String },
     /// Record that the machine begins an in-place step toward `to` (phase `Draining`):
     /// it leaves the endpoints before anything else happens to it.
     BeginInPlace {
@@ -185,7 +189,9 @@ impl Action {
             Action::AllocateMachine { .. }
             | Action::ForgetControlPlane
             | Action::Compact { .. }
-            | Action::DisarmAlarm { .. } => None,
+            | Action::DisarmAlarm { .. }
+            | Action::TakeSnapshot
+            | Action::PruneSnapshot { .. } => None,
         }
     }
 
@@ -206,6 +212,8 @@ impl Action {
             Action::Compact { .. } => ActionKind::Compact,
             Action::Defragment { .. } => ActionKind::Defragment,
             Action::DisarmAlarm { .. } => ActionKind::DisarmAlarm,
+            Action::TakeSnapshot => ActionKind::TakeSnapshot,
+            Action::PruneSnapshot { .. } => ActionKind::PruneSnapshot,
             Action::BeginInPlace { .. } => ActionKind::BeginInPlace,
             Action::SetInPlacePhase { .. } => ActionKind::SetInPlacePhase,
             Action::EndInPlace { .. } => ActionKind::EndInPlace,
@@ -257,6 +265,8 @@ action_kinds! {
     BeginInPlace = "begin-in-place",
     SetInPlacePhase = "set-in-place-phase",
     EndInPlace = "end-in-place",
+    TakeSnapshot = "take-snapshot",
+    PruneSnapshot = "prune-snapshot",
 }
 
 impl ActionKind {
@@ -336,6 +346,10 @@ impl fmt::Display for Action {
             Action::Defragment { machine } => write!(f, "defragment {machine}"),
             Action::DisarmAlarm { member_id, alarm } => {
                 write!(f, "disarm the {alarm} alarm of member {member_id:x}")
+            }
+            Action::TakeSnapshot => write!(f, "take a scheduled snapshot from the leader"),
+            Action::PruneSnapshot { id } => {
+                write!(f, "remove snapshot {id} (retention keeps it no longer)")
             }
             Action::BeginInPlace {
                 machine,

@@ -7,6 +7,169 @@
 use crate::{ControlPlaneSpec, Machine, Version};
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use std::str::FromStr;
+
+// ---------------------------------------------------------------- the spec
+
+/// `spec.backup`: when quorum takes snapshots on its own, and how many it keeps.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackupSpec {
+    /// A cron expression (POSIX, 5 fields, or 6 with seconds first; UTC), or `off`.
+    #[serde(default = "default_schedule")]
+    pub schedule: String,
+    #[serde(default)]
+    pub retention: RetentionSpec,
+}
+
+/// Keep the newest `last` snapshots, plus the newest of each of the last `days` days
+/// (UTC); the rest are removed. The newest verified snapshot is always kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetentionSpec {
+    #[serde(default = "default_keep_last")]
+    pub last: u32,
+    #[serde(default = "default_keep_days")]
+    pub days: u32,
+}
+
+/// Hourly, on the hour.
+pub const DEFAULT_SCHEDULE: &str = "0 * * * *";
+pub const DEFAULT_KEEP_LAST: u32 = 24;
+pub const DEFAULT_KEEP_DAYS: u32 = 7;
+/// The schedule that takes none.
+pub const SCHEDULE_OFF: &str = "off";
+
+fn default_schedule() -> String {
+    DEFAULT_SCHEDULE.to_string()
+}
+fn default_keep_last() -> u32 {
+    DEFAULT_KEEP_LAST
+}
+fn default_keep_days() -> u32 {
+    DEFAULT_KEEP_DAYS
+}
+
+impl Default for RetentionSpec {
+    fn default() -> Self {
+        RetentionSpec {
+            last: DEFAULT_KEEP_LAST,
+            days: DEFAULT_KEEP_DAYS,
+        }
+    }
+}
+
+impl Default for BackupSpec {
+    fn default() -> Self {
+        BackupSpec {
+            schedule: default_schedule(),
+            retention: RetentionSpec::default(),
+        }
+    }
+}
+
+impl BackupSpec {
+    pub fn is_default(&self) -> bool {
+        *self == BackupSpec::default()
+    }
+
+    /// The parsed schedule; `None` when it is `off`. An expression that does not parse
+    /// is `validate_spec`'s to refuse; here it takes no snapshot.
+    pub fn cron(&self) -> Option<croner::Cron> {
+        if self.schedule.trim() == SCHEDULE_OFF {
+            return None;
+        }
+        croner::Cron::from_str(&self.schedule).ok()
+    }
+
+    /// Why the spec cannot be used, in words, if it cannot.
+    pub fn check(&self) -> Result<(), String> {
+        if self.schedule.trim() != SCHEDULE_OFF {
+            croner::Cron::from_str(&self.schedule).map_err(|e| {
+                format!(
+                    "backup.schedule {:?} is not a cron expression ({e}); use 5 fields (minute hour day month weekday, UTC) as \"{DEFAULT_SCHEDULE}\", 6 with seconds first, or \"{SCHEDULE_OFF}\"",
+                    self.schedule
+                )
+            })?;
+        }
+        if self.retention.last == 0 {
+            return Err(
+                "backup.retention.last must be 1 or more: the newest snapshot is always kept"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The first time `cron` fires strictly after `after_unix_s` (UTC), if any.
+pub fn next_fire_unix_s(cron: &croner::Cron, after_unix_s: i64) -> Option<i64> {
+    let at = chrono::DateTime::from_timestamp(after_unix_s, 0)?;
+    cron.find_next_occurrence(&at, false)
+        .ok()
+        .map(|t| t.timestamp())
+}
+
+/// Whether a scheduled snapshot is due at `now_unix_s`: the schedule fired since the
+/// newest snapshot (or, with none, since the control plane was created).
+pub fn snapshot_due(
+    spec: &BackupSpec,
+    newest_unix_s: Option<i64>,
+    created_unix_s: i64,
+    now_unix_s: i64,
+) -> bool {
+    let Some(cron) = spec.cron() else {
+        return false;
+    };
+    let since = newest_unix_s.unwrap_or(created_unix_s);
+    next_fire_unix_s(&cron, since).is_some_and(|t| t <= now_unix_s)
+}
+
+/// A recorded snapshot as the decision sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SnapshotSeen {
+    pub id: String,
+    pub taken_at_unix_s: i64,
+    pub verified: bool,
+}
+
+/// The snapshots retention removes, oldest first: all but the newest `last`, the
+/// newest of each of the last `days` UTC days (counting today), and the newest
+/// verified one. `snapshots` in any order.
+pub fn retention_plan(
+    snapshots: &[SnapshotSeen],
+    retention: RetentionSpec,
+    now_unix_s: i64,
+) -> Vec<String> {
+    let mut by_age: Vec<&SnapshotSeen> = snapshots.iter().collect();
+    // Newest first; the same second in id order (reversed, so the later suffix first).
+    by_age.sort_by(|a, b| (b.taken_at_unix_s, &b.id).cmp(&(a.taken_at_unix_s, &a.id)));
+    let mut keep: std::collections::BTreeSet<&str> = by_age
+        .iter()
+        .take(retention.last as usize)
+        .map(|s| s.id.as_str())
+        .collect();
+    let today = now_unix_s.div_euclid(86_400);
+    let mut days_seen = std::collections::BTreeSet::new();
+    for s in &by_age {
+        let day = s.taken_at_unix_s.div_euclid(86_400);
+        if today - day < i64::from(retention.days) && days_seen.insert(day) {
+            keep.insert(&s.id);
+        }
+    }
+    if let Some(v) = by_age.iter().find(|s| s.verified) {
+        keep.insert(&v.id);
+    }
+    let mut out: Vec<String> = by_age
+        .iter()
+        .rev()
+        .filter(|s| !keep.contains(s.id.as_str()))
+        .map(|s| s.id.clone())
+        .collect();
+    out.dedup();
+    out
+}
 
 /// What etcd's own tool (`etcdutl snapshot status`) reads out of a snapshot file: the
 /// facts a restore is later checked against.
@@ -33,6 +196,8 @@ pub enum SnapshotReason {
     OnDemand,
     /// Before a change that starts a rollout was recorded.
     BeforeRollout,
+    /// By the controller, on `spec.backup.schedule`.
+    Scheduled,
 }
 
 impl SnapshotReason {
@@ -40,6 +205,7 @@ impl SnapshotReason {
         match self {
             SnapshotReason::OnDemand => "on-demand",
             SnapshotReason::BeforeRollout => "before-rollout",
+            SnapshotReason::Scheduled => "scheduled",
         }
     }
 }
@@ -89,6 +255,15 @@ impl SnapshotRecord {
     /// Restored, served, and read back at its revision by the last test restore.
     pub fn verified(&self) -> bool {
         self.verification.as_ref().is_some_and(|v| v.ok)
+    }
+
+    /// What the decision needs of it.
+    pub fn seen(&self) -> SnapshotSeen {
+        SnapshotSeen {
+            id: self.id.clone(),
+            taken_at_unix_s: self.taken_at_unix_s,
+            verified: self.verified(),
+        }
     }
 }
 
@@ -178,6 +353,136 @@ pub fn check_record(r: &SnapshotRecord) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seen(id: &str, at: i64, verified: bool) -> SnapshotSeen {
+        SnapshotSeen {
+            id: id.into(),
+            taken_at_unix_s: at,
+            verified,
+        }
+    }
+
+    const DAY: i64 = 86_400;
+    /// 2027-01-15T08:00:00Z.
+    const NOW: i64 = 1_800_000_000;
+
+    #[test]
+    fn a_snapshot_is_due_once_the_schedule_fired_since_the_newest() {
+        let hourly = BackupSpec::default();
+        let every_2s = BackupSpec {
+            schedule: "*/2 * * * * *".into(),
+            ..BackupSpec::default()
+        };
+        let off = BackupSpec {
+            schedule: "off".into(),
+            ..BackupSpec::default()
+        };
+        let table = [
+            // (what, spec, newest, created, now, due)
+            (
+                "never taken, created before the hour",
+                &hourly,
+                None,
+                NOW - 60,
+                NOW,
+                true,
+            ),
+            (
+                "never taken, created after the hour",
+                &hourly,
+                None,
+                NOW + 1,
+                NOW + 3599,
+                false,
+            ),
+            (
+                "taken this hour",
+                &hourly,
+                Some(NOW),
+                NOW - DAY,
+                NOW + 3599,
+                false,
+            ),
+            (
+                "the next hour came",
+                &hourly,
+                Some(NOW),
+                NOW - DAY,
+                NOW + 3600,
+                true,
+            ),
+            (
+                "seconds: 2 s later",
+                &every_2s,
+                Some(NOW),
+                NOW - DAY,
+                NOW + 2,
+                true,
+            ),
+            (
+                "seconds: 1 s later",
+                &every_2s,
+                Some(NOW),
+                NOW - DAY,
+                NOW + 1,
+                false,
+            ),
+            ("off", &off, None, 0, NOW, false),
+        ];
+        for (what, spec, newest, created, now, due) in table {
+            assert_eq!(snapshot_due(spec, newest, created, now), due, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_schedule_that_does_not_parse_or_keeps_nothing_is_refused() {
+        let mut b = BackupSpec::default();
+        assert_eq!(b.check(), Ok(()));
+        b.schedule = "every hour".into();
+        let e = b.check().unwrap_err();
+        assert!(
+            e.contains("backup.schedule") && e.contains("0 * * * *"),
+            "{e}"
+        );
+        b.schedule = "off".into();
+        assert_eq!(b.check(), Ok(()));
+        b.retention.last = 0;
+        assert!(b.check().unwrap_err().contains("retention.last"));
+    }
+
+    #[test]
+    fn retention_keeps_the_last_n_one_a_day_and_the_newest_verified() {
+        let r = |last, days| RetentionSpec { last, days };
+        let hourly: Vec<SnapshotSeen> = (0..6)
+            .map(|h| seen(&format!("h{h}"), NOW - h * 3600, false))
+            .collect();
+        // Three days back, one a day, the oldest verified.
+        let daily = [
+            seen("d1", NOW - DAY, false),
+            seen("d2", NOW - 2 * DAY, false),
+            seen("d3", NOW - 3 * DAY, true),
+        ];
+        let all: Vec<SnapshotSeen> = hourly.iter().chain(daily.iter()).cloned().collect();
+        let table: [(&str, RetentionSpec, Vec<&str>); 5] = [
+            ("keep 6, 4 days: all", r(6, 4), vec![]),
+            (
+                "keep 2, no days: the verified stays",
+                r(2, 0),
+                vec!["d2", "d1", "h5", "h4", "h3", "h2"],
+            ),
+            (
+                "keep 1, 2 days: today's newest and yesterday's",
+                r(1, 2),
+                vec!["d2", "h5", "h4", "h3", "h2", "h1"],
+            ),
+            ("keep 3, 1 day", r(3, 1), vec!["d2", "d1", "h5", "h4", "h3"]),
+            ("keep 100", r(100, 0), vec![]),
+        ];
+        for (what, ret, want) in table {
+            assert_eq!(retention_plan(&all, ret, NOW), want, "{what}");
+        }
+        assert_eq!(retention_plan(&[], r(1, 0), NOW), Vec::<String>::new());
+    }
 
     #[test]
     fn ids_name_the_control_plane_the_utc_time_and_the_revision() {

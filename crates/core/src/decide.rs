@@ -23,7 +23,8 @@
 //!     (it had data, so its member was removed behind quorum's back);
 //! 13. scale up, scale down, roll out outdated machines (surge or remove first, or in
 //!     place under `strategy: InPlace`); with nothing else to do, defragment a member
-//!     past the spec's threshold.
+//!     past the spec's threshold, else take a snapshot `spec.backup.schedule` asks for,
+//!     else remove one snapshot retention no longer keeps (`backup`).
 //!
 //! Every membership change is preceded by a quorum projection in which every member
 //! that is not provably healthy counts as unhealthy, and at most one membership change
@@ -149,6 +150,9 @@ pub(crate) struct View<'a> {
     pub(crate) nospace_recurrences: u32,
     /// The cluster's alarms by member id (the leader's list).
     pub(crate) alarms: &'a [(u64, String)],
+    /// The recorded snapshots and the control plane's creation (`Observation`).
+    pub(crate) snapshots: &'a [crate::SnapshotSeen],
+    pub(crate) created_at_unix_s: Option<i64>,
     /// The cluster version the leader reported (`None`: unknown).
     pub(crate) cluster_version: Option<Version>,
 }
@@ -197,6 +201,8 @@ impl<'a> View<'a> {
             defragmented: &observed.defragmented,
             nospace_recurrences: observed.nospace_recurrences,
             alarms: &observed.alarms,
+            snapshots: &observed.snapshots,
+            created_at_unix_s: observed.created_at_unix_s,
             cluster_version: observed.cluster_version,
         }
     }
@@ -868,12 +874,15 @@ impl<'a> View<'a> {
             return self.mark_victim(self.shrink_operation(), members);
         }
         if outdated.is_empty() {
-            return self.auto_defrag().unwrap_or(Step {
-                actions: vec![],
-                operation: Operation::Idle,
-                waiting_for: None,
-                blocked: false,
-            });
+            return self
+                .auto_defrag()
+                .or_else(|| self.snapshot_upkeep())
+                .unwrap_or(Step {
+                    actions: vec![],
+                    operation: Operation::Idle,
+                    waiting_for: None,
+                    blocked: false,
+                });
         }
         if spec.rollout.strategy == Strategy::InPlace {
             return self.begin_in_place(&outdated);
@@ -882,6 +891,22 @@ impl<'a> View<'a> {
             return self.allocate(Operation::RollingOut);
         }
         self.mark_victim(Operation::RollingOut, members)
+    }
+
+    /// With nothing else to do: a scheduled snapshot once `spec.backup.schedule` fired
+    /// since the newest, else the oldest snapshot retention no longer keeps.
+    fn snapshot_upkeep(&self) -> Option<Step> {
+        let created = self.created_at_unix_s?;
+        let backup = &self.spec().backup;
+        let now = self.now_unix_s;
+        let newest = self.snapshots.iter().map(|s| s.taken_at_unix_s).max();
+        if crate::backup::snapshot_due(backup, newest, created, now) {
+            return Some(Step::act(Operation::Maintaining, Action::TakeSnapshot));
+        }
+        let plan = crate::backup::retention_plan(self.snapshots, backup.retention, now);
+        plan.into_iter()
+            .next()
+            .map(|id| Step::act(Operation::Maintaining, Action::PruneSnapshot { id }))
     }
 
     fn allocate(&self, op: Operation) -> Step {

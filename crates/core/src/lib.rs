@@ -23,7 +23,10 @@ pub mod upkeep;
 pub mod validate;
 pub mod version;
 
-pub use backup::{SnapshotFacts, SnapshotReason, SnapshotRecord, Verification};
+pub use backup::{
+    BackupSpec, RetentionSpec, SnapshotFacts, SnapshotReason, SnapshotRecord, SnapshotSeen,
+    Verification,
+};
 pub use classify::{classify, ClientErrorKind, EtcdAnswer, EtcdCall, GrpcCode, Refusal, Verdict};
 pub use decide::{
     decide, Action, ActionKind, ClusterState, Condition, ConditionKind, Decision, DeleteReason,

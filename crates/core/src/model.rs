@@ -176,6 +176,9 @@ pub struct ControlPlaneSpec {
     /// Space upkeep: when quorum defragments on its own.
     #[serde(default, skip_serializing_if = "MaintenanceSpec::is_default")]
     pub maintenance: MaintenanceSpec,
+    /// Scheduled snapshots and how many are kept.
+    #[serde(default, skip_serializing_if = "crate::BackupSpec::is_default")]
+    pub backup: crate::BackupSpec,
 }
 
 /// How quorum repairs failed members: by replacement, one at a time, within limits
@@ -655,6 +658,15 @@ pub struct Observation {
     /// tracker remembers.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub nospace_recurrences: u32,
+    /// The control plane's recorded snapshots, for `spec.backup`'s schedule and
+    /// retention.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub snapshots: Vec<crate::SnapshotSeen>,
+    /// When the control plane was created (Unix seconds): the schedule counts from it
+    /// until the first snapshot. `None` (a reader that does not know): no scheduled
+    /// snapshot and no pruning is decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_at_unix_s: Option<i64>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -14,6 +14,9 @@ pub enum SpecError {
     EvenReplicas(u32),
     #[error("rollout.maxSurge must be 0 or 1, got {0}")]
     MaxSurge(u32),
+    /// `spec.backup` that cannot be used (the message names the field).
+    #[error("{0}")]
+    Backup(String),
     #[error("rollout.maxSurge 0 needs at least 3 replicas (removing the only member of 1, or one of 2, loses quorum); use maxSurge 1")]
     SurgeZeroTooSmall,
     #[error("haproxy.runtimeApi must be an absolute path to HAProxy's admin socket, got {0:?}")]
@@ -93,6 +96,7 @@ pub fn validate_spec(spec: &ControlPlaneSpec, allow_even: bool) -> Result<(), Sp
     if let Some(h) = &spec.haproxy {
         validate_haproxy(h)?;
     }
+    spec.backup.check().map_err(SpecError::Backup)?;
     let lifetime = spec.certificates.lifetime;
     if lifetime < MIN_CERTIFICATE_LIFETIME {
         return Err(SpecError::CertificateLifetime(lifetime));
@@ -188,6 +192,7 @@ mod tests {
             insecure_plaintext: false,
             remediation: Default::default(),
             maintenance: Default::default(),
+            backup: Default::default(),
         }
     }
 

@@ -250,6 +250,11 @@ struct Sit {
     defrag_percent: u8,
     strategy: Strategy,
     cluster_version: Option<&'static str>,
+    backup: BackupSpec,
+    /// Recorded snapshots: (id, seconds before now, verified).
+    snapshots: Vec<(&'static str, i64, bool)>,
+    /// Seconds before now the control plane was created (`None`: unknown).
+    created_ago_s: Option<i64>,
 }
 
 fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
@@ -280,6 +285,9 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         defrag_percent: 50,
         strategy: Strategy::Replace,
         cluster_version: None,
+        backup: BackupSpec::default(),
+        snapshots: vec![],
+        created_ago_s: None,
     }
 }
 
@@ -372,6 +380,7 @@ impl Sit {
                     defrag_when_fragmented_above: Percent(self.defrag_percent),
                     ..MaintenanceSpec::default()
                 },
+                backup: self.backup.clone(),
             },
             deleting: self.deleting_cp,
         };
@@ -478,6 +487,16 @@ impl Sit {
             defragmented: self.defragmented.iter().map(|s| name(*s)).collect(),
             nospace_recurrences: self.nospace_recurrences,
             alarms: self.cluster_alarms.clone(),
+            snapshots: self
+                .snapshots
+                .iter()
+                .map(|(id, ago, verified)| SnapshotSeen {
+                    id: id.to_string(),
+                    taken_at_unix_s: NOW_UNIX_S - ago,
+                    verified: *verified,
+                })
+                .collect(),
+            created_at_unix_s: self.created_ago_s.map(|ago| NOW_UNIX_S - ago),
         };
         (cp, machines, observed)
     }
@@ -495,6 +514,7 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
                     member_id,
                     machine: None,
                 } => Some(format!("{member_id:x}")),
+                Action::PruneSnapshot { id } => Some(id.clone()),
                 _ => a.machine().map(str::to_string),
             };
             match target {
@@ -551,6 +571,8 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
     d
 }
 
+#[path = "decide_table/backup.rs"]
+mod backup;
 #[path = "decide_table/inplace.rs"]
 mod inplace;
 
@@ -1447,6 +1469,8 @@ fn action_kinds_lists_every_variant() {
             machine: m(),
             outcome: InPlaceOutcome::Done,
         },
+        Action::TakeSnapshot,
+        Action::PruneSnapshot { id: "s.db".into() },
     ];
     for a in &all {
         match a {
@@ -1466,7 +1490,9 @@ fn action_kinds_lists_every_variant() {
             | Action::DisarmAlarm { .. }
             | Action::BeginInPlace { .. }
             | Action::SetInPlacePhase { .. }
-            | Action::EndInPlace { .. } => {}
+            | Action::EndInPlace { .. }
+            | Action::TakeSnapshot
+            | Action::PruneSnapshot { .. } => {}
         }
     }
     let kinds: Vec<ActionKind> = all.iter().map(|a| a.kind()).collect();
@@ -1498,6 +1524,8 @@ fn action_kind_names_are_stable() {
             "begin-in-place",
             "set-in-place-phase",
             "end-in-place",
+            "take-snapshot",
+            "prune-snapshot",
         ]
     );
     for k in ActionKind::ALL {

@@ -147,6 +147,14 @@ fn humane(msg: &str) -> String {
             "expected a mapping (lifetime)",
         )
         .replace("expected struct Metadata", "expected a mapping (name)")
+        .replace(
+            "expected struct BackupSpec",
+            "expected a mapping (schedule, retention)",
+        )
+        .replace(
+            "expected struct RetentionSpec",
+            "expected a mapping (last, days)",
+        )
         .replace("expected struct Manifest", "expected a mapping")
         .replace("expected a boolean", "expected true or false")
 }
@@ -175,6 +183,11 @@ spec:
   maintenance:
     defragWhenFragmentedAbove: 50%  # defragment a member once this much of its
                        # database is free (0 turns it off); NOSPACE is always repaired
+  backup:
+    schedule: \"0 * * * *\"  # scheduled snapshots: cron (UTC; 6 fields: seconds first), or off
+    retention:
+      last: 24         # keep the newest 24, plus the newest of each of the last 7 days
+      days: 7          #   (the newest verified snapshot is always kept)
   paused: false
   # insecurePlaintext: true  # DANGEROUS: plain HTTP, no certificates (only at creation)
   # haproxy:           # optional: an HAProxy quorum keeps in step (see `quorum haproxy-config`)
@@ -245,6 +258,23 @@ mod tests {
         assert!(m.spec.tls());
         assert_eq!(m.spec.remediation, quorum_core::RemediationSpec::default());
         assert_eq!(m.spec.maintenance, quorum_core::MaintenanceSpec::default());
+        assert_eq!(m.spec.backup, quorum_core::BackupSpec::default());
+    }
+
+    #[test]
+    fn a_backup_schedule_that_is_no_cron_expression_is_refused_by_name() {
+        let text = "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.5.0, backup: {schedule: every hour}}\n";
+        let m = parse(text, "m.yaml").unwrap();
+        let e = quorum_core::validate_spec(&m.spec, false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("backup.schedule") && e.contains("\"every hour\""),
+            "{e}"
+        );
+        let text = text.replace("schedule: every hour", "retention: 3");
+        let e = format!("{:#}", parse(&text, "m.yaml").unwrap_err());
+        assert!(e.contains("expected a mapping (last, days)"), "{e}");
     }
 
     #[test]

@@ -25,18 +25,13 @@ pub async fn take(
             cp.name
         );
     };
-    let Some(leader) = machines.iter().find(|m| m.client_url() == url) else {
+    let Some((leader, running)) = quorum_controller::snapshot_source(&machines, &observed, &url)
+    else {
         bail!(
             "{}: the leader at {url} is no machine of quorum's; no snapshot taken",
             cp.name
         );
     };
-    let running = observed
-        .observation
-        .machines
-        .get(&leader.name)
-        .and_then(|o| o.running_version)
-        .unwrap_or(leader.version);
     let tool = quorum_backup::status_tool(ctx.provider.etcd_dir())?;
     let dir = LocalDir::for_control_plane(&ctx.home, &cp.name);
     let req = TakeRequest {
@@ -65,7 +60,7 @@ pub async fn verify(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
     let tool = quorum_backup::status_tool(etcd_dir)?;
     let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
     let file = LocalDir::for_control_plane(&ctx.home, &rec.control_plane).path(&rec.id);
-    let scratch = ctx.home.join("backups").join(SCRATCH_DIR);
+    let scratch = quorum_backup::scratch_dir(&ctx.home);
     let now = quorum_controller::access::now_unix_s();
     let v = quorum_backup::verify(rec, &file, &tool, &etcd, &scratch, now).await;
     ctx.store
@@ -90,10 +85,6 @@ pub async fn verify(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
         ),
     }
 }
-
-/// Where test restores happen, under `<home>/backups/` (a name no control plane can
-/// have: names start with a letter or digit).
-pub const SCRATCH_DIR: &str = ".scratch";
 
 /// The recorded snapshot `which` names: an id, or `newest`.
 pub fn find(ctx: &Ctx, name: &str, which: &str) -> Result<SnapshotRecord> {

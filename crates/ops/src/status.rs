@@ -177,6 +177,7 @@ pub async fn decision(
         .into_iter()
         .filter(|(m, _)| now_problems.contains_key(m))
         .collect();
+    quorum_controller::snapshots_into(store, cp, &mut observed.observation)?;
     let decision = decide(cp, &machines, &observed.observation);
     Ok((machines, observed, decision))
 }

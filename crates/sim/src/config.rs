@@ -162,6 +162,7 @@ pub struct Outcome {
     pub pacing: PacingCounts,
     pub repair: RepairCounts,
     pub in_place: InPlaceCounts,
+    pub backups: crate::BackupCounts,
     /// The run injected faults anywhere (`Config::faults_anywhere`), to replay it.
     pub faults_anywhere: bool,
 }

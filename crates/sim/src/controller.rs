@@ -139,6 +139,8 @@ impl World {
             Action::BeginInPlace { .. }
             | Action::SetInPlacePhase { .. }
             | Action::EndInPlace { .. } => self.perform_in_place(a, fenced),
+            Action::TakeSnapshot => self.take_snapshot(fenced),
+            Action::PruneSnapshot { id } => self.prune_snapshot(id, fenced),
         };
         if before_quorum && !self.has_quorum() {
             let (v, c) = (self.voters().count(), self.connected_voters());

@@ -375,6 +375,8 @@ impl World {
         let mut obs = Observation {
             now_unix_s: self.now_unix_s(),
             compacted: self.space.nospace().then(|| self.space.compacted()),
+            snapshots: self.snapshots.clone(),
+            created_at_unix_s: Some(EPOCH_UNIX_S),
             ..Observation::default()
         };
         for mach in &self.machines {

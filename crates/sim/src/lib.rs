@@ -78,6 +78,7 @@
 //! run must converge within a bounded number of steps. The same seed always gives the
 //! same trace.
 
+mod backups;
 mod config;
 mod controller;
 mod etcd;
@@ -107,6 +108,7 @@ use quorum_core::{
 };
 use std::collections::{BTreeMap, BTreeSet};
 
+pub use backups::BackupCounts;
 pub use config::{Config, Outcome, Rng, Scenario};
 use controller::{etcd_answer, Answer};
 pub use inplace::{InPlaceCounts, IN_PLACE_END_STEPS, SIM_IN_PLACE_TIMEOUT};
@@ -284,6 +286,10 @@ pub struct World {
     /// the rolled-back record there is has been counted.
     rollout_stopped: bool,
     stop_counted: bool,
+    // -- snapshots (`backups.rs`)
+    snapshots: Vec<quorum_core::backup::SnapshotSeen>,
+    next_snapshot: u64,
+    backups: BackupCounts,
     // -- bookkeeping
     decisions: u64,
     /// What the controller's last decision said (a converged decision takes no action).
@@ -329,6 +335,7 @@ impl World {
                     insecure_plaintext: true,
                     remediation: SIM_REMEDIATION,
                     maintenance: Default::default(),
+                    backup: backups::sim_backup(),
                 },
                 deleting: false,
             },
@@ -356,6 +363,9 @@ impl World {
             stale_learner: None,
             plan: vec![],
             in_place: InPlaceCounts::default(),
+            snapshots: Vec::new(),
+            next_snapshot: 0,
+            backups: BackupCounts::default(),
             in_place_open: BTreeMap::new(),
             rollout_stopped: false,
             stop_counted: false,
@@ -607,6 +617,7 @@ impl World {
             pacing: self.pacing_counts,
             repair: self.repair,
             in_place: self.in_place,
+            backups: self.backups,
             faults_anywhere: self.cfg.faults_anywhere,
         }
     }

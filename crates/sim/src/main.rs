@@ -2,7 +2,8 @@
 
 use clap::Parser;
 use quorum_sim::{
-    replay_command, run, Config, InPlaceCounts, LeaseCounts, PacingCounts, RepairCounts, Scenario,
+    replay_command, run, BackupCounts, Config, InPlaceCounts, LeaseCounts, PacingCounts,
+    RepairCounts, Scenario,
 };
 use std::time::Instant;
 
@@ -186,6 +187,7 @@ fn main() -> std::process::ExitCode {
                         PacingCounts::default(),
                         RepairCounts::default(),
                         InPlaceCounts::default(),
+                        BackupCounts::default(),
                     );
                     let mut seed = from + k;
                     while seed < from + n {
@@ -197,6 +199,7 @@ fn main() -> std::process::ExitCode {
                         out.5.add(&o.pacing);
                         out.6.add(&o.repair);
                         out.7.add(&o.in_place);
+                        out.8.add(&o.backups);
                         if o.violation.is_some() {
                             out.3.push(o);
                         }
@@ -219,11 +222,13 @@ fn main() -> std::process::ExitCode {
     let mut pacing = PacingCounts::default();
     let mut repair = RepairCounts::default();
     let mut in_place = InPlaceCounts::default();
+    let mut backups = BackupCounts::default();
     for r in &results {
         lease.add(&r.4);
         pacing.add(&r.5);
         repair.add(&r.6);
         in_place.add(&r.7);
+        backups.add(&r.8);
     }
     let failed: Vec<_> = results.into_iter().flat_map(|r| r.3).collect();
     for o in &failed {
@@ -245,6 +250,7 @@ fn main() -> std::process::ExitCode {
     println!("pacing: {pacing}");
     println!("repair: {repair}");
     println!("in place: {in_place}");
+    println!("backups: {backups}");
     if args.replicas > 1 {
         println!("{} replicas: {lease}", args.replicas);
     }

@@ -309,6 +309,9 @@ pub trait StateStore: Send {
     /// Records the outcome of a test restore of a recorded snapshot (the last one is
     /// kept; a newer one replaces it). A snapshot not recorded is an error.
     fn record_verification(&self, cp: &str, id: &str, v: &Verification) -> Result<()>;
+    /// Forgets a snapshot record (after its file was removed). A record not there is
+    /// success: the removal is retried after a crash.
+    fn delete_snapshot(&self, cp: &str, id: &str) -> Result<()>;
     /// The snapshots recorded for a control plane, oldest first. A record that does not
     /// match its id or its control plane is reported as corrupt.
     fn snapshots(&self, cp: &str) -> Result<Vec<SnapshotRecord>>;

@@ -1032,6 +1032,16 @@ impl StateStore for SqliteStore {
         tx.commit().map_err(|e| self.err(e))
     }
 
+    fn delete_snapshot(&self, cp: &str, id: &str) -> Result<()> {
+        self.conn
+            .execute(
+                "DELETE FROM snapshots WHERE control_plane = ?1 AND id = ?2",
+                params![cp, id],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     fn snapshots(&self, cp: &str) -> Result<Vec<SnapshotRecord>> {
         let mut stmt = self
             .conn

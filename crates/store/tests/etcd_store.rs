@@ -73,6 +73,7 @@ fn cp(name: &str) -> ControlPlane {
             insecure_plaintext: true,
             remediation: Default::default(),
             maintenance: Default::default(),
+            backup: Default::default(),
         },
         deleting: false,
     }
@@ -389,7 +390,11 @@ fn snapshot_behaviour(s: &mut Store) {
         .record_verification("s", "s-none.db", &passed)
         .unwrap_err();
     assert!(matches!(e, StoreError::SnapshotNotFound { .. }), "{e}");
-    let all: Vec<SnapshotRecord> = read;
+    // Forgotten (retention): gone from the list; again, nothing to do.
+    s.delete_snapshot("s", &older.id).unwrap();
+    s.delete_snapshot("s", &older.id).unwrap();
+    let all: Vec<SnapshotRecord> = s.snapshots("s").unwrap();
+    assert_eq!(all, read[1..].to_vec());
     s.forget_control_plane("s").unwrap();
     assert_eq!(s.snapshots("s").unwrap(), all, "they outlive it");
 }

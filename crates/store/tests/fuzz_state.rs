@@ -42,6 +42,7 @@ fn populated() -> (tempfile::TempDir, PathBuf) {
                 insecure_plaintext: true,
                 remediation: Default::default(),
                 maintenance: Default::default(),
+                backup: Default::default(),
             },
             deleting: false,
         };

@@ -533,3 +533,49 @@ pub fn history(events: &[quorum_store::Event]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// Writes a manifest of a 1-member control plane `name` at the newest version that
+/// snapshots on `schedule`, keeping the newest `last`; returns its path.
+pub fn scheduled_backup_manifest(env: &Env, name: &str, schedule: &str, last: u32) -> PathBuf {
+    let path = env.dir.path().join(format!("{name}.yaml"));
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  version: \"{NEW}\"\n  backup: {{schedule: \"{schedule}\", retention: {{last: {last}, days: 0}}}}\n"
+        ),
+    )
+    .unwrap();
+    path
+}
+
+/// The ids of `cp`'s snapshot records and the snapshot files in its backups
+/// directory, each sorted: equal when every file has its record and every record its
+/// file.
+pub fn snapshot_records_and_files(
+    env: &Env,
+    cp: &str,
+) -> (Vec<quorum_core::SnapshotRecord>, Vec<String>, Vec<String>) {
+    let recs = env.store().snapshots(cp).unwrap();
+    let mut ids: Vec<String> = recs.iter().map(|r| r.id.clone()).collect();
+    ids.sort();
+    let mut files: Vec<String> = std::fs::read_dir(env.home.join("backups").join(cp))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str().map(str::to_string))
+                .filter(|n| n.ends_with(".db"))
+                .collect()
+        })
+        .unwrap_or_default();
+    files.sort();
+    (recs, ids, files)
+}
+
+/// How many steps of `kind` in `cp`'s history succeeded.
+pub fn ok_steps(env: &Env, cp: &str, kind: &str) -> usize {
+    env.store()
+        .events_after(cp, 0, 10_000)
+        .unwrap()
+        .iter()
+        .filter(|e| e.kind.to_string() == kind && e.outcome.as_str() == "ok")
+        .count()
+}

@@ -277,6 +277,7 @@ pub fn initial(variant: Variant) -> State {
                 insecure_plaintext: true,
                 remediation: Default::default(),
                 maintenance: Default::default(),
+                backup: Default::default(),
             },
             deleting: false,
         },

@@ -58,7 +58,11 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         | Action::WriteMarker { .. }
         | Action::Compact { .. }
         | Action::Defragment { .. }
-        | Action::DisarmAlarm { .. } => {}
+        | Action::DisarmAlarm { .. }
+        // Never decided here: the model's observation gives no creation time, so the
+        // core schedules no snapshot and prunes none (the simulator covers them).
+        | Action::TakeSnapshot
+        | Action::PruneSnapshot { .. } => {}
         Action::BeginInPlace { .. }
         | Action::SetInPlacePhase { .. }
         | Action::EndInPlace { .. } => s.perform_in_place(a, fenced),

@@ -897,6 +897,12 @@ impl StateStore for EtcdStore {
         Err(self.conflict(format!("snapshot {id:?}")))
     }
 
+    fn delete_snapshot(&self, cp: &str, id: &str) -> Result<()> {
+        let del = TxnOp::delete(self.key(&format!("snapshot/{cp}/{id}")), None);
+        self.commit("forget a snapshot", vec![], vec![del], None)
+            .map(drop)
+    }
+
     fn snapshots(&self, cp: &str) -> Result<Vec<SnapshotRecord>> {
         let prefix = self.key(&format!("snapshot/{cp}/"));
         let mut out = Vec::new();

@@ -93,6 +93,7 @@ fn cp(name: &str) -> ControlPlane {
             insecure_plaintext: true,
             remediation: Default::default(),
             maintenance: Default::default(),
+            backup: Default::default(),
         },
         deleting: false,
     }

@@ -1,0 +1,94 @@
+//! The scheduled half of snapshots: the controller takes one when `spec.backup.schedule`
+//! says (`Action::TakeSnapshot`), test-restores it at once, and removes what retention
+//! no longer keeps (`Action::PruneSnapshot`). The I/O is `quorum-backup`'s; when is the
+//! core's (`quorum_core::backup`).
+
+use super::*;
+use quorum_backup::{LocalDir, TakeRequest};
+use quorum_core::SnapshotReason;
+
+/// The machine a snapshot streams from (the one at the leader's client URL `url`) and
+/// the etcd version it runs (as observed, else its record's).
+pub fn snapshot_source<'a>(
+    machines: &'a [Machine],
+    observed: &Observed,
+    url: &str,
+) -> Option<(&'a Machine, quorum_core::Version)> {
+    let leader = machines.iter().find(|m| m.client_url() == url)?;
+    let running = observed
+        .observation
+        .machines
+        .get(&leader.name)
+        .and_then(|o| o.running_version)
+        .unwrap_or(leader.version);
+    Some((leader, running))
+}
+
+impl Controller {
+    /// Takes a snapshot from the leader, records it, test-restores it and records that.
+    /// A failed test restore is recorded (and counted in the metrics), not an error:
+    /// the snapshot was taken; it just does not count as verified.
+    pub(crate) async fn take_snapshot(
+        &self,
+        cp: &ControlPlane,
+        access: &Access,
+        machines: &[Machine],
+        observed: &Observed,
+    ) -> Result<(), ActionError> {
+        let url = observed
+            .view
+            .leader_url
+            .clone()
+            .ok_or(ActionError::NoLeader)?;
+        let (leader, running) =
+            snapshot_source(machines, observed, &url).ok_or(ActionError::NoLeader)?;
+        let etcd_dir = self.provider.etcd_dir();
+        let tool = quorum_backup::status_tool(etcd_dir)?;
+        let dir = LocalDir::for_control_plane(&self.cfg.home, &cp.name);
+        let req = TakeRequest {
+            control_plane: &cp.name,
+            reason: SnapshotReason::Scheduled,
+            from_machine: &leader.name,
+            endpoint: &url,
+            etcd_version: running,
+            spec_version: cp.spec.version,
+            rollout_to: None,
+            now_unix_s: access::now_unix_s(),
+        };
+        let rec = quorum_backup::take(&access.etcd, &dir, &tool, &req).await?;
+        self.store.record_snapshot(&rec)?;
+        let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
+        let scratch = quorum_backup::scratch_dir(&self.cfg.home);
+        let file = dir.path(&rec.id);
+        let now = access::now_unix_s();
+        let v = quorum_backup::verify(&rec, &file, &tool, &etcd, &scratch, now).await;
+        self.store.record_verification(&cp.name, &rec.id, &v)?;
+        self.metrics.verified(&cp.name, v.ok);
+        match &v.error {
+            None => {
+                tracing::info!(cp = %cp.name, id = %rec.id, keys = v.keys, revision = v.revision, "scheduled snapshot taken and verified")
+            }
+            Some(e) => {
+                tracing::warn!(cp = %cp.name, id = %rec.id, "scheduled snapshot FAILED its test restore: {e}")
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes a snapshot's file, then its record; either already gone is success.
+    pub(crate) fn prune_snapshot(&self, cp: &ControlPlane, id: &str) -> Result<(), ActionError> {
+        let path = LocalDir::for_control_plane(&self.cfg.home, &cp.name).path(id);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                return Err(ActionError::Backup(quorum_backup::BackupError::Store {
+                    location: path.display().to_string(),
+                    message: e.to_string(),
+                }))
+            }
+        }
+        self.store.delete_snapshot(&cp.name, id)?;
+        Ok(())
+    }
+}
