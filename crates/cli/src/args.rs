@@ -347,6 +347,11 @@ pub struct CreateArgs {
     /// who can reach a member's address can read and change everything in it.
     #[arg(long)]
     pub insecure_plaintext: bool,
+    /// When the controller takes snapshots on its own: a cron expression (UTC; 5 fields,
+    /// or 6 with seconds first), or `off`. Retention keeps the newest 24 and one a day
+    /// for 7 days (change both with `apply -f`, `spec.backup`).
+    #[arg(long, env = "QUORUM_BACKUP_SCHEDULE", default_value = quorum_core::backup::DEFAULT_SCHEDULE, value_name = "CRON")]
+    pub backup_schedule: String,
     #[command(flatten)]
     pub wait: WaitArgs,
 }

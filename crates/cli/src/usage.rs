@@ -119,6 +119,7 @@ pub fn create_flag_error(e: anyhow::Error) -> anyhow::Error {
             "--renew-before {renew} is not shorter than --certificate-lifetime {lifetime}: \
              every new machine would be due for replacement at once"
         ),
+        SpecError::Backup(why) => why.replace("backup.schedule", "--backup-schedule"),
         _ => return e,
     };
     usage_error("create", message)

@@ -360,7 +360,7 @@ fn downgrades_are_confirmed_and_dry_runs_change_nothing() {
     let manifest = |version: &str, extra: &str| {
         let p = env.dir.path().join("d.yaml");
         let text = format!(
-            "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: d}}\nspec:\n  replicas: 3\n  version: {version}\n  rollout: {{maxSurge: 1{extra}}}\n"
+            "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: d}}\nspec:\n  replicas: 3\n  version: {version}\n  rollout: {{maxSurge: 1{extra}}}\n  backup: {{schedule: \"off\"}}\n"
         );
         std::fs::write(&p, text).unwrap();
         p.display().to_string()

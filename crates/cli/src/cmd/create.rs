@@ -34,7 +34,10 @@ pub async fn run(at: &Place, a: CreateArgs) -> Result<()> {
         insecure_plaintext: a.insecure_plaintext,
         remediation: Default::default(),
         maintenance: Default::default(),
-        backup: Default::default(),
+        backup: quorum_core::BackupSpec {
+            schedule: a.backup_schedule,
+            ..Default::default()
+        },
     };
     // The spec came from flags: the core's refusals of it name the flags (exit 2).
     create(&mut ctx, &a.name, spec, a.force).map_err(usage::create_flag_error)?;
