@@ -78,7 +78,8 @@ fn in_place_extra_points() -> Vec<String> {
 
 /// A failpoint exercised by the NOSPACE repair (compaction, defragmentation, disarm):
 /// no rollout reaches those steps.
-/// A failpoint of the scheduled snapshots (`take-snapshot`, `prune-snapshot`).
+/// A failpoint of the scheduled snapshots (`take-snapshot`, `verify-snapshot`,
+/// `prune-snapshot`).
 fn is_snapshot_point(p: &str) -> bool {
     p.ends_with("-snapshot")
 }
@@ -105,6 +106,7 @@ fn snapshot_scenario(point: &str) -> String {
         let (recs, ids, files) = snapshot_records_and_files(&env, name);
         let done = ok_steps(&env, name, "take-snapshot") >= 3
             && ok_steps(&env, name, "prune-snapshot") >= 1
+            && ok_steps(&env, name, "verify-snapshot") >= 1
             && files == ids
             && recs.iter().any(|r| r.verified());
         if done {

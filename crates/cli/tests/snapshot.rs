@@ -104,11 +104,26 @@ fn snapshots_are_taken_on_demand_and_before_every_upgrade() {
         table.contains("before-rollout to 3.5.1") && table.contains("on-demand"),
         "{table}"
     );
-    assert!(
-        before["verification"].is_null(),
-        "taken, not yet restored: {before}"
+    // Taken before the rollout without a test restore; the controller restores the
+    // newest once it has nothing else to do (`backup.verifyEvery`: never restored).
+    let id = before["id"].as_str().unwrap().to_string();
+    env.wait_status(
+        "s",
+        "the snapshot before the rollout restored",
+        Duration::from_secs(60),
+        |_| {
+            let recs = env.store().snapshots("s").unwrap();
+            recs.iter().any(|r| r.id == id && r.verified())
+        },
     );
-    // Verified on demand: the newest (the one before the rollout) is restored too.
+    let evs = env.store().events_after("s", 0, 10_000).unwrap();
+    assert_eq!(
+        ok_steps(&env, "s", "verify-snapshot"),
+        1,
+        "{}",
+        history(&evs)
+    );
+    // Verified on demand again: the newest (the one before the rollout).
     let out = env.ok(&["snapshots", "s", "--verify", "newest"]);
     assert!(
         out.contains("verified in") && out.matches("yes, ").count() == 2,
@@ -201,11 +216,11 @@ fn scheduled_snapshots_are_taken_verified_pruned_and_wait_out_a_hung_member() {
         )
     };
     wait_until(
-        "3 scheduled snapshots, one pruned",
+        "3 scheduled snapshots, one restored again, one pruned",
         Duration::from_secs(60),
         || {
             let (took, pruned) = taken(&env);
-            took >= 3 && pruned >= 1
+            took >= 3 && pruned >= 1 && ok_steps(&env, "b", "verify-snapshot") >= 1
         },
     );
     let (recs, ids, _) = files_and_records(&env);

@@ -1,6 +1,7 @@
 //! The scheduled half of snapshots: the controller takes one when `spec.backup.schedule`
-//! says (`Action::TakeSnapshot`), test-restores it at once, and removes what retention
-//! no longer keeps (`Action::PruneSnapshot`). The I/O is `quorum-backup`'s; when is the
+//! says (`Action::TakeSnapshot`), test-restores it at once and again every
+//! `verifyEvery` (`Action::VerifySnapshot`), and removes what retention no longer
+//! keeps (`Action::PruneSnapshot`). The I/O is `quorum-backup`'s; when is the
 //! core's (`quorum_core::backup`).
 
 use super::*;
@@ -55,24 +56,63 @@ impl Controller {
             rollout_to: None,
             now_unix_s: access::now_unix_s(),
         };
-        let rec = quorum_backup::take(&access.etcd, &dir, &tool, &req).await?;
+        let mut rec = quorum_backup::take(&access.etcd, &dir, &tool, &req).await?;
+        // Restored before it is recorded: one write, and no one sees it unverified.
+        rec.verification = Some(self.restore(cp, &rec).await?);
         self.store.record_snapshot(&rec)?;
+        Ok(())
+    }
+
+    /// Test-restores the recorded snapshot `id` again (`backup.verifyEvery`). One that
+    /// is no longer recorded (pruned meanwhile) is nothing to do.
+    pub(crate) async fn verify_snapshot(
+        &self,
+        cp: &ControlPlane,
+        id: &str,
+    ) -> Result<(), ActionError> {
+        let recs = self.store.snapshots(&cp.name)?;
+        match recs.iter().find(|r| r.id == id) {
+            Some(rec) => self.restore_and_record(cp, rec).await,
+            None => Ok(()),
+        }
+    }
+
+    /// The test restore of `rec`, recorded and counted. A failed one is recorded (the
+    /// `SnapshotRestoreFailed` condition shows it), not an error.
+    async fn restore_and_record(
+        &self,
+        cp: &ControlPlane,
+        rec: &quorum_core::SnapshotRecord,
+    ) -> Result<(), ActionError> {
+        let v = self.restore(cp, rec).await?;
+        self.store.record_verification(&cp.name, &rec.id, &v)?;
+        Ok(())
+    }
+
+    /// A test restore of `rec`, counted and logged; what it came to is the caller's to
+    /// record.
+    async fn restore(
+        &self,
+        cp: &ControlPlane,
+        rec: &quorum_core::SnapshotRecord,
+    ) -> Result<quorum_core::Verification, ActionError> {
+        let etcd_dir = self.provider.etcd_dir();
+        let tool = quorum_backup::status_tool(etcd_dir)?;
         let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
         let scratch = quorum_backup::scratch_dir(&self.cfg.home);
-        let file = dir.path(&rec.id);
+        let file = LocalDir::for_control_plane(&self.cfg.home, &cp.name).path(&rec.id);
         let now = access::now_unix_s();
-        let v = quorum_backup::verify(&rec, &file, &tool, &etcd, &scratch, now).await;
-        self.store.record_verification(&cp.name, &rec.id, &v)?;
+        let v = quorum_backup::verify(rec, &file, &tool, &etcd, &scratch, now).await;
         self.metrics.verified(&cp.name, v.ok);
         match &v.error {
             None => {
-                tracing::info!(cp = %cp.name, id = %rec.id, keys = v.keys, revision = v.revision, "scheduled snapshot taken and verified")
+                tracing::info!(cp = %cp.name, id = %rec.id, keys = v.keys, "snapshot test-restored")
             }
             Some(e) => {
-                tracing::warn!(cp = %cp.name, id = %rec.id, "scheduled snapshot FAILED its test restore: {e}")
+                tracing::warn!(cp = %cp.name, id = %rec.id, "snapshot FAILED its test restore: {e}")
             }
         }
-        Ok(())
+        Ok(v)
     }
 
     /// Removes a snapshot's file, then its record; either already gone is success.

@@ -14,8 +14,9 @@
 //!   model's); `quorum_crash_loops_total{control_plane}`: crash loops that started;
 //!   remediations are `quorum_membership_operations_total{kind="mark-deleting"}` and the
 //!   `Remediating` condition;
-//! - `quorum_snapshot_verifications_total{control_plane, outcome}`: test restores of
-//!   scheduled snapshots (ok, failed); alert on a failed one;
+//! - `quorum_snapshot_verifications_total{control_plane, outcome}`: the controller's test
+//!   restores of snapshots (ok, failed); alert on a failed one (and on the
+//!   `SnapshotRestoreFailed` condition);
 //! - `quorum_store_endpoint_up{endpoint}`: 1 while a member of the management etcd serves
 //!   this replica's requests and probes (it has a leader), 0 while it is set aside; alert
 //!   when fewer than a majority are 1 (none with the embedded store).
@@ -110,7 +111,7 @@ impl Metrics {
         let verifications = Family::<Labels, Counter>::default();
         registry.register(
             "snapshot_verifications",
-            "Test restores of scheduled snapshots, by control plane and outcome (ok, failed)",
+            "The controller's test restores of snapshots, by control plane and outcome (ok, failed)",
             verifications.clone(),
         );
         Metrics {

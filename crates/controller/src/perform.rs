@@ -218,6 +218,10 @@ impl Controller {
                 self.prune_snapshot(cp, id)?;
                 Ok(None)
             }
+            Action::VerifySnapshot { id } => {
+                self.verify_snapshot(cp, id).await?;
+                Ok(None)
+            }
             Action::BeginInPlace {
                 machine,
                 to,

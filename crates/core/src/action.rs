@@ -121,6 +121,8 @@ pub enum Action {
     TakeSnapshot,
     /// Remove a snapshot retention no longer keeps: its file, then its record.
     PruneSnapshot { id: String },
+    /// Test-restore a recorded snapshot again (`backup.verifyEvery`) and record it.
+    VerifySnapshot { id: String },
     /// Record that the machine begins an in-place step toward `to` (phase `Draining`):
     /// it leaves the endpoints before anything else happens to it.
     BeginInPlace {
@@ -191,7 +193,8 @@ impl Action {
             | Action::Compact { .. }
             | Action::DisarmAlarm { .. }
             | Action::TakeSnapshot
-            | Action::PruneSnapshot { .. } => None,
+            | Action::PruneSnapshot { .. }
+            | Action::VerifySnapshot { .. } => None,
         }
     }
 
@@ -214,6 +217,7 @@ impl Action {
             Action::DisarmAlarm { .. } => ActionKind::DisarmAlarm,
             Action::TakeSnapshot => ActionKind::TakeSnapshot,
             Action::PruneSnapshot { .. } => ActionKind::PruneSnapshot,
+            Action::VerifySnapshot { .. } => ActionKind::VerifySnapshot,
             Action::BeginInPlace { .. } => ActionKind::BeginInPlace,
             Action::SetInPlacePhase { .. } => ActionKind::SetInPlacePhase,
             Action::EndInPlace { .. } => ActionKind::EndInPlace,
@@ -267,6 +271,7 @@ action_kinds! {
     EndInPlace = "end-in-place",
     TakeSnapshot = "take-snapshot",
     PruneSnapshot = "prune-snapshot",
+    VerifySnapshot = "verify-snapshot",
 }
 
 impl ActionKind {
@@ -351,6 +356,7 @@ impl fmt::Display for Action {
             Action::PruneSnapshot { id } => {
                 write!(f, "remove snapshot {id} (retention keeps it no longer)")
             }
+            Action::VerifySnapshot { id } => write!(f, "test-restore snapshot {id}"),
             Action::BeginInPlace {
                 machine,
                 to,

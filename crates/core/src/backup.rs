@@ -4,7 +4,7 @@
 //! The I/O (streaming from the leader, writing the file, reading its facts back with
 //! etcd's own tool) lives in `quorum-backup`; this module decides and names only.
 
-use crate::{ControlPlaneSpec, Machine, Version};
+use crate::{ControlPlaneSpec, Machine, Span, Version};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -20,6 +20,10 @@ pub struct BackupSpec {
     pub schedule: String,
     #[serde(default)]
     pub retention: RetentionSpec,
+    /// Test-restore the newest snapshot again once its last test restore is this old
+    /// (one never restored, at once).
+    #[serde(default = "default_verify_every")]
+    pub verify_every: Span,
 }
 
 /// Keep the newest `last` snapshots, plus the newest of each of the last `days` days
@@ -39,6 +43,13 @@ pub const DEFAULT_KEEP_LAST: u32 = 24;
 pub const DEFAULT_KEEP_DAYS: u32 = 7;
 /// The schedule that takes none.
 pub const SCHEDULE_OFF: &str = "off";
+
+/// Daily.
+pub const DEFAULT_VERIFY_EVERY: Span = Span::days(1);
+
+fn default_verify_every() -> Span {
+    DEFAULT_VERIFY_EVERY
+}
 
 fn default_schedule() -> String {
     DEFAULT_SCHEDULE.to_string()
@@ -64,6 +75,7 @@ impl Default for BackupSpec {
         BackupSpec {
             schedule: default_schedule(),
             retention: RetentionSpec::default(),
+            verify_every: DEFAULT_VERIFY_EVERY,
         }
     }
 }
@@ -91,6 +103,9 @@ impl BackupSpec {
                     self.schedule
                 )
             })?;
+        }
+        if self.verify_every.as_secs() == 0 {
+            return Err("backup.verifyEvery must be 1s or more".into());
         }
         if self.retention.last == 0 {
             return Err(
@@ -131,7 +146,58 @@ pub fn snapshot_due(
 pub struct SnapshotSeen {
     pub id: String,
     pub taken_at_unix_s: i64,
+    /// Its last test restore succeeded.
     pub verified: bool,
+    /// When it was last test-restored (succeeded or not), if ever.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_at_unix_s: Option<i64>,
+    /// Why its last test restore failed, if it did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restore_failed: Option<String>,
+}
+
+/// The newest snapshot when it is due for a test restore: never restored, or last
+/// restored `verify_every` ago or more.
+pub fn verify_due<'a>(
+    snapshots: &'a [SnapshotSeen],
+    spec: &BackupSpec,
+    now_unix_s: i64,
+) -> Option<&'a SnapshotSeen> {
+    let newest = newest(snapshots)?;
+    let every = i64::try_from(spec.verify_every.as_secs()).unwrap_or(i64::MAX);
+    match newest.restored_at_unix_s {
+        None => Some(newest),
+        Some(t) if now_unix_s - t >= every => Some(newest),
+        Some(_) => None,
+    }
+}
+
+/// The newest snapshot (the latest taken; in one second, the last of `snapshot_id`'s
+/// sequence).
+pub fn newest(snapshots: &[SnapshotSeen]) -> Option<&SnapshotSeen> {
+    snapshots.iter().max_by_key(|s| age_key(s))
+}
+
+/// Orders snapshots by when they were taken: the time, then, within one second, the
+/// place in `snapshot_id`'s sequence (`…-r7.db` first, then `…-r7-2.db`, …), which
+/// the ids' text order gets wrong (`-` sorts before `.`).
+fn age_key(s: &SnapshotSeen) -> (i64, u32, &str) {
+    (s.taken_at_unix_s, sequence_of(&s.id), &s.id)
+}
+
+/// The `n` of an id `…-r<rev>-<n>.db` (1 for `…-r<rev>.db`).
+fn sequence_of(id: &str) -> u32 {
+    let stem = id.strip_suffix(".db").unwrap_or(id);
+    let Some((head, last)) = stem.rsplit_once('-') else {
+        return 1;
+    };
+    let after_revision = head.rsplit_once('-').is_some_and(|(_, r)| {
+        r.len() > 1 && r.starts_with('r') && r[1..].bytes().all(|b| b.is_ascii_digit())
+    });
+    match last.parse::<u32>() {
+        Ok(n) if after_revision => n,
+        _ => 1,
+    }
 }
 
 /// The snapshots retention removes, oldest first: all but the newest `last`, the
@@ -143,8 +209,8 @@ pub fn retention_plan(
     now_unix_s: i64,
 ) -> Vec<String> {
     let mut by_age: Vec<&SnapshotSeen> = snapshots.iter().collect();
-    // Newest first; the same second in id order (reversed, so the later suffix first).
-    by_age.sort_by(|a, b| (b.taken_at_unix_s, &b.id).cmp(&(a.taken_at_unix_s, &a.id)));
+    // Newest first.
+    by_age.sort_by(|a, b| age_key(b).cmp(&age_key(a)));
     let mut keep: std::collections::BTreeSet<&str> = by_age
         .iter()
         .take(retention.last as usize)
@@ -263,6 +329,12 @@ impl SnapshotRecord {
             id: self.id.clone(),
             taken_at_unix_s: self.taken_at_unix_s,
             verified: self.verified(),
+            restored_at_unix_s: self.verification.as_ref().map(|v| v.at_unix_s),
+            restore_failed: self.verification.as_ref().filter(|v| !v.ok).map(|v| {
+                v.error
+                    .clone()
+                    .unwrap_or_else(|| "no reason recorded".into())
+            }),
         }
     }
 }
@@ -359,12 +431,32 @@ mod tests {
             id: id.into(),
             taken_at_unix_s: at,
             verified,
+            restored_at_unix_s: verified.then_some(at),
+            restore_failed: None,
         }
     }
 
     const DAY: i64 = 86_400;
     /// 2027-01-15T08:00:00Z.
     const NOW: i64 = 1_800_000_000;
+
+    #[test]
+    fn the_newest_of_one_second_is_the_last_of_its_sequence() {
+        let t = NOW;
+        let one = seen(&snapshot_id("p-1", t, 7, 0), t, false);
+        let two = seen(&snapshot_id("p-1", t, 7, 1), t, false);
+        let three = seen(&snapshot_id("p-1", t, 7, 2), t, false);
+        assert_eq!(sequence_of(&one.id), 1);
+        assert_eq!(sequence_of(&two.id), 2);
+        assert_eq!(sequence_of("p-1-20270115T080000Z-r7-x.db"), 1);
+        let all = [two.clone(), three.clone(), one.clone()];
+        assert_eq!(newest(&all), Some(&three));
+        let r = RetentionSpec { last: 1, days: 0 };
+        assert_eq!(
+            retention_plan(&all, r, NOW),
+            vec![one.id.clone(), two.id.clone()]
+        );
+    }
 
     #[test]
     fn a_snapshot_is_due_once_the_schedule_fired_since_the_newest() {

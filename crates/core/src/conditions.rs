@@ -130,6 +130,17 @@ impl View<'_> {
                 message: warning,
             });
         }
+        let newest = crate::backup::newest(self.snapshots);
+        if let Some((s, why)) = newest.and_then(|s| s.restore_failed.as_ref().map(|w| (s, w))) {
+            out.push(Condition {
+                kind: ConditionKind::SnapshotRestoreFailed,
+                status: true,
+                message: format!(
+                    "the newest snapshot, {}, failed its test restore: {why}; take another (`quorum snapshot {}`) and find out why (`quorum snapshots {} -o json`)",
+                    s.id, self.cp.name, self.cp.name
+                ),
+            });
+        }
         out
     }
 

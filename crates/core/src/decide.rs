@@ -24,7 +24,8 @@
 //! 13. scale up, scale down, roll out outdated machines (surge or remove first, or in
 //!     place under `strategy: InPlace`); with nothing else to do, defragment a member
 //!     past the spec's threshold, else take a snapshot `spec.backup.schedule` asks for,
-//!     else remove one snapshot retention no longer keeps (`backup`).
+//!     else test-restore the newest snapshot once `verifyEvery` passed, else remove one
+//!     snapshot retention no longer keeps (`backup`).
 //!
 //! Every membership change is preceded by a quorum projection in which every member
 //! that is not provably healthy counts as unhealthy, and at most one membership change
@@ -56,7 +57,7 @@ pub fn decide(cp: &ControlPlane, machines: &[Machine], observed: &Observation) -
         && step.waiting_for.is_none()
         && conditions
             .iter()
-            .filter(|c| c.kind != ConditionKind::VersionWarning)
+            .filter(|c| !c.kind.is_warning())
             .all(|c| c.status == c.kind.good_when_true());
     if converged {
         step.operation = Operation::Idle;
@@ -894,7 +895,9 @@ impl<'a> View<'a> {
     }
 
     /// With nothing else to do: a scheduled snapshot once `spec.backup.schedule` fired
-    /// since the newest, else the oldest snapshot retention no longer keeps.
+    /// since the newest, else a test restore of the newest once `verifyEvery` passed
+    /// since its last (or it never had one), else the oldest snapshot retention no
+    /// longer keeps.
     fn snapshot_upkeep(&self) -> Option<Step> {
         let created = self.created_at_unix_s?;
         let backup = &self.spec().backup;
@@ -902,6 +905,13 @@ impl<'a> View<'a> {
         let newest = self.snapshots.iter().map(|s| s.taken_at_unix_s).max();
         if crate::backup::snapshot_due(backup, newest, created, now) {
             return Some(Step::act(Operation::Maintaining, Action::TakeSnapshot));
+        }
+        if let Some(s) = crate::backup::verify_due(self.snapshots, backup, now) {
+            let id = s.id.clone();
+            return Some(Step::act(
+                Operation::Maintaining,
+                Action::VerifySnapshot { id },
+            ));
         }
         let plan = crate::backup::retention_plan(self.snapshots, backup.retention, now);
         plan.into_iter()

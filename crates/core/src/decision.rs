@@ -64,6 +64,9 @@ pub enum ConditionKind {
     /// exactly the client endpoints. The decision never sees HAProxy, so `decide` does
     /// not set it: `status` adds it from a read-only look at the backend.
     HaproxyInStep,
+    /// The newest snapshot's last test restore failed (the message says why): there
+    /// may be no way back. Present only then.
+    SnapshotRestoreFailed,
 }
 
 impl ConditionKind {
@@ -76,6 +79,16 @@ impl ConditionKind {
                 | ConditionKind::Degraded
                 | ConditionKind::Remediating
                 | ConditionKind::VersionWarning
+                | ConditionKind::SnapshotRestoreFailed
+        )
+    }
+
+    /// A warning to read, not a reason to act: it never keeps a decision from being
+    /// converged (there is nothing quorum can do about it on its own).
+    pub fn is_warning(self) -> bool {
+        matches!(
+            self,
+            ConditionKind::VersionWarning | ConditionKind::SnapshotRestoreFailed
         )
     }
 }

@@ -255,6 +255,9 @@ struct Sit {
     snapshots: Vec<(&'static str, i64, bool)>,
     /// Seconds before now the control plane was created (`None`: unknown).
     created_ago_s: Option<i64>,
+    /// When a snapshot (by id) was last restored, if not when it was taken (`None`:
+    /// never).
+    restored_ago_s: BTreeMap<&'static str, Option<i64>>,
 }
 
 fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
@@ -288,6 +291,7 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         backup: BackupSpec::default(),
         snapshots: vec![],
         created_ago_s: None,
+        restored_ago_s: BTreeMap::new(),
     }
 }
 
@@ -494,6 +498,13 @@ impl Sit {
                     id: id.to_string(),
                     taken_at_unix_s: NOW_UNIX_S - ago,
                     verified: *verified,
+                    // Restored when taken; a failed restore says so.
+                    restored_at_unix_s: self
+                        .restored_ago_s
+                        .get(id)
+                        .map(|r| r.map(|ago| NOW_UNIX_S - ago))
+                        .unwrap_or(Some(NOW_UNIX_S - ago)),
+                    restore_failed: (!*verified).then(|| "did not serve".to_string()),
                 })
                 .collect(),
             created_at_unix_s: self.created_ago_s.map(|ago| NOW_UNIX_S - ago),
@@ -514,7 +525,7 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
                     member_id,
                     machine: None,
                 } => Some(format!("{member_id:x}")),
-                Action::PruneSnapshot { id } => Some(id.clone()),
+                Action::PruneSnapshot { id } | Action::VerifySnapshot { id } => Some(id.clone()),
                 _ => a.machine().map(str::to_string),
             };
             match target {
@@ -1471,6 +1482,7 @@ fn action_kinds_lists_every_variant() {
         },
         Action::TakeSnapshot,
         Action::PruneSnapshot { id: "s.db".into() },
+        Action::VerifySnapshot { id: "s.db".into() },
     ];
     for a in &all {
         match a {
@@ -1492,7 +1504,8 @@ fn action_kinds_lists_every_variant() {
             | Action::SetInPlacePhase { .. }
             | Action::EndInPlace { .. }
             | Action::TakeSnapshot
-            | Action::PruneSnapshot { .. } => {}
+            | Action::PruneSnapshot { .. }
+            | Action::VerifySnapshot { .. } => {}
         }
     }
     let kinds: Vec<ActionKind> = all.iter().map(|a| a.kind()).collect();
@@ -1526,6 +1539,7 @@ fn action_kind_names_are_stable() {
             "end-in-place",
             "take-snapshot",
             "prune-snapshot",
+            "verify-snapshot",
         ]
     );
     for k in ActionKind::ALL {

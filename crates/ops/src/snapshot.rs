@@ -8,12 +8,15 @@ use anyhow::{bail, Context, Result};
 use quorum_backup::{LocalDir, TakeRequest};
 use quorum_core::{ControlPlane, SnapshotReason, SnapshotRecord, Verification, Version};
 
-/// Takes a snapshot of `cp` from its leader, records it, and says so in one line.
+/// Takes a snapshot of `cp` from its leader and, with `verify`, test-restores it;
+/// records it (with the restore's outcome, in one write: no one sees it unverified
+/// meanwhile) and says so. A failed restore is recorded, then returned as an error.
 pub async fn take(
     ctx: &Ctx,
     cp: &ControlPlane,
     reason: SnapshotReason,
     rollout_to: Option<Version>,
+    verify: bool,
 ) -> Result<SnapshotRecord> {
     let access = ctx.access(cp)?;
     let (machines, observed, _) =
@@ -44,27 +47,34 @@ pub async fn take(
         rollout_to,
         now_unix_s: quorum_controller::access::now_unix_s(),
     };
-    let rec = quorum_backup::take(&access.etcd, &dir, &tool, &req)
+    let mut rec = quorum_backup::take(&access.etcd, &dir, &tool, &req)
         .await
         .with_context(|| format!("{}: snapshot from {}", cp.name, leader.name))?;
-    ctx.store.record_snapshot(&rec)?;
     say!(ctx, "{}", taken_line(&rec));
+    if verify {
+        rec.verification = Some(restore(ctx, &rec).await?);
+    }
+    ctx.store.record_snapshot(&rec)?;
+    if let Some(v) = &rec.verification {
+        say_verified(ctx, &rec, v)?;
+    }
     Ok(rec)
 }
 
-/// Test-restores `rec` (restored with etcd's tool, started as a throwaway member on a
-/// private loopback address, read back, removed), records the outcome, and says it.
-/// A failed restore is recorded too, and returned as an error.
-pub async fn verify(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
+/// A test restore of `rec`'s file (restored with etcd's tool, started as a throwaway
+/// member on a private loopback address, read back, removed).
+async fn restore(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
     let etcd_dir = ctx.provider.etcd_dir();
     let tool = quorum_backup::status_tool(etcd_dir)?;
     let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
     let file = LocalDir::for_control_plane(&ctx.home, &rec.control_plane).path(&rec.id);
     let scratch = quorum_backup::scratch_dir(&ctx.home);
     let now = quorum_controller::access::now_unix_s();
-    let v = quorum_backup::verify(rec, &file, &tool, &etcd, &scratch, now).await;
-    ctx.store
-        .record_verification(&rec.control_plane, &rec.id, &v)?;
+    Ok(quorum_backup::verify(rec, &file, &tool, &etcd, &scratch, now).await)
+}
+
+/// Says what a test restore came to; a failed one is an error.
+fn say_verified(ctx: &Ctx, rec: &SnapshotRecord, v: &Verification) -> Result<()> {
     match &v.error {
         None => {
             say!(
@@ -76,7 +86,7 @@ pub async fn verify(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
                 v.keys,
                 v.revision
             );
-            Ok(v)
+            Ok(())
         }
         Some(e) => bail!(
             "{}: snapshot {} FAILED its test restore (recorded; it does not count as verified): {e}",
@@ -84,6 +94,16 @@ pub async fn verify(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
             rec.id
         ),
     }
+}
+
+/// Test-restores the recorded `rec` again, records the outcome, and says it. A failed
+/// restore is recorded too, and returned as an error.
+pub async fn verify(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
+    let v = restore(ctx, rec).await?;
+    ctx.store
+        .record_verification(&rec.control_plane, &rec.id, &v)?;
+    say_verified(ctx, rec, &v)?;
+    Ok(v)
 }
 
 /// The recorded snapshot `which` names: an id, or `newest`.

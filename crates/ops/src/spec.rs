@@ -183,7 +183,7 @@ pub async fn change_with(
     // The rollout starts when the spec changes: the snapshot comes before, or nothing
     // is recorded.
     if snapshot_first {
-        crate::snapshot::take(ctx, &cp, SnapshotReason::BeforeRollout, Some(new.version))
+        crate::snapshot::take(ctx, &cp, SnapshotReason::BeforeRollout, Some(new.version), false)
             .await
             .map_err(|e| {
                 e.context(format!(

@@ -15,6 +15,8 @@ pub fn sim_backup() -> BackupSpec {
     BackupSpec {
         schedule: "*/20 * * * * *".into(),
         retention: RetentionSpec { last: 1, days: 0 },
+        // Between two scheduled ones: the newest is restored again once.
+        verify_every: quorum_core::Span::from_secs(10),
     }
 }
 
@@ -29,6 +31,7 @@ pub struct BackupCounts {
     pub failed: u64,
     pub unverified: u64,
     pub pruned: u64,
+    pub restored_again: u64,
 }
 
 impl BackupCounts {
@@ -37,6 +40,7 @@ impl BackupCounts {
         self.failed += o.failed;
         self.unverified += o.unverified;
         self.pruned += o.pruned;
+        self.restored_again += o.restored_again;
     }
 }
 
@@ -44,8 +48,8 @@ impl std::fmt::Display for BackupCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} scheduled snapshots taken ({} failed their test restore), {} failed (no leader, or it stalled mid-stream), {} removed by retention",
-            self.taken, self.unverified, self.failed, self.pruned
+            "{} scheduled snapshots taken ({} failed their test restore), {} failed (no leader, or it stalled mid-stream), {} restored again (verifyEvery), {} removed by retention",
+            self.taken, self.unverified, self.failed, self.restored_again, self.pruned
         )
     }
 }
@@ -63,13 +67,33 @@ impl World {
         }
         let verified = !self.rng.chance(BAD_RESTORE_PER_MILLE);
         self.next_snapshot += 1;
+        let now = self.now_unix_s();
         self.snapshots.push(SnapshotSeen {
             id: format!("sim-{:05}", self.next_snapshot),
-            taken_at_unix_s: self.now_unix_s(),
+            taken_at_unix_s: now,
             verified,
+            restored_at_unix_s: Some(now),
+            restore_failed: (!verified).then(|| "the restored member did not serve".into()),
         });
         self.backups.taken += 1;
         self.backups.unverified += u64::from(!verified);
+        crate::Answer::Done
+    }
+
+    /// A test restore again: of a snapshot still recorded (one pruned meanwhile is
+    /// nothing to do); it may fail.
+    pub(crate) fn verify_snapshot(&mut self, id: &str, fenced: bool) -> crate::Answer {
+        if fenced {
+            return crate::Answer::Fenced;
+        }
+        let ok = !self.rng.chance(BAD_RESTORE_PER_MILLE);
+        let now = self.now_unix_s();
+        if let Some(s) = self.snapshots.iter_mut().find(|s| s.id == id) {
+            s.verified = ok;
+            s.restored_at_unix_s = Some(now);
+            s.restore_failed = (!ok).then(|| "the restored member did not serve".into());
+            self.backups.restored_again += 1;
+        }
         crate::Answer::Done
     }
 
@@ -112,6 +136,7 @@ mod tests {
                 id: id.to_string(),
                 taken_at_unix_s: *at,
                 verified: *verified,
+                ..SnapshotSeen::default()
             })
             .collect();
         w

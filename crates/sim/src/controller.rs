@@ -141,6 +141,7 @@ impl World {
             | Action::EndInPlace { .. } => self.perform_in_place(a, fenced),
             Action::TakeSnapshot => self.take_snapshot(fenced),
             Action::PruneSnapshot { id } => self.prune_snapshot(id, fenced),
+            Action::VerifySnapshot { id } => self.verify_snapshot(id, fenced),
         };
         if before_quorum && !self.has_quorum() {
             let (v, c) = (self.voters().count(), self.connected_voters());

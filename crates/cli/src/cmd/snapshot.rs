@@ -8,10 +8,7 @@ use quorum_ops::{snapshot, Ctx, Place};
 pub async fn take(at: &Place, a: SnapshotArgs) -> Result<()> {
     let ctx = Ctx::open_existing(at)?;
     let cp = ctx.store.get_control_plane(&a.name)?;
-    let rec = snapshot::take(&ctx, &cp, SnapshotReason::OnDemand, None).await?;
-    if !a.no_verify {
-        snapshot::verify(&ctx, &rec).await?;
-    }
+    snapshot::take(&ctx, &cp, SnapshotReason::OnDemand, None, !a.no_verify).await?;
     Ok(())
 }
 

@@ -538,13 +538,14 @@ pub fn history(events: &[quorum_store::Event]) -> String {
 }
 
 /// Writes a manifest of a 1-member control plane `name` at the newest version that
-/// snapshots on `schedule`, keeping the newest `last`; returns its path.
+/// snapshots on `schedule`, keeping the newest `last`, and test-restores the newest
+/// again every second; returns its path.
 pub fn scheduled_backup_manifest(env: &Env, name: &str, schedule: &str, last: u32) -> PathBuf {
     let path = env.dir.path().join(format!("{name}.yaml"));
     std::fs::write(
         &path,
         format!(
-            "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  version: \"{NEW}\"\n  backup: {{schedule: \"{schedule}\", retention: {{last: {last}, days: 0}}}}\n"
+            "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  version: \"{NEW}\"\n  backup: {{schedule: \"{schedule}\", retention: {{last: {last}, days: 0}}, verifyEvery: 1s}}\n"
         ),
     )
     .unwrap();

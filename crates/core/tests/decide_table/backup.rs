@@ -25,10 +25,37 @@ impl Sit {
         self.backup.retention = RetentionSpec { last, days };
         self
     }
+    /// Snapshot `id` was last restored this long ago (`None`: never).
+    fn restored(mut self, id: &'static str, ago_s: Option<i64>) -> Self {
+        self.restored_ago_s.insert(id, ago_s);
+        self
+    }
 }
 
 fn new3() -> Vec<Fx> {
     vec![m(1, NEW), m(2, NEW), m(3, NEW)]
+}
+
+/// A failed test restore of the newest snapshot is a condition, never a reason to act
+/// or to stay unconverged; once a newer snapshot restores, it is gone.
+#[test]
+fn a_failed_test_restore_is_a_warning_condition() {
+    let failed = sit(3, NEW, new3())
+        .created_ago(2 * DAY)
+        .schedule("off")
+        .snapshot("s0", 10 * 60, false)
+        .restored("s0", Some(5 * 60));
+    let d = check("the newest failed its restore", &failed, "converged");
+    let c = d
+        .condition(ConditionKind::SnapshotRestoreFailed)
+        .expect("a condition");
+    assert!(
+        c.status && c.message.contains("s0") && c.message.contains("did not serve"),
+        "{c:?}"
+    );
+    let newer = failed.snapshot("s1", 0, true);
+    let d = check("a newer one restored", &newer, "converged");
+    assert!(d.condition(ConditionKind::SnapshotRestoreFailed).is_none());
 }
 
 #[test]
@@ -120,6 +147,42 @@ fn backup_table() {
                 .snapshot("s1", DAY, false)
                 .snapshot("s2", 2 * DAY, false),
             "prune-snapshot:s2",
+        ),
+        // ---- test restores (verifyEvery, a day by default)
+        (
+            "the newest never restored (taken with --no-verify, or before a rollout)",
+            sit(3, NEW, new3())
+                .created_ago(DAY)
+                .schedule("off")
+                .snapshot("s0", 10 * 60, false)
+                .restored("s0", None),
+            "verify-snapshot:s0",
+        ),
+        (
+            "the newest restored a day ago: again",
+            sit(3, NEW, new3())
+                .created_ago(2 * DAY)
+                .schedule("off")
+                .snapshot("s0", DAY, true),
+            "verify-snapshot:s0",
+        ),
+        (
+            "the newest restored an hour ago: nothing",
+            sit(3, NEW, new3())
+                .created_ago(2 * DAY)
+                .schedule("off")
+                .snapshot("s0", DAY, true)
+                .restored("s0", Some(HOUR)),
+            "converged",
+        ),
+        (
+            "only the newest is restored again, not an older one never restored",
+            sit(3, NEW, new3())
+                .created_ago(2 * DAY)
+                .snapshot("s0", 0, true)
+                .snapshot("s1", HOUR, false)
+                .restored("s1", None),
+            "converged",
         ),
         (
             "a due snapshot comes before pruning",

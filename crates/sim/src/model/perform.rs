@@ -62,7 +62,8 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         // Never decided here: the model's observation gives no creation time, so the
         // core schedules no snapshot and prunes none (the simulator covers them).
         | Action::TakeSnapshot
-        | Action::PruneSnapshot { .. } => {}
+        | Action::PruneSnapshot { .. }
+        | Action::VerifySnapshot { .. } => {}
         Action::BeginInPlace { .. }
         | Action::SetInPlacePhase { .. }
         | Action::EndInPlace { .. } => s.perform_in_place(a, fenced),
