@@ -6,4 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install.sh
 cargo build --release --locked -p quorum
-exec ./target/release/quorum demo "$@"
+# Where cargo put it: ./target, or $CARGO_TARGET_DIR when that is set.
+exec "${CARGO_TARGET_DIR:-./target}/release/quorum" demo "$@"
