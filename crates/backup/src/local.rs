@@ -85,6 +85,29 @@ impl LocalDir {
         out
     }
 
+    /// Removes snapshot files no record names (`recorded`: the ids the store holds)
+    /// that are older than any snapshot can take: a crash between a file's commit and
+    /// its record left them, and nothing else would. Younger ones may be about to be
+    /// recorded. Returns what it removed.
+    pub fn remove_unrecorded(&self, recorded: &[String], now: SystemTime) -> Vec<String> {
+        let mut removed = Vec::new();
+        for name in self.list() {
+            if recorded.contains(&name) {
+                continue;
+            }
+            let path = self.root.join(&name);
+            let age = fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| now.duration_since(t).ok());
+            if age.is_some_and(|a| a > STALE_PARTIAL_AGE) && fs::remove_file(&path).is_ok() {
+                tracing::info!(file = %path.display(), "removed a snapshot file no record names (left by a crash)");
+                removed.push(name);
+            }
+        }
+        removed
+    }
+
     fn remove_stale_partials(&self, now: SystemTime) {
         for e in fs::read_dir(&self.root).into_iter().flatten().flatten() {
             let name = e.file_name();
@@ -225,6 +248,27 @@ mod tests {
         drop(d.begin("b").unwrap());
         let mode = fs::metadata(d.path("")).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn only_old_files_no_record_names_are_removed() {
+        let home = tempfile::tempdir().unwrap();
+        let d = LocalDir::for_control_plane(home.path(), "prod");
+        d.ensure().unwrap();
+        for f in ["kept.db", "orphan.db", "in-flight.partial"] {
+            fs::write(d.path(f), b"x").unwrap();
+        }
+        let recorded = vec!["kept.db".to_string()];
+        assert!(
+            d.remove_unrecorded(&recorded, SystemTime::now()).is_empty(),
+            "a young one may be about to be recorded"
+        );
+        let later = SystemTime::now() + STALE_PARTIAL_AGE + Duration::from_secs(1);
+        assert_eq!(
+            d.remove_unrecorded(&recorded, later),
+            vec!["orphan.db".to_string()]
+        );
+        assert!(d.path("kept.db").exists() && d.path("in-flight.partial").exists());
     }
 
     #[test]

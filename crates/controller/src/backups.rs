@@ -46,6 +46,13 @@ impl Controller {
         let etcd_dir = self.provider.etcd_dir();
         let tool = quorum_backup::status_tool(etcd_dir)?;
         let dir = LocalDir::for_control_plane(&self.cfg.home, &cp.name);
+        let recorded: Vec<String> = self
+            .store
+            .snapshots(&cp.name)?
+            .into_iter()
+            .map(|r| r.id)
+            .collect();
+        dir.remove_unrecorded(&recorded, std::time::SystemTime::now());
         let req = TakeRequest {
             control_plane: &cp.name,
             reason: SnapshotReason::Scheduled,

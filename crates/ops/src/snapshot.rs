@@ -37,6 +37,13 @@ pub async fn take(
     };
     let tool = quorum_backup::status_tool(ctx.provider.etcd_dir())?;
     let dir = LocalDir::for_control_plane(&ctx.home, &cp.name);
+    let recorded: Vec<String> = ctx
+        .store
+        .snapshots(&cp.name)?
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    dir.remove_unrecorded(&recorded, std::time::SystemTime::now());
     let req = TakeRequest {
         control_plane: &cp.name,
         reason,
