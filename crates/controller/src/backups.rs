@@ -8,6 +8,22 @@ use super::*;
 use quorum_backup::{LocalDir, TakeRequest};
 use quorum_core::SnapshotReason;
 
+/// What the decision needs for `spec.backup`: the recorded snapshots, and when the
+/// control plane was created (the schedule counts from there until the first).
+pub fn snapshots_into(
+    store: &Store,
+    cp: &ControlPlane,
+    obs: &mut quorum_core::Observation,
+) -> Result<(), StoreError> {
+    obs.snapshots = store
+        .snapshots(&cp.name)?
+        .iter()
+        .map(|r| r.seen())
+        .collect();
+    obs.created_at_unix_s = store.created_at_ms(&cp.name)?.map(|ms| ms.div_euclid(1000));
+    Ok(())
+}
+
 /// The machine a snapshot streams from (the one at the leader's client URL `url`) and
 /// the etcd version it runs (as observed, else its record's).
 pub fn snapshot_source<'a>(

@@ -14,7 +14,7 @@
 
 pub mod access;
 mod backups;
-pub use backups::snapshot_source;
+pub use backups::{snapshot_source, snapshots_into};
 pub mod balancer;
 pub mod failpoints;
 pub mod heartbeat;
@@ -923,22 +923,6 @@ impl Controller {
 /// Where the client endpoints of a control plane are published for clients to follow:
 /// `<home>/endpoints/<name>.json`, `{"endpoints": [...], "updatedAtMs": ...}`, replaced
 /// atomically whenever the set changes (before a leaving member is removed).
-/// What the decision needs for `spec.backup`: the recorded snapshots, and when the
-/// control plane was created (the schedule counts from there until the first).
-pub fn snapshots_into(
-    store: &Store,
-    cp: &ControlPlane,
-    obs: &mut quorum_core::Observation,
-) -> Result<(), StoreError> {
-    obs.snapshots = store
-        .snapshots(&cp.name)?
-        .iter()
-        .map(|r| r.seen())
-        .collect();
-    obs.created_at_unix_s = store.created_at_ms(&cp.name)?.map(|ms| ms.div_euclid(1000));
-    Ok(())
-}
-
 pub fn endpoints_path(home: &Path, cp: &str) -> PathBuf {
     home.join("endpoints").join(format!("{cp}.json"))
 }

@@ -2,6 +2,9 @@
 
 use super::*;
 use quorum_core::Verification;
+
+mod events;
+mod snapshots;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::time::Duration;
 
@@ -880,78 +883,17 @@ impl StateStore for SqliteStore {
     // ---- events
 
     fn record_event(&self, cp: &str, at_ms: i64, e: &NewEvent<'_>) -> Result<i64> {
-        self.conn
-            .execute(
-                "INSERT INTO events(control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms, by_replica, outcome)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                params![
-                    cp,
-                    at_ms,
-                    e.kind.as_str(),
-                    e.machine,
-                    e.message,
-                    e.outcome == StepOutcome::Ok,
-                    e.waited_ms,
-                    e.took_ms,
-                    e.by,
-                    e.outcome.as_str()
-                ],
-            )
-            .map_err(|e| self.err(e))?;
-        let id = self.conn.last_insert_rowid();
-        if id % 256 == 0 {
-            self.conn
-                .execute(
-                    "DELETE FROM events WHERE control_plane = ?1 AND id <= ?2",
-                    params![cp, id - EVENTS_KEPT_PER_CONTROL_PLANE],
-                )
-                .map_err(|e| self.err(e))?;
-        }
-        Ok(id)
+        self.record_event_sql(cp, at_ms, e)
     }
 
     /// Events of a control plane with an id above `after_id`, oldest first, at most `limit`.
     fn events_after(&self, cp: &str, after_id: i64, limit: u32) -> Result<Vec<Event>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT id, control_plane, at_ms, kind, machine, message, ok, waited_ms, took_ms, by_replica, outcome
-                 FROM events WHERE control_plane = ?1 AND id > ?2 ORDER BY id LIMIT ?3",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![cp, after_id, limit], |r| {
-                let kind = EventKind::parse(&r.get::<_, String>(3)?);
-                let ok: bool = r.get(6)?;
-                let outcome =
-                    StepOutcome::read(r.get::<_, Option<String>>(10)?.as_deref(), &kind, ok);
-                Ok(Event {
-                    id: r.get(0)?,
-                    control_plane: r.get(1)?,
-                    at_ms: r.get(2)?,
-                    kind,
-                    machine: r.get(4)?,
-                    message: r.get(5)?,
-                    ok,
-                    outcome,
-                    waited_ms: r.get(7)?,
-                    took_ms: r.get(8)?,
-                    by: r.get(9)?,
-                })
-            })
-            .map_err(|e| self.err(e))?;
-        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+        self.events_after_sql(cp, after_id, limit)
     }
 
     /// The id of the newest event of a control plane (0 when there is none).
     fn last_event_id(&self, cp: &str) -> Result<i64> {
-        self.conn
-            .query_row(
-                "SELECT COALESCE(MAX(id), 0) FROM events WHERE control_plane = ?1",
-                params![cp],
-                |r| r.get(0),
-            )
-            .map_err(|e| self.err(e))
+        self.last_event_id_sql(cp)
     }
 
     // ---- published status
@@ -984,86 +926,22 @@ impl StateStore for SqliteStore {
         .transpose()
     }
 
-    // ---- snapshots
+    // ---- snapshots (`sqlite/snapshots.rs`)
 
     fn record_snapshot(&self, rec: &SnapshotRecord) -> Result<()> {
-        let n = self
-            .conn
-            .execute(
-                "INSERT OR IGNORE INTO snapshots(control_plane, id, taken_at_unix_s, doc)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![rec.control_plane, rec.id, rec.taken_at_unix_s, to_json(rec)],
-            )
-            .map_err(|e| self.err(e))?;
-        if n == 0 {
-            return Err(StoreError::SnapshotRecorded {
-                cp: rec.control_plane.clone(),
-                id: rec.id.clone(),
-            });
-        }
-        Ok(())
+        self.record_snapshot_sql(rec)
     }
 
     fn record_verification(&self, cp: &str, id: &str, v: &Verification) -> Result<()> {
-        let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
-        let doc: Option<String> = tx
-            .query_row(
-                "SELECT doc FROM snapshots WHERE control_plane = ?1 AND id = ?2",
-                params![cp, id],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(|e| self.err(e))?;
-        let Some(doc) = doc else {
-            return Err(StoreError::SnapshotNotFound {
-                cp: cp.to_string(),
-                id: id.to_string(),
-            });
-        };
-        let mut rec: SnapshotRecord = serde_json::from_str(&doc)
-            .map_err(|e| self.corrupt(format!("snapshot record '{id}' of '{cp}': {e}")))?;
-        check_snapshot_filed(cp, id, &rec).map_err(|e| self.corrupt(e))?;
-        rec.verification = Some(v.clone());
-        tx.execute(
-            "UPDATE snapshots SET doc = ?3 WHERE control_plane = ?1 AND id = ?2",
-            params![cp, id, to_json(&rec)],
-        )
-        .map_err(|e| self.err(e))?;
-        tx.commit().map_err(|e| self.err(e))
+        self.record_verification_sql(cp, id, v)
     }
 
     fn delete_snapshot(&self, cp: &str, id: &str) -> Result<()> {
-        self.conn
-            .execute(
-                "DELETE FROM snapshots WHERE control_plane = ?1 AND id = ?2",
-                params![cp, id],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(())
+        self.delete_snapshot_sql(cp, id)
     }
 
     fn snapshots(&self, cp: &str) -> Result<Vec<SnapshotRecord>> {
-        let mut stmt = self
-            .conn
-            .prepare(
-                "SELECT id, doc FROM snapshots WHERE control_plane = ?1
-                 ORDER BY taken_at_unix_s, rowid",
-            )
-            .map_err(|e| self.err(e))?;
-        let rows = stmt
-            .query_map(params![cp], |r| {
-                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
-            })
-            .map_err(|e| self.err(e))?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (id, doc) = row.map_err(|e| self.err(e))?;
-            let rec: SnapshotRecord = serde_json::from_str(&doc)
-                .map_err(|e| self.corrupt(format!("snapshot record '{id}' of '{cp}': {e}")))?;
-            check_snapshot_filed(cp, &id, &rec).map_err(|e| self.corrupt(e))?;
-            out.push(rec);
-        }
-        Ok(out)
+        self.snapshots_sql(cp)
     }
 
     /// A number that changes whenever any connection commits a write to the file: a

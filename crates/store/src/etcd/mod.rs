@@ -27,9 +27,11 @@
 //! to the leader's lease).
 
 mod call;
+mod events;
 mod lease;
 mod location;
 mod records;
+mod snapshots;
 #[cfg(test)]
 mod tests;
 
@@ -757,81 +759,15 @@ impl StateStore for EtcdStore {
     }
 
     fn record_event(&self, cp: &str, at_ms: i64, e: &NewEvent<'_>) -> Result<i64> {
-        let n = self.events_recorded.fetch_add(1, Ordering::Relaxed);
-        // Unique without coordination: time, process and a per-process counter.
-        let nonce = (u64::from(std::process::id()) << 32) | (n & 0xffff_ffff);
-        let key = self.key(&format!("event/{cp}/{at_ms:015}-{nonce:016x}"));
-        let rec = EventRecord {
-            at_ms,
-            kind: e.kind.clone(),
-            machine: e.machine.map(str::to_string),
-            message: e.message.to_string(),
-            ok: e.outcome == StepOutcome::Ok,
-            waited_ms: e.waited_ms,
-            took_ms: e.took_ms,
-            by: e.by.map(str::to_string),
-            outcome: Some(e.outcome.as_str().to_string()),
-        };
-        let value = to_json(&rec);
-        let put = TxnOp::put(key.clone(), value.clone(), None);
-        // An event key is written once: its revision is its create revision, the id.
-        let landed = Landed::Value {
-            key: key.clone(),
-            value: value.into_bytes(),
-        };
-        let id = match self.commit(
-            "record an event",
-            vec![absent(&key)],
-            vec![put],
-            Some(landed),
-        )? {
-            Committed::Yes(rev) => rev,
-            Committed::Conflict => return Err(self.conflict(format!("event key {key:?}"))),
-        };
-        if n % PRUNE_EVERY == PRUNE_EVERY - 1 {
-            self.prune_events(cp)?;
-        }
-        Ok(id)
+        self.record_event_kv(cp, at_ms, e)
     }
 
     fn events_after(&self, cp: &str, after_id: i64, limit: u32) -> Result<Vec<Event>> {
-        let opts = GetOptions::new()
-            .with_min_create_revision(after_id + 1)
-            .with_sort(SortTarget::Create, SortOrder::Ascend)
-            .with_limit(i64::from(limit));
-        let kvs = self.list(&self.key(&format!("event/{cp}/")), opts, "read events")?;
-        kvs.iter()
-            .map(|kv| {
-                let r: EventRecord = self.parse(kv)?;
-                let outcome = StepOutcome::read(r.outcome.as_deref(), &r.kind, r.ok);
-                Ok(Event {
-                    id: kv.create_revision,
-                    control_plane: cp.to_string(),
-                    at_ms: r.at_ms,
-                    kind: r.kind,
-                    machine: r.machine,
-                    message: r.message,
-                    ok: r.ok,
-                    outcome,
-                    waited_ms: r.waited_ms,
-                    took_ms: r.took_ms,
-                    by: r.by,
-                })
-            })
-            .collect()
+        self.events_after_kv(cp, after_id, limit)
     }
 
     fn last_event_id(&self, cp: &str) -> Result<i64> {
-        let opts = GetOptions::new()
-            .with_keys_only()
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1);
-        let kvs = self.list(
-            &self.key(&format!("event/{cp}/")),
-            opts,
-            "read the last event",
-        )?;
-        Ok(kvs.first().map_or(0, |kv| kv.create_revision))
+        self.last_event_id_kv(cp)
     }
 
     fn publish_status(&self, cp: &str, status: &PublishedStatus) -> Result<()> {
@@ -847,74 +783,22 @@ impl StateStore for EtcdStore {
         }
     }
 
+    // ---- snapshots (`etcd/snapshots.rs`)
+
     fn record_snapshot(&self, rec: &SnapshotRecord) -> Result<()> {
-        let key = self.key(&format!("snapshot/{}/{}", rec.control_plane, rec.id));
-        let value = to_json(rec);
-        let put = TxnOp::put(key.clone(), value.clone(), None);
-        let landed = Landed::Value {
-            key: key.clone(),
-            value: value.into_bytes(),
-        };
-        match self.commit(
-            "record a snapshot",
-            vec![absent(&key)],
-            vec![put],
-            Some(landed),
-        )? {
-            Committed::Yes(_) => Ok(()),
-            Committed::Conflict => Err(StoreError::SnapshotRecorded {
-                cp: rec.control_plane.clone(),
-                id: rec.id.clone(),
-            }),
-        }
+        self.record_snapshot_kv(rec)
     }
 
     fn record_verification(&self, cp: &str, id: &str, v: &Verification) -> Result<()> {
-        let key = self.key(&format!("snapshot/{cp}/{id}"));
-        for attempt in 0..WRITE_ATTEMPTS {
-            backoff(attempt);
-            let Some(kv) = self.get(&key, "read a snapshot record")? else {
-                return Err(StoreError::SnapshotNotFound {
-                    cp: cp.to_string(),
-                    id: id.to_string(),
-                });
-            };
-            let mut rec: SnapshotRecord = self.parse(&kv)?;
-            check_snapshot_filed(cp, id, &rec).map_err(|e| self.corrupt(e))?;
-            rec.verification = Some(v.clone());
-            let same = Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision);
-            let value = to_json(&rec);
-            let put = TxnOp::put(key.clone(), value.clone(), None);
-            let landed = Landed::Value {
-                key: key.clone(),
-                value: value.into_bytes(),
-            };
-            let what = "record a snapshot's verification";
-            if let Committed::Yes(_) = self.commit(what, vec![same], vec![put], Some(landed))? {
-                return Ok(());
-            }
-        }
-        Err(self.conflict(format!("snapshot {id:?}")))
+        self.record_verification_kv(cp, id, v)
     }
 
     fn delete_snapshot(&self, cp: &str, id: &str) -> Result<()> {
-        let del = TxnOp::delete(self.key(&format!("snapshot/{cp}/{id}")), None);
-        self.commit("forget a snapshot", vec![], vec![del], None)
-            .map(drop)
+        self.delete_snapshot_kv(cp, id)
     }
 
     fn snapshots(&self, cp: &str) -> Result<Vec<SnapshotRecord>> {
-        let prefix = self.key(&format!("snapshot/{cp}/"));
-        let mut out = Vec::new();
-        for kv in self.list(&prefix, GetOptions::new(), "list snapshots")? {
-            let r: SnapshotRecord = self.parse(&kv)?;
-            let id = &kv.key[prefix.len()..];
-            check_snapshot_filed(cp, id, &r).map_err(|e| self.corrupt(e))?;
-            out.push((kv.create_revision, r));
-        }
-        // By time, then in the order recorded (two in one second: the first first).
-        out.sort_by_key(|(created, r)| (r.taken_at_unix_s, *created));
-        Ok(out.into_iter().map(|(_, r)| r).collect())
+        self.snapshots_kv(cp)
     }
 
     fn data_version(&self) -> Result<i64> {
