@@ -23,14 +23,21 @@ const VERIFY_NET: u8 = 254;
 /// How many random addresses to try before giving up on a free one.
 const ADDRESS_ATTEMPTS: u32 = 16;
 
-/// The installed etcd a restore runs on: the newest (it reads every older snapshot).
+/// The installed etcd a restore runs on: the snapshot's own version where it is
+/// installed (the release the data was written by, and known to start here), else the
+/// oldest installed release of the same minor or newer (each reads every older
+/// snapshot). The newest is not preferred: a release being rolled out may be the one
+/// that cannot start.
 pub fn restore_binary(etcd_dir: &Path, snapshot_of: Version) -> Result<PathBuf, BackupError> {
-    let newest = quorum_provider::installed_versions(etcd_dir).pop();
-    match newest {
-        Some(v) if (v.major, v.minor) >= (snapshot_of.major, snapshot_of.minor) => {
-            Ok(etcd_dir.join(v.to_string()).join("etcd"))
-        }
-        _ => Err(BackupError::Tool {
+    let installed = quorum_provider::installed_versions(etcd_dir);
+    let pick = installed.iter().find(|v| **v == snapshot_of).or_else(|| {
+        installed
+            .iter()
+            .find(|v| (v.major, v.minor) >= (snapshot_of.major, snapshot_of.minor))
+    });
+    match pick {
+        Some(v) => Ok(etcd_dir.join(v.to_string()).join("etcd")),
+        None => Err(BackupError::Tool {
             message: format!(
                 "no etcd of {}.{} or newer is installed in {} to restore a snapshot of {snapshot_of} into",
                 snapshot_of.major,
@@ -136,8 +143,8 @@ async fn restore_and_read(
         .stderr(log)
         .spawn()
         .map_err(|e| tool_error(format!("starting {}: {e}", etcd.display())))?;
-    let member = Throwaway(child);
-    let read = read_back(&client).await;
+    let mut member = Throwaway(child);
+    let read = read_back(&client, &mut member.0).await;
     drop(member);
     let (revision, keys) = read.map_err(|e| {
         let log = std::fs::read_to_string(scratch.path().join("etcd.log")).unwrap_or_default();
@@ -155,14 +162,18 @@ async fn restore_and_read(
 }
 
 /// The restored member's revision and key count, once it serves (within
-/// `SERVE_TIMEOUT_MS`).
-async fn read_back(url: &str) -> Result<(i64, u64), String> {
+/// `SERVE_TIMEOUT_MS`). A member that exits meanwhile is the answer at once: waiting
+/// out the deadline for a process that is gone would hold up the controller's pass.
+async fn read_back(url: &str, member: &mut Child) -> Result<(i64, u64), String> {
     let deadline = Instant::now() + Duration::from_millis(SERVE_TIMEOUT_MS);
     let opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_millis(500))
         .with_timeout(Duration::from_millis(2_000));
     let mut last = String::from("no answer");
     while Instant::now() < deadline {
+        if let Ok(Some(status)) = member.try_wait() {
+            return Err(format!("it exited ({status}) before it served"));
+        }
         match Client::connect([url], Some(opts.clone())).await {
             Ok(mut c) => {
                 let all = GetOptions::new().with_from_key().with_count_only();
@@ -223,5 +234,47 @@ fn scratch_error(at: &Path, e: std::io::Error) -> BackupError {
     BackupError::Store {
         location: at.display().to_string(),
         message: e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn installed(versions: &[&str]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for v in versions {
+            std::fs::create_dir_all(dir.path().join(v)).unwrap();
+            std::fs::write(dir.path().join(v).join("etcd"), "").unwrap();
+        }
+        dir
+    }
+
+    fn picked(dir: &Path, snapshot_of: &str) -> Option<String> {
+        restore_binary(dir, snapshot_of.parse().unwrap())
+            .ok()
+            .map(|p| {
+                p.parent()
+                    .unwrap()
+                    .file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+    }
+
+    #[test]
+    fn a_restore_runs_on_the_snapshots_own_release_else_the_closest_newer_one() {
+        let dir = installed(&["3.4.23", "3.5.0", "3.5.1"]);
+        let at = dir.path();
+        assert_eq!(picked(at, "3.4.23").as_deref(), Some("3.4.23"));
+        assert_eq!(picked(at, "3.5.1").as_deref(), Some("3.5.1"));
+        // Not installed: the oldest of the same minor or newer.
+        assert_eq!(picked(at, "3.4.20").as_deref(), Some("3.4.23"));
+        assert_eq!(picked(at, "3.5.3").as_deref(), Some("3.5.0"));
+        assert_eq!(picked(at, "3.3.27").as_deref(), Some("3.4.23"));
+        // Nothing reads a snapshot newer than every installed release.
+        let e = restore_binary(at, "3.6.0".parse().unwrap()).unwrap_err();
+        assert!(e.to_string().contains("no etcd of 3.6 or newer"), "{e}");
     }
 }

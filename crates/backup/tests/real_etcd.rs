@@ -196,6 +196,17 @@ async fn snapshot_of(version: &str, k: u8) {
         !v.ok && v.error.as_deref().unwrap_or("").contains("revision"),
         "{v:?}"
     );
+    // A release that cannot start (one being rolled out, say) fails the test restore
+    // as soon as it exits, with the reason, not after the serve deadline.
+    let broken = dir.path().join("broken-etcd");
+    std::fs::write(&broken, "#!/bin/sh\necho 'bad release' >&2\nexit 3\n").unwrap();
+    std::fs::set_permissions(&broken, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let v = verify(&rec, &file, &tool, &broken, &scratch, 1_800_000_090).await;
+    let error = v.error.clone().unwrap_or_default();
+    assert!(
+        !v.ok && error.contains("exited") && error.contains("bad release"),
+        "{v:?}"
+    );
     assert_eq!(
         std::fs::read_dir(&scratch).unwrap().count(),
         0,
