@@ -13,11 +13,16 @@
 mod digest;
 mod facts;
 mod local;
+mod restore;
 mod verify;
 
 pub use digest::{sha256_file, sha256_hex, DigestMismatch, StreamDigests};
 pub use facts::{parse_facts, read_facts, status_tool, STATUS_TIMEOUT_MS};
 pub use local::{LocalDir, Partial, PARTIAL_SUFFIX, STALE_PARTIAL_AGE};
+pub use restore::{
+    restore_seed, restoring_dir, supports_revision_bump, SeedRequest, Seeded, RESTORING_SUFFIX,
+    REVISION_BUMP,
+};
 pub use verify::{restore_binary, verify, RESTORE_TIMEOUT_MS, SERVE_TIMEOUT_MS};
 
 use quorum_core::backup::{check_record, compact_utc, snapshot_id, MAX_SNAPSHOTS_PER_SECOND};

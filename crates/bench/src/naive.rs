@@ -137,6 +137,7 @@ pub async fn rollout(
             }),
             quota_backend_bytes: None,
             expect_marker: None,
+            force_new_cluster: false,
         })?;
         step(
             StepKind::Action(ActionKind::StartMachine),

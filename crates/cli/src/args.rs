@@ -211,6 +211,14 @@ change is not recorded without it, unless --no-snapshot is given.")]
 The snapshots of a deleted control plane stay listed, as their files stay: they are what
 it can be restored from.")]
     Snapshots(SnapshotsArgs),
+    /// Rebuild a control plane from a snapshot: every write after it is lost. Asks for
+    /// confirmation.
+    #[command(after_help = RESTORE_HELP)]
+    Restore(RestoreArgs),
+    /// Bring a control plane back after it lost quorum: from its most up-to-date
+    /// surviving member, or from a snapshot. Asks for confirmation.
+    #[command(after_help = RECOVER_HELP)]
+    Recover(RecoverArgs),
     /// Print a shell completion script.
     #[command(after_help = "Examples:
   source <(quorum completion bash)                        # this shell only
@@ -536,6 +544,73 @@ pub struct SnapshotsArgs {
     /// then list.
     #[arg(long, value_name = "ID")]
     pub verify: Option<String>,
+}
+
+const RESTORE_HELP: &str = "Examples:
+  quorum snapshots prod                                  # what there is to restore from
+  quorum restore prod --from prod-20261204T141908Z-r301.db
+  quorum restore prod --from newest --yes --wait
+
+It prints what it will do and what is lost (every write after the snapshot's revision),
+then asks you to type the control plane's name (--yes skips that; without a terminal,
+--yes is required). Then the controller:
+  1. fences the old members: stops each and moves its directory to <home>/fenced/, so
+     none can come back (nothing is deleted: remove them yourself once satisfied);
+  2. restores the snapshot into one new member with a fresh cluster token, so the new
+     cluster can never be taken for the old one;
+  3. grows it back to spec.replicas through learners, the normal safe path.
+Each step is recorded before it is taken; a controller that crashes resumes it.
+
+Watchers: where etcdutl supports it (etcd 3.5.10 and later) revisions move on by a
+billion and older ones are marked compacted, so watches resumed from the old cluster are
+told to re-list. With an older etcdutl (3.5.1 here) clients with watches must re-list.";
+
+const RECOVER_HELP: &str = "Examples:
+  quorum status prod                                     # QuorumLost names both ways back
+  quorum recover prod --from-member prod-2
+  quorum recover prod --from-snapshot newest --yes --wait
+
+When a majority of members is lost (QuorumLost in `quorum status`), etcd cannot elect a
+leader and nothing can be written. --from-member M fences every other old member (stop,
+directory moved to <home>/fenced/), then restarts M with --force-new-cluster: it keeps
+everything it applied and becomes a cluster of one, which quorum grows back through
+learners. --from-snapshot restores as `quorum restore` does.
+
+quorum never does this on its own, and it asks you to confirm: a wrong guess (a member
+that was only slow, a survivor that was behind) throws away acknowledged writes, and
+none of etcd, Kubernetes' kubeadm, Cluster API or etcd-druid automates it either.
+--from-member is refused while a leader answers.";
+
+#[derive(clap::Args)]
+pub struct RestoreArgs {
+    /// The control plane.
+    pub name: String,
+    /// The snapshot to restore: its id (`quorum snapshots NAME`), or `newest`.
+    #[arg(long, value_name = "SNAPSHOT")]
+    pub from: String,
+    /// Go ahead without asking.
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
+}
+
+#[derive(clap::Args)]
+#[group(id = "source", required = true, multiple = false, args = ["from_member", "from_snapshot"])]
+pub struct RecoverArgs {
+    /// The control plane.
+    pub name: String,
+    /// Recover from this surviving member (as `quorum status` names it).
+    #[arg(long, value_name = "MACHINE")]
+    pub from_member: Option<String>,
+    /// Recover from this snapshot instead: its id, or `newest`.
+    #[arg(long, value_name = "SNAPSHOT")]
+    pub from_snapshot: Option<String>,
+    /// Go ahead without asking.
+    #[arg(long)]
+    pub yes: bool,
+    #[command(flatten)]
+    pub wait: WaitArgs,
 }
 
 #[derive(clap::Args)]

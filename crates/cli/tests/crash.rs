@@ -457,6 +457,140 @@ fn rollback_scenario(point: &str) -> String {
     )
 }
 
+/// The action kinds of a rebuild (`quorum restore`, `quorum recover`), and the point
+/// inside a fence between moving the machine away and forgetting its record.
+const REBUILD_KINDS: [&str; 5] = [
+    "fence-machine",
+    "set-rebuild-phase",
+    "restore-snapshot",
+    "force-new-cluster",
+    "finish-rebuild",
+];
+
+fn is_rebuild_point(p: &str) -> bool {
+    p == quorum_controller::failpoints::CRASH_AFTER_FENCE_FILES
+        || REBUILD_KINDS.iter().any(|k| p.ends_with(k))
+}
+
+/// The names of `s`'s machines, and the pid of each that runs.
+fn machines_of(s: &serde_json::Value) -> Vec<(String, Option<i32>)> {
+    s["machines"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["name"].as_str().unwrap().to_string(),
+                m["pid"].as_i64().map(|p| p as i32),
+            )
+        })
+        .collect()
+}
+
+/// A rebuild crashed at `point`, then finished by the next controller: a recovery
+/// from the survivor after two of three members died with their data (the points of
+/// `force-new-cluster`), or a restore of a healthy cluster from a snapshot (the rest).
+/// Either ends with 3 members serving the keys it must, every old machine fenced, and
+/// never a seed started beside an old member (no old process is left running).
+fn rebuild_scenario(point: &str) -> String {
+    let mut env = Env::new(&format!("crash-{point}"));
+    let name = "rb";
+    env.start_controller_with(&[("FAILPOINTS", &format!("{point}=return"))]);
+    env.ok(&[
+        "create",
+        name,
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    let keys = write_keys(&env.endpoints(name), "k/", 100);
+    let provider =
+        quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
+    let from_member = point.ends_with("force-new-cluster");
+    let old = machines_of(&env.status(name));
+    let old_names: Vec<String> = old.iter().map(|(n, _)| n.clone()).collect();
+    if from_member {
+        // Two of three die with their data; the third (every key was acknowledged by
+        // a majority, so wait for it to have applied them all) survives.
+        let survivor = old_names[0].clone();
+        env.wait_status(
+            name,
+            "every member at the same index",
+            Duration::from_secs(30),
+            |s| {
+                let idx: Vec<_> = s["machines"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| m["raftIndex"].clone())
+                    .collect();
+                idx.windows(2).all(|w| w[0] == w[1])
+            },
+        );
+        for (m, _) in old.iter().filter(|(m, _)| *m != survivor) {
+            provider.kill(m).unwrap();
+            std::fs::remove_dir_all(provider.data_dir(m)).unwrap();
+        }
+        env.wait_status(name, "no leader", Duration::from_secs(60), |s| {
+            s["leader"].is_null()
+        });
+        env.ok(&["recover", name, "--from-member", &survivor, "--yes"]);
+    } else {
+        env.ok(&["snapshot", name]);
+        write_keys(&env.endpoints(name), "after/", 20);
+        env.ok(&["restore", name, "--from", "newest", "--yes"]);
+    }
+    let t = Instant::now();
+    let code = env.controller_exit(Duration::from_secs(120));
+    assert_eq!(
+        code,
+        Some(CRASH_EXIT_CODE),
+        "{point}: the controller did not crash there (never reached?)"
+    );
+    let crashed_after = t.elapsed();
+    env.start_controller();
+    let s = env.wait_status(
+        name,
+        "the rebuild finished and 3 members serve",
+        Duration::from_secs(180),
+        |s| s["converged"] == true && s.get("rebuild").is_none(),
+    );
+    let now: Vec<String> = machines_of(&s).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(now.len(), 3, "{s:#}");
+    assert_keys(&env.endpoints(name), "k/", &keys);
+    if !from_member {
+        assert_keys(&env.endpoints(name), "after/", &[]);
+    }
+    // Every old machine but a survivor is fenced: no process, no directory.
+    let kept = if from_member { 1 } else { 0 };
+    let fenced: Vec<&String> = old_names.iter().filter(|n| !now.contains(n)).collect();
+    assert_eq!(fenced.len(), 3 - kept, "{old_names:?} -> {now:?}");
+    for (n, pid) in &old {
+        if fenced.contains(&n) {
+            assert!(!provider.machine_dir(n).exists(), "{n} not fenced");
+            if let Some(pid) = pid {
+                assert!(
+                    !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                        || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                            .is_ok_and(|st| st.contains(") Z")),
+                    "the old member {n} (pid {pid}) still runs"
+                );
+            }
+        }
+    }
+    assert_no_orphans(&env, name);
+    format!(
+        "{point}: {} crashed after {:.1}s, the next controller finished it in {:.1}s",
+        if from_member { "recovery" } else { "restore" },
+        crashed_after.as_secs_f64(),
+        (t.elapsed() - crashed_after).as_secs_f64()
+    )
+}
+
 /// The teardown scenario: `quorum delete` itself crashes; running it again finishes.
 fn teardown_scenario(point: &str) -> String {
     let mut env = Env::new(&format!("crash-{point}"));
@@ -530,6 +664,8 @@ fn every_failpoint_crashes_and_the_next_controller_finishes() {
                 let r = std::panic::catch_unwind(move || {
                     if p.starts_with(ROLLBACK_PREFIX) {
                         rollback_scenario(&p)
+                    } else if is_rebuild_point(&p) {
+                        rebuild_scenario(&p)
                     } else if is_in_place_point(&p) {
                         in_place_scenario(&p)
                     } else if is_teardown_point(&p) {

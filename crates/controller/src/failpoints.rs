@@ -11,11 +11,17 @@
 //!   write that is not an action;
 //! - `crash-after-destroy-machine`: inside delete-machine, between destroying the
 //!   machine and forgetting its record;
+//! - `crash-after-fence-files`: inside fence-machine, between moving the machine's
+//!   directory away and forgetting its record;
 //! - `lose-answer-<kind>` for membership changes, leader moves and the upkeep calls
 //!   (compact, defragment, disarm): the call reached etcd and took effect, but its
 //!   answer is lost (the action reports a timeout).
 
 use quorum_core::ActionKind;
+
+/// The failpoint between a fence's two halves: the machine's directory moved away, its
+/// record not yet forgotten.
+pub const CRASH_AFTER_FENCE_FILES: &str = "crash-after-fence-files";
 
 /// Exit code of a process that crashed at a failpoint.
 pub const CRASH_EXIT_CODE: i32 = 86;
@@ -47,6 +53,7 @@ pub fn all() -> Vec<String> {
         out.push(format!("crash-after-{kind}"));
     }
     out.push("crash-after-destroy-machine".into());
+    out.push(CRASH_AFTER_FENCE_FILES.into());
     out.push("crash-before-publish-status".into());
     out.push("crash-after-publish-status".into());
     for kind in LOSABLE {
@@ -165,12 +172,14 @@ mod tests {
             "crash-after-remove-member",
             "crash-before-forget-control-plane",
             "crash-after-destroy-machine",
+            "crash-after-fence-files",
+            "crash-before-force-new-cluster",
             "lose-answer-promote",
             "lose-answer-move-leader",
         ] {
             assert!(names.iter().any(|n| n == name), "{name} missing: {names:?}");
         }
-        assert_eq!(names.len(), 2 * ActionKind::ALL.len() + 3 + LOSABLE.len());
+        assert_eq!(names.len(), 2 * ActionKind::ALL.len() + 4 + LOSABLE.len());
     }
 
     #[cfg(feature = "failpoints")]

@@ -22,6 +22,7 @@ mod history;
 pub mod metrics;
 pub mod pacing;
 mod perform;
+mod rebuild;
 mod standing;
 
 use access::{now_unix_s, Access};
@@ -79,6 +80,8 @@ pub enum ActionError {
     StaleStop { machine: String, now: String },
     #[error(transparent)]
     Backup(#[from] quorum_backup::BackupError),
+    #[error("{0}")]
+    Rebuild(String),
 }
 
 impl ActionError {

@@ -111,20 +111,7 @@ impl Controller {
                 let Some(m) = find(machine) else {
                     return Ok(None);
                 };
-                // Fresh keys on every start, with the end fixed at allocation.
-                let certs = match (&access.ca, m.certificates_not_after_unix_s) {
-                    (Some(ca), Some(not_after)) => Some((
-                        ca,
-                        ca.issue_machine_from(
-                            &m.name,
-                            m.address.into(),
-                            &[quorum_provider::LOCAL_SOURCE_ADDRESS],
-                            now_unix_s(),
-                            not_after,
-                        )?,
-                    )),
-                    _ => None,
-                };
+                let certs = self.machine_certs(access, m)?;
                 let req = StartRequest {
                     machine: m,
                     cluster_token: &cp.name,
@@ -136,6 +123,7 @@ impl Controller {
                     }),
                     quota_backend_bytes: cp.spec.maintenance.quota_backend_bytes,
                     expect_marker: Some(*expect),
+                    force_new_cluster: false,
                 };
                 self.provider.start(&req)?;
                 Ok(None)
@@ -220,6 +208,24 @@ impl Controller {
             }
             Action::VerifySnapshot { id } => {
                 self.verify_snapshot(cp, id).await?;
+                Ok(None)
+            }
+            Action::FenceMachine { machine } => {
+                self.fence_machine(cp, access, machines, machine).await
+            }
+            Action::SetRebuildPhase { phase } => {
+                self.set_rebuild_phase(cp, Some(*phase))?;
+                Ok(None)
+            }
+            Action::RestoreSnapshot { machine, id } => {
+                self.restore_seed(cp, machines, machine, id).await
+            }
+            Action::ForceNewCluster { machine, expect } => {
+                self.force_new_cluster(cp, access, machines, machine, *expect)?;
+                Ok(None)
+            }
+            Action::FinishRebuild => {
+                self.set_rebuild_phase(cp, None)?;
                 Ok(None)
             }
             Action::BeginInPlace {
@@ -348,6 +354,28 @@ impl Controller {
 
     /// Runs a (blocking, bounded) provider operation on a machine off the async threads,
     /// then drops the cached etcd client of the machine, which no longer serves.
+    /// A machine's certificates for a start: fresh keys every time, ending when its
+    /// record says (fixed at allocation). `None` for a plaintext control plane.
+    pub(crate) fn machine_certs<'a>(
+        &self,
+        access: &'a Access,
+        m: &Machine,
+    ) -> Result<Option<(&'a quorum_pki::Ca, quorum_pki::MachineCerts)>, ActionError> {
+        Ok(match (&access.ca, m.certificates_not_after_unix_s) {
+            (Some(ca), Some(not_after)) => Some((
+                ca,
+                ca.issue_machine_from(
+                    &m.name,
+                    m.address.into(),
+                    &[quorum_provider::LOCAL_SOURCE_ADDRESS],
+                    now_unix_s(),
+                    not_after,
+                )?,
+            )),
+            _ => None,
+        })
+    }
+
     async fn on_machine(
         &self,
         access: &Access,
@@ -394,6 +422,11 @@ pub(crate) fn done_message(action: &Action, allocated: Option<&str>) -> String {
                 "a new member"
             };
             format!("allocated {name} as {role} (etcd {version})")
+        }
+        // Fences and restores say what they did (where the directory went; whether
+        // revisions moved on).
+        (Action::FenceMachine { .. } | Action::RestoreSnapshot { .. }, Some(done)) => {
+            done.to_string()
         }
         _ => action.to_string(),
     }

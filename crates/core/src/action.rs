@@ -1,7 +1,7 @@
 //! What the decision asks the runtime to do: `Action`s, their kinds (`ActionKind`,
 //! the names every crash point, metric and event uses), and the words each is shown in.
 
-use crate::model::{DataMarker, InPlacePhase, Remediation};
+use crate::model::{DataMarker, InPlacePhase, RebuildPhase, Remediation};
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -146,6 +146,26 @@ pub enum Action {
         machine: String,
         outcome: InPlaceOutcome,
     },
+    /// A rebuild fences an old machine: its process is stopped, its data directory
+    /// moved where no start finds it (kept for a person, never served), then its record
+    /// forgotten.
+    FenceMachine { machine: String },
+    /// Record the rebuild's next phase.
+    SetRebuildPhase { phase: RebuildPhase },
+    /// Restore the rebuild's snapshot into the seed machine's data directory, with the
+    /// rebuild's fresh cluster token (after checking the file against its record).
+    RestoreSnapshot { machine: String, id: String },
+    /// Start the surviving member with `--force-new-cluster`: it forgets every other
+    /// member and serves alone, keeping what it had applied.
+    ForceNewCluster {
+        machine: String,
+        /// The marker its data directory held when the start was decided.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expect: Option<DataMarker>,
+    },
+    /// The seed serves alone: the rebuild is over (the record is cleared; the cluster
+    /// grows back to `replicas` the normal way).
+    FinishRebuild,
 }
 
 /// How an in-place step ended.
@@ -185,7 +205,10 @@ impl Action {
             | Action::Defragment { machine }
             | Action::BeginInPlace { machine, .. }
             | Action::SetInPlacePhase { machine, .. }
-            | Action::EndInPlace { machine, .. } => Some(machine),
+            | Action::EndInPlace { machine, .. }
+            | Action::FenceMachine { machine }
+            | Action::RestoreSnapshot { machine, .. }
+            | Action::ForceNewCluster { machine, .. } => Some(machine),
             Action::MoveLeader { to_machine, .. } => Some(to_machine),
             Action::RemoveMember { machine, .. } => machine.as_deref(),
             Action::AllocateMachine { .. }
@@ -194,7 +217,9 @@ impl Action {
             | Action::DisarmAlarm { .. }
             | Action::TakeSnapshot
             | Action::PruneSnapshot { .. }
-            | Action::VerifySnapshot { .. } => None,
+            | Action::VerifySnapshot { .. }
+            | Action::SetRebuildPhase { .. }
+            | Action::FinishRebuild => None,
         }
     }
 
@@ -221,6 +246,11 @@ impl Action {
             Action::BeginInPlace { .. } => ActionKind::BeginInPlace,
             Action::SetInPlacePhase { .. } => ActionKind::SetInPlacePhase,
             Action::EndInPlace { .. } => ActionKind::EndInPlace,
+            Action::FenceMachine { .. } => ActionKind::FenceMachine,
+            Action::SetRebuildPhase { .. } => ActionKind::SetRebuildPhase,
+            Action::RestoreSnapshot { .. } => ActionKind::RestoreSnapshot,
+            Action::ForceNewCluster { .. } => ActionKind::ForceNewCluster,
+            Action::FinishRebuild => ActionKind::FinishRebuild,
         }
     }
 }
@@ -272,6 +302,11 @@ action_kinds! {
     TakeSnapshot = "take-snapshot",
     PruneSnapshot = "prune-snapshot",
     VerifySnapshot = "verify-snapshot",
+    FenceMachine = "fence-machine",
+    SetRebuildPhase = "set-rebuild-phase",
+    RestoreSnapshot = "restore-snapshot",
+    ForceNewCluster = "force-new-cluster",
+    FinishRebuild = "finish-rebuild",
 }
 
 impl ActionKind {
@@ -402,6 +437,19 @@ impl fmt::Display for Action {
                 machine,
                 outcome: InPlaceOutcome::Abandoned,
             } => write!(f, "forget {machine}'s in-place step"),
+            Action::FenceMachine { machine } => write!(
+                f,
+                "fence {machine}: stop it, move its data out of reach, forget it"
+            ),
+            Action::SetRebuildPhase { phase } => write!(f, "record the rebuild: {phase}"),
+            Action::RestoreSnapshot { machine, id } => {
+                write!(f, "restore snapshot {id} into {machine} (a new cluster)")
+            }
+            Action::ForceNewCluster { machine, .. } => write!(
+                f,
+                "start {machine} with --force-new-cluster (it serves alone)"
+            ),
+            Action::FinishRebuild => write!(f, "end the rebuild: the seed serves alone"),
         }
     }
 }

@@ -146,6 +146,9 @@ pub fn snapshot_due(
 pub struct SnapshotSeen {
     pub id: String,
     pub taken_at_unix_s: i64,
+    /// The revision it holds (what a restore from it keeps).
+    #[serde(default)]
+    pub revision: i64,
     /// Its last test restore succeeded.
     pub verified: bool,
     /// When it was last test-restored (succeeded or not), if ever.
@@ -176,6 +179,14 @@ pub fn verify_due<'a>(
 /// sequence).
 pub fn newest(snapshots: &[SnapshotSeen]) -> Option<&SnapshotSeen> {
     snapshots.iter().max_by_key(|s| age_key(s))
+}
+
+/// The newest snapshot whose last test restore succeeded: the one a recovery offers.
+pub fn newest_verified(snapshots: &[SnapshotSeen]) -> Option<&SnapshotSeen> {
+    snapshots
+        .iter()
+        .filter(|s| s.verified)
+        .max_by_key(|s| age_key(s))
 }
 
 /// Orders snapshots by when they were taken: the time, then, within one second, the
@@ -328,6 +339,7 @@ impl SnapshotRecord {
         SnapshotSeen {
             id: self.id.clone(),
             taken_at_unix_s: self.taken_at_unix_s,
+            revision: self.facts.revision,
             verified: self.verified(),
             restored_at_unix_s: self.verification.as_ref().map(|v| v.at_unix_s),
             restore_failed: self.verification.as_ref().filter(|v| !v.ok).map(|v| {
@@ -430,6 +442,7 @@ mod tests {
         SnapshotSeen {
             id: id.into(),
             taken_at_unix_s: at,
+            revision: 0,
             verified,
             restored_at_unix_s: verified.then_some(at),
             restore_failed: None,

@@ -130,6 +130,7 @@ impl View<'_> {
                 message: warning,
             });
         }
+        out.extend(self.quorum_lost());
         let newest = crate::backup::newest(self.snapshots);
         if let Some((s, why)) = newest.and_then(|s| s.restore_failed.as_ref().map(|w| (s, w))) {
             out.push(Condition {

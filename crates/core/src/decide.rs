@@ -3,25 +3,29 @@
 //!
 //! Rules, in priority order (the first that applies wins):
 //! 1. teardown of a deleted control plane; a paused one does nothing;
-//! 2. bootstrap: allocate the initial machines, then start them together;
-//! 3. with no leader to ask: restart stopped members (past their restart backoff), else
+//! 2. a rebuild a person confirmed (`rebuild`: `quorum restore`, `quorum recover`):
+//!    fence every old machine but the survivor, then seed one member (the survivor
+//!    with `--force-new-cluster`, or a snapshot restored into a new machine) until it
+//!    serves alone;
+//! 3. bootstrap: allocate the initial machines, then start them together;
+//! 4. with no leader to ask: restart stopped members (past their restart backoff), else
 //!    wait, or say quorum is lost;
-//! 4. restart a machine whose member exists but whose process is down: never on lost or
+//! 5. restart a machine whose member exists but whose process is down: never on lost or
 //!    foreign data, never before its restart backoff (`health::restart_backoff_s`), and
 //!    not once it has failed for `unhealthyAfter` (it is remediated instead);
-//! 5. mark the data directories of members that answered as themselves (`repair`);
-//! 6. carry on an in-place step (`inplace`): drain, stop, record the new binary,
+//! 6. mark the data directories of members that answered as themselves (`repair`);
+//! 7. carry on an in-place step (`inplace`): drain, stop, record the new binary,
 //!    start, wait until it serves; past `inPlace.timeout`, roll it back;
-//! 7. finish an add: start and promote a learner;
-//! 8. finish a removal: a machine marked deleting hands off leadership, then its member,
+//! 8. finish an add: start and promote a learner;
+//! 9. finish a removal: a machine marked deleting hands off leadership, then its member,
 //!    then its process; a remediated one then records its replacement; then its record;
-//! 9. remove orphan members (no machine);
-//! 10. repair a NOSPACE alarm: compact, defragment, disarm (`upkeep`);
-//! 11. remediate: a member whose problem lasted `unhealthyAfter` is marked for
+//! 10. remove orphan members (no machine);
+//! 11. repair a NOSPACE alarm: compact, defragment, disarm (`upkeep`);
+//! 12. remediate: a member whose problem lasted `unhealthyAfter` is marked for
 //!     replacement, within the limits (`repair`); one that has not yet is waited on;
-//! 12. a machine without a member: join it as a learner (never started) or replace it
+//! 13. a machine without a member: join it as a learner (never started) or replace it
 //!     (it had data, so its member was removed behind quorum's back);
-//! 13. scale up, scale down, roll out outdated machines (surge or remove first, or in
+//! 14. scale up, scale down, roll out outdated machines (surge or remove first, or in
 //!     place under `strategy: InPlace`); with nothing else to do, defragment a member
 //!     past the spec's threshold, else take a snapshot `spec.backup.schedule` asks for,
 //!     else test-restore the newest snapshot once `verifyEvery` passed, else remove one
@@ -354,6 +358,9 @@ impl<'a> View<'a> {
                     self.cp.name
                 ),
             );
+        }
+        if let Some(step) = self.rebuild() {
+            return step;
         }
         if let Some(step) = self.bootstrap() {
             return step;

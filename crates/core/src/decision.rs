@@ -22,6 +22,10 @@ pub enum Operation {
     Paused,
     /// No leader could be asked: nothing that needs one can happen.
     WaitingForQuorum,
+    /// A confirmed restore from a snapshot is under way (`quorum restore`).
+    Restoring,
+    /// A confirmed recovery from a surviving member is under way (`quorum recover`).
+    Recovering,
 }
 
 impl fmt::Display for Operation {
@@ -37,6 +41,8 @@ impl fmt::Display for Operation {
             Operation::Deleting => "deleting",
             Operation::Paused => "paused",
             Operation::WaitingForQuorum => "waiting for quorum",
+            Operation::Restoring => "restoring",
+            Operation::Recovering => "recovering",
         })
     }
 }
@@ -67,6 +73,10 @@ pub enum ConditionKind {
     /// The newest snapshot's last test restore failed (the message says why): there
     /// may be no way back. Present only then.
     SnapshotRestoreFailed,
+    /// A majority of the voters has been lost for `remediation.unhealthyAfter`: quorum
+    /// cannot repair it alone. The message names the most up-to-date survivor and the
+    /// newest verified snapshot, with the command for each way back. Present only then.
+    QuorumLost,
 }
 
 impl ConditionKind {
@@ -80,6 +90,7 @@ impl ConditionKind {
                 | ConditionKind::Remediating
                 | ConditionKind::VersionWarning
                 | ConditionKind::SnapshotRestoreFailed
+                | ConditionKind::QuorumLost
         )
     }
 

@@ -17,6 +17,7 @@ pub mod inplace;
 pub mod lease;
 pub mod model;
 pub mod pacing;
+mod rebuild;
 mod repair;
 pub mod span;
 pub mod upkeep;

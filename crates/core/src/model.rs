@@ -405,6 +405,69 @@ pub struct ControlPlane {
     /// Intent: the user asked to delete it; every machine is stopped and deleted.
     #[serde(default)]
     pub deleting: bool,
+    /// Intent: a person confirmed a restore or a recovery (`quorum restore`, `quorum
+    /// recover`); the cluster is rebuilt from one source before anything else happens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<Rebuild>,
+}
+
+/// A rebuild of the cluster from one source, confirmed by a person. The old members
+/// are fenced first (stopped, their data moved out of reach, their records forgotten),
+/// then one member is seeded from the source and serves alone; the rest joins through
+/// learners, the normal path.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebuild {
+    pub from: RebuildSource,
+    /// `--initial-cluster-token` of a cluster restored from a snapshot: fresh, so that
+    /// its cluster ID (a hash of the peer URLs and the token) is never the old one's.
+    pub token: String,
+    pub phase: RebuildPhase,
+    /// When the person confirmed it (Unix seconds).
+    pub requested_at_unix_s: i64,
+}
+
+/// What a rebuild starts from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum RebuildSource {
+    /// A surviving member, restarted with `--force-new-cluster`: it keeps its cluster
+    /// and member IDs and everything it had applied, and forgets the other members.
+    Member { machine: String },
+    /// A recorded snapshot, restored with etcd's tool into a new machine (a new cluster,
+    /// at the snapshot's revision).
+    Snapshot { id: String, revision: i64 },
+}
+
+impl fmt::Display for RebuildSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RebuildSource::Member { machine } => write!(f, "member {machine}"),
+            RebuildSource::Snapshot { id, revision } => {
+                write!(f, "snapshot {id} (revision {revision})")
+            }
+        }
+    }
+}
+
+/// Where a rebuild is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RebuildPhase {
+    /// Every old machine but the survivor is fenced; the survivor is stopped.
+    Fencing,
+    /// The seed is made (a snapshot restored into a new machine) and started (the
+    /// survivor with `--force-new-cluster`), until it serves alone.
+    Seeding,
+}
+
+impl fmt::Display for RebuildPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RebuildPhase::Fencing => "fencing the old members",
+            RebuildPhase::Seeding => "seeding the new cluster",
+        })
+    }
 }
 
 /// A machine record: durable intent, written before the side effect it announces.

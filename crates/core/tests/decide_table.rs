@@ -258,6 +258,8 @@ struct Sit {
     /// When a snapshot (by id) was last restored, if not when it was taken (`None`:
     /// never).
     restored_ago_s: BTreeMap<&'static str, Option<i64>>,
+    /// A restore or recovery a person confirmed.
+    rebuild: Option<Rebuild>,
 }
 
 fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
@@ -292,6 +294,7 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         snapshots: vec![],
         created_ago_s: None,
         restored_ago_s: BTreeMap::new(),
+        rebuild: None,
     }
 }
 
@@ -387,6 +390,7 @@ impl Sit {
                 backup: self.backup.clone(),
             },
             deleting: self.deleting_cp,
+            rebuild: self.rebuild.clone(),
         };
         let machines: Vec<Machine> = self
             .machines
@@ -497,6 +501,7 @@ impl Sit {
                 .map(|(id, ago, verified)| SnapshotSeen {
                     id: id.to_string(),
                     taken_at_unix_s: NOW_UNIX_S - ago,
+                    revision: 100,
                     verified: *verified,
                     // Restored when taken; a failed restore says so.
                     restored_at_unix_s: self
@@ -586,6 +591,8 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
 mod backup;
 #[path = "decide_table/inplace.rs"]
 mod inplace;
+#[path = "decide_table/rebuild.rs"]
+mod rebuild;
 
 fn old3() -> Vec<Fx> {
     vec![m(1, OLD), m(2, OLD), m(3, OLD)]
@@ -1483,6 +1490,19 @@ fn action_kinds_lists_every_variant() {
         Action::TakeSnapshot,
         Action::PruneSnapshot { id: "s.db".into() },
         Action::VerifySnapshot { id: "s.db".into() },
+        Action::FenceMachine { machine: m() },
+        Action::SetRebuildPhase {
+            phase: RebuildPhase::Seeding,
+        },
+        Action::RestoreSnapshot {
+            machine: m(),
+            id: "s.db".into(),
+        },
+        Action::ForceNewCluster {
+            machine: m(),
+            expect: None,
+        },
+        Action::FinishRebuild,
     ];
     for a in &all {
         match a {
@@ -1505,7 +1525,12 @@ fn action_kinds_lists_every_variant() {
             | Action::EndInPlace { .. }
             | Action::TakeSnapshot
             | Action::PruneSnapshot { .. }
-            | Action::VerifySnapshot { .. } => {}
+            | Action::VerifySnapshot { .. }
+            | Action::FenceMachine { .. }
+            | Action::SetRebuildPhase { .. }
+            | Action::RestoreSnapshot { .. }
+            | Action::ForceNewCluster { .. }
+            | Action::FinishRebuild => {}
         }
     }
     let kinds: Vec<ActionKind> = all.iter().map(|a| a.kind()).collect();
@@ -1540,6 +1565,11 @@ fn action_kind_names_are_stable() {
             "take-snapshot",
             "prune-snapshot",
             "verify-snapshot",
+            "fence-machine",
+            "set-rebuild-phase",
+            "restore-snapshot",
+            "force-new-cluster",
+            "finish-rebuild",
         ]
     );
     for k in ActionKind::ALL {

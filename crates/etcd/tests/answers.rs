@@ -111,6 +111,7 @@ impl Machines {
                 tls: None,
                 quota_backend_bytes: None,
                 expect_marker: None,
+                force_new_cluster: false,
             })
             .unwrap();
         self.started.push(m.name);

@@ -48,6 +48,7 @@ fn single_member(last_octet: u8) -> Member {
             tls: None,
             quota_backend_bytes: None,
             expect_marker: None,
+            force_new_cluster: false,
         })
         .unwrap();
     Member {

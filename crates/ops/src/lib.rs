@@ -20,6 +20,7 @@ mod ctx;
 pub mod defrag;
 mod haproxy;
 pub mod manifest;
+pub mod rebuild;
 pub mod snapshot;
 mod spec;
 pub mod status;

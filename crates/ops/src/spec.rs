@@ -66,6 +66,7 @@ pub fn create_with(
         name: name.to_string(),
         spec: spec.clone(),
         deleting: false,
+        rebuild: None,
     };
     // The control plane's own CA, stored with it in one transaction.
     let ca = if spec.tls() {

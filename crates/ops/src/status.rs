@@ -23,6 +23,9 @@ pub struct Status {
     pub name: String,
     pub spec: quorum_core::ControlPlaneSpec,
     pub deleting: bool,
+    /// A restore or recovery a person confirmed, while it runs: its source and phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rebuild: Option<quorum_core::Rebuild>,
     /// The version the whole cluster speaks (etcd's cluster version).
     pub cluster_version: Option<String>,
     pub operation: String,
@@ -256,6 +259,7 @@ pub async fn live(
         name: cp.name.clone(),
         spec: cp.spec.clone(),
         deleting: cp.deleting,
+        rebuild: cp.rebuild.clone(),
         cluster_version: obs
             .cluster_version
             .map(|v| format!("{}.{}", v.major, v.minor)),
@@ -371,6 +375,18 @@ pub fn render_table(s: &Status) -> String {
             if s.spec.paused { ", paused" } else { "" }
         ),
     );
+    if let Some(rb) = &s.rebuild {
+        push(
+            &mut out,
+            "Rebuild",
+            &format!(
+                "from {}, phase {} (confirmed at {})",
+                rb.from,
+                rb.phase,
+                quorum_core::backup::compact_utc(rb.requested_at_unix_s)
+            ),
+        );
+    }
     let transport = if s.spec.tls() {
         let soonest = s
             .machines

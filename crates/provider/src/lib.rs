@@ -35,6 +35,8 @@ const STOP_POLL_MS: u64 = 10;
 const SERVER_STOPPED_LOG_MARK: &str = "\"msg\":\"stopping serving peer traffic\"";
 /// How long a pause waits for every thread of the process to stop.
 const PAUSE_WAIT_MS: u64 = 2_000;
+/// How many names `fence` tries for one machine within one second.
+const FENCE_NAME_ATTEMPTS: u32 = 100;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ProviderError {
@@ -168,6 +170,10 @@ pub struct StartRequest<'a> {
     /// anything else refuses the start (`DataChanged`). `None`: no check (the
     /// management etcd, tests).
     pub expect_marker: Option<Option<DataMarker>>,
+    /// `--force-new-cluster`: etcd rewrites the membership in its data to itself alone
+    /// (keeping every entry it applied). Only a recovery after quorum loss asks for it,
+    /// and only once every other old member is fenced.
+    pub force_new_cluster: bool,
 }
 
 /// Where a local machine's outgoing connections come from: every machine shares this
@@ -434,6 +440,9 @@ impl LocalProvider {
         if let Some(q) = req.quota_backend_bytes {
             args.push(format!("--quota-backend-bytes={q}"));
         }
+        if req.force_new_cluster {
+            args.push("--force-new-cluster".into());
+        }
         args.extend(self.etcd_flags.iter().cloned());
         let log = fs::OpenOptions::new()
             .create(true)
@@ -574,6 +583,52 @@ impl LocalProvider {
                 what: "remove machine directory",
                 source: e,
             }),
+        }
+    }
+
+    /// Fences the machine for good: stops it if needed, then moves its whole directory
+    /// (data, certificates, pid file) to `<home>/fenced/<name>-<unix s>`, where no start
+    /// finds it. Its etcd, started again by hand with its old flags, finds neither its
+    /// data nor its keys. Moved, not removed: after a quorum loss it may be the last
+    /// copy of something a person wants back. Returns where it went; an absent machine
+    /// is success (`None`).
+    pub fn fence(&self, name: &str) -> Result<Option<PathBuf>> {
+        self.stop(name)?;
+        let from = self.machine_dir(name);
+        if !from.exists() {
+            return Ok(None);
+        }
+        let io_err = |what, source| ProviderError::Io {
+            machine: name.to_string(),
+            what,
+            source,
+        };
+        let fenced = self.fenced_dir();
+        quorum_pki::create_private_dir(&fenced)
+            .map_err(|e| io_err("create fenced directory", e))?;
+        // A second fence of the same name within a second gets its own place.
+        let stamp = now_unix_s();
+        let to = (0..FENCE_NAME_ATTEMPTS)
+            .map(|i| match i {
+                0 => fenced.join(format!("{name}-{stamp}")),
+                _ => fenced.join(format!("{name}-{stamp}-{i}")),
+            })
+            .find(|p| !p.exists())
+            .ok_or_else(|| {
+                io_err(
+                    "find a free name under fenced/",
+                    io::Error::from(io::ErrorKind::AlreadyExists),
+                )
+            })?;
+        fs::rename(&from, &to).map_err(|e| io_err("move machine directory to fenced/", e))?;
+        Ok(Some(to))
+    }
+
+    /// Where fenced machines' directories go: beside `machines/`.
+    pub fn fenced_dir(&self) -> PathBuf {
+        match self.machines_dir.parent() {
+            Some(home) => home.join("fenced"),
+            None => self.machines_dir.join(".fenced"),
         }
     }
 

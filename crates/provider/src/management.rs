@@ -132,6 +132,7 @@ impl ManagementEtcd {
                 },
                 quota_backend_bytes: None,
                 expect_marker: None,
+                force_new_cluster: false,
             })?;
             all_certs.extend(certs);
         }
@@ -220,6 +221,7 @@ impl ManagementEtcd {
                 tls,
                 quota_backend_bytes: None,
                 expect_marker: None,
+                force_new_cluster: false,
             })
             .map(|_| ())
     }

@@ -70,6 +70,7 @@ fn start_observe_stop_restart_delete() {
         tls: None,
         quota_backend_bytes: None,
         expect_marker: None,
+        force_new_cluster: false,
     };
     let st = p.observe("p-1");
     assert_eq!(st.process, ProcessState::Stopped);
@@ -209,6 +210,7 @@ fn an_uninstalled_version_is_a_clear_error() {
         tls: None,
         quota_backend_bytes: None,
         expect_marker: None,
+        force_new_cluster: false,
     };
     let e = p.start(&req).unwrap_err().to_string();
     assert!(
@@ -230,6 +232,7 @@ fn single(p: &LocalProvider, m: &Machine) -> i32 {
         tls: None,
         quota_backend_bytes: None,
         expect_marker: None,
+        force_new_cluster: false,
     })
     .unwrap()
 }
@@ -363,6 +366,7 @@ fn the_backend_quota_reaches_etcd() {
             tls: None,
             quota_backend_bytes: Some(QUOTA_BYTES),
             expect_marker: None,
+            force_new_cluster: false,
         })
         .unwrap();
         let addr = SocketAddrV4::new(m.address, quorum_core::CLIENT_PORT);
@@ -404,6 +408,7 @@ fn a_start_on_data_that_changed_since_the_decision_is_refused() {
             tls: None,
             quota_backend_bytes: None,
             expect_marker: expect,
+            force_new_cluster: false,
         })
     };
     // Decided on our marked data, which is gone now (a disk lost meanwhile).
@@ -524,4 +529,47 @@ fn etcd_says_its_server_stopped_and_serves_again_after() {
         p.stop("p-7").unwrap();
         p.delete("p-7").unwrap();
     }
+}
+
+/// A fence stops the machine and moves its whole directory under `fenced/`: no start
+/// finds it again, and etcd started by hand with the member's own flags finds neither
+/// its data nor its directory. A second fence is success with nothing to do.
+#[test]
+fn a_fenced_machine_is_stopped_and_out_of_reach_of_every_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = LocalProvider::new(dir.path(), default_etcd_dir());
+    let m = machine("p-8", 40);
+    let pid = single(&p, &m);
+    let addr = SocketAddrV4::new(m.address, quorum_core::CLIENT_PORT);
+    wait_for("health", Duration::from_secs(20), || healthy(addr));
+    let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap()
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect();
+
+    let to = p.fence("p-8").unwrap().expect("moved");
+    assert_eq!(p.observe("p-8").process, ProcessState::Stopped);
+    assert!(!p.machine_dir("p-8").exists());
+    assert!(to.starts_with(p.fenced_dir()), "{}", to.display());
+    assert!(to.join("data").join("member").is_dir(), "the data is kept");
+    assert!(p.list().is_empty(), "{:?}", p.list());
+    assert_eq!(p.fence("p-8").unwrap(), None, "fenced again: nothing to do");
+
+    // Its own command line, run again, finds none of its data (and, with TLS, none of
+    // its keys: it cannot start at all): quorum never takes it for the machine.
+    let mut child = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert_eq!(p.observe("p-8").process, ProcessState::Stopped);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        to.join("data").join("member").is_dir(),
+        "the fenced data untouched"
+    );
 }

@@ -68,9 +68,12 @@ impl World {
         let verified = !self.rng.chance(BAD_RESTORE_PER_MILLE);
         self.next_snapshot += 1;
         let now = self.now_unix_s();
+        let id = format!("sim-{:05}", self.next_snapshot);
+        self.snapshot_logs.insert(id.clone(), self.commit);
         self.snapshots.push(SnapshotSeen {
-            id: format!("sim-{:05}", self.next_snapshot),
+            id,
             taken_at_unix_s: now,
+            revision: self.space.revision,
             verified,
             restored_at_unix_s: Some(now),
             restore_failed: (!verified).then(|| "the restored member did not serve".into()),

@@ -142,6 +142,11 @@ impl World {
             Action::TakeSnapshot => self.take_snapshot(fenced),
             Action::PruneSnapshot { id } => self.prune_snapshot(id, fenced),
             Action::VerifySnapshot { id } => self.verify_snapshot(id, fenced),
+            Action::FenceMachine { .. }
+            | Action::SetRebuildPhase { .. }
+            | Action::RestoreSnapshot { .. }
+            | Action::ForceNewCluster { .. }
+            | Action::FinishRebuild => self.perform_rebuild(a, fenced),
         };
         if before_quorum && !self.has_quorum() {
             let (v, c) = (self.voters().count(), self.connected_voters());
@@ -186,6 +191,8 @@ impl World {
                 | Action::BeginInPlace { .. }
                 | Action::SetInPlacePhase { .. }
                 | Action::EndInPlace { .. }
+                | Action::SetRebuildPhase { .. }
+                | Action::FinishRebuild
         )
     }
 

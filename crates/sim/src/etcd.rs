@@ -297,6 +297,9 @@ impl World {
         }
         let binary = mach.version;
         self.check_start(name, state, member.map(|i| self.members[i].clone()), stale);
+        if state == ClusterState::New {
+            self.check_alone(name);
+        }
         let now_s = self.now_unix_s();
         let db = self.space.in_use_bytes();
         let p = self.procs.entry(name.to_string()).or_default();

@@ -87,6 +87,7 @@ mod inplace;
 mod invariants;
 pub mod model;
 mod pacing;
+mod rebuild;
 mod repair;
 mod replicas;
 mod store;
@@ -114,6 +115,7 @@ use controller::{etcd_answer, Answer};
 pub use inplace::{InPlaceCounts, IN_PLACE_END_STEPS, SIM_IN_PLACE_TIMEOUT};
 pub use pacing::PacingCounts;
 use pacing::SimLb;
+pub use rebuild::RebuildCounts;
 use repair::Keyspace;
 pub use repair::{RepairCounts, NOSPACE_REPAIR_STEPS};
 pub use replicas::LeaseCounts;
@@ -288,7 +290,11 @@ pub struct World {
     stop_counted: bool,
     // -- snapshots (`backups.rs`)
     snapshots: Vec<quorum_core::backup::SnapshotSeen>,
+    /// The leader's log index each snapshot holds (what a restore from it keeps).
+    snapshot_logs: BTreeMap<String, u64>,
     next_snapshot: u64,
+    // -- rebuilds a person confirmed (`rebuild.rs`)
+    rebuilds: RebuildCounts,
     backups: BackupCounts,
     // -- bookkeeping
     decisions: u64,
@@ -338,6 +344,7 @@ impl World {
                     backup: backups::sim_backup(),
                 },
                 deleting: false,
+                rebuild: None,
             },
             machines: vec![],
             next_serial: 1,
@@ -364,7 +371,9 @@ impl World {
             plan: vec![],
             in_place: InPlaceCounts::default(),
             snapshots: Vec::new(),
+            snapshot_logs: BTreeMap::new(),
             next_snapshot: 0,
+            rebuilds: RebuildCounts::default(),
             backups: BackupCounts::default(),
             in_place_open: BTreeMap::new(),
             rollout_stopped: false,

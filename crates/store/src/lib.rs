@@ -10,7 +10,8 @@
 //! not parse is reported as corruption, never skipped).
 
 use quorum_core::{
-    ControlPlane, ControlPlaneSpec, Machine, Remediation, SnapshotRecord, Verification, Version,
+    ControlPlane, ControlPlaneSpec, Machine, Rebuild, Remediation, SnapshotRecord, Verification,
+    Version,
 };
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -252,6 +253,9 @@ pub trait StateStore: Send {
     fn update_spec(&mut self, name: &str, spec: &ControlPlaneSpec) -> Result<()>;
     /// Records the intent to tear the control plane down.
     fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()>;
+    /// Records a rebuild (a confirmed restore or recovery), its next phase, or (`None`)
+    /// its end.
+    fn set_rebuild(&mut self, name: &str, rebuild: Option<&Rebuild>) -> Result<()>;
     /// Forgets a control plane, its machines, its CA and its published status (its
     /// events stay until a control plane of the same name is created again).
     fn forget_control_plane(&mut self, name: &str) -> Result<()>;

@@ -661,6 +661,10 @@ impl StateStore for SqliteStore {
         self.modify_control_plane(name, |cp| cp.spec = spec.clone())
     }
 
+    fn set_rebuild(&mut self, name: &str, rebuild: Option<&Rebuild>) -> Result<()> {
+        self.modify_control_plane(name, |cp| cp.rebuild = rebuild.cloned())
+    }
+
     /// Records the intent to tear the control plane down.
     fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()> {
         self.modify_control_plane(name, |cp| cp.deleting = true)

@@ -41,6 +41,7 @@ fn cp(name: &str) -> ControlPlane {
             backup: Default::default(),
         },
         deleting: false,
+        rebuild: None,
     }
 }
 

@@ -76,6 +76,7 @@ fn cp(name: &str) -> ControlPlane {
             backup: Default::default(),
         },
         deleting: false,
+        rebuild: None,
     }
 }
 

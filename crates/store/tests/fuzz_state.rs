@@ -45,6 +45,7 @@ fn populated() -> (tempfile::TempDir, PathBuf) {
                 backup: Default::default(),
             },
             deleting: false,
+            rebuild: None,
         };
         s.create_control_plane(&cp, None, 1).unwrap();
         for _ in 0..MACHINES_EACH {

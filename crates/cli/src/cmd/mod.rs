@@ -14,6 +14,7 @@ mod get;
 mod haproxy_config;
 mod list;
 mod pause;
+mod rebuild;
 mod scale;
 mod snapshot;
 mod status;
@@ -42,6 +43,8 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Defrag(a) => defrag::run(at, a).await,
         Command::Snapshot(a) => snapshot::take(at, a).await,
         Command::Snapshots(a) => snapshot::list(at, a).await,
+        Command::Restore(a) => rebuild::restore(at, a).await,
+        Command::Recover(a) => rebuild::recover(at, a).await,
         Command::Completion(a) => completion::run(a),
         Command::Delete(a) => delete::run(at, a).await,
         Command::Controller(a) => controller::run(at, a).await,

@@ -13,7 +13,7 @@ impl Sit {
         self.created_ago_s = Some(s);
         self
     }
-    fn snapshot(mut self, id: &'static str, ago_s: i64, verified: bool) -> Self {
+    pub(super) fn snapshot(mut self, id: &'static str, ago_s: i64, verified: bool) -> Self {
         self.snapshots.push((id, ago_s, verified));
         self
     }

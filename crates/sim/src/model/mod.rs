@@ -280,6 +280,7 @@ pub fn initial(variant: Variant) -> State {
                 backup: Default::default(),
             },
             deleting: false,
+            rebuild: None,
         },
         procs: machines
             .iter()
@@ -603,6 +604,7 @@ fn s_partitioned_not(s: &State, id: u64) -> bool {
 mod explore;
 mod inplace;
 mod perform;
+mod rebuild;
 #[cfg(test)]
 mod tests;
 

@@ -64,6 +64,11 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         | Action::TakeSnapshot
         | Action::PruneSnapshot { .. }
         | Action::VerifySnapshot { .. } => {}
+        Action::FenceMachine { .. }
+        | Action::SetRebuildPhase { .. }
+        | Action::RestoreSnapshot { .. }
+        | Action::ForceNewCluster { .. }
+        | Action::FinishRebuild => s.perform_rebuild(a, fenced)?,
         Action::BeginInPlace { .. }
         | Action::SetInPlacePhase { .. }
         | Action::EndInPlace { .. } => s.perform_in_place(a, fenced),

@@ -582,6 +582,10 @@ impl StateStore for EtcdStore {
         self.modify_control_plane(name, &|cp| cp.deleting = true)
     }
 
+    fn set_rebuild(&mut self, name: &str, rebuild: Option<&Rebuild>) -> Result<()> {
+        self.modify_control_plane(name, &|cp| cp.rebuild = rebuild.cloned())
+    }
+
     fn forget_control_plane(&mut self, name: &str) -> Result<()> {
         let prefix = Some(DeleteOptions::new().with_prefix());
         let ops = vec![

@@ -1,0 +1,276 @@
+//! `quorum restore` and `quorum recover`: the plan a person reads before a rebuild,
+//! what it loses, and the confirmed record the controller then performs
+//! (`quorum_core::rebuild`). Nothing here touches a member: recording the rebuild is
+//! the whole of it, so a crash of the command leaves either nothing or the record.
+
+use crate::{status, Ctx};
+use anyhow::{bail, Result};
+use quorum_core::{ControlPlane, Rebuild, RebuildPhase, RebuildSource, SnapshotRecord};
+use std::fmt::Write as _;
+
+/// What a person asked to rebuild from.
+#[derive(Clone, Debug)]
+pub enum From {
+    /// A surviving member, by machine name.
+    Member(String),
+    /// A recorded snapshot: its id, or `newest`.
+    Snapshot(String),
+}
+
+/// A rebuild ready to be confirmed: the record to write and the words that explain it.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub rebuild: Rebuild,
+    pub text: String,
+}
+
+/// Works out the rebuild of `cp` from `from` and says what it does and loses, or
+/// refuses with the reason (a rebuild under way, a member recovery while a leader
+/// answers, a snapshot whose test restore failed, a survivor without data).
+pub async fn plan(ctx: &Ctx, cp: &ControlPlane, from: &From, now_unix_s: i64) -> Result<Plan> {
+    let name = &cp.name;
+    if cp.deleting {
+        bail!("{name} is being deleted: there is nothing to rebuild");
+    }
+    if let Some(rb) = &cp.rebuild {
+        bail!(
+            "{name}: a rebuild from {} is already under way (phase: {}); `quorum status {name}` follows it",
+            rb.from,
+            rb.phase
+        );
+    }
+    let access = ctx.access(cp)?;
+    let (machines, observed, _) =
+        status::decision(&ctx.store, &ctx.provider, &access.etcd, cp).await?;
+    let obs = &observed.observation;
+    let leader = observed
+        .view
+        .leader_url
+        .as_ref()
+        .and_then(|url| machines.iter().find(|m| &m.client_url() == url))
+        .map(|m| m.name.clone());
+    let old: Vec<&str> = machines.iter().map(|m| m.name.as_str()).collect();
+    let token = fresh_token(name);
+    let mut text = String::new();
+    let source = match from {
+        From::Member(m) => {
+            if let Some(l) = &leader {
+                bail!(
+                    "{name} has a leader ({l}): quorum is not lost, and forcing a new cluster would throw away what the others hold. A failed member is replaced on its own (see `quorum status {name}`); to go back to a snapshot, use `quorum restore {name} --from ID`"
+                );
+            }
+            let Some(o) = machines.iter().find(|x| &x.name == m) else {
+                bail!(
+                    "{name} has no machine {m:?}: its machines are {}",
+                    old.join(", ")
+                );
+            };
+            let seen = obs.machines.get(&o.name);
+            if !seen.is_some_and(|s| s.has_data) {
+                bail!(
+                    "{m} has no data left on this host: nothing to recover from; `quorum restore {name} --from newest` restores the newest snapshot"
+                );
+            }
+            let applied = |n: &str| {
+                obs.machines
+                    .get(n)
+                    .and_then(|s| s.status.as_ref())
+                    .map(|st| st.raft_applied_index.max(st.raft_index))
+            };
+            let best = machines
+                .iter()
+                .filter_map(|x| applied(&x.name).map(|a| (x.name.clone(), a)))
+                .max_by_key(|(_, a)| *a);
+            let mine = applied(m);
+            let _ = writeln!(
+                text,
+                "quorum will recover {name} from its member {m}{}:",
+                match mine {
+                    Some(a) => format!(" (applied index {a})"),
+                    None => " (it does not answer now; it is started from its data)".into(),
+                }
+            );
+            let others: Vec<&str> = old.iter().copied().filter(|x| x != m).collect();
+            let _ = writeln!(
+                text,
+                "  1. fence every other old member ({}): stop it and move its directory to {}, so none can come back",
+                if others.is_empty() { "none".into() } else { others.join(", ") },
+                ctx.provider.fenced_dir().display()
+            );
+            let _ = writeln!(
+                text,
+                "  2. stop {m} and start it with --force-new-cluster: it keeps every write it applied and becomes a cluster of one"
+            );
+            let _ = writeln!(
+                text,
+                "  3. grow it back to {} members through learners, the normal safe path",
+                cp.spec.replicas
+            );
+            let _ = writeln!(
+                text,
+                "what is lost: writes the lost members acknowledged that {m} never applied, if any"
+            );
+            if let (Some((b, ba)), Some(a)) = (&best, mine) {
+                if b != m && *ba > a {
+                    let _ = writeln!(
+                        text,
+                        "warning: {b} applied more (index {ba} > {a}): `quorum recover {name} --from-member {b}` would keep more"
+                    );
+                }
+            }
+            RebuildSource::Member { machine: m.clone() }
+        }
+        From::Snapshot(which) => {
+            let rec = crate::snapshot::find(ctx, name, which)?;
+            refuse_failed(name, &rec)?;
+            let ago_s = (now_unix_s - rec.taken_at_unix_s).max(0);
+            let _ = writeln!(
+                text,
+                "quorum will restore {name} from snapshot {} (taken {} ago from {}; revision {}, {} keys; {}):",
+                rec.id,
+                age(ago_s),
+                rec.from_machine,
+                rec.facts.revision,
+                rec.facts.total_keys,
+                verified_words(&rec)
+            );
+            let _ = writeln!(
+                text,
+                "  1. fence the old members ({}): stop each and move its directory to {}, so none can come back",
+                if old.is_empty() { "none left".into() } else { old.join(", ") },
+                ctx.provider.fenced_dir().display()
+            );
+            let _ = writeln!(
+                text,
+                "  2. restore the snapshot into one new member with a fresh cluster token ({token}): a new cluster that can never be taken for the old one"
+            );
+            let _ = writeln!(
+                text,
+                "  3. grow it back to {} members through learners, the normal safe path",
+                cp.spec.replicas
+            );
+            let now_rev = obs
+                .machines
+                .values()
+                .filter_map(|m| m.status.as_ref().map(|st| st.revision))
+                .max()
+                .filter(|_| leader.is_some());
+            let _ = writeln!(
+                text,
+                "what is lost: every write after revision {}{}",
+                rec.facts.revision,
+                match now_rev {
+                    Some(r) if r > rec.facts.revision => format!(
+                        " ({name} answers at revision {r} now: {} revisions)",
+                        r - rec.facts.revision
+                    ),
+                    Some(r) => format!(" ({name} answers at revision {r} now: nothing)"),
+                    None => " (the cluster does not answer, so how many is unknown)".into(),
+                }
+            );
+            let tool = quorum_backup::status_tool(ctx.provider.etcd_dir())?;
+            if quorum_backup::supports_revision_bump(&tool).await {
+                let _ = writeln!(
+                    text,
+                    "watchers: revisions move on by {} and older ones are marked compacted, so a watch resumed from the old cluster is told to re-list",
+                    quorum_backup::REVISION_BUMP
+                );
+            } else {
+                let _ = writeln!(
+                    text,
+                    "watchers: {} cannot move revisions on (--bump-revision needs etcd 3.5.10 or later): clients with watches must re-list after the restore",
+                    tool.display()
+                );
+            }
+            RebuildSource::Snapshot {
+                id: rec.id.clone(),
+                revision: rec.facts.revision,
+            }
+        }
+    };
+    let _ = write!(
+        text,
+        "a controller performs it once confirmed; every step is recorded before it is taken, so a crash resumes it"
+    );
+    Ok(Plan {
+        rebuild: Rebuild {
+            from: source,
+            token,
+            phase: RebuildPhase::Fencing,
+            requested_at_unix_s: now_unix_s,
+        },
+        text,
+    })
+}
+
+/// Records the confirmed rebuild, unless one was recorded since the plan was made.
+pub fn confirm(ctx: &mut Ctx, name: &str, plan: &Plan) -> Result<()> {
+    let cp = ctx.store.get_control_plane(name)?;
+    if let Some(rb) = &cp.rebuild {
+        bail!(
+            "{name}: a rebuild from {} was recorded meanwhile; `quorum status {name}` follows it",
+            rb.from
+        );
+    }
+    ctx.store.set_rebuild(name, Some(&plan.rebuild))?;
+    Ok(())
+}
+
+/// A snapshot whose last test restore failed is no ground to rebuild on.
+fn refuse_failed(name: &str, rec: &SnapshotRecord) -> Result<()> {
+    match &rec.verification {
+        Some(v) if !v.ok => bail!(
+            "snapshot {} failed its test restore ({}): restore from another (`quorum snapshots {name}`), or test it again with `quorum snapshots {name} --verify {}`",
+            rec.id,
+            v.error.as_deref().unwrap_or("no reason recorded"),
+            rec.id
+        ),
+        _ => Ok(()),
+    }
+}
+
+fn verified_words(rec: &SnapshotRecord) -> String {
+    match &rec.verification {
+        Some(v) if v.ok => format!("verified by a test restore: {} keys read back", v.keys),
+        Some(_) => "its test restore failed".into(),
+        None => "NOT verified by a test restore yet".into(),
+    }
+}
+
+/// `45s`, `12m`, `3h`, `2d`.
+fn age(s: i64) -> String {
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7_199 => format!("{}m", s / 60),
+        7_200..=172_799 => format!("{}h", s / 3_600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// A cluster token no cluster had before: the name and 64 random bits.
+fn fresh_token(name: &str) -> String {
+    format!("{name}-{:016x}", rand::random::<u64>())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_are_fresh_and_named() {
+        let (a, b) = (fresh_token("prod"), fresh_token("prod"));
+        assert_ne!(a, b);
+        assert!(
+            a.starts_with("prod-") && a.len() == "prod-".len() + 16,
+            "{a}"
+        );
+    }
+
+    #[test]
+    fn ages_read_well() {
+        assert_eq!(age(5), "5s");
+        assert_eq!(age(600), "10m");
+        assert_eq!(age(3 * 3_600), "3h");
+        assert_eq!(age(3 * 86_400), "3d");
+    }
+}
