@@ -224,8 +224,8 @@ impl Controller {
                 self.force_new_cluster(cp, access, machines, machine, *expect)?;
                 Ok(None)
             }
-            Action::FinishRebuild => {
-                self.set_rebuild_phase(cp, None)?;
+            Action::FinishRebuild { machine } => {
+                self.finish_rebuild(cp, machine)?;
                 Ok(None)
             }
             Action::BeginInPlace {

@@ -55,6 +55,26 @@ impl Controller {
         Ok(())
     }
 
+    /// Ends the rebuild: the seed's record drops what it said in the old cluster
+    /// (leaving, an in-place step: there is no other member to hand over to; the slot
+    /// it replaced, whose retry count means nothing in a new cluster), then the
+    /// rebuild's record goes. A crash in between repeats the first write, a no-op.
+    pub(crate) fn finish_rebuild(
+        &mut self,
+        cp: &ControlPlane,
+        machine: &str,
+    ) -> Result<(), ActionError> {
+        self.store
+            .update_machine(&cp.name, machine, "end a rebuild", &|m| {
+                let changed = m.deleting || m.in_place.is_some() || m.remediation.is_some();
+                m.deleting = false;
+                m.in_place = None;
+                m.remediation = None;
+                changed
+            })?;
+        self.set_rebuild_phase(cp, None)
+    }
+
     /// Restores snapshot `id` into `machine`'s (absent or empty) data directory, with
     /// the rebuild's fresh cluster token. Returns what it did, for the history.
     pub(crate) async fn restore_seed(

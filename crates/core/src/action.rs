@@ -163,9 +163,10 @@ pub enum Action {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         expect: Option<DataMarker>,
     },
-    /// The seed serves alone: the rebuild is over (the record is cleared; the cluster
-    /// grows back to `replicas` the normal way).
-    FinishRebuild,
+    /// The seed serves alone: the rebuild is over. The seed's record drops what it said
+    /// in the old cluster (leaving, an in-place step, a remediation), then the rebuild's record is
+    /// cleared; the cluster grows back to `replicas` the normal way.
+    FinishRebuild { machine: String },
 }
 
 /// How an in-place step ended.
@@ -208,7 +209,8 @@ impl Action {
             | Action::EndInPlace { machine, .. }
             | Action::FenceMachine { machine }
             | Action::RestoreSnapshot { machine, .. }
-            | Action::ForceNewCluster { machine, .. } => Some(machine),
+            | Action::ForceNewCluster { machine, .. }
+            | Action::FinishRebuild { machine } => Some(machine),
             Action::MoveLeader { to_machine, .. } => Some(to_machine),
             Action::RemoveMember { machine, .. } => machine.as_deref(),
             Action::AllocateMachine { .. }
@@ -218,8 +220,7 @@ impl Action {
             | Action::TakeSnapshot
             | Action::PruneSnapshot { .. }
             | Action::VerifySnapshot { .. }
-            | Action::SetRebuildPhase { .. }
-            | Action::FinishRebuild => None,
+            | Action::SetRebuildPhase { .. } => None,
         }
     }
 
@@ -250,7 +251,7 @@ impl Action {
             Action::SetRebuildPhase { .. } => ActionKind::SetRebuildPhase,
             Action::RestoreSnapshot { .. } => ActionKind::RestoreSnapshot,
             Action::ForceNewCluster { .. } => ActionKind::ForceNewCluster,
-            Action::FinishRebuild => ActionKind::FinishRebuild,
+            Action::FinishRebuild { .. } => ActionKind::FinishRebuild,
         }
     }
 }
@@ -449,7 +450,9 @@ impl fmt::Display for Action {
                 f,
                 "start {machine} with --force-new-cluster (it serves alone)"
             ),
-            Action::FinishRebuild => write!(f, "end the rebuild: the seed serves alone"),
+            Action::FinishRebuild { machine } => {
+                write!(f, "end the rebuild: {machine} serves alone")
+            }
         }
     }
 }

@@ -109,7 +109,12 @@ impl View<'_> {
             );
         }
         if self.serves_alone(s) {
-            return Step::act(op, Action::FinishRebuild);
+            return Step::act(
+                op,
+                Action::FinishRebuild {
+                    machine: machine.to_string(),
+                },
+            );
         }
         if s.running() {
             return Step::wait(
@@ -142,13 +147,18 @@ impl View<'_> {
         };
         let machine = seed.machine.name.clone();
         if self.serves_alone(seed) {
-            return Step::act(op, Action::FinishRebuild);
+            return Step::act(op, Action::FinishRebuild { machine });
         }
         if seed.running() {
             return Step::wait(
                 op,
                 format!("waiting for {machine} to serve the restored data"),
             );
+        }
+        // Restored data carries no marker until the seed served: a marked directory is
+        // not what this rebuild restored (copied from elsewhere), and is never started.
+        if seed.obs.and_then(|o| o.marker).is_some() {
+            return Step::act(op, Action::FenceMachine { machine });
         }
         if !seed.has_data() {
             return Step::act(
@@ -187,10 +197,15 @@ impl View<'_> {
         })
     }
 
-    /// The seed leads a cluster whose only member is its own.
+    /// The seed leads a cluster in which it is the only voter. A learner beside it
+    /// (a deposed controller's stale add, landed on the new cluster) is no reason to
+    /// wait: once the rebuild ends, the normal rules remove a member that matches no
+    /// machine.
     fn serves_alone(&self, s: &Seen<'_>) -> bool {
-        let only = self.members.is_some_and(|ms| ms.len() == 1);
-        only && s.member.is_some_and(|m| !m.is_learner && self.healthy(m))
+        let voters = self
+            .members
+            .map_or(0, |ms| ms.iter().filter(|m| !m.is_learner).count());
+        voters == 1 && s.member.is_some_and(|m| !m.is_learner && self.healthy(m))
     }
 
     /// `QuorumLost`, when no leader answers, more members than a quorum can spare do

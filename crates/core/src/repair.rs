@@ -100,7 +100,11 @@ impl<'a> View<'a> {
         let Some(obs) = s.obs else {
             return vec![];
         };
-        if self.members.is_some() || !(obs.has_data || obs.marker.is_some()) {
+        // A machine that never ran is due a start, not down. One that ran (its start
+        // history outlives its data) and has none now is down: with no leader to ask,
+        // that is all that can be known of it, and `QuorumLost` counts on it.
+        let ran = obs.has_data || obs.marker.is_some() || !obs.starts_unix_s.is_empty();
+        if self.members.is_some() || !ran {
             return vec![];
         }
         if !s.running() {

@@ -1502,7 +1502,7 @@ fn action_kinds_lists_every_variant() {
             machine: m(),
             expect: None,
         },
-        Action::FinishRebuild,
+        Action::FinishRebuild { machine: m() },
     ];
     for a in &all {
         match a {
@@ -1530,7 +1530,7 @@ fn action_kinds_lists_every_variant() {
             | Action::SetRebuildPhase { .. }
             | Action::RestoreSnapshot { .. }
             | Action::ForceNewCluster { .. }
-            | Action::FinishRebuild => {}
+            | Action::FinishRebuild { .. } => {}
         }
     }
     let kinds: Vec<ActionKind> = all.iter().map(|a| a.kind()).collect();

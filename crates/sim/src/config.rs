@@ -48,10 +48,14 @@ pub enum Scenario {
     InPlace,
     /// The same with 5 members.
     InPlace5,
+    /// 3 members rolled to 3.5.1, and during it a majority of voters dies with its data;
+    /// once `QuorumLost` shows, a person recovers from the survivor it names or restores
+    /// the newest verified snapshot (`rebuild.rs`).
+    QuorumLoss,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Rollout,
         Scenario::RolloutSurge0,
         Scenario::ScaleUp,
@@ -59,6 +63,7 @@ impl Scenario {
         Scenario::Orphans,
         Scenario::InPlace,
         Scenario::InPlace5,
+        Scenario::QuorumLoss,
     ];
 
     pub fn name(self) -> &'static str {
@@ -70,6 +75,7 @@ impl Scenario {
             Scenario::Orphans => "orphans",
             Scenario::InPlace => "in-place",
             Scenario::InPlace5 => "in-place-5",
+            Scenario::QuorumLoss => "quorum-loss",
         }
     }
 
@@ -163,6 +169,7 @@ pub struct Outcome {
     pub repair: RepairCounts,
     pub in_place: InPlaceCounts,
     pub backups: crate::BackupCounts,
+    pub rebuilds: crate::RebuildCounts,
     /// The run injected faults anywhere (`Config::faults_anywhere`), to replay it.
     pub faults_anywhere: bool,
 }

@@ -8,6 +8,8 @@ use super::*;
 /// that fails to start (in-place runs only: `inplace.rs`).
 const FAULT_KINDS: u64 = 14;
 const BAD_BINARY: u64 = 13;
+/// The repair fault that fills the keyspace to its quota (NOSPACE).
+const KEYSPACE_FILL: u64 = 11;
 /// The kinds that impair no member: a slow learner, a leader change, the load
 /// balancer, the keyspace filled.
 const NOT_MEMBER_FAULTS: [u64; 4] = [3, 4, 6, 11];
@@ -21,6 +23,11 @@ impl World {
         if self.impairment.is_some() {
             return;
         }
+        // A majority already lost: the rebuild meets the controller's faults (crashes,
+        // stale steps), not a second member fault on the only copy left.
+        if self.rebuild_pending() {
+            return;
+        }
         self.faults += 1;
         let heal_at = self.step + 5 + self.rng.below(40);
         // Kind 6 (the load balancer) only in runs that have one. While NOSPACE is
@@ -30,6 +37,9 @@ impl World {
             .filter(|k| *k != 6 || self.lb.is_some())
             .filter(|k| *k != BAD_BINARY || self.in_place_strategy())
             .filter(|k| !quiet_members || NOT_MEMBER_FAULTS.contains(k))
+            // A rebuilt cluster is one member for a while: NOSPACE there has no quorum
+            // margin to defragment into, a case held back everywhere (`faults_anywhere`).
+            .filter(|k| *k != KEYSPACE_FILL || self.cfg.scenario != Scenario::QuorumLoss)
             .collect();
         let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
         match kind {

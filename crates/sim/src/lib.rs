@@ -295,6 +295,8 @@ pub struct World {
     next_snapshot: u64,
     // -- rebuilds a person confirmed (`rebuild.rs`)
     rebuilds: RebuildCounts,
+    /// What the leading controller's last `QuorumLost` said, while it holds.
+    quorum_lost: Option<String>,
     backups: BackupCounts,
     // -- bookkeeping
     decisions: u64,
@@ -374,6 +376,7 @@ impl World {
             snapshot_logs: BTreeMap::new(),
             next_snapshot: 0,
             rebuilds: RebuildCounts::default(),
+            quorum_lost: None,
             backups: BackupCounts::default(),
             in_place_open: BTreeMap::new(),
             rollout_stopped: false,
@@ -395,6 +398,7 @@ impl World {
             Scenario::Orphans => (3, 3, OLD, 1),
             Scenario::InPlace => (3, 3, OLD, 1),
             Scenario::InPlace5 => (5, 5, OLD, 1),
+            Scenario::QuorumLoss => (3, 3, NEW, 1),
         };
         let (from, version) = match cfg.scenario {
             Scenario::InPlace | Scenario::InPlace5 => {
@@ -577,6 +581,7 @@ impl World {
             self.end_crash_loops();
             self.operator_step();
         }
+        self.quorum_loss_step(faults_on);
         self.in_place_operator(faults_on);
         self.tick_etcd();
         self.acted_with_lease.clear();
@@ -627,6 +632,7 @@ impl World {
             repair: self.repair,
             in_place: self.in_place,
             backups: self.backups,
+            rebuilds: self.rebuilds,
             faults_anywhere: self.cfg.faults_anywhere,
         }
     }

@@ -3,7 +3,7 @@
 use clap::Parser;
 use quorum_sim::{
     replay_command, run, BackupCounts, Config, InPlaceCounts, LeaseCounts, PacingCounts,
-    RepairCounts, Scenario,
+    RebuildCounts, RepairCounts, Scenario,
 };
 use std::time::Instant;
 
@@ -23,7 +23,7 @@ struct Args {
     /// First seed of --seeds.
     #[arg(long, default_value_t = 0)]
     from: u64,
-    /// rollout, rollout-surge0, scale-up, scale-down, orphans, in-place or in-place-5
+    /// rollout, rollout-surge0, scale-up, scale-down, orphans, in-place, in-place-5 or quorum-loss
     /// (default: chosen by the seed).
     #[arg(long)]
     scenario: Option<String>,
@@ -79,7 +79,7 @@ fn main() -> std::process::ExitCode {
         None => None,
         Some((_, Some(s))) => Some(s),
         Some((s, None)) => {
-            eprintln!("error: unknown scenario '{s}': use rollout, rollout-surge0, scale-up, scale-down, orphans, in-place or in-place-5");
+            eprintln!("error: unknown scenario '{s}': use rollout, rollout-surge0, scale-up, scale-down, orphans, in-place, in-place-5 or quorum-loss");
             return std::process::ExitCode::from(2);
         }
     };
@@ -188,6 +188,7 @@ fn main() -> std::process::ExitCode {
                         RepairCounts::default(),
                         InPlaceCounts::default(),
                         BackupCounts::default(),
+                        RebuildCounts::default(),
                     );
                     let mut seed = from + k;
                     while seed < from + n {
@@ -200,6 +201,7 @@ fn main() -> std::process::ExitCode {
                         out.6.add(&o.repair);
                         out.7.add(&o.in_place);
                         out.8.add(&o.backups);
+                        out.9.add(&o.rebuilds);
                         if o.violation.is_some() {
                             out.3.push(o);
                         }
@@ -223,12 +225,14 @@ fn main() -> std::process::ExitCode {
     let mut repair = RepairCounts::default();
     let mut in_place = InPlaceCounts::default();
     let mut backups = BackupCounts::default();
+    let mut rebuilds = RebuildCounts::default();
     for r in &results {
         lease.add(&r.4);
         pacing.add(&r.5);
         repair.add(&r.6);
         in_place.add(&r.7);
         backups.add(&r.8);
+        rebuilds.add(&r.9);
     }
     let failed: Vec<_> = results.into_iter().flat_map(|r| r.3).collect();
     for o in &failed {
@@ -251,6 +255,7 @@ fn main() -> std::process::ExitCode {
     println!("repair: {repair}");
     println!("in place: {in_place}");
     println!("backups: {backups}");
+    println!("rebuilds: {rebuilds}");
     if args.replicas > 1 {
         println!("{} replicas: {lease}", args.replicas);
     }

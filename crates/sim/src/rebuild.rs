@@ -4,7 +4,12 @@
 //! clusters that both think they are the control plane).
 
 use super::*;
-use quorum_core::{RebuildPhase, RebuildSource};
+use quorum_core::{ConditionKind, Decision, Rebuild, RebuildPhase, RebuildSource};
+
+/// The earliest step at which the `quorum-loss` scenario loses its majority, and the
+/// spread after it (drawn from the seed).
+const LOSS_FROM_STEP: u64 = 10;
+const LOSS_SPREAD_STEPS: u64 = 150;
 
 /// What the rebuilds of a run did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -21,7 +26,143 @@ pub struct RebuildCounts {
     pub entries_lost: u64,
 }
 
+impl RebuildCounts {
+    pub fn add(&mut self, o: &RebuildCounts) {
+        self.quorum_losses += o.quorum_losses;
+        self.from_member += o.from_member;
+        self.from_snapshot += o.from_snapshot;
+        self.fenced += o.fenced;
+        self.finished += o.finished;
+        self.entries_lost += o.entries_lost;
+    }
+}
+
+impl std::fmt::Display for RebuildCounts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} majorities lost with their data; a person confirmed {} recoveries from the survivor and {} restores of a snapshot; {} machines fenced, {} rebuilds finished; {} acknowledged entries given up by those choices",
+            self.quorum_losses,
+            self.from_member,
+            self.from_snapshot,
+            self.fenced,
+            self.finished,
+            self.entries_lost
+        )
+    }
+}
+
 impl World {
+    /// The `quorum-loss` scenario's fault and its person: a majority of voters dies with
+    /// its data once, at a step drawn from the seed; once the controller shows
+    /// `QuorumLost`, the person confirms one of the two ways back it names (from a
+    /// snapshot, when a verified one exists and the seed says so).
+    pub(crate) fn quorum_loss_step(&mut self, faults_on: bool) {
+        if self.cfg.scenario != Scenario::QuorumLoss {
+            return;
+        }
+        if self.rebuilds.quorum_losses == 0 {
+            let at = LOSS_FROM_STEP + self.cfg.seed % LOSS_SPREAD_STEPS;
+            if faults_on && self.step >= at {
+                self.lose_majority();
+            }
+            return;
+        }
+        // One confirmation per loss: a person does not rebuild a cluster again because
+        // its one member restarted (a wrong guess that would throw away writes).
+        let confirmed = self.rebuilds.from_member + self.rebuilds.from_snapshot;
+        if self.cp.rebuild.is_some() || confirmed >= self.rebuilds.quorum_losses {
+            return;
+        }
+        let Some(message) = self.quorum_lost.take() else {
+            return;
+        };
+        let by_snapshot = self.rng.chance(500);
+        let snapshot = quorum_core::backup::newest_verified(&self.snapshots).cloned();
+        let from = match (by_snapshot, snapshot, survivor_named(&message)) {
+            (true, Some(s), _) | (false, Some(s), None) => RebuildSource::Snapshot {
+                id: s.id.clone(),
+                revision: s.revision,
+            },
+            (_, _, Some(m)) => RebuildSource::Member { machine: m },
+            // Nothing to recover from yet: a person waits for a survivor to answer.
+            (_, None, None) => return,
+        };
+        match from {
+            RebuildSource::Member { .. } => self.rebuilds.from_member += 1,
+            RebuildSource::Snapshot { .. } => self.rebuilds.from_snapshot += 1,
+        }
+        self.note(format!("OPERATOR confirms a rebuild from {from}"));
+        self.cp.rebuild = Some(Rebuild {
+            from,
+            token: format!("sim-{}", self.step),
+            phase: RebuildPhase::Fencing,
+            requested_at_unix_s: self.now_unix_s(),
+        });
+    }
+
+    /// Kills a majority of the voters (all but `n - quorum`) and wipes their data, once
+    /// the cluster is whole (no other fault: what is lost is the majority, and the
+    /// survivor has its data) and every machine is a voter: with no leader the core
+    /// counts machines, not members (a learner would count as a voter there).
+    fn lose_majority(&mut self) {
+        let voters: Vec<String> = self
+            .members
+            .iter()
+            .filter(|m| !m.is_learner)
+            .filter_map(|m| m.machine.clone())
+            .collect();
+        let whole = self.impairment.is_none()
+            && voters.len() == self.members.len()
+            && voters.len() == self.machines.len()
+            && voters
+                .iter()
+                .all(|v| self.procs.get(v).is_some_and(|p| p.running && p.has_data));
+        if voters.len() < 2 || !whole {
+            return;
+        }
+        let lose = voters.len() - quorum_size(voters.len()) + 1;
+        let keep = self.rng.below(voters.len() as u64) as usize;
+        let victims: Vec<String> = voters
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != keep)
+            .map(|(_, n)| n.clone())
+            .take(lose)
+            .collect();
+        let formed_unix_s = EPOCH_UNIX_S;
+        for v in &victims {
+            let p = self.procs.entry(v.clone()).or_default();
+            // The provider's start history lives beside the data and outlives it; the
+            // members a run begins with were started before it.
+            if p.starts_unix_s.is_empty() {
+                p.starts_unix_s.push(formed_unix_s);
+            }
+            p.running = false;
+            p.has_data = false;
+            p.marker = None;
+            p.exit_at_ms = None;
+        }
+        self.rebuilds.quorum_losses += 1;
+        self.note(format!(
+            "FAULT quorum lost: {} die with their data",
+            victims.join(", ")
+        ));
+    }
+
+    /// The `quorum-loss` scenario lost its majority and the rebuild has not ended yet.
+    pub(crate) fn rebuild_pending(&self) -> bool {
+        self.rebuilds.quorum_losses > self.rebuilds.finished
+    }
+
+    /// Remembers what the controller's `QuorumLost` says, for the person.
+    pub(crate) fn note_quorum_lost(&mut self, d: &Decision) {
+        self.quorum_lost = d
+            .condition(ConditionKind::QuorumLost)
+            .filter(|c| c.status)
+            .map(|c| c.message.clone());
+    }
+
     /// Performs one of the rebuild's actions.
     pub(crate) fn perform_rebuild(&mut self, a: &Action, fenced: bool) -> Answer {
         match a {
@@ -44,9 +185,14 @@ impl World {
                 }
                 Answer::Done
             }
-            Action::FinishRebuild => {
+            Action::FinishRebuild { machine } => {
                 if fenced {
                     return Answer::Fenced;
+                }
+                if let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) {
+                    m.deleting = false;
+                    m.in_place = None;
+                    m.remediation = None;
                 }
                 if self.cp.rebuild.take().is_some() {
                     self.rebuilds.finished += 1;
@@ -169,4 +315,11 @@ impl World {
             rb.phase == RebuildPhase::Seeding && matches!(rb.from, RebuildSource::Snapshot { .. })
         })
     }
+}
+
+/// The machine `QuorumLost` tells a person to recover from.
+fn survivor_named(message: &str) -> Option<String> {
+    let rest = message.split_once("--from-member ")?.1;
+    let name: String = rest.chars().take_while(|c| *c != '`').collect();
+    (!name.is_empty()).then_some(name)
 }

@@ -7,8 +7,8 @@
 //! start, rolled back, stopped and were retried, and every step ended within its bound.
 
 use quorum_sim::{
-    replay_command, run, Config, InPlaceCounts, PacingCounts, RepairCounts, Scenario,
-    IN_PLACE_END_STEPS, NOSPACE_REPAIR_STEPS,
+    replay_command, run, Config, InPlaceCounts, PacingCounts, RebuildCounts, RepairCounts,
+    Scenario, IN_PLACE_END_STEPS, NOSPACE_REPAIR_STEPS,
 };
 use std::time::Instant;
 
@@ -18,7 +18,14 @@ const THREADS: u64 = 2;
 #[test]
 fn ten_thousand_seeds_hold_every_invariant() {
     let t = Instant::now();
-    type Tally = (Vec<String>, PacingCounts, RepairCounts, InPlaceCounts);
+    type Tally = (
+        Vec<String>,
+        PacingCounts,
+        RepairCounts,
+        InPlaceCounts,
+        RebuildCounts,
+        [u64; Scenario::ALL.len()],
+    );
     let results: Vec<Tally> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..THREADS)
             .map(|k| {
@@ -27,6 +34,7 @@ fn ten_thousand_seeds_hold_every_invariant() {
                     let mut pacing = PacingCounts::default();
                     let mut repair = RepairCounts::default();
                     let mut in_place = InPlaceCounts::default();
+                    let mut rebuilds = RebuildCounts::default();
                     let mut per = [0u64; Scenario::ALL.len()];
                     for seed in (k..SEEDS).step_by(THREADS as usize) {
                         let o = run(Config::new(seed));
@@ -34,6 +42,7 @@ fn ten_thousand_seeds_hold_every_invariant() {
                         pacing.add(&o.pacing);
                         repair.add(&o.repair);
                         in_place.add(&o.in_place);
+                        rebuilds.add(&o.rebuilds);
                         if let Some(v) = &o.violation {
                             bad.push(format!(
                                 "seed {seed} ({}): {v}\n  replay: {}",
@@ -42,8 +51,7 @@ fn ten_thousand_seeds_hold_every_invariant() {
                             ));
                         }
                     }
-                    assert!(per.iter().all(|n| *n > 0), "every scenario ran: {per:?}");
-                    (bad, pacing, repair, in_place)
+                    (bad, pacing, repair, in_place, rebuilds, per)
                 })
             })
             .collect();
@@ -52,13 +60,20 @@ fn ten_thousand_seeds_hold_every_invariant() {
     let mut pacing = PacingCounts::default();
     let mut repair = RepairCounts::default();
     let mut in_place = InPlaceCounts::default();
+    let mut rebuilds = RebuildCounts::default();
+    let mut per = [0u64; Scenario::ALL.len()];
     let mut failures = Vec::new();
-    for (bad, p, r, i) in results {
+    for (bad, p, r, i, b, n) in results {
         failures.extend(bad);
         pacing.add(&p);
         repair.add(&r);
         in_place.add(&i);
+        rebuilds.add(&b);
+        for (all, one) in per.iter_mut().zip(n) {
+            *all += one;
+        }
     }
+    assert!(per.iter().all(|n| *n > 0), "every scenario ran: {per:?}");
     let secs = t.elapsed().as_secs_f64();
     println!(
         "{SEEDS} seeds in {secs:.1}s ({:.0} seeds/s), {} violations",
@@ -68,6 +83,7 @@ fn ten_thousand_seeds_hold_every_invariant() {
     println!("pacing: {pacing}");
     println!("repair: {repair}");
     println!("in place: {in_place}");
+    println!("rebuilds: {rebuilds}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     // The policy was exercised, so the run cannot pass vacuously.
     assert!(pacing.paced_removals > 0, "{pacing}");
@@ -77,6 +93,14 @@ fn ten_thousand_seeds_hold_every_invariant() {
     assert!(pacing.backoff_holds > 0, "{pacing}");
     assert_repair_exercised(&repair);
     assert_in_place_exercised(&in_place);
+    // Every majority lost was rebuilt, both ways, by a person's confirmation.
+    assert!(rebuilds.quorum_losses > 0, "{rebuilds}");
+    assert_eq!(rebuilds.finished, rebuilds.quorum_losses, "{rebuilds}");
+    assert!(
+        rebuilds.from_member > 0 && rebuilds.from_snapshot > 0,
+        "{rebuilds}"
+    );
+    assert!(rebuilds.fenced > 0, "{rebuilds}");
 }
 
 /// Every path of the in-place step ran: steps begun, members stopped, restarted and

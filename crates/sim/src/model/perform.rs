@@ -68,7 +68,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         | Action::SetRebuildPhase { .. }
         | Action::RestoreSnapshot { .. }
         | Action::ForceNewCluster { .. }
-        | Action::FinishRebuild => s.perform_rebuild(a, fenced)?,
+        | Action::FinishRebuild { .. } => s.perform_rebuild(a, fenced)?,
         Action::BeginInPlace { .. }
         | Action::SetInPlacePhase { .. }
         | Action::EndInPlace { .. } => s.perform_in_place(a, fenced),

@@ -21,8 +21,13 @@ impl State {
                     rb.phase = *phase;
                 }
             }
-            Action::FinishRebuild => {
+            Action::FinishRebuild { machine } => {
                 if !fenced {
+                    if let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) {
+                        m.deleting = false;
+                        m.in_place = None;
+                        m.remediation = None;
+                    }
                     self.cp.rebuild = None;
                 }
             }
