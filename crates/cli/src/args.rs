@@ -563,7 +563,8 @@ Each step is recorded before it is taken; a controller that crashes resumes it.
 
 Watchers: where etcdutl supports it (etcd 3.5.10 and later) revisions move on by a
 billion and older ones are marked compacted, so watches resumed from the old cluster are
-told to re-list. With an older etcdutl (3.5.1 here) clients with watches must re-list.";
+told to re-list. With an older etcdutl (3.5.1, the newest scripts/install.sh installs)
+clients with watches must re-list.";
 
 const RECOVER_HELP: &str = "Examples:
   quorum status prod                                     # QuorumLost names both ways back

@@ -61,8 +61,12 @@ pub async fn plan(ctx: &Ctx, cp: &ControlPlane, from: &From, now_unix_s: i64) ->
             }
             let Some(o) = machines.iter().find(|x| &x.name == m) else {
                 bail!(
-                    "{name} has no machine {m:?}: its machines are {}",
-                    old.join(", ")
+                    "{name} has no machine {m:?}: {}",
+                    if old.is_empty() {
+                        "it has no machines (nothing to recover from)".to_string()
+                    } else {
+                        format!("its machines are {}", old.join(", "))
+                    }
                 );
             };
             let seen = obs.machines.get(&o.name);

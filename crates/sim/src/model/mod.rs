@@ -116,6 +116,11 @@ pub struct Variant {
     /// the cluster version, a new binary that fails to start, the step's deadline, the
     /// rollback and the person who retries a stopped rollout.
     pub in_place: bool,
+    /// A recovery a person confirmed (`rebuild.rs`): the run begins with two of three
+    /// members gone with their data and `recover --from-member` recorded; the
+    /// controller fences, forces the survivor and grows the cluster back, with its
+    /// crashes and a deposed controller's stale step.
+    pub recovery: bool,
 }
 
 impl Variant {
@@ -124,13 +129,14 @@ impl Variant {
     /// check can stop from performing a removal it decided before a member died;
     /// fencing and the leadership re-check of the distributed store narrow that window);
     /// and the in-place rollout with a deposed controller.
-    pub const ALL: [Variant; 5] = [
+    pub const ALL: [Variant; 6] = [
         Variant {
             max_surge: 1,
             etcd_strict: false,
             deposed: false,
             faults_anywhere: false,
             in_place: false,
+            recovery: false,
         },
         Variant {
             max_surge: 0,
@@ -138,6 +144,7 @@ impl Variant {
             deposed: false,
             faults_anywhere: false,
             in_place: false,
+            recovery: false,
         },
         Variant {
             max_surge: 1,
@@ -145,6 +152,7 @@ impl Variant {
             deposed: true,
             faults_anywhere: false,
             in_place: false,
+            recovery: false,
         },
         Variant {
             max_surge: 0,
@@ -152,6 +160,7 @@ impl Variant {
             deposed: true,
             faults_anywhere: false,
             in_place: false,
+            recovery: false,
         },
         Variant {
             max_surge: 1,
@@ -159,6 +168,15 @@ impl Variant {
             deposed: true,
             faults_anywhere: false,
             in_place: true,
+            recovery: false,
+        },
+        Variant {
+            max_surge: 1,
+            etcd_strict: true,
+            deposed: true,
+            faults_anywhere: false,
+            in_place: false,
+            recovery: true,
         },
     ];
 }
@@ -251,8 +269,16 @@ fn machine(serial: u64, version: Version) -> Machine {
     }
 }
 
-/// 3 healthy members at OLD, spec at NEW.
+/// 3 healthy members at OLD, spec at NEW; or, for a recovery, the state `recover
+/// --from-member m-1` is confirmed in.
 pub fn initial(variant: Variant) -> State {
+    if variant.recovery {
+        return rebuild::initial_recovery(variant);
+    }
+    initial_rollout(variant)
+}
+
+fn initial_rollout(variant: Variant) -> State {
     let machines: Vec<Machine> = (1..=3).map(|i| machine(i, OLD)).collect();
     let max_surge = variant.max_surge;
     State {
@@ -560,7 +586,8 @@ impl State {
 
     /// Safety properties of this state.
     fn check(&self) -> Result<(), String> {
-        if !self.has_quorum() {
+        // A recovery begins where quorum is gone; once it ends, quorum holds again.
+        if !self.has_quorum() && self.cp.rebuild.is_none() {
             return Err("quorum lost".into());
         }
         let learners = self.members.iter().filter(|m| m.is_learner).count();

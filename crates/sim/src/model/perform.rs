@@ -469,7 +469,9 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         out.push(("the load balancer is reachable again".to_string(), n));
     }
     s.in_place_env(&d, idle, &mut out);
-    if s.leader.is_none() {
+    // A leader needs a quorum of running voters (with a majority gone, none is elected
+    // until the recovery forces a cluster of one).
+    if s.leader.is_none() && s.has_quorum() {
         if let Some(m) = s
             .voters()
             .filter(|m| s.member_running(m))

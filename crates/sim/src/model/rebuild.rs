@@ -3,7 +3,35 @@
 //! seed never starts while another old member runs.
 
 use super::*;
-use quorum_core::RebuildPhase;
+use quorum_core::{Rebuild, RebuildPhase, RebuildSource};
+
+/// Three members at NEW, m-2 and m-3 gone with their data (no leader: quorum is lost),
+/// m-1 running with its data, and the person's `recover --from-member m-1` recorded.
+/// No further disk is lost (the only copy left is m-1's).
+pub(super) fn initial_recovery(variant: Variant) -> State {
+    let mut s = initial_rollout(variant);
+    for m in &mut s.machines {
+        m.version = NEW;
+    }
+    for p in &mut s.procs {
+        p.binary = NEW;
+        if p.name != "m-1" {
+            p.running = false;
+            p.has_data = false;
+        }
+    }
+    s.leader = None;
+    s.disk_lost = true;
+    s.cp.rebuild = Some(Rebuild {
+        from: RebuildSource::Member {
+            machine: "m-1".into(),
+        },
+        token: "m-recovery".into(),
+        phase: RebuildPhase::Fencing,
+        requested_at_unix_s: NOW_UNIX_S,
+    });
+    s
+}
 
 impl State {
     /// Performs a rebuild action. `fenced`: the deposed controller (store writes fail,
@@ -76,7 +104,9 @@ impl State {
         for m in &mut self.members {
             m.is_learner = false;
             m.named = true;
+            m.caught_up = true;
         }
+        self.leader = self.members.first().map(|m| m.id);
         if let Some(p) = self.proc_mut(machine) {
             p.running = true;
         }

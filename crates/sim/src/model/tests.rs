@@ -304,3 +304,38 @@ fn a_deposed_controllers_stop_of_a_member_can_take_quorum_away() {
         r.violations
     );
 }
+
+// ---------------------------------------------------------------- recovery
+
+/// A recovery from the survivor, with crashes and a deposed controller's stale step:
+/// every state safe (a forced start only once no other old member runs), every state
+/// able to reach three members at NEW again, and the goal reached.
+#[test]
+fn a_recovery_from_the_survivor_always_grows_back_safely() {
+    let v: Vec<Variant> = Variant::ALL.into_iter().filter(|v| v.recovery).collect();
+    assert_eq!(v.len(), 1, "{v:?}");
+    let r = check(v[0]);
+    println!(
+        "recovery: {} states, {} transitions, depth {}, {} goal states",
+        r.states, r.transitions, r.max_depth, r.goal_states
+    );
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.goal_states > 0 && r.states > 100, "{} states", r.states);
+}
+
+#[test]
+fn a_forced_start_beside_a_running_old_member_is_a_violation() {
+    let v = Variant::ALL.into_iter().find(|v| v.recovery).unwrap();
+    let mut s = initial(v);
+    if let Some(rb) = s.cp.rebuild.as_mut() {
+        rb.phase = quorum_core::RebuildPhase::Seeding;
+    }
+    s.procs[0].running = false;
+    s.procs[1].running = true;
+    let force = Action::ForceNewCluster {
+        machine: "m-1".into(),
+        expect: None,
+    };
+    let err = perform(&mut s, &force, false).unwrap_err();
+    assert!(err.contains("two clusters"), "{err}");
+}
