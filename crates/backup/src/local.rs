@@ -40,7 +40,7 @@ impl LocalDir {
 
     /// Creates the directory (and `backups/`) owner-only; an existing one is made so
     /// (snapshots hold every key).
-    fn ensure(&self) -> Result<(), BackupError> {
+    pub(crate) fn ensure(&self) -> Result<(), BackupError> {
         let err = |e: std::io::Error| BackupError::Store {
             location: self.location(),
             message: e.to_string(),

@@ -5,7 +5,10 @@
 //! - two of three members killed and their data wiped: `QuorumLost` names the survivor
 //!   and the snapshot, `recover --from-member` keeps every write the survivor applied,
 //!   `recover --from-snapshot` every write up to the snapshot;
-//! - the old members' etcd, started again with its own flags, cannot come back.
+//! - the old members' etcd, started again with its own flags, cannot come back;
+//! - snapshots kept in an S3-compatible store (moto's server, started and stopped by
+//!   PID): taken there, restored from there, and no rollout while it is unreachable
+//!   unless `--no-snapshot`.
 //!
 //! Each prints its time to recover (RTO) and the acknowledged writes lost (RPO).
 
@@ -16,7 +19,8 @@ mod support;
 use common::*;
 use serde_json::Value;
 use std::collections::HashMap;
-use std::process::{Command, Stdio};
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -161,6 +165,20 @@ fn quorum_lost(s: &Value) -> Option<String> {
         .map(|c| c["message"].as_str().unwrap_or_default().to_string())
 }
 
+/// `quorum restore CP --from ID --yes --wait`.
+fn restore_args<'a>(cp: &'a str, id: &'a str) -> [&'a str; 8] {
+    [
+        "restore",
+        cp,
+        "--from",
+        id,
+        "--yes",
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]
+}
+
 /// Waits for `QuorumLost` and returns its message.
 fn wait_quorum_lost(env: &Env, cp: &str) -> String {
     let s = env.wait_status(cp, "QuorumLost", QUORUM_LOST_WITHIN, |s| {
@@ -188,16 +206,7 @@ fn restore_from_a_snapshot_keeps_every_write_up_to_it_and_none_after() {
     assert_eq!(fenced(&env), 0);
 
     let t = Instant::now();
-    let out = env.ok(&[
-        "restore",
-        cp,
-        "--from",
-        &id,
-        "--yes",
-        "--wait",
-        "--timeout",
-        TIMEOUT,
-    ]);
+    let out = env.ok(&restore_args(cp, &id));
     let rto = t.elapsed();
     assert!(
         out.contains(&format!(
@@ -350,4 +359,174 @@ fn recovery_from_a_snapshot_after_the_majority_is_lost() {
         tally.acked.len(),
         tally.acked.len()
     );
+}
+
+// ---------------------------------------------------------------- an S3-compatible store
+
+/// moto's S3-compatible server on this test's own loopback address, stopped by PID.
+struct Moto {
+    child: Child,
+    addr: String,
+}
+
+/// Where scripts/install.sh put moto (`QUORUM_MOTO_DIR`, else the XDG data directory).
+fn moto_server() -> std::path::PathBuf {
+    let dir = std::env::var_os("QUORUM_MOTO_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let data = std::env::var_os("XDG_DATA_HOME")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| {
+                    std::path::PathBuf::from(std::env::var_os("HOME").unwrap()).join(".local/share")
+                });
+            data.join("quorum/moto")
+        });
+    dir.join("bin/moto_server")
+}
+
+impl Moto {
+    fn start(env: &Env) -> Moto {
+        let host = format!("127.{}.250", env.subnet());
+        let log = std::fs::File::create(env.dir.path().join("moto.log")).unwrap();
+        let child = Command::new(moto_server())
+            .args(["-H", &host, "-p", "5000"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("moto_server (scripts/install.sh installs it)");
+        let m = Moto {
+            child,
+            addr: format!("{host}:5000"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(&m.addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "moto never listened on {}",
+                m.addr
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        m
+    }
+
+    /// Creates a bucket (moto checks no signature).
+    fn create_bucket(&self, name: &str) {
+        let mut s = std::net::TcpStream::connect(&self.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        write!(
+            s,
+            "PUT /{name} HTTP/1.1\r\nHost: {}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            self.addr
+        )
+        .unwrap();
+        let mut answer = String::new();
+        let _ = s.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    /// What every quorum process needs to reach it.
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("AWS_ENDPOINT", format!("http://{}", self.addr)),
+            ("AWS_ALLOW_HTTP", "true".into()),
+            ("AWS_ACCESS_KEY_ID", "test".into()),
+            ("AWS_SECRET_ACCESS_KEY", "test".into()),
+            ("AWS_DEFAULT_REGION", "us-east-1".into()),
+        ]
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn run_with(env: &Env, vars: &[(&'static str, String)], args: &[&str]) -> std::process::Output {
+    let mut c = env.cmd(args);
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c.output().expect("run quorum")
+}
+
+fn ok_with(env: &Env, vars: &[(&'static str, String)], args: &[&str]) -> String {
+    let out = run_with(env, vars, args);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "quorum {args:?} failed:\n{text}");
+    text
+}
+
+#[test]
+fn snapshots_kept_in_s3_restore_every_key_up_to_them_and_gate_rollouts() {
+    let mut env = Env::new("restore-s3");
+    let cp = "s3";
+    let mut moto = Moto::start(&env);
+    moto.create_bucket("quorum-snapshots");
+    let vars = moto.env();
+    let vars_ref: Vec<(&str, &str)> = vars.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    env.start_controller_with(&vars_ref);
+    let store = "backup:\n  schedule: \"off\"\n  store: s3://quorum-snapshots/prod";
+    apply(&env, cp, OLD, store, &CREATE_FLAGS);
+    let before = write_keys(&env.endpoints(cp), "k/", 100);
+
+    let out = ok_with(&env, &vars, &["snapshot", cp]);
+    assert!(out.contains("verified"), "{out}");
+    let list: Value =
+        serde_json::from_str(&ok_with(&env, &vars, &["snapshots", cp, "-o", "json"])).unwrap();
+    let rec = list.as_array().unwrap().last().unwrap().clone();
+    assert_eq!(rec["location"], "s3://quorum-snapshots/prod/s3", "{rec}");
+    let (id, revision) = (
+        rec["id"].as_str().unwrap().to_string(),
+        rec["facts"]["revision"].as_i64().unwrap(),
+    );
+    // Kept in the bucket only: no local copy left.
+    let local = snapshot_records_and_files(&env, cp).2;
+    assert!(local.is_empty(), "local copies: {local:?}");
+    let after = write_keys(&env.endpoints(cp), "after/", 30);
+
+    let t = Instant::now();
+    let out = ok_with(&env, &vars, &restore_args(cp, &id));
+    assert!(
+        out.contains(&format!("every write after revision {revision}")),
+        "{out}"
+    );
+    assert_keys(&env.endpoints(cp), "k/", &before);
+    assert_keys(&env.endpoints(cp), "after/", &[]);
+    println!(
+        "restore of 3 members from {id} in S3 (moto): {:.1}s (RTO); {} writes after revision {revision} lost by choice",
+        t.elapsed().as_secs_f64(),
+        after.len()
+    );
+
+    // The store unreachable: no rollout without its snapshot, unless --no-snapshot.
+    moto.stop();
+    let out = run_with(&env, &vars, &["upgrade", cp, "--version", NEW]);
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && text.contains("quorum-snapshots"),
+        "{text}"
+    );
+    assert_eq!(env.status(cp)["spec"]["version"], OLD, "nothing recorded");
+    let out = ok_with(
+        &env,
+        &vars,
+        &["upgrade", cp, "--version", NEW, "--no-snapshot"],
+    );
+    assert!(
+        out.contains("without a snapshot") || out.contains("no snapshot"),
+        "{out}"
+    );
+    assert_eq!(env.status(cp)["spec"]["version"], NEW);
 }

@@ -82,7 +82,10 @@ impl Controller {
         let mut rec = quorum_backup::take(&access.etcd, &dir, &tool, &req).await?;
         // Restored before it is recorded: one write, and no one sees it unverified.
         rec.verification = Some(self.restore(cp, &rec).await?);
+        // Into the bucket, if the spec names one, before the record says it is there.
+        quorum_backup::keep(cp.spec.backup.store.as_deref(), &dir, &mut rec).await?;
         self.store.record_snapshot(&rec)?;
+        quorum_backup::drop_local_copy(&dir, &rec);
         Ok(())
     }
 
@@ -123,9 +126,10 @@ impl Controller {
         let tool = quorum_backup::status_tool(etcd_dir)?;
         let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
         let scratch = quorum_backup::scratch_dir(&self.cfg.home);
-        let file = LocalDir::for_control_plane(&self.cfg.home, &cp.name).path(&rec.id);
+        let dir = LocalDir::for_control_plane(&self.cfg.home, &cp.name);
+        let file = quorum_backup::local_copy(&dir, rec).await?;
         let now = access::now_unix_s();
-        let v = quorum_backup::verify(rec, &file, &tool, &etcd, &scratch, now).await;
+        let v = quorum_backup::verify(rec, &file.path, &tool, &etcd, &scratch, now).await;
         self.metrics.verified(&cp.name, v.ok);
         match &v.error {
             None => {
@@ -138,17 +142,33 @@ impl Controller {
         Ok(v)
     }
 
-    /// Removes a snapshot's file, then its record; either already gone is success.
-    pub(crate) fn prune_snapshot(&self, cp: &ControlPlane, id: &str) -> Result<(), ActionError> {
-        let path = LocalDir::for_control_plane(&self.cfg.home, &cp.name).path(id);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(ActionError::Backup(quorum_backup::BackupError::Store {
-                    location: path.display().to_string(),
-                    message: e.to_string(),
-                }))
+    /// Removes a snapshot's file (wherever its record says it is kept, and any local
+    /// copy), then its record; either already gone is success.
+    pub(crate) async fn prune_snapshot(
+        &self,
+        cp: &ControlPlane,
+        id: &str,
+    ) -> Result<(), ActionError> {
+        let dir = LocalDir::for_control_plane(&self.cfg.home, &cp.name);
+        let rec = self
+            .store
+            .snapshots(&cp.name)?
+            .into_iter()
+            .find(|r| r.id == id);
+        match rec {
+            Some(rec) => quorum_backup::remove_kept(&dir, &rec).await?,
+            None => {
+                let path = dir.path(id);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        return Err(ActionError::Backup(quorum_backup::BackupError::Store {
+                            location: path.display().to_string(),
+                            message: e.to_string(),
+                        }))
+                    }
+                }
             }
         }
         self.store.delete_snapshot(&cp.name, id)?;

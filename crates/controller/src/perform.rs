@@ -203,7 +203,7 @@ impl Controller {
                 Ok(None)
             }
             Action::PruneSnapshot { id } => {
-                self.prune_snapshot(cp, id)?;
+                self.prune_snapshot(cp, id).await?;
                 Ok(None)
             }
             Action::VerifySnapshot { id } => {

@@ -103,7 +103,9 @@ impl Controller {
                     cp.name, cp.name
                 ))
             })?;
-        let file = LocalDir::for_control_plane(&self.cfg.home, &cp.name).path(&rec.id);
+        let dir = LocalDir::for_control_plane(&self.cfg.home, &cp.name);
+        let copy = quorum_backup::local_copy(&dir, &rec).await?;
+        let file = copy.path.clone();
         let tool = quorum_backup::status_tool(self.provider.etcd_dir())?;
         let data_dir = self.provider.data_dir(machine);
         let peer_url = m.peer_url();

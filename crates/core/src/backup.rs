@@ -24,6 +24,11 @@ pub struct BackupSpec {
     /// (one never restored, at once).
     #[serde(default = "default_verify_every")]
     pub verify_every: Span,
+    /// Where snapshots are kept: `None`, the local directory `<home>/backups/NAME/`; or
+    /// an S3-compatible bucket, `s3://bucket/prefix` (endpoint and credentials from the
+    /// environment: `AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<String>,
 }
 
 /// Keep the newest `last` snapshots, plus the newest of each of the last `days` days
@@ -76,6 +81,7 @@ impl Default for BackupSpec {
             schedule: default_schedule(),
             retention: RetentionSpec::default(),
             verify_every: DEFAULT_VERIFY_EVERY,
+            store: None,
         }
     }
 }
@@ -107,6 +113,9 @@ impl BackupSpec {
         if self.verify_every.as_secs() == 0 {
             return Err("backup.verifyEvery must be 1s or more".into());
         }
+        if let Some(url) = &self.store {
+            check_store_url(url)?;
+        }
         if self.retention.last == 0 {
             return Err(
                 "backup.retention.last must be 1 or more: the newest snapshot is always kept"
@@ -115,6 +124,27 @@ impl BackupSpec {
         }
         Ok(())
     }
+}
+
+/// `backup.store` is `s3://bucket[/prefix]` with a bucket S3 accepts (3 to 63 lowercase
+/// letters, digits, dots and dashes).
+fn check_store_url(url: &str) -> Result<(), String> {
+    let bucket = url
+        .strip_prefix("s3://")
+        .map(|rest| rest.split('/').next().unwrap_or(""))
+        .ok_or_else(|| {
+            format!("backup.store {url:?} is not an S3 URL: use s3://bucket/prefix (or leave it out for <home>/backups/NAME/)")
+        })?;
+    let ok = (3..=63).contains(&bucket.len())
+        && bucket
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');
+    if !ok {
+        return Err(format!(
+            "backup.store {url:?}: {bucket:?} is not an S3 bucket name (3 to 63 lowercase letters, digits, '.' and '-')"
+        ));
+    }
+    Ok(())
 }
 
 /// The first time `cron` fires strictly after `after_unix_s` (UTC), if any.

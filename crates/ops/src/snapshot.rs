@@ -61,7 +61,12 @@ pub async fn take(
     if verify {
         rec.verification = Some(restore(ctx, &rec).await?);
     }
+    // Into the bucket, if the spec names one, before the record says it is there.
+    quorum_backup::keep(cp.spec.backup.store.as_deref(), &dir, &mut rec)
+        .await
+        .with_context(|| format!("{}: keeping snapshot {}", cp.name, rec.id))?;
     ctx.store.record_snapshot(&rec)?;
+    quorum_backup::drop_local_copy(&dir, &rec);
     if let Some(v) = &rec.verification {
         say_verified(ctx, &rec, v)?;
     }
@@ -74,10 +79,11 @@ async fn restore(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
     let etcd_dir = ctx.provider.etcd_dir();
     let tool = quorum_backup::status_tool(etcd_dir)?;
     let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
-    let file = LocalDir::for_control_plane(&ctx.home, &rec.control_plane).path(&rec.id);
+    let dir = LocalDir::for_control_plane(&ctx.home, &rec.control_plane);
+    let file = quorum_backup::local_copy(&dir, rec).await?;
     let scratch = quorum_backup::scratch_dir(&ctx.home);
     let now = quorum_controller::access::now_unix_s();
-    Ok(quorum_backup::verify(rec, &file, &tool, &etcd, &scratch, now).await)
+    Ok(quorum_backup::verify(rec, &file.path, &tool, &etcd, &scratch, now).await)
 }
 
 /// Says what a test restore came to; a failed one is an error.

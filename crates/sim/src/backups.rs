@@ -17,6 +17,7 @@ pub fn sim_backup() -> BackupSpec {
         retention: RetentionSpec { last: 1, days: 0 },
         // Between two scheduled ones: the newest is restored again once.
         verify_every: quorum_core::Span::from_secs(10),
+        store: None,
     }
 }
 

@@ -60,6 +60,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Bench(b) => match b.command {
             BenchCommand::Rollout(a) => rollout::run(a).await,
             BenchCommand::Failover(a) => failover::run(a).await,
+            BenchCommand::Snapshot(a) => quorum_bench::snapshot::run(a).await,
         },
     }
 }

@@ -1,0 +1,294 @@
+//! Where snapshots are kept: the local directory (`<home>/backups/NAME/`, the default)
+//! or, with `spec.backup.store: s3://bucket/prefix`, an S3-compatible object store
+//! (`object_store`; the endpoint and credentials from the environment, as every S3
+//! tool reads them: `AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+//! `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP`).
+//!
+//! A snapshot is always streamed into the local directory first (its digest and facts
+//! are checked there, and it is test-restored from there); with S3 it is then uploaded
+//! in parts read from the file (never whole in memory) under `<prefix>/<NAME>/<id>`, its
+//! record names the bucket, and the local copy goes. Reading one back (a later test
+//! restore, a restore) fetches it into the local directory under a temporary name, the
+//! same way, and removes it when done.
+
+use crate::{BackupError, LocalDir};
+use futures::StreamExt;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, WriteMultipart};
+use quorum_core::SnapshotRecord;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// The scheme `spec.backup.store` names an S3-compatible store with.
+pub const S3_SCHEME: &str = "s3://";
+/// The size of each uploaded part (S3's least is 5 MiB), and of each read from the file.
+const PART_BYTES: usize = 8 * 1024 * 1024;
+/// Parts in flight at once.
+const PARTS_IN_FLIGHT: usize = 2;
+/// One call to the store (a part, a listing, a delete) gives up after this long.
+const CALL_TIMEOUT_MS: u64 = 120_000;
+/// The suffix of a snapshot being fetched from the store.
+const FETCHING_SUFFIX: &str = ".fetching";
+
+/// A control plane's snapshots in an S3-compatible bucket.
+#[derive(Debug)]
+pub struct S3Dir {
+    store: AmazonS3,
+    bucket: String,
+    /// `<prefix>/<control plane>`, without slashes at either end.
+    prefix: String,
+}
+
+impl S3Dir {
+    /// The store `url` (`s3://bucket[/prefix]`) names, for control plane `cp`.
+    pub fn for_control_plane(url: &str, cp: &str) -> Result<S3Dir, BackupError> {
+        let (bucket, prefix) = parse_s3_url(url).map_err(|m| store_error(url, m))?;
+        let store = AmazonS3Builder::from_env()
+            .with_bucket_name(&bucket)
+            .build()
+            .map_err(|e| store_error(url, e.to_string()))?;
+        let prefix = [prefix.as_str(), cp]
+            .iter()
+            .filter(|p| !p.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join("/");
+        Ok(S3Dir {
+            store,
+            bucket,
+            prefix,
+        })
+    }
+
+    /// `s3://bucket/prefix/NAME`: what a record's `location` says.
+    pub fn location(&self) -> String {
+        format!("{S3_SCHEME}{}/{}", self.bucket, self.prefix)
+    }
+
+    fn object(&self, id: &str) -> ObjectPath {
+        ObjectPath::from(format!("{}/{id}", self.prefix))
+    }
+
+    /// Uploads `file` as snapshot `id`, part by part.
+    pub async fn upload(&self, id: &str, file: &Path) -> Result<(), BackupError> {
+        let at = format!("{}/{id}", self.location());
+        let upload = timed(&at, self.store.put_multipart(&self.object(id))).await?;
+        let mut writer = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        let mut f = std::fs::File::open(file).map_err(|e| store_error(&at, e.to_string()))?;
+        let mut buf = vec![0u8; PART_BYTES];
+        loop {
+            let n = f
+                .read(&mut buf)
+                .map_err(|e| store_error(&at, e.to_string()))?;
+            if n == 0 {
+                break;
+            }
+            timed(&at, writer.wait_for_capacity(PARTS_IN_FLIGHT)).await?;
+            writer.write(&buf[..n]);
+        }
+        timed(&at, writer.finish()).await?;
+        Ok(())
+    }
+
+    /// Downloads snapshot `id` into `to` (through `<to>.fetching`, renamed when whole).
+    pub async fn download(&self, id: &str, to: &Path) -> Result<(), BackupError> {
+        let at = format!("{}/{id}", self.location());
+        let got = timed(&at, self.store.get(&self.object(id))).await?;
+        let mut partial = to.as_os_str().to_os_string();
+        partial.push(FETCHING_SUFFIX);
+        let partial = PathBuf::from(partial);
+        let mut f = std::fs::File::create(&partial).map_err(|e| store_error(&at, e.to_string()))?;
+        let mut stream = got.into_stream();
+        loop {
+            let next = tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), stream.next())
+                .await
+                .map_err(|_| store_error(&at, format!("no data for {CALL_TIMEOUT_MS} ms")))?;
+            let Some(chunk) = next else { break };
+            let chunk = chunk.map_err(|e| store_error(&at, e.to_string()))?;
+            f.write_all(&chunk)
+                .map_err(|e| store_error(&at, e.to_string()))?;
+        }
+        f.sync_all().map_err(|e| store_error(&at, e.to_string()))?;
+        std::fs::rename(&partial, to).map_err(|e| store_error(&at, e.to_string()))?;
+        Ok(())
+    }
+
+    /// Removes snapshot `id`; one already gone is success.
+    pub async fn remove(&self, id: &str) -> Result<(), BackupError> {
+        let at = format!("{}/{id}", self.location());
+        match tokio::time::timeout(
+            Duration::from_millis(CALL_TIMEOUT_MS),
+            self.store.delete(&self.object(id)),
+        )
+        .await
+        {
+            Ok(Ok(())) | Ok(Err(object_store::Error::NotFound { .. })) => Ok(()),
+            Ok(Err(e)) => Err(store_error(&at, e.to_string())),
+            Err(_) => Err(store_error(
+                &at,
+                format!("no answer within {CALL_TIMEOUT_MS} ms"),
+            )),
+        }
+    }
+
+    /// The ids stored, sorted.
+    pub async fn list(&self) -> Result<Vec<String>, BackupError> {
+        let prefix = ObjectPath::from(self.prefix.clone());
+        let mut out = Vec::new();
+        let mut items = self.store.list(Some(&prefix));
+        loop {
+            let next = tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), items.next())
+                .await
+                .map_err(|_| store_error(&self.location(), "listing stalled".into()))?;
+            let Some(meta) = next else { break };
+            let meta = meta.map_err(|e| store_error(&self.location(), e.to_string()))?;
+            if let Some(name) = meta.location.filename() {
+                out.push(name.to_string());
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+}
+
+/// After a snapshot was taken (and test-restored) in `local`: with an S3 store, upload
+/// it and name the bucket in the record. The local file stays until the record is
+/// written (`drop_local_copy`), so a crash in between loses nothing.
+pub async fn keep(
+    store: Option<&str>,
+    local: &LocalDir,
+    rec: &mut SnapshotRecord,
+) -> Result<(), BackupError> {
+    let Some(url) = store else {
+        return Ok(());
+    };
+    let remote = S3Dir::for_control_plane(url, &rec.control_plane)?;
+    remote.upload(&rec.id, &local.path(&rec.id)).await?;
+    rec.location = remote.location();
+    Ok(())
+}
+
+/// Whether `rec` is kept in an object store.
+pub fn is_remote(rec: &SnapshotRecord) -> bool {
+    rec.location.starts_with(S3_SCHEME)
+}
+
+/// Once its record names the bucket, the local copy of a stored snapshot goes.
+pub fn drop_local_copy(local: &LocalDir, rec: &SnapshotRecord) {
+    if is_remote(rec) {
+        let _ = std::fs::remove_file(local.path(&rec.id));
+    }
+}
+
+/// A snapshot's file, readable locally: where it lies, or fetched from the object store
+/// into the local directory (and removed when this is dropped).
+#[derive(Debug)]
+pub struct LocalCopy {
+    pub path: PathBuf,
+    fetched: bool,
+}
+
+impl Drop for LocalCopy {
+    fn drop(&mut self) {
+        if self.fetched {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// The file of `rec` to read, fetched from its bucket when it is kept in one and no
+/// local copy is left.
+pub async fn local_copy(local: &LocalDir, rec: &SnapshotRecord) -> Result<LocalCopy, BackupError> {
+    let path = local.path(&rec.id);
+    if !is_remote(rec) || path.exists() {
+        return Ok(LocalCopy {
+            path,
+            fetched: false,
+        });
+    }
+    let prefix = rec
+        .location
+        .strip_suffix(&format!("/{}", rec.control_plane))
+        .unwrap_or(&rec.location);
+    let remote = S3Dir::for_control_plane(prefix, &rec.control_plane)?;
+    local.ensure()?;
+    let fetched = local.path(&format!("{}.fetched", rec.id));
+    remote.download(&rec.id, &fetched).await?;
+    Ok(LocalCopy {
+        path: fetched,
+        fetched: true,
+    })
+}
+
+/// Removes `rec`'s file wherever it is kept (both: a local copy may be left).
+pub async fn remove_kept(local: &LocalDir, rec: &SnapshotRecord) -> Result<(), BackupError> {
+    if is_remote(rec) {
+        let prefix = rec
+            .location
+            .strip_suffix(&format!("/{}", rec.control_plane))
+            .unwrap_or(&rec.location);
+        S3Dir::for_control_plane(prefix, &rec.control_plane)?
+            .remove(&rec.id)
+            .await?;
+    }
+    let path = local.path(&rec.id);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(store_error(&path.display().to_string(), e.to_string())),
+    }
+}
+
+/// `s3://bucket[/prefix]` → (bucket, prefix without slashes at either end).
+pub fn parse_s3_url(url: &str) -> Result<(String, String), String> {
+    let rest = url
+        .strip_prefix(S3_SCHEME)
+        .ok_or_else(|| format!("{url:?} is not an s3:// URL (s3://bucket/prefix)"))?;
+    let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+    if bucket.is_empty() {
+        return Err(format!("{url:?} names no bucket (s3://bucket/prefix)"));
+    }
+    Ok((bucket.to_string(), prefix.trim_matches('/').to_string()))
+}
+
+async fn timed<T>(
+    at: &str,
+    f: impl std::future::Future<Output = object_store::Result<T>>,
+) -> Result<T, BackupError> {
+    match tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), f).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(store_error(at, e.to_string())),
+        Err(_) => Err(store_error(
+            at,
+            format!("no answer within {CALL_TIMEOUT_MS} ms"),
+        )),
+    }
+}
+
+fn store_error(location: &str, message: String) -> BackupError {
+    BackupError::Store {
+        location: location.to_string(),
+        message,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn s3_urls_name_a_bucket_and_a_prefix() {
+        assert_eq!(
+            parse_s3_url("s3://b/p/q/").unwrap(),
+            ("b".to_string(), "p/q".to_string())
+        );
+        assert_eq!(
+            parse_s3_url("s3://b").unwrap(),
+            ("b".to_string(), String::new())
+        );
+        assert!(parse_s3_url("s3:///p").unwrap_err().contains("no bucket"));
+        assert!(parse_s3_url("gs://b").unwrap_err().contains("not an s3://"));
+    }
+}
