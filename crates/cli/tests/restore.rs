@@ -491,6 +491,11 @@ fn snapshots_kept_in_s3_restore_every_key_up_to_them_and_gate_rollouts() {
         rec["id"].as_str().unwrap().to_string(),
         rec["facts"]["revision"].as_i64().unwrap(),
     );
+    let table = ok_with(&env, &vars, &["snapshots", cp]);
+    assert!(
+        table.contains("kept in s3://quorum-snapshots/prod/s3"),
+        "{table}"
+    );
     // Kept in the bucket only: no local copy left.
     let local = snapshot_records_and_files(&env, cp).2;
     assert!(local.is_empty(), "local copies: {local:?}");

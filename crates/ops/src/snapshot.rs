@@ -194,7 +194,8 @@ pub fn table(recs: &[SnapshotRecord]) -> String {
     let widths: Vec<usize> = (0..8)
         .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
         .collect();
-    rows.iter()
+    let mut lines: Vec<String> = rows
+        .iter()
         .map(|r| {
             r.iter()
                 .zip(&widths)
@@ -204,8 +205,13 @@ pub fn table(recs: &[SnapshotRecord]) -> String {
                 .trim_end()
                 .to_string()
         })
-        .collect::<Vec<_>>()
-        .join("\n")
+        .collect();
+    // Where they are kept (a bucket or the local directory), once per place.
+    let mut places: Vec<&str> = recs.iter().map(|r| r.location.as_str()).collect();
+    places.sort_unstable();
+    places.dedup();
+    lines.extend(places.iter().map(|p| format!("kept in {p}")));
+    lines.join("\n")
 }
 
 /// "yes, 12 keys (2026-12-03T19:45:01Z)", "FAILED: ... ", or "no" (etcd's digest and
