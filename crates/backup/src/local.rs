@@ -29,6 +29,14 @@ impl LocalDir {
         }
     }
 
+    /// The home this directory is in (`<home>/backups/<cp>/`).
+    pub fn home(&self) -> &Path {
+        self.root
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(Path::new(""))
+    }
+
     /// Where the snapshots are, in words (recorded with each snapshot).
     pub fn location(&self) -> String {
         self.root.display().to_string()

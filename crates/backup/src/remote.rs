@@ -12,6 +12,7 @@
 //! same way, and removes it when done.
 
 use crate::{BackupError, LocalDir};
+use futures::future::BoxFuture;
 use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
@@ -31,6 +32,126 @@ const PARTS_IN_FLIGHT: usize = 2;
 const CALL_TIMEOUT_MS: u64 = 120_000;
 /// The suffix of a snapshot being fetched from the store.
 const FETCHING_SUFFIX: &str = ".fetching";
+
+/// Where a control plane's snapshot files are kept: what every store does, and all
+/// that the rest of quorum asks of one. The local directory (`LocalDir`) and an
+/// S3-compatible bucket (`S3Dir`) implement it; `store_for` picks one from the spec,
+/// `store_of` from a record's `location`. Another store (GCS, Azure) is one more
+/// implementation.
+pub trait SnapshotStore: Send + Sync {
+    /// Where, in words: what a record's `location` says.
+    fn location(&self) -> String;
+    /// Keeps the checked local file `file` as snapshot `id`.
+    fn put<'a>(&'a self, id: &'a str, file: &'a Path) -> BoxFuture<'a, Result<(), BackupError>>;
+    /// Writes snapshot `id` into the local file `to` (whole, or not at all).
+    fn get<'a>(&'a self, id: &'a str, to: &'a Path) -> BoxFuture<'a, Result<(), BackupError>>;
+    /// Removes snapshot `id`; one already gone is success.
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), BackupError>>;
+    /// The ids kept, sorted.
+    fn list(&self) -> BoxFuture<'_, Result<Vec<String>, BackupError>>;
+}
+
+/// The store `spec.backup.store` names for control plane `cp`: the local directory
+/// `<home>/backups/<cp>/` when it names none.
+pub fn store_for(
+    home: &Path,
+    cp: &str,
+    store: Option<&str>,
+) -> Result<Box<dyn SnapshotStore>, BackupError> {
+    Ok(match store {
+        None => Box::new(LocalDir::for_control_plane(home, cp)),
+        Some(url) => Box::new(S3Dir::for_control_plane(url, cp)?),
+    })
+}
+
+/// The store a record says its file is kept in.
+pub fn store_of(home: &Path, rec: &SnapshotRecord) -> Result<Box<dyn SnapshotStore>, BackupError> {
+    if !is_remote(rec) {
+        return Ok(Box::new(LocalDir::for_control_plane(
+            home,
+            &rec.control_plane,
+        )));
+    }
+    let url = rec
+        .location
+        .strip_suffix(&format!("/{}", rec.control_plane))
+        .unwrap_or(&rec.location);
+    Ok(Box::new(S3Dir::for_control_plane(url, &rec.control_plane)?))
+}
+
+impl SnapshotStore for LocalDir {
+    fn location(&self) -> String {
+        LocalDir::location(self)
+    }
+
+    fn put<'a>(&'a self, id: &'a str, file: &'a Path) -> BoxFuture<'a, Result<(), BackupError>> {
+        Box::pin(async move {
+            let to = self.path(id);
+            if file == to {
+                return Ok(());
+            }
+            self.ensure()?;
+            copy_whole(file, &to)
+        })
+    }
+
+    fn get<'a>(&'a self, id: &'a str, to: &'a Path) -> BoxFuture<'a, Result<(), BackupError>> {
+        Box::pin(async move {
+            let from = self.path(id);
+            if from == to {
+                return Ok(());
+            }
+            copy_whole(&from, to)
+        })
+    }
+
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), BackupError>> {
+        Box::pin(async move {
+            let path = self.path(id);
+            match std::fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(store_error(&path.display().to_string(), e.to_string())),
+            }
+        })
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<String>, BackupError>> {
+        Box::pin(async move { Ok(LocalDir::list(self)) })
+    }
+}
+
+impl SnapshotStore for S3Dir {
+    fn location(&self) -> String {
+        S3Dir::location(self)
+    }
+
+    fn put<'a>(&'a self, id: &'a str, file: &'a Path) -> BoxFuture<'a, Result<(), BackupError>> {
+        Box::pin(self.upload(id, file))
+    }
+
+    fn get<'a>(&'a self, id: &'a str, to: &'a Path) -> BoxFuture<'a, Result<(), BackupError>> {
+        Box::pin(self.download(id, to))
+    }
+
+    fn remove<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<(), BackupError>> {
+        Box::pin(S3Dir::remove(self, id))
+    }
+
+    fn list(&self) -> BoxFuture<'_, Result<Vec<String>, BackupError>> {
+        Box::pin(S3Dir::list(self))
+    }
+}
+
+/// Copies `from` to `to` through `<to>.fetching`, renamed when whole.
+fn copy_whole(from: &Path, to: &Path) -> Result<(), BackupError> {
+    let mut partial = to.as_os_str().to_os_string();
+    partial.push(FETCHING_SUFFIX);
+    let partial = PathBuf::from(partial);
+    let at = to.display().to_string();
+    std::fs::copy(from, &partial).map_err(|e| store_error(&at, e.to_string()))?;
+    std::fs::rename(&partial, to).map_err(|e| store_error(&at, e.to_string()))
+}
 
 /// A control plane's snapshots in an S3-compatible bucket.
 #[derive(Debug)]
@@ -161,12 +282,13 @@ pub async fn keep(
     local: &LocalDir,
     rec: &mut SnapshotRecord,
 ) -> Result<(), BackupError> {
-    let Some(url) = store else {
+    if store.is_none() {
+        // The local directory: the file is where it is kept already.
         return Ok(());
-    };
-    let remote = S3Dir::for_control_plane(url, &rec.control_plane)?;
-    remote.upload(&rec.id, &local.path(&rec.id)).await?;
-    rec.location = remote.location();
+    }
+    let kept = store_for(local.home(), &rec.control_plane, store)?;
+    kept.put(&rec.id, &local.path(&rec.id)).await?;
+    rec.location = kept.location();
     Ok(())
 }
 
@@ -208,14 +330,10 @@ pub async fn local_copy(local: &LocalDir, rec: &SnapshotRecord) -> Result<LocalC
             fetched: false,
         });
     }
-    let prefix = rec
-        .location
-        .strip_suffix(&format!("/{}", rec.control_plane))
-        .unwrap_or(&rec.location);
-    let remote = S3Dir::for_control_plane(prefix, &rec.control_plane)?;
+    let kept = store_of(local.home(), rec)?;
     local.ensure()?;
     let fetched = local.path(&format!("{}.fetched", rec.id));
-    remote.download(&rec.id, &fetched).await?;
+    kept.get(&rec.id, &fetched).await?;
     Ok(LocalCopy {
         path: fetched,
         fetched: true,
@@ -225,20 +343,9 @@ pub async fn local_copy(local: &LocalDir, rec: &SnapshotRecord) -> Result<LocalC
 /// Removes `rec`'s file wherever it is kept (both: a local copy may be left).
 pub async fn remove_kept(local: &LocalDir, rec: &SnapshotRecord) -> Result<(), BackupError> {
     if is_remote(rec) {
-        let prefix = rec
-            .location
-            .strip_suffix(&format!("/{}", rec.control_plane))
-            .unwrap_or(&rec.location);
-        S3Dir::for_control_plane(prefix, &rec.control_plane)?
-            .remove(&rec.id)
-            .await?;
+        store_of(local.home(), rec)?.remove(&rec.id).await?;
     }
-    let path = local.path(&rec.id);
-    match std::fs::remove_file(&path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(store_error(&path.display().to_string(), e.to_string())),
-    }
+    SnapshotStore::remove(local, &rec.id).await
 }
 
 /// `s3://bucket[/prefix]` → (bucket, prefix without slashes at either end).
@@ -277,6 +384,30 @@ fn store_error(location: &str, message: String) -> BackupError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The local directory through the trait: put, list, get, remove, on real files.
+    #[tokio::test]
+    async fn the_local_directory_keeps_snapshots_through_the_trait() {
+        let home = tempfile::tempdir().unwrap();
+        let store = store_for(home.path(), "cp", None).unwrap();
+        assert!(
+            store.location().ends_with("backups/cp"),
+            "{}",
+            store.location()
+        );
+        let src = home.path().join("taken.db");
+        std::fs::write(&src, b"snapshot bytes").unwrap();
+        store.put("cp-1.db", &src).await.unwrap();
+        assert_eq!(store.list().await.unwrap(), vec!["cp-1.db".to_string()]);
+        let back = home.path().join("back.db");
+        store.get("cp-1.db", &back).await.unwrap();
+        assert_eq!(std::fs::read(&back).unwrap(), b"snapshot bytes");
+        store.remove("cp-1.db").await.unwrap();
+        store.remove("cp-1.db").await.unwrap();
+        assert!(store.list().await.unwrap().is_empty());
+        // A bucket name S3 would refuse is refused before any call.
+        assert!(store_for(home.path(), "cp", Some("s3://")).is_err());
+    }
 
     #[test]
     fn s3_urls_name_a_bucket_and_a_prefix() {
