@@ -94,12 +94,7 @@ fn snapshot_scenario(point: &str) -> String {
     let manifest = scheduled_backup_manifest(&env, name, "*/2 * * * * *", 1);
     env.start_controller_with(&[("FAILPOINTS", &format!("{point}=return"))]);
     env.ok(&["apply", "-f", manifest.to_str().unwrap()]);
-    let code = env.controller_exit(Duration::from_secs(120));
-    assert_eq!(
-        code,
-        Some(CRASH_EXIT_CODE),
-        "{point}: the controller did not crash there (never reached?)"
-    );
+    expect_crash(&mut env, point);
     env.start_controller();
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
@@ -201,12 +196,7 @@ fn nospace_scenario(point: &str) -> String {
     env.start_controller_with(&[("FAILPOINTS", &format!("{point}={actions}"))]);
     let t = Instant::now();
     if !lose {
-        let code = env.controller_exit(Duration::from_secs(120));
-        assert_eq!(
-            code,
-            Some(CRASH_EXIT_CODE),
-            "{point}: the controller did not crash there (never reached?)"
-        );
+        expect_crash(&mut env, point);
         env.start_controller();
     }
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -314,12 +304,7 @@ fn rollout_scenario(point: &str) -> String {
             t.elapsed().as_secs_f64()
         );
     }
-    let code = env.controller_exit(Duration::from_secs(120));
-    assert_eq!(
-        code,
-        Some(CRASH_EXIT_CODE),
-        "{point}: the controller did not crash there (never reached?)"
-    );
+    expect_crash(&mut env, point);
     let crashed_after = t.elapsed();
     env.start_controller();
     finish_and_check(&mut env, name, &keys, watch);
@@ -347,12 +332,7 @@ fn in_place_scenario(point: &str) -> String {
     env.start_controller_with(&[("FAILPOINTS", &format!("{failpoint}=return"))]);
     let watch = QuorumWatch::start(&env, name);
     let t = Instant::now();
-    let code = env.controller_exit(Duration::from_secs(120));
-    assert_eq!(
-        code,
-        Some(CRASH_EXIT_CODE),
-        "{point}: the controller did not crash there (never reached?)"
-    );
+    expect_crash(&mut env, point);
     let crashed_after = t.elapsed();
     env.start_controller();
     finish_and_check(&mut env, name, &keys, watch);
@@ -407,12 +387,7 @@ fn rollback_scenario(point: &str) -> String {
     ]);
     let watch = QuorumWatch::start(&env, name);
     let t = Instant::now();
-    let code = env.controller_exit(Duration::from_secs(120));
-    assert_eq!(
-        code,
-        Some(CRASH_EXIT_CODE),
-        "{point}: the controller did not crash there (never reached?)"
-    );
+    expect_crash(&mut env, point);
     let crashed_after = t.elapsed();
     env.start_controller_with(&[bins.var()]);
     let s = env.wait_status(
@@ -455,6 +430,16 @@ fn rollback_scenario(point: &str) -> String {
         stopped_after.as_secs_f64(),
         (t.elapsed() - stopped_after).as_secs_f64()
     )
+}
+
+/// Waits for the controller armed at `point` to crash there, within 120 s.
+fn expect_crash(env: &mut Env, point: &str) {
+    let code = env.controller_exit(Duration::from_secs(120));
+    assert_eq!(
+        code,
+        Some(CRASH_EXIT_CODE),
+        "{point}: the controller did not crash there (never reached?)"
+    );
 }
 
 /// The action kinds of a rebuild (`quorum restore`, `quorum recover`), and the point
@@ -547,12 +532,7 @@ fn rebuild_scenario(point: &str) -> String {
         env.ok(&["restore", name, "--from", "newest", "--yes"]);
     }
     let t = Instant::now();
-    let code = env.controller_exit(Duration::from_secs(120));
-    assert_eq!(
-        code,
-        Some(CRASH_EXIT_CODE),
-        "{point}: the controller did not crash there (never reached?)"
-    );
+    expect_crash(&mut env, point);
     let crashed_after = t.elapsed();
     env.start_controller();
     let s = env.wait_status(
