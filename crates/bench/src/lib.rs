@@ -8,6 +8,7 @@
 mod balancer;
 pub mod demo;
 pub mod failover;
+pub mod fleet;
 mod naive;
 mod plot;
 mod preload;

@@ -2,7 +2,7 @@
 //! each command does is in `cmd/`, one module per command.
 
 use clap::{Parser, Subcommand, ValueEnum};
-use quorum_bench::{demo, failover, rollout, snapshot};
+use quorum_bench::{demo, failover, fleet, rollout, snapshot};
 use quorum_core::{Span, Strategy, DEFAULT_HAPROXY_BACKEND};
 use quorum_ops::{parse_lease_ttl, wait};
 use std::path::PathBuf;
@@ -323,6 +323,16 @@ pub enum BenchCommand {
   quorum bench snapshot --keys 10000,100000,1000000   up to a million (about 3.5 GiB of disk at once)
   quorum bench snapshot --keys 50000 --value-bytes 4096 -o json")]
     Snapshot(snapshot::SnapshotArgs),
+    /// Many control planes, one controller group: N control planes are created, then
+    /// all upgraded at once. Reports the wall time, each one's rollout time (p50, p99,
+    /// max), and each controller's CPU time, peak memory and file descriptors.
+    #[command(after_help = "Examples:
+  quorum bench fleet                                  10 control planes of 1 member, 3.4.23 -> 3.5.1
+  quorum bench fleet --control-planes 50              50 at once (about 100 etcd processes at the peak)
+  quorum bench fleet --control-planes 25 --members 3  25 of 3 members
+  quorum bench fleet --replicas 2                     2 controllers sharing a management etcd
+  quorum bench fleet --concurrency 4 -o json          fewer reconciles at once; the figures as JSON")]
+    Fleet(fleet::FleetArgs),
 }
 
 #[derive(clap::Args)]
@@ -673,6 +683,33 @@ pub struct ControllerArgs {
     /// Default: host and process id.
     #[arg(long, value_name = "NAME")]
     pub identity: Option<String>,
+    /// Control planes reconciled at the same moment. Each control plane has its own
+    /// task, and at most one pass of it runs at a time; a pass mostly waits on etcd, so
+    /// this can be well above the number of cores. A hung control plane holds one of
+    /// these while it waits out its deadlines, and delays no other.
+    #[arg(long, default_value_t = quorum_controller::fleet::DEFAULT_CONCURRENCY,
+          value_parser = parse_concurrency, value_name = "N")]
+    pub concurrency: usize,
+    /// Control planes whose connections stay open between passes; past it the least
+    /// recently used are closed (and opened again when next needed).
+    #[arg(long, default_value_t = quorum_controller::fleet::DEFAULT_MAX_OPEN_CONTROL_PLANES,
+          value_parser = parse_max_open, value_name = "N")]
+    pub max_open_control_planes: usize,
+}
+
+fn parse_concurrency(s: &str) -> Result<usize, String> {
+    let max = quorum_controller::fleet::MAX_CONCURRENCY;
+    match s.parse::<usize>() {
+        Ok(n) if (1..=max).contains(&n) => Ok(n),
+        _ => Err(format!("expected a whole number from 1 to {max}")),
+    }
+}
+
+fn parse_max_open(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("expected a whole number, 1 or more".to_string()),
+    }
 }
 
 #[derive(clap::Args)]

@@ -41,7 +41,7 @@ pub fn snapshot_source<'a>(
     Some((leader, running))
 }
 
-impl Controller {
+impl Reconciler {
     /// Takes a snapshot from the leader, records it, test-restores it and records that.
     /// A failed test restore is recorded (and counted in the metrics), not an error:
     /// the snapshot was taken; it just does not count as verified.
@@ -59,11 +59,12 @@ impl Controller {
             .ok_or(ActionError::NoLeader)?;
         let (leader, running) =
             snapshot_source(machines, observed, &url).ok_or(ActionError::NoLeader)?;
-        let etcd_dir = self.provider.etcd_dir();
+        let etcd_dir = self.sh.provider.etcd_dir();
         let tool = quorum_backup::status_tool(etcd_dir)?;
-        let dir = LocalDir::for_control_plane(&self.cfg.home, &cp.name);
+        let dir = LocalDir::for_control_plane(&self.sh.cfg.home, &cp.name);
         let recorded: Vec<String> = self
-            .store
+            .sh
+            .store()
             .snapshots(&cp.name)?
             .into_iter()
             .map(|r| r.id)
@@ -84,7 +85,7 @@ impl Controller {
         rec.verification = Some(self.restore(cp, &rec).await?);
         // Into the bucket, if the spec names one, before the record says it is there.
         quorum_backup::keep(cp.spec.backup.store.as_deref(), &dir, &mut rec).await?;
-        self.store.record_snapshot(&rec)?;
+        self.sh.store().record_snapshot(&rec)?;
         quorum_backup::drop_local_copy(&dir, &rec);
         Ok(())
     }
@@ -96,7 +97,7 @@ impl Controller {
         cp: &ControlPlane,
         id: &str,
     ) -> Result<(), ActionError> {
-        let recs = self.store.snapshots(&cp.name)?;
+        let recs = self.sh.store().snapshots(&cp.name)?;
         match recs.iter().find(|r| r.id == id) {
             Some(rec) => self.restore_and_record(cp, rec).await,
             None => Ok(()),
@@ -111,7 +112,7 @@ impl Controller {
         rec: &quorum_core::SnapshotRecord,
     ) -> Result<(), ActionError> {
         let v = self.restore(cp, rec).await?;
-        self.store.record_verification(&cp.name, &rec.id, &v)?;
+        self.sh.store().record_verification(&cp.name, &rec.id, &v)?;
         Ok(())
     }
 
@@ -122,15 +123,15 @@ impl Controller {
         cp: &ControlPlane,
         rec: &quorum_core::SnapshotRecord,
     ) -> Result<quorum_core::Verification, ActionError> {
-        let etcd_dir = self.provider.etcd_dir();
+        let etcd_dir = self.sh.provider.etcd_dir();
         let tool = quorum_backup::status_tool(etcd_dir)?;
         let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
-        let scratch = quorum_backup::scratch_dir(&self.cfg.home);
-        let dir = LocalDir::for_control_plane(&self.cfg.home, &cp.name);
+        let scratch = quorum_backup::scratch_dir(&self.sh.cfg.home);
+        let dir = LocalDir::for_control_plane(&self.sh.cfg.home, &cp.name);
         let file = quorum_backup::local_copy(&dir, rec).await?;
         let now = access::now_unix_s();
         let v = quorum_backup::verify(rec, &file.path, &tool, &etcd, &scratch, now).await;
-        self.metrics.verified(&cp.name, v.ok);
+        self.sh.metrics.verified(&cp.name, v.ok);
         match &v.error {
             None => {
                 tracing::info!(cp = %cp.name, id = %rec.id, keys = v.keys, "snapshot test-restored")
@@ -149,9 +150,10 @@ impl Controller {
         cp: &ControlPlane,
         id: &str,
     ) -> Result<(), ActionError> {
-        let dir = LocalDir::for_control_plane(&self.cfg.home, &cp.name);
+        let dir = LocalDir::for_control_plane(&self.sh.cfg.home, &cp.name);
         let rec = self
-            .store
+            .sh
+            .store()
             .snapshots(&cp.name)?
             .into_iter()
             .find(|r| r.id == id);
@@ -171,7 +173,7 @@ impl Controller {
                 }
             }
         }
-        self.store.delete_snapshot(&cp.name, id)?;
+        self.sh.store().delete_snapshot(&cp.name, id)?;
         Ok(())
     }
 }

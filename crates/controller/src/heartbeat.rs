@@ -12,6 +12,7 @@
 //! (and then stops beating until the loop leads again).
 
 use quorum_store::{Heartbeat, HeartbeatWriter, StepInProgress, StoreError};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -27,7 +28,8 @@ struct Shared {
     /// Bumped whenever `writer` is replaced, so a writer taken out for a beat is not put
     /// back over a newer one.
     generation: u64,
-    step: Option<StepInProgress>,
+    /// The step under way on each control plane (reconcilers run at once).
+    steps: BTreeMap<String, StepInProgress>,
     stop: bool,
 }
 
@@ -44,7 +46,7 @@ impl Heartbeats {
                 identity: identity.to_string(),
                 writer: None,
                 generation: 0,
-                step: None,
+                steps: BTreeMap::new(),
                 stop: false,
             }),
             Condvar::new(),
@@ -80,12 +82,14 @@ impl Heartbeats {
         let mut s = self.lock();
         s.writer = None;
         s.generation += 1;
-        s.step = None;
+        s.steps.clear();
     }
 
-    /// The step under way (`None` once it ended); written with the next beat.
-    pub fn step(&self, step: Option<StepInProgress>) {
-        self.lock().step = step;
+    /// Where reconcilers report their steps (any number of handles).
+    pub fn steps(&self) -> Steps {
+        Steps {
+            shared: self.shared.clone(),
+        }
     }
 
     /// Stops the thread and waits for it (at most one store call).
@@ -96,6 +100,33 @@ impl Heartbeats {
             let _ = t.join();
         }
     }
+}
+
+/// A handle reconcilers report their steps through.
+#[derive(Clone)]
+pub struct Steps {
+    shared: Arc<(Mutex<Shared>, Condvar)>,
+}
+
+impl Steps {
+    /// The step under way on `cp` (`None` once it ended); written with the next beat.
+    pub fn step(&self, cp: &str, step: Option<StepInProgress>) {
+        let mut s = lock(&self.shared.0);
+        match step {
+            Some(step) => {
+                s.steps.insert(cp.to_string(), step);
+            }
+            None => {
+                s.steps.remove(cp);
+            }
+        }
+    }
+}
+
+/// The step a beat names: the oldest under way, the one a reader most needs to know
+/// about (the heartbeat record names one step, as it always has).
+fn oldest(steps: &BTreeMap<String, StepInProgress>) -> Option<StepInProgress> {
+    steps.values().min_by_key(|s| s.since_ms).cloned()
 }
 
 fn lock(m: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
@@ -117,7 +148,7 @@ fn beat_until_stopped(shared: &(Mutex<Shared>, Condvar)) {
             let beat = Heartbeat {
                 identity: s.identity.clone(),
                 at_ms: crate::now_ms(),
-                step: s.step.clone(),
+                step: oldest(&s.steps),
             };
             // The store call runs without the lock: the loop never waits on it.
             drop(s);
@@ -201,11 +232,24 @@ mod tests {
         // Not leading: no beat.
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(beats.load(Ordering::SeqCst), 0);
-        h.step(Some(StepInProgress {
-            control_plane: "prod".into(),
-            description: "stop machine prod-1".into(),
-            since_ms: 1,
-        }));
+        // Two control planes under way at once: the beat names the older step.
+        let steps = h.steps();
+        steps.step(
+            "prod",
+            Some(StepInProgress {
+                control_plane: "prod".into(),
+                description: "stop machine prod-1".into(),
+                since_ms: 1,
+            }),
+        );
+        steps.step(
+            "dev",
+            Some(StepInProgress {
+                control_plane: "dev".into(),
+                description: "stop machine dev-1".into(),
+                since_ms: 2,
+            }),
+        );
         h.lead(Box::new(Counting {
             beats: beats.clone(),
             fenced: fenced.clone(),

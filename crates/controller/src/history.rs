@@ -4,7 +4,7 @@
 
 use super::*;
 
-impl Controller {
+impl Reconciler {
     /// A refusal (the `Blocked` condition) is history too: what quorum would not do,
     /// and why, recorded once per distinct refusal.
     pub(crate) fn record_blocked(&mut self, cp: &ControlPlane, d: &Decision) {
@@ -12,7 +12,7 @@ impl Controller {
             .condition(ConditionKind::Blocked)
             .filter(|c| c.status)
             .map(|c| c.message.clone());
-        let st = self.state.entry(cp.name.clone()).or_default();
+        let st = &mut self.st;
         // The same refusal with other figures ("next start in 3s", then 2s) is the same
         // refusal: recorded once.
         if now.as_deref().map(shape) == st.last_blocked.as_deref().map(shape) {
@@ -40,7 +40,7 @@ impl Controller {
             self.event(cp, e);
         }
         for (machine, starts) in &t.crash_loops_started {
-            let tail = self.provider.last_log_lines(machine, CRASH_LOG_LINES);
+            let tail = self.sh.provider.last_log_lines(machine, CRASH_LOG_LINES);
             let last = why_it_exited(&tail);
             let msg = if last.is_empty() {
                 format!(

@@ -17,13 +17,17 @@ mod backups;
 pub use backups::{snapshot_source, snapshots_into};
 pub mod balancer;
 pub mod failpoints;
+pub mod fleet;
 pub mod heartbeat;
 mod history;
 pub mod metrics;
 pub mod pacing;
 mod perform;
 mod rebuild;
+mod reconciler;
 mod standing;
+
+use reconciler::{Reconciler, Shared};
 
 use access::{now_unix_s, Access};
 use quorum_core::lease::Standing;
@@ -127,6 +131,10 @@ pub struct Config {
     pub store: StoreLocation,
     /// Leadership lease among replicas sharing a management etcd.
     pub lease_ttl_ms: u64,
+    /// Reconciles in flight at once (`fleet::DEFAULT_CONCURRENCY`).
+    pub concurrency: usize,
+    /// Control planes whose connections stay cached (`fleet::DEFAULT_MAX_OPEN_CONTROL_PLANES`).
+    pub max_open_control_planes: usize,
 }
 
 /// A replica's name unless one is given: the host and the process id (`web-1-4242`),
@@ -150,6 +158,8 @@ impl Config {
             drain_ms: DRAIN_MS,
             store: StoreLocation::Embedded,
             lease_ttl_ms: quorum_core::lease::DEFAULT_LEASE_TTL_MS,
+            concurrency: fleet::DEFAULT_CONCURRENCY,
+            max_open_control_planes: fleet::DEFAULT_MAX_OPEN_CONTROL_PLANES,
         }
     }
 }
@@ -216,32 +226,6 @@ pub struct StatusDoc<'a> {
     pub cluster_version: Option<String>,
 }
 
-#[derive(Default)]
-struct CpState {
-    /// Since when each machine has had a problem: the health model's only memory (a
-    /// controller that takes over starts afresh, which only delays a remediation).
-    health: quorum_core::health::Tracker,
-    /// When the previous reconcile of this control plane ended, if it left work pending
-    /// (it acted or waited). After an idle (converged) pass this is `None`: the time
-    /// spent idle is not a reaction delay.
-    last_end: Option<Instant>,
-    /// Drain clocks and retry due times (created with the configured drain time; a
-    /// restarted controller drains again, which is only slower).
-    pacer: Option<pacing::Pacer>,
-    /// Last error message recorded, to record each distinct error once.
-    last_error: Option<String>,
-    last_published: Option<(String, i64)>,
-    converged_recorded: bool,
-    /// The endpoints last written to the endpoints file.
-    last_endpoints: Option<Vec<String>>,
-    /// The load balancer problem last reported (reported once until it changes).
-    last_lb_problem: Option<String>,
-    /// The refusal last recorded (each distinct one once, until it clears).
-    last_blocked: Option<String>,
-    /// The client certificate last loaded into the load balancer.
-    lb_cert: Option<String>,
-}
-
 /// What a reconcile of one control plane did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -253,15 +237,25 @@ pub enum Outcome {
     Converged,
 }
 
+impl Outcome {
+    /// The metrics' label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Acted => "acted",
+            Outcome::Waiting => "waiting",
+            Outcome::Converged => "converged",
+        }
+    }
+}
+
 pub struct Controller {
-    cfg: Config,
-    store: Store,
-    provider: LocalProvider,
-    /// How to reach each control plane's members (its credentials), by name.
-    access: HashMap<String, Arc<Access>>,
-    state: HashMap<String, CpState>,
+    /// What every control plane's reconciler shares (settings, store, provider, metrics).
+    sh: Arc<Shared>,
+    /// Reconcilers driven one pass at a time by `reconcile` (a teardown, tests).
+    inline: HashMap<String, Reconciler>,
+    /// The tasks `run` drives, one per control plane.
+    fleet: fleet::Fleet,
     last_heartbeat_ms: i64,
-    metrics: Arc<metrics::Metrics>,
     /// This replica holds the leadership (always, with the embedded store).
     leading: bool,
     /// The leader last reported while standing by (reported once per change).
@@ -286,21 +280,27 @@ pub enum Lead {
 impl Controller {
     pub fn new(cfg: Config) -> Result<Self, StoreError> {
         let store = Store::connect(&cfg.store, &cfg.home)?;
-        let provider = LocalProvider::new(&cfg.home, cfg.etcd_dir.clone());
+        let concurrency = cfg.concurrency;
         Ok(Controller {
-            cfg,
-            store,
-            provider,
-            access: HashMap::new(),
-            state: HashMap::new(),
+            sh: Arc::new(Shared::new(cfg, store)),
+            inline: HashMap::new(),
+            fleet: fleet::Fleet::new(concurrency),
             last_heartbeat_ms: 0,
-            metrics: Arc::new(metrics::Metrics::new()),
             leading: false,
             last_standby: None,
             stepped_down_at: None,
             heartbeats: None,
             held: None,
         })
+    }
+
+    /// Everything cached for control planes (reconcilers, their tasks, connections) is
+    /// dropped: a new term starts afresh, and a deposed replica acts on nothing.
+    fn forget_all(&mut self) {
+        self.sh.set_acting(false);
+        self.inline.clear();
+        self.fleet.stop_all(&self.sh);
+        self.sh.access.clear();
     }
 
     /// One attempt to lead (the embedded store: always granted). On taking the lead,
@@ -315,26 +315,25 @@ impl Controller {
         let since_step_down_ms = self
             .stepped_down_at
             .map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX));
-        if !quorum_core::lease::may_campaign(since_step_down_ms, self.cfg.lease_ttl_ms) {
+        let ttl_ms = self.sh.cfg.lease_ttl_ms;
+        if !quorum_core::lease::may_campaign(since_step_down_ms, ttl_ms) {
             return Ok(Lead::Standby(None));
         }
-        match self
-            .store
-            .campaign(&self.cfg.identity, self.cfg.lease_ttl_ms)?
-        {
+        let campaign = self.sh.store().campaign(&self.sh.cfg.identity, ttl_ms)?;
+        match campaign {
             Campaign::Leading { token } => {
-                self.state.clear();
+                self.forget_all();
                 self.leading = true;
                 self.last_standby = None;
                 let now = now_ms();
-                self.store.controller_heartbeat(&self.beat(now))?;
+                self.sh.store().controller_heartbeat(&self.beat(now))?;
                 self.last_heartbeat_ms = now;
                 if let Some(h) = &self.heartbeats {
-                    h.lead(self.store.heartbeat_writer()?);
+                    h.lead(self.sh.store().heartbeat_writer()?);
                 }
-                self.metrics.leading(true);
+                self.sh.metrics.leading(true);
                 if token != 0 {
-                    tracing::info!(token, ttl_ms = self.cfg.lease_ttl_ms, "leading");
+                    tracing::info!(token, ttl_ms, "leading");
                 }
                 Ok(Lead::Leading)
             }
@@ -358,34 +357,25 @@ impl Controller {
             return;
         }
         tracing::warn!("stepping down: {why}");
+        self.forget_all();
         if let Some(h) = &self.heartbeats {
             h.stand_down();
         }
-        self.store.step_down();
+        self.sh.store().step_down();
         self.leading = false;
         self.stepped_down_at = Some(Instant::now());
-        self.state.clear();
-        self.metrics.leading(false);
-    }
-
-    /// The margin a step needs; `None` (skip the local deadline, leaving the store's
-    /// fence as the only check) only under the `ignore-lease-deadline` failpoint.
-    fn lease_margin_ms(&self) -> Option<u64> {
-        if failpoints::enabled("ignore-lease-deadline") {
-            return None;
-        }
-        Some(quorum_core::lease::margin_ms(self.cfg.lease_ttl_ms))
+        self.sh.metrics.leading(false);
     }
 
     /// The controller's metrics (to serve with `metrics::serve`).
     pub fn metrics(&self) -> Arc<metrics::Metrics> {
-        self.metrics.clone()
+        self.sh.metrics.clone()
     }
 
     /// A heartbeat of this replica at `now_ms`, with no step in progress.
     fn beat(&self, now_ms: i64) -> quorum_store::Heartbeat {
         quorum_store::Heartbeat {
-            identity: self.cfg.identity.clone(),
+            identity: self.sh.cfg.identity.clone(),
             at_ms: now_ms,
             step: None,
         }
@@ -393,28 +383,40 @@ impl Controller {
 
     /// Runs until `stop` is set. Errors reading the store are reported and retried.
     pub async fn run(&mut self, stop: Arc<AtomicBool>) {
-        tracing::info!(home = %self.cfg.home.display(), store = %self.store.location(), "controller running");
-        self.heartbeats = Some(heartbeat::Heartbeats::start(&self.cfg.identity));
+        tracing::info!(
+            home = %self.sh.cfg.home.display(),
+            store = %self.sh.store().location(),
+            concurrency = self.sh.cfg.concurrency,
+            "controller running"
+        );
+        let beats = heartbeat::Heartbeats::start(&self.sh.cfg.identity);
+        *self.sh.steps.lock().unwrap_or_else(|p| p.into_inner()) = Some(beats.steps());
+        self.heartbeats = Some(beats);
         self.run_loop(&stop).await;
+        self.forget_all();
+        *self.sh.steps.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if let Some(h) = self.heartbeats.take() {
             h.stop();
         }
         // Said at once, so readers do not wait for the heartbeat to go stale (and while
         // still leading, so the write passes the fence).
         if self.leading {
-            if let Err(e) = self.store.controller_stopped(&self.cfg.identity) {
+            if let Err(e) = self.sh.store().controller_stopped(&self.sh.cfg.identity) {
                 tracing::warn!("withdrawing the heartbeat: {e}");
             }
         }
-        self.store.step_down();
+        self.sh.store().step_down();
         tracing::info!("controller stopped");
     }
 
+    /// The supervisor: leadership and the lease first, then the tasks (`fleet`), every
+    /// `busy_poll_ms`. The reconciles themselves run in the tasks.
     async fn run_loop(&mut self, stop: &Arc<AtomicBool>) {
-        let standby_poll_ms = quorum_core::lease::standby_poll_ms(self.cfg.lease_ttl_ms);
+        let standby_poll_ms = quorum_core::lease::standby_poll_ms(self.sh.cfg.lease_ttl_ms);
+        let busy_poll_ms = self.sh.cfg.busy_poll_ms;
         while !stop.load(Ordering::Relaxed) {
-            self.metrics
-                .store_endpoints(&self.store.endpoint_health(false));
+            let health = self.sh.store().endpoint_health(false);
+            self.sh.metrics.store_endpoints(&health);
             match self.lead() {
                 Ok(Lead::Leading) => {}
                 Ok(Lead::Standby(who)) => {
@@ -438,90 +440,74 @@ impl Controller {
             // The lease, by this replica's own clock and by what the store said of it,
             // before anything else happens, even with nothing to do.
             if !failpoints::enabled("ignore-lease-deadline") {
-                let left = self.store.lease_left_ms();
-                match quorum_core::lease::standing(left, self.store.lease_lost(), 0) {
+                let (left, lost) = {
+                    let s = self.sh.store();
+                    (s.lease_left_ms(), s.lease_lost())
+                };
+                match quorum_core::lease::standing(left, lost, 0) {
                     Standing::Act => {}
                     Standing::Lost => {
                         self.step_down("the store says the leadership lease is gone");
                         continue;
                     }
                     Standing::Hold => {
+                        self.sh.set_acting(false);
                         let why = self.lease_unconfirmed();
                         self.hold(&why);
-                        sleep_unless(stop, self.cfg.busy_poll_ms).await;
+                        sleep_unless(stop, busy_poll_ms).await;
                         continue;
                     }
                 }
             }
-            let outcome = match self.reconcile_all().await {
-                Ok(o) => {
+            match self.sh.take_trouble() {
+                Some(fleet::Trouble::LostLeadership(why)) => {
+                    self.step_down(&why);
+                    continue;
+                }
+                Some(fleet::Trouble::Unavailable(why)) => {
+                    self.sh.set_acting(false);
+                    self.hold(&why);
+                    sleep_unless(stop, busy_poll_ms).await;
+                    continue;
+                }
+                None => {}
+            }
+            // Leading, the lease confirmed, nothing reported: the tasks may pass.
+            self.sh.set_acting(true);
+            match self.fleet.tend(&self.sh) {
+                Ok(()) => {
                     self.store_answers();
-                    o
                 }
                 Err(e) if e.lost_leadership() => {
                     self.step_down(&e.to_string());
                     continue;
                 }
                 Err(e) if e.is_unavailable() => {
+                    self.sh.set_acting(false);
                     self.hold(&e.to_string());
-                    Outcome::Waiting
                 }
-                Err(e) => {
-                    tracing::error!("reconcile: {e}");
-                    Outcome::Waiting
-                }
-            };
-            match outcome {
-                Outcome::Acted => {}
-                Outcome::Waiting => sleep_unless(stop, self.cfg.busy_poll_ms).await,
-                Outcome::Converged => self.idle(stop).await,
+                Err(e) => tracing::error!("listing the control planes: {e}"),
             }
+            sleep_unless(stop, busy_poll_ms).await;
         }
     }
 
-    /// Sleeps up to the idle interval, waking early if the store changes.
-    async fn idle(&self, stop: &AtomicBool) {
-        let start = Instant::now();
-        let before = self.store.data_version().ok();
-        while start.elapsed() < Duration::from_millis(self.cfg.idle_poll_ms) {
-            sleep_unless(stop, self.cfg.busy_poll_ms).await;
-            if stop.load(Ordering::Relaxed) || self.store.data_version().ok() != before {
-                return;
-            }
-            if !quorum_core::lease::may_act(self.store.lease_left_ms(), 0) {
-                return;
-            }
-        }
-    }
-
-    /// One pass over every control plane; the most urgent outcome wins.
+    /// One pass over every control plane, one after another (for a caller driving
+    /// passes itself; `run` runs each control plane in its own task). The most urgent
+    /// outcome wins; the first error ends the pass.
     pub async fn reconcile_all(&mut self) -> Result<Outcome, StoreError> {
         let now = now_ms();
         // Without `run`'s heartbeat thread (a caller driving passes itself), beat here.
         let every_ms = heartbeat::HEARTBEAT_EVERY_MS as i64;
         if self.heartbeats.is_none() && now - self.last_heartbeat_ms >= every_ms {
-            self.store.controller_heartbeat(&self.beat(now))?;
+            self.sh.store().controller_heartbeat(&self.beat(now))?;
             self.last_heartbeat_ms = now;
         }
-        let cps = self.store.control_planes()?;
-        self.state.retain(|k, _| cps.iter().any(|c| &c.name == k));
-        self.access.retain(|k, _| cps.iter().any(|c| &c.name == k));
+        let cps = self.sh.store().control_planes()?;
+        self.inline.retain(|k, _| cps.iter().any(|c| &c.name == k));
         let mut overall = Outcome::Converged;
         for cp in cps {
-            let t = Instant::now();
-            let o = match self.reconcile(&cp).await {
-                Ok(o) => o,
-                Err(e) => {
-                    self.metrics.reconciled("error", t.elapsed().as_secs_f64());
-                    return Err(e);
-                }
-            };
-            let label = match o {
-                Outcome::Acted => "acted",
-                Outcome::Waiting => "waiting",
-                Outcome::Converged => "converged",
-            };
-            self.metrics.reconciled(label, t.elapsed().as_secs_f64());
+            let o = self.reconcile(&cp).await?;
             overall = match (overall, o) {
                 (Outcome::Acted, _) | (_, Outcome::Acted) => Outcome::Acted,
                 (Outcome::Waiting, _) | (_, Outcome::Waiting) => Outcome::Waiting,
@@ -531,394 +517,21 @@ impl Controller {
         Ok(overall)
     }
 
-    /// The credentials and adapter for a control plane's members, built once and
-    /// rebuilt before the controller's own client certificate runs out.
-    fn access_for(&mut self, cp: &ControlPlane) -> Result<Arc<Access>, StoreError> {
-        if let Some(a) = self.access.get(&cp.name) {
-            if a.fresh(now_unix_s()) {
-                return Ok(a.clone());
-            }
-        }
-        let identity = format!("quorum-controller {}", self.cfg.identity);
-        let a = Arc::new(access::open(
-            &self.store,
-            cp,
-            &identity,
-            Timeouts::default(),
-        )?);
-        self.access.insert(cp.name.clone(), a.clone());
-        Ok(a)
-    }
-
-    /// Observe, decide, act for one control plane.
+    /// Observe, decide, act for one control plane, here and now (its reconciler is kept
+    /// between calls).
     pub async fn reconcile(&mut self, cp: &ControlPlane) -> Result<Outcome, StoreError> {
-        let machines = self.store.machines(&cp.name)?;
-        let access = self.access_for(cp)?;
-        let mut observed = observe(&self.provider, &access.etcd, &machines).await;
-        let tracked = self
-            .state
+        self.sh.set_acting(self.leading);
+        let sh = self.sh.clone();
+        let r = self
+            .inline
             .entry(cp.name.clone())
-            .or_default()
-            .health
-            .observe(cp, &machines, &observed.observation);
-        observed.observation.problem_since_unix_s = tracked.since_unix_s.clone();
-        observed.observation.defragmented = tracked.defragmented.clone();
-        observed.observation.nospace_recurrences = tracked.nospace_recurrences;
-        snapshots_into(&self.store, cp, &mut observed.observation)?;
-        self.record_health(cp, &tracked);
-        self.metrics.health(
-            &cp.name,
-            tracked.since_unix_s.len(),
-            tracked.crash_loops_started.len(),
-        );
-        let decision = decide(cp, &machines, &observed.observation);
-        let up_to_date = machines
-            .iter()
-            .filter(|m| m.version == cp.spec.version && !m.deleting)
-            .count();
-        self.metrics.control_plane(
-            &cp.name,
-            up_to_date as f64 / f64::from(cp.spec.replicas.max(1)),
-            decision.quorum_margin(),
-        );
-        self.record_blocked(cp, &decision);
-        // Published before any action: clients see a leaving machine go from the
-        // endpoints before its member is removed.
-        self.publish(cp, &decision, &observed)?;
-        let balancer = self.sync_balancer(cp, &access, &decision, &machines).await;
-        let started = Instant::now();
-        let waited_ms = self
-            .state
-            .get(&cp.name)
-            .and_then(|s| s.last_end)
-            .map(|t| started.duration_since(t).as_millis() as i64);
-        let mut outcome = if decision.converged {
-            Outcome::Converged
-        } else {
-            Outcome::Waiting
-        };
-        if decision.converged {
-            let st = self.state.entry(cp.name.clone()).or_default();
-            if !st.converged_recorded {
-                st.converged_recorded = true;
-                let n = machines.len();
-                let msg = format!(
-                    "{n} machine{} at etcd {}, every member healthy",
-                    if n == 1 { "" } else { "s" },
-                    cp.spec.version
-                );
-                self.event(
-                    cp,
-                    NewEvent::new(EventKind::Converged, StepOutcome::Ok, &msg),
-                );
-            }
-        } else {
-            self.state
-                .entry(cp.name.clone())
-                .or_default()
-                .converged_recorded = false;
-        }
-        if let Some(b) = &balancer {
-            if !b.done.is_empty() {
-                outcome = Outcome::Acted;
-            } else if b.blocked.is_some() || !b.unhealthy.is_empty() {
-                outcome = Outcome::Waiting;
-            }
-        }
-        // The endpoints of this pass are published: a machine seen leaving starts its
-        // drain now.
-        self.pacer(&cp.name).observe(pacing::clock_ms(), &machines);
-        for action in &decision.actions {
-            let verdict = self
-                .pacer(&cp.name)
-                .check(pacing::clock_ms(), action, balancer.as_ref());
-            if let quorum_core::pacing::Verdict::Wait(hold) = verdict {
-                // Draining, the load balancer behind, or backing off: a wait, not a
-                // failure; look again soon.
-                tracing::debug!(cp = %cp.name, "holding '{action}': {hold}");
-                break;
-            }
-            let t0 = Instant::now();
-            let res = match self
-                .perform(cp, &access, &machines, &observed, action)
-                .await
-            {
-                // Not the action's failure: this replica may not act now (it no longer
-                // leads, or its store cannot serve or confirm its lease). The next pass
-                // observes again, whatever the call did.
-                Err(ActionError::Store(e)) if e.lost_leadership() || e.is_unavailable() => {
-                    return Err(e)
-                }
-                res => res,
-            };
-            let took_ms = t0.elapsed().as_millis() as i64;
-            let (attempt, _) =
-                self.pacer(&cp.name)
-                    .record(pacing::clock_ms(), action, &res, pacing::jitter());
-            let machine = action.machine();
-            match res {
-                Ok(allocated) => {
-                    self.metrics.operation(action.kind().as_str(), "ok");
-                    if let Action::Defragment { machine } = action {
-                        self.state
-                            .entry(cp.name.clone())
-                            .or_default()
-                            .health
-                            .defragmented(machine);
-                    }
-                    if let Action::DisarmAlarm { .. } = action {
-                        self.state
-                            .entry(cp.name.clone())
-                            .or_default()
-                            .health
-                            .disarmed();
-                    }
-                    if matches!(action, Action::ForgetControlPlane) {
-                        self.metrics.forget(&cp.name);
-                        if let Err(e) = remove_local_files(&self.cfg.home, &cp.name) {
-                            tracing::warn!(cp = %cp.name, "{e}");
-                        }
-                    }
-                    tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
-                    let st = self.state.entry(cp.name.clone()).or_default();
-                    st.last_error = None;
-                    let message = perform::done_message(action, allocated.as_deref());
-                    self.event(
-                        cp,
-                        NewEvent {
-                            machine: allocated.as_deref().or(machine),
-                            waited_ms,
-                            took_ms: Some(took_ms),
-                            ..NewEvent::new(action.kind(), StepOutcome::Ok, &message)
-                        },
-                    );
-                    outcome = Outcome::Acted;
-                }
-                Err(e) => {
-                    let refusal = attempt == quorum_core::pacing::Attempt::Refused;
-                    let ended = if refusal {
-                        StepOutcome::Refused
-                    } else {
-                        StepOutcome::Failed
-                    };
-                    self.metrics
-                        .operation(action.kind().as_str(), ended.as_str());
-                    let msg = match e.refusal_reason() {
-                        Some(reason) => format!("{action}: {reason} ({e})"),
-                        None => format!("{action}: {e}"),
-                    };
-                    let st = self.state.entry(cp.name.clone()).or_default();
-                    let repeat = st.last_error.as_deref() == Some(msg.as_str());
-                    st.last_error = Some(msg.clone());
-                    if !repeat {
-                        if refusal {
-                            tracing::info!(cp = %cp.name, "{msg}");
-                        } else {
-                            tracing::warn!(cp = %cp.name, "{msg}");
-                        }
-                        self.event(
-                            cp,
-                            NewEvent {
-                                machine,
-                                took_ms: Some(took_ms),
-                                ..NewEvent::new(action.kind(), ended, &msg)
-                            },
-                        );
-                    }
-                    break;
-                }
-            }
-        }
-        self.state.entry(cp.name.clone()).or_default().last_end =
-            (outcome != Outcome::Converged).then(Instant::now);
-        Ok(outcome)
-    }
-
-    /// Reads the backend, probes the members that should enter it (their own
-    /// `/health`, with the control plane's credentials), then changes the backend.
-    async fn sync_balancer_inner(
-        &self,
-        cp: &ControlPlane,
-        spec: quorum_core::HaproxySpec,
-        access: &Access,
-        d: &Decision,
-        machines: &[Machine],
-    ) -> balancer::Synced {
-        let failed = |e: tokio::task::JoinError| balancer::Synced {
-            blocked: Some(format!("background task failed: {e}")),
-            ..Default::default()
-        };
-        let s2 = spec.clone();
-        let current = match tokio::task::spawn_blocking(move || balancer::read(&s2)).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                return balancer::Synced {
-                    blocked: Some(e),
-                    ..Default::default()
-                }
-            }
-            Err(e) => return failed(e),
-        };
-        let mut desired = Vec::new();
-        let mut unhealthy = Vec::new();
-        for m in machines
-            .iter()
-            .filter(|m| d.endpoints.contains(&m.client_url()))
-        {
-            // A member enters the backend only once it says it is healthy itself.
-            if balancer::serving(&current, m) || access.etcd.health(&m.client_url()).await.is_ok() {
-                desired.push((m.name.clone(), balancer::addr(m)));
-            } else {
-                unhealthy.push(m.name.clone());
-            }
-        }
-        let tls = access.client.as_ref().map(|c| balancer::LbTls {
-            ca_pem: c.ca_pem.clone(),
-            bundle_pem: format!("{}\n{}", c.cert_pem.trim_end(), c.key_pem.trim_end()),
-            names: balancer::LbTls::names(&cp.name),
-        });
-        // A new client certificate (a restarted controller, or a renewal) is loaded
-        // before it is needed.
-        let reload = match (&tls, self.state.get(&cp.name)) {
-            (Some(_), st) => {
-                st.and_then(|s| s.lb_cert.as_ref()) != access.client.as_ref().map(|c| &c.cert_pem)
-            }
-            (None, _) => false,
-        };
-        let mut synced = tokio::task::spawn_blocking(move || {
-            balancer::apply(&spec, &desired, &current, tls.as_ref(), reload)
-        })
-        .await
-        .unwrap_or_else(failed);
-        synced.unhealthy = unhealthy;
-        synced
-    }
-
-    /// Brings the control plane's HAProxy backend (if it has one) in step with the
-    /// decision's endpoints; records what changed and why it could not.
-    async fn sync_balancer(
-        &mut self,
-        cp: &ControlPlane,
-        access: &Access,
-        d: &Decision,
-        machines: &[Machine],
-    ) -> Option<balancer::Synced> {
-        let spec = cp.spec.haproxy.clone()?;
-        let synced = self
-            .sync_balancer_inner(cp, spec, access, d, machines)
-            .await;
-        if synced.tls_loaded {
-            let cert = access.client.as_ref().map(|c| c.cert_pem.clone());
-            self.state.entry(cp.name.clone()).or_default().lb_cert = cert;
-        }
-        for op in &synced.done {
-            tracing::info!(cp = %cp.name, "haproxy: {op}");
-            let kind = match op {
-                LbOp::Add { .. } | LbOp::Enable { .. } => EventKind::LbAdd,
-                LbOp::Drain { .. } => EventKind::LbDrain,
-                LbOp::Delete { .. } => EventKind::LbDelete,
-            };
-            let message = format!("haproxy: {op}");
-            self.event(
-                cp,
-                NewEvent {
-                    machine: Some(op.name()),
-                    ..NewEvent::new(kind, StepOutcome::Ok, &message)
-                },
-            );
-        }
-        let problem = synced
-            .blocked
-            .clone()
-            .or_else(|| synced.cleanup_errors.first().cloned());
-        let st = self.state.entry(cp.name.clone()).or_default();
-        if st.last_lb_problem != problem {
-            st.last_lb_problem = problem.clone();
-            if let Some(p) = problem {
-                tracing::warn!(cp = %cp.name, "haproxy: {p}");
-                let message = format!("haproxy: {p}");
-                self.event(
-                    cp,
-                    NewEvent::new(EventKind::Error, StepOutcome::Failed, &message),
-                );
-            }
-        }
-        Some(synced)
-    }
-
-    /// The pacing of a control plane (made with the configured drain time).
-    fn pacer(&mut self, cp: &str) -> &mut pacing::Pacer {
-        let drain_ms = self.cfg.drain_ms;
-        self.state
-            .entry(cp.to_string())
-            .or_default()
-            .pacer
-            .get_or_insert_with(|| pacing::Pacer::new(drain_ms))
-    }
-
-    /// Records `e` as written by this controller. A failure is logged, not returned:
-    /// the history is for people, and a step must not fail because of it.
-    fn event(&self, cp: &ControlPlane, e: NewEvent<'_>) {
-        let e = NewEvent {
-            by: Some(&self.cfg.identity),
-            ..e
-        };
-        if let Err(err) = self.store.record_event(&cp.name, now_ms(), &e) {
-            tracing::warn!("recording an event failed: {err}");
-        }
-    }
-
-    fn publish(&mut self, cp: &ControlPlane, d: &Decision, o: &Observed) -> Result<(), StoreError> {
-        if self
-            .state
-            .get(&cp.name)
-            .and_then(|s| s.last_endpoints.as_ref())
-            != Some(&d.endpoints)
-        {
-            write_endpoints_file(&self.cfg.home, &cp.name, &d.endpoints).map_err(|e| {
-                StoreError::Directory {
-                    path: endpoints_path(&self.cfg.home, &cp.name),
-                    source: e,
-                }
-            })?;
-            self.state
-                .entry(cp.name.clone())
-                .or_default()
-                .last_endpoints = Some(d.endpoints.clone());
-            let msg = if d.endpoints.is_empty() {
-                "client endpoints published: none yet (no member serves)".to_string()
-            } else {
-                format!("client endpoints published: {}", d.endpoints.join(" "))
-            };
-            self.event(
-                cp,
-                NewEvent::new(EventKind::Endpoints, StepOutcome::Ok, &msg),
-            );
-        }
-        let doc = StatusDoc {
-            decision: d,
-            cluster_version: o.observation.cluster_version.map(|v| v.to_string()),
-        };
-        let status = serde_json::to_value(&doc).unwrap_or(serde_json::Value::Null);
-        let text = status.to_string();
-        let now = now_ms();
-        let st = self.state.entry(cp.name.clone()).or_default();
-        if let Some((prev, at)) = &st.last_published {
-            if *prev == text && now - at < PUBLISH_EVERY_MS {
-                return Ok(());
-            }
-        }
-        st.last_published = Some((text, now));
-        failpoints::crash_point("crash-before-publish-status");
-        let res = self.store.publish_status(
-            &cp.name,
-            &PublishedStatus {
-                updated_at_ms: now,
-                controller: self.cfg.identity.clone(),
-                status,
-            },
-        );
-        failpoints::crash_point("crash-after-publish-status");
+            .or_insert_with(|| Reconciler::new(sh));
+        let t = Instant::now();
+        let res = r.reconcile(cp).await;
+        let label = res.as_ref().map_or("error", |o| o.label());
+        self.sh
+            .metrics
+            .reconciled(&cp.name, label, t.elapsed().as_secs_f64());
         res
     }
 }

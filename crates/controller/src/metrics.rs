@@ -2,7 +2,14 @@
 //!
 //! - `quorum_reconciles_total{outcome}`: reconciles by outcome (acted, waiting,
 //!   converged, error);
-//! - `quorum_reconcile_duration_seconds`: how long one reconcile (observe, decide, act) took;
+//! - `quorum_reconcile_duration_seconds{control_plane}`: how long one reconcile (observe,
+//!   decide, act) of each control plane took;
+//! - `quorum_reconcile_queue_depth`: control planes due for a pass and waiting for one of
+//!   the `--concurrency` permits; `quorum_reconciles_in_flight`: passes running now;
+//!   `quorum_control_plane_tasks`: control planes this replica runs a task for (its share);
+//!   `quorum_open_control_planes`: control planes whose connections are open (cached);
+//! - `quorum_control_planes{state}`: control planes by state (converged, rolling,
+//!   degraded, blocked), as this replica's last pass of each saw it;
 //! - `quorum_membership_operations_total{kind, outcome}`: every action by kind and outcome
 //!   (ok, refused, failed);
 //! - `quorum_rollout_up_to_date_ratio{control_plane}`: machines at the spec's version
@@ -29,6 +36,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -38,7 +46,14 @@ type Labels = Vec<(String, String)>;
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<Labels, Counter>,
-    reconcile_seconds: Histogram,
+    reconcile_seconds: Family<Labels, Histogram, fn() -> Histogram>,
+    queue_depth: Gauge,
+    in_flight: Gauge,
+    tasks: Gauge,
+    open: Gauge,
+    by_state: Family<Labels, Gauge>,
+    /// Each control plane's last state, to move it between `by_state`'s counts.
+    states: std::sync::Mutex<HashMap<String, &'static str>>,
     operations: Family<Labels, Counter>,
     up_to_date: Family<Labels, Gauge<f64, AtomicU64>>,
     quorum_margin: Family<Labels, Gauge>,
@@ -59,7 +74,10 @@ impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("quorum");
         let reconciles = Family::<Labels, Counter>::default();
-        let reconcile_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 14));
+        let reconcile_seconds =
+            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.001, 2.0, 14))
+            });
         let operations = Family::<Labels, Counter>::default();
         let up_to_date = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let quorum_margin = Family::<Labels, Gauge>::default();
@@ -96,6 +114,36 @@ impl Metrics {
             "Crash loops that started (a member's process kept exiting after its starts)",
             crash_loops.clone(),
         );
+        let queue_depth = Gauge::default();
+        registry.register(
+            "reconcile_queue_depth",
+            "Control planes due for a pass and waiting for a permit (--concurrency)",
+            queue_depth.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "reconciles_in_flight",
+            "Reconciles running now",
+            in_flight.clone(),
+        );
+        let tasks = Gauge::default();
+        registry.register(
+            "control_plane_tasks",
+            "Control planes this replica runs a task for (its share of the fleet)",
+            tasks.clone(),
+        );
+        let open = Gauge::default();
+        registry.register(
+            "open_control_planes",
+            "Control planes whose connections are open (cached)",
+            open.clone(),
+        );
+        let by_state = Family::<Labels, Gauge>::default();
+        registry.register(
+            "control_planes",
+            "Control planes by state (converged, rolling, degraded, blocked)",
+            by_state.clone(),
+        );
         let leader = Gauge::default();
         registry.register(
             "leader",
@@ -121,6 +169,12 @@ impl Metrics {
             registry,
             reconciles,
             reconcile_seconds,
+            queue_depth,
+            in_flight,
+            tasks,
+            open,
+            by_state,
+            states: std::sync::Mutex::new(HashMap::new()),
             operations,
             up_to_date,
             quorum_margin,
@@ -133,11 +187,43 @@ impl Metrics {
         self.leader.set(i64::from(yes));
     }
 
-    pub fn reconciled(&self, outcome: &str, seconds: f64) {
+    pub fn reconciled(&self, cp: &str, outcome: &str, seconds: f64) {
         self.reconciles
             .get_or_create(&vec![("outcome".into(), outcome.into())])
             .inc();
-        self.reconcile_seconds.observe(seconds);
+        self.reconcile_seconds
+            .get_or_create(&vec![("control_plane".into(), cp.into())])
+            .observe(seconds);
+    }
+
+    /// A control plane's task is due and waits for a permit (`+1`), or got one (`-1`).
+    pub fn queued(&self, delta: i64) {
+        self.queue_depth.inc_by(delta);
+    }
+
+    /// The fleet as its supervisor last saw it.
+    pub fn fleet(&self, tasks: usize, in_flight: usize, open: usize) {
+        let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+        self.tasks.set(n(tasks));
+        self.in_flight.set(n(in_flight));
+        self.open.set(n(open));
+    }
+
+    /// A control plane's state after a pass (`quorum_core::FleetState`'s name).
+    pub fn state(&self, cp: &str, state: &'static str) {
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        let before = states.insert(cp.to_string(), state);
+        if before == Some(state) {
+            return;
+        }
+        if let Some(b) = before {
+            self.by_state
+                .get_or_create(&vec![("state".into(), b.into())])
+                .dec();
+        }
+        self.by_state
+            .get_or_create(&vec![("state".into(), state.into())])
+            .inc();
     }
 
     pub fn operation(&self, kind: &str, outcome: &str) {
@@ -193,6 +279,13 @@ impl Metrics {
         self.quorum_margin.remove(&l);
         self.unhealthy.remove(&l);
         self.crash_loops.remove(&l);
+        self.reconcile_seconds.remove(&l);
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(b) = states.remove(cp) {
+            self.by_state
+                .get_or_create(&vec![("state".into(), b.into())])
+                .dec();
+        }
     }
 
     /// The OpenMetrics text exposition.
@@ -275,7 +368,12 @@ mod tests {
     #[test]
     fn exposition_names_every_metric() {
         let m = Metrics::new();
-        m.reconciled("acted", 0.004);
+        m.reconciled("prod", "acted", 0.004);
+        m.state("prod", "rolling");
+        m.state("prod", "converged");
+        m.state("dev", "blocked");
+        m.queued(1);
+        m.fleet(2, 1, 2);
         m.operation("add-learner", "refused");
         m.operation("add-learner", "ok");
         m.control_plane("prod", 0.5, 1);
@@ -292,7 +390,14 @@ mod tests {
         let text = m.encode();
         for want in [
             "quorum_reconciles_total{outcome=\"acted\"} 1",
-            "quorum_reconcile_duration_seconds_count 1",
+            "quorum_reconcile_duration_seconds_count{control_plane=\"prod\"} 1",
+            "quorum_control_planes{state=\"converged\"} 1",
+            "quorum_control_planes{state=\"rolling\"} 0",
+            "quorum_control_planes{state=\"blocked\"} 1",
+            "quorum_reconcile_queue_depth 1",
+            "quorum_reconciles_in_flight 1",
+            "quorum_control_plane_tasks 2",
+            "quorum_open_control_planes 2",
             "quorum_membership_operations_total{kind=\"add-learner\",outcome=\"refused\"} 1",
             "quorum_rollout_up_to_date_ratio{control_plane=\"prod\"} 0.5",
             "quorum_quorum_margin{control_plane=\"prod\"} 1",

@@ -5,7 +5,7 @@
 use super::*;
 use quorum_core::{InPlace, InPlaceOutcome, InPlacePhase};
 
-impl Controller {
+impl Reconciler {
     /// Performs one action, with its failpoints around it. Returns the name of the
     /// machine an allocation recorded (its event names it).
     pub(crate) async fn perform(
@@ -19,9 +19,9 @@ impl Controller {
         let kind = action.kind();
         // Every action is a side effect (on a member, a machine or the store): only a
         // leader with time to spare may start one, and the store confirms the token.
-        self.store.ensure_leading(self.lease_margin_ms())?;
+        self.sh.store().ensure_leading(self.sh.lease_margin_ms())?;
         // Under way from here (a `sleep(ms)` failpoint after it makes a long step).
-        self.report_step(Some((cp, action)));
+        self.report_step(cp, Some(action));
         failpoints::crash_point(&format!("crash-before-{kind}"));
         let res = self
             .perform_inner(cp, access, machines, observed, action)
@@ -29,13 +29,13 @@ impl Controller {
         if res.is_ok() {
             failpoints::crash_point(&format!("crash-after-{kind}"));
         }
-        self.report_step(None);
+        self.report_step(cp, None);
         let allocated = res?;
         if kind == ActionKind::RemoveMember && failpoints::active("lose-lease-after-remove-member")
         {
             // The origin bug report: the lease is lost right after etcd acknowledged the
             // removal; this replica does not know yet.
-            self.store.release_lease_keeping_token()?;
+            self.sh.store().release_lease_keeping_token()?;
             tracing::warn!("failpoint: the leadership lease was revoked after remove-member");
         }
         if failpoints::LOSABLE.contains(&kind) && failpoints::active(&format!("lose-answer-{kind}"))
@@ -49,14 +49,19 @@ impl Controller {
         Ok(allocated)
     }
 
-    /// Tells the heartbeat thread which step is under way (`None`: none).
-    fn report_step(&self, step: Option<(&ControlPlane, &Action)>) {
-        if let Some(h) = &self.heartbeats {
-            h.step(step.map(|(cp, action)| quorum_store::StepInProgress {
-                control_plane: cp.name.clone(),
-                description: action.to_string(),
-                since_ms: now_ms(),
-            }));
+    /// Tells the heartbeat thread which step is under way on this control plane
+    /// (`None`: none).
+    fn report_step(&self, cp: &ControlPlane, step: Option<&Action>) {
+        let steps = self.sh.steps.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(h) = steps.as_ref() {
+            h.step(
+                &cp.name,
+                step.map(|action| quorum_store::StepInProgress {
+                    control_plane: cp.name.clone(),
+                    description: action.to_string(),
+                    since_ms: now_ms(),
+                }),
+            );
         }
     }
 
@@ -83,7 +88,7 @@ impl Controller {
                 remediation,
             } => {
                 // Refuse to record a machine that could never start.
-                etcd_binary(self.provider.etcd_dir(), *version)?;
+                etcd_binary(self.sh.provider.etcd_dir(), *version)?;
                 // Every certificate this machine will ever get ends at the same moment,
                 // fixed now: the core compares it with the renewal window. Never past
                 // the CA's own end (a CA rotation is out of scope).
@@ -91,7 +96,7 @@ impl Controller {
                     let lifetime_s = cp.spec.certificates.lifetime.as_secs() as i64;
                     (now_unix_s() + lifetime_s).min(ca.not_after_unix_s())
                 });
-                let m = self.store.allocate_machine(
+                let m = self.sh.store().allocate_machine(
                     &cp.name,
                     *bootstrap,
                     *version,
@@ -125,7 +130,7 @@ impl Controller {
                     expect_marker: Some(*expect),
                     force_new_cluster: false,
                 };
-                self.provider.start(&req)?;
+                self.sh.provider.start(&req)?;
                 Ok(None)
             }
             Action::AddLearner { peer_url, .. } => {
@@ -141,7 +146,8 @@ impl Controller {
                 remediation,
                 ..
             } => {
-                self.store
+                self.sh
+                    .store()
                     .mark_machine_deleting(&cp.name, machine, remediation.as_ref())?;
                 Ok(None)
             }
@@ -169,15 +175,15 @@ impl Controller {
                 self.on_machine(access, machines, machine, LocalProvider::delete)
                     .await?;
                 failpoints::crash_point("crash-after-destroy-machine");
-                self.store.delete_machine(&cp.name, machine)?;
+                self.sh.store().delete_machine(&cp.name, machine)?;
                 Ok(None)
             }
             Action::ForgetControlPlane => {
-                self.store.forget_control_plane(&cp.name)?;
+                self.sh.store().forget_control_plane(&cp.name)?;
                 Ok(None)
             }
             Action::WriteMarker { machine, marker } => {
-                let (p, n, marker) = (self.provider.clone(), machine.clone(), *marker);
+                let (p, n, marker) = (self.sh.provider.clone(), machine.clone(), *marker);
                 tokio::task::spawn_blocking(move || p.write_marker(&n, marker))
                     .await
                     .map_err(|e| ActionError::Join(e.to_string()))??;
@@ -234,10 +240,13 @@ impl Controller {
                 reason,
             } => {
                 // Refuse to begin what could never restart.
-                etcd_binary(self.provider.etcd_dir(), *to)?;
+                etcd_binary(self.sh.provider.etcd_dir(), *to)?;
                 let (to, reason, now) = (*to, *reason, now_unix_s());
-                self.store
-                    .update_machine(&cp.name, machine, "begin an in-place step", &|m| {
+                self.sh.store().update_machine(
+                    &cp.name,
+                    machine,
+                    "begin an in-place step",
+                    &|m| {
                         if m.in_place.is_some() || m.deleting {
                             return false;
                         }
@@ -250,7 +259,8 @@ impl Controller {
                             failure: None,
                         });
                         true
-                    })?;
+                    },
+                )?;
                 Ok(None)
             }
             Action::SetInPlacePhase {
@@ -259,7 +269,7 @@ impl Controller {
                 version,
                 failure,
             } => {
-                etcd_binary(self.provider.etcd_dir(), *version)?;
+                etcd_binary(self.sh.provider.etcd_dir(), *version)?;
                 // A restart on the new binary gets certificates that end a whole
                 // lifetime from now (how an in-place renewal renews them).
                 let not_after = match (phase, &access.ca) {
@@ -271,8 +281,11 @@ impl Controller {
                 };
                 let (phase, version, now) = (*phase, *version, now_unix_s());
                 let failure = failure.clone();
-                self.store
-                    .update_machine(&cp.name, machine, "record an in-place phase", &|m| {
+                self.sh.store().update_machine(
+                    &cp.name,
+                    machine,
+                    "record an in-place phase",
+                    &|m| {
                         let Some(ip) = m.in_place.as_mut() else {
                             return false;
                         };
@@ -291,13 +304,17 @@ impl Controller {
                             }
                         }
                         true
-                    })?;
+                    },
+                )?;
                 Ok(None)
             }
             Action::EndInPlace { machine, outcome } => {
                 let (outcome, now) = (outcome.clone(), now_unix_s());
-                self.store
-                    .update_machine(&cp.name, machine, "end an in-place step", &|m| {
+                self.sh.store().update_machine(
+                    &cp.name,
+                    machine,
+                    "end an in-place step",
+                    &|m| {
                         let Some(ip) = m.in_place.as_mut() else {
                             return false;
                         };
@@ -315,7 +332,8 @@ impl Controller {
                                 true
                             }
                         }
-                    })?;
+                    },
+                )?;
                 Ok(None)
             }
         }
@@ -339,7 +357,7 @@ impl Controller {
         if !machines.iter().any(|m| m.name == name && draining(m)) {
             return Ok(());
         }
-        let now = self.store.machine(&cp.name, name)?;
+        let now = self.sh.store().machine(&cp.name, name)?;
         if draining(&now) {
             return Ok(());
         }
@@ -383,7 +401,7 @@ impl Controller {
         name: &str,
         op: fn(&LocalProvider, &str) -> Result<(), ProviderError>,
     ) -> Result<(), ActionError> {
-        let p = self.provider.clone();
+        let p = self.sh.provider.clone();
         let n = name.to_string();
         tokio::task::spawn_blocking(move || op(&p, &n))
             .await

@@ -8,7 +8,7 @@ use super::*;
 use quorum_backup::{LocalDir, SeedRequest};
 use quorum_core::{ClusterState, Rebuild, RebuildPhase};
 
-impl Controller {
+impl Reconciler {
     /// Stops the machine, moves its directory where no start finds it, then forgets its
     /// record. Returns where the directory went, for the history.
     pub(crate) async fn fence_machine(
@@ -18,7 +18,7 @@ impl Controller {
         machines: &[Machine],
         name: &str,
     ) -> Result<Option<String>, ActionError> {
-        let (p, n) = (self.provider.clone(), name.to_string());
+        let (p, n) = (self.sh.provider.clone(), name.to_string());
         let moved = tokio::task::spawn_blocking(move || p.fence(&n))
             .await
             .map_err(|e| ActionError::Join(e.to_string()))??;
@@ -26,7 +26,7 @@ impl Controller {
             access.etcd.forget(&m.client_url());
         }
         failpoints::crash_point(failpoints::CRASH_AFTER_FENCE_FILES);
-        self.store.delete_machine(&cp.name, name)?;
+        self.sh.store().delete_machine(&cp.name, name)?;
         tracing::warn!(cp = %cp.name, machine = %name, to = ?moved, "fenced");
         Ok(Some(match moved {
             Some(to) => format!(
@@ -51,7 +51,7 @@ impl Controller {
             (Some(_), None) => return Err(ActionError::Rebuild(no_rebuild(cp))),
             (None, _) => None,
         };
-        self.store.set_rebuild(&cp.name, next.as_ref())?;
+        self.sh.store().set_rebuild(&cp.name, next.as_ref())?;
         Ok(())
     }
 
@@ -64,7 +64,8 @@ impl Controller {
         cp: &ControlPlane,
         machine: &str,
     ) -> Result<(), ActionError> {
-        self.store
+        self.sh
+            .store()
             .update_machine(&cp.name, machine, "end a rebuild", &|m| {
                 let changed = m.deleting || m.in_place.is_some() || m.remediation.is_some();
                 m.deleting = false;
@@ -92,9 +93,7 @@ impl Controller {
             .iter()
             .find(|m| m.name == machine)
             .ok_or_else(|| ActionError::Rebuild(format!("{machine} has no record")))?;
-        let rec = self
-            .store
-            .snapshots(&cp.name)?
+        let rec = self.sh.store().snapshots(&cp.name)?
             .into_iter()
             .find(|r| r.id == id)
             .ok_or_else(|| {
@@ -103,11 +102,11 @@ impl Controller {
                     cp.name, cp.name
                 ))
             })?;
-        let dir = LocalDir::for_control_plane(&self.cfg.home, &cp.name);
+        let dir = LocalDir::for_control_plane(&self.sh.cfg.home, &cp.name);
         let copy = quorum_backup::local_copy(&dir, &rec).await?;
         let file = copy.path.clone();
-        let tool = quorum_backup::status_tool(self.provider.etcd_dir())?;
-        let data_dir = self.provider.data_dir(machine);
+        let tool = quorum_backup::status_tool(self.sh.provider.etcd_dir())?;
+        let data_dir = self.sh.provider.data_dir(machine);
         let peer_url = m.peer_url();
         let req = SeedRequest {
             rec: &rec,
@@ -137,7 +136,7 @@ impl Controller {
         };
         // Read again right before: a deposed controller's force, decided before the
         // rebuild ended and the cluster grew back, would cut the new members off.
-        let now = self.store.control_plane(&cp.name)?;
+        let now = self.sh.store().control_plane(&cp.name)?;
         let seeding = now
             .as_ref()
             .and_then(|c| c.rebuild.as_ref())
@@ -164,7 +163,7 @@ impl Controller {
             expect_marker: Some(expect),
             force_new_cluster: true,
         };
-        self.provider.start(&req)?;
+        self.sh.provider.start(&req)?;
         Ok(())
     }
 }

@@ -30,7 +30,7 @@ impl Controller {
     pub(crate) fn lease_unconfirmed(&self) -> String {
         format!(
             "the store has not confirmed this controller's leadership lease in time (its renewals go unanswered{}); acting again once one is",
-            store_trouble(&self.store.endpoint_health(false))
+            store_trouble(&self.sh.store().endpoint_health(false))
         )
     }
 }

@@ -177,6 +177,37 @@ pub struct Decision {
     pub machines: Vec<MachineHealth>,
 }
 
+/// A control plane's state as a fleet counts it (`Decision::fleet_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FleetState {
+    /// Nothing to do: every machine at the spec, every member healthy.
+    Converged,
+    /// A change in progress (a rollout, a scale, a repair) and nothing wrong.
+    Rolling,
+    /// Some member has a problem, or no quorum of voters is healthy.
+    Degraded,
+    /// quorum refuses a step, or quorum is lost: a person is needed.
+    Blocked,
+}
+
+impl FleetState {
+    pub const ALL: [FleetState; 4] = [
+        FleetState::Converged,
+        FleetState::Rolling,
+        FleetState::Degraded,
+        FleetState::Blocked,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            FleetState::Converged => "converged",
+            FleetState::Rolling => "rolling",
+            FleetState::Degraded => "degraded",
+            FleetState::Blocked => "blocked",
+        }
+    }
+}
+
 impl Decision {
     /// Healthy voters minus the quorum size: 0 means one more failure loses quorum;
     /// below 0 quorum is lost (or unknown: no leader could be asked).
@@ -196,6 +227,22 @@ impl Decision {
     pub fn is_blocked(&self) -> bool {
         self.condition(ConditionKind::Blocked)
             .is_some_and(|c| c.status)
+    }
+
+    /// Where the control plane stands, in the four words a fleet is counted by
+    /// (`quorum_control_planes{state}`). A refusal outranks a problem, and a problem
+    /// outranks work in progress: what needs a person comes first.
+    pub fn fleet_state(&self) -> FleetState {
+        let on = |k| self.condition(k).is_some_and(|c| c.status);
+        if self.is_blocked() || on(ConditionKind::QuorumLost) {
+            FleetState::Blocked
+        } else if on(ConditionKind::Degraded) || !on(ConditionKind::Available) {
+            FleetState::Degraded
+        } else if self.converged {
+            FleetState::Converged
+        } else {
+            FleetState::Rolling
+        }
     }
 
     /// How the decision judged `machine` (`None` for a machine it was not given).

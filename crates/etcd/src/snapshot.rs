@@ -32,7 +32,7 @@ impl Etcd {
     pub async fn snapshot(
         &self,
         endpoint: &str,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+        sink: &mut (dyn FnMut(&[u8]) -> std::io::Result<()> + Send),
     ) -> Result<u64, SnapshotStreamError> {
         self.snapshot_bounded(
             endpoint,
@@ -47,7 +47,7 @@ impl Etcd {
     pub async fn snapshot_bounded(
         &self,
         endpoint: &str,
-        sink: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+        sink: &mut (dyn FnMut(&[u8]) -> std::io::Result<()> + Send),
         idle_timeout_ms: u64,
         total_timeout_ms: u64,
     ) -> Result<u64, SnapshotStreamError> {

@@ -15,6 +15,8 @@ pub async fn run(at: &Place, a: ControllerArgs) -> Result<()> {
     let mut cfg = Config::new(home, default_etcd_dir());
     cfg.store = at.store.clone();
     cfg.lease_ttl_ms = a.lease_ttl.as_millis() as u64;
+    cfg.concurrency = a.concurrency;
+    cfg.max_open_control_planes = a.max_open_control_planes;
     if let Some(id) = a.identity {
         cfg.identity = id;
     }

@@ -61,6 +61,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
             BenchCommand::Rollout(a) => rollout::run(a).await,
             BenchCommand::Failover(a) => failover::run(a).await,
             BenchCommand::Snapshot(a) => quorum_bench::snapshot::run(a).await,
+            BenchCommand::Fleet(a) => quorum_bench::fleet::run(a).await,
         },
     }
 }

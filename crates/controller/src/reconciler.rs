@@ -1,0 +1,490 @@
+//! One control plane's reconciler: observe, decide, act, with the memory that control
+//! plane needs between passes (its health tracker, pacing, what was last recorded).
+//!
+//! Architecture invariant: a reconciler touches only its own control plane. What every
+//! control plane shares (settings, the store, the machine provider, the metrics, the
+//! connection cache) is `Shared`, behind an `Arc`; the store sits behind a mutex held
+//! for one call at a time and never across an `.await` (the futures are `Send`, and a
+//! std `MutexGuard` is not: the compiler enforces it). So reconcilers of different
+//! control planes run at once, each on its own task, and one that waits on a hung
+//! member waits alone.
+
+use super::*;
+use std::sync::{Mutex, MutexGuard};
+
+/// What every reconciler of one controller shares.
+pub(crate) struct Shared {
+    pub(crate) cfg: Config,
+    store: Mutex<Store>,
+    pub(crate) provider: LocalProvider,
+    pub(crate) metrics: Arc<metrics::Metrics>,
+    /// Credentials and etcd clients per control plane, bounded (`fleet::AccessCache`).
+    pub(crate) access: fleet::AccessCache,
+    /// Where steps under way are reported (to the heartbeat), while `run` runs.
+    pub(crate) steps: Mutex<Option<heartbeat::Steps>>,
+    /// Set by the controller's loop while this replica leads and its store serves:
+    /// tasks pass only while it is set.
+    acting: AtomicBool,
+    /// What a task met that concerns the whole replica (the first since the loop looked).
+    trouble: Mutex<Option<fleet::Trouble>>,
+}
+
+impl Shared {
+    pub(crate) fn new(cfg: Config, store: Store) -> Self {
+        let provider = LocalProvider::new(&cfg.home, cfg.etcd_dir.clone());
+        Shared {
+            access: fleet::AccessCache::new(cfg.max_open_control_planes),
+            cfg,
+            store: Mutex::new(store),
+            provider,
+            metrics: Arc::new(metrics::Metrics::new()),
+            steps: Mutex::new(None),
+            acting: AtomicBool::new(false),
+            trouble: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn acting(&self) -> bool {
+        self.acting.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn set_acting(&self, yes: bool) {
+        self.acting.store(yes, Ordering::SeqCst);
+    }
+
+    /// A task met trouble for the whole replica: the controller's loop acts on it (a
+    /// lost leadership outranks an unavailable store).
+    pub(crate) fn report(&self, t: fleet::Trouble) {
+        let mut slot = self.trouble.lock().unwrap_or_else(|p| p.into_inner());
+        if !matches!(*slot, Some(fleet::Trouble::LostLeadership(_))) {
+            *slot = Some(t);
+        }
+    }
+
+    pub(crate) fn take_trouble(&self) -> Option<fleet::Trouble> {
+        self.trouble
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+    }
+
+    /// The store, for one call. Every store call is one transaction, so a task that
+    /// panicked while holding the lock left nothing half-written: the lock is taken on.
+    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The margin a step needs; `None` (skip the local deadline, leaving the store's
+    /// fence as the only check) only under the `ignore-lease-deadline` failpoint.
+    pub(crate) fn lease_margin_ms(&self) -> Option<u64> {
+        if failpoints::enabled("ignore-lease-deadline") {
+            return None;
+        }
+        Some(quorum_core::lease::margin_ms(self.cfg.lease_ttl_ms))
+    }
+
+    /// The credentials and adapter for a control plane's members, built once and
+    /// rebuilt before the controller's own client certificate runs out.
+    pub(crate) fn access_for(&self, cp: &ControlPlane) -> Result<Arc<Access>, StoreError> {
+        if let Some(a) = self.access.get(&cp.name, now_unix_s()) {
+            return Ok(a);
+        }
+        let identity = format!("quorum-controller {}", self.cfg.identity);
+        let a = Arc::new(access::open(
+            &self.store(),
+            cp,
+            &identity,
+            Timeouts::default(),
+        )?);
+        self.access.insert(&cp.name, a.clone());
+        Ok(a)
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct CpState {
+    /// Since when each machine has had a problem: the health model's only memory (a
+    /// controller that takes over starts afresh, which only delays a remediation).
+    pub(crate) health: quorum_core::health::Tracker,
+    /// When the previous reconcile of this control plane ended, if it left work pending
+    /// (it acted or waited). After an idle (converged) pass this is `None`: the time
+    /// spent idle is not a reaction delay.
+    pub(crate) last_end: Option<Instant>,
+    /// Drain clocks and retry due times (created with the configured drain time; a
+    /// restarted controller drains again, which is only slower).
+    pub(crate) pacer: Option<pacing::Pacer>,
+    /// Last error message recorded, to record each distinct error once.
+    pub(crate) last_error: Option<String>,
+    pub(crate) last_published: Option<(String, i64)>,
+    pub(crate) converged_recorded: bool,
+    /// The endpoints last written to the endpoints file.
+    pub(crate) last_endpoints: Option<Vec<String>>,
+    /// The load balancer problem last reported (reported once until it changes).
+    pub(crate) last_lb_problem: Option<String>,
+    /// The refusal last recorded (each distinct one once, until it clears).
+    pub(crate) last_blocked: Option<String>,
+    /// The client certificate last loaded into the load balancer.
+    pub(crate) lb_cert: Option<String>,
+}
+
+/// One control plane's reconciler (see the module doc).
+pub(crate) struct Reconciler {
+    pub(crate) sh: Arc<Shared>,
+    pub(crate) st: CpState,
+}
+
+impl Reconciler {
+    pub(crate) fn new(sh: Arc<Shared>) -> Self {
+        Reconciler {
+            sh,
+            st: CpState::default(),
+        }
+    }
+
+    /// Observe, decide, act for one control plane.
+    pub async fn reconcile(&mut self, cp: &ControlPlane) -> Result<Outcome, StoreError> {
+        let machines = self.sh.store().machines(&cp.name)?;
+        let access = self.sh.access_for(cp)?;
+        let mut observed = observe(&self.sh.provider, &access.etcd, &machines).await;
+        let tracked = self.st.health.observe(cp, &machines, &observed.observation);
+        observed.observation.problem_since_unix_s = tracked.since_unix_s.clone();
+        observed.observation.defragmented = tracked.defragmented.clone();
+        observed.observation.nospace_recurrences = tracked.nospace_recurrences;
+        snapshots_into(&self.sh.store(), cp, &mut observed.observation)?;
+        self.record_health(cp, &tracked);
+        self.sh.metrics.health(
+            &cp.name,
+            tracked.since_unix_s.len(),
+            tracked.crash_loops_started.len(),
+        );
+        let decision = decide(cp, &machines, &observed.observation);
+        let up_to_date = machines
+            .iter()
+            .filter(|m| m.version == cp.spec.version && !m.deleting)
+            .count();
+        self.sh.metrics.control_plane(
+            &cp.name,
+            up_to_date as f64 / f64::from(cp.spec.replicas.max(1)),
+            decision.quorum_margin(),
+        );
+        self.sh
+            .metrics
+            .state(&cp.name, decision.fleet_state().name());
+        self.record_blocked(cp, &decision);
+        // Published before any action: clients see a leaving machine go from the
+        // endpoints before its member is removed.
+        self.publish(cp, &decision, &observed)?;
+        let balancer = self.sync_balancer(cp, &access, &decision, &machines).await;
+        let started = Instant::now();
+        let waited_ms = Some(&self.st)
+            .and_then(|s| s.last_end)
+            .map(|t| started.duration_since(t).as_millis() as i64);
+        let mut outcome = if decision.converged {
+            Outcome::Converged
+        } else {
+            Outcome::Waiting
+        };
+        if decision.converged {
+            let st = &mut self.st;
+            if !st.converged_recorded {
+                st.converged_recorded = true;
+                let n = machines.len();
+                let msg = format!(
+                    "{n} machine{} at etcd {}, every member healthy",
+                    if n == 1 { "" } else { "s" },
+                    cp.spec.version
+                );
+                self.event(
+                    cp,
+                    NewEvent::new(EventKind::Converged, StepOutcome::Ok, &msg),
+                );
+            }
+        } else {
+            self.st.converged_recorded = false;
+        }
+        if let Some(b) = &balancer {
+            if !b.done.is_empty() {
+                outcome = Outcome::Acted;
+            } else if b.blocked.is_some() || !b.unhealthy.is_empty() {
+                outcome = Outcome::Waiting;
+            }
+        }
+        // The endpoints of this pass are published: a machine seen leaving starts its
+        // drain now.
+        self.pacer().observe(pacing::clock_ms(), &machines);
+        for action in &decision.actions {
+            let verdict = self
+                .pacer()
+                .check(pacing::clock_ms(), action, balancer.as_ref());
+            if let quorum_core::pacing::Verdict::Wait(hold) = verdict {
+                // Draining, the load balancer behind, or backing off: a wait, not a
+                // failure; look again soon.
+                tracing::debug!(cp = %cp.name, "holding '{action}': {hold}");
+                break;
+            }
+            let t0 = Instant::now();
+            let res = match self
+                .perform(cp, &access, &machines, &observed, action)
+                .await
+            {
+                // Not the action's failure: this replica may not act now (it no longer
+                // leads, or its store cannot serve or confirm its lease). The next pass
+                // observes again, whatever the call did.
+                Err(ActionError::Store(e)) if e.lost_leadership() || e.is_unavailable() => {
+                    return Err(e)
+                }
+                res => res,
+            };
+            let took_ms = t0.elapsed().as_millis() as i64;
+            let (attempt, _) =
+                self.pacer()
+                    .record(pacing::clock_ms(), action, &res, pacing::jitter());
+            let machine = action.machine();
+            match res {
+                Ok(allocated) => {
+                    self.sh.metrics.operation(action.kind().as_str(), "ok");
+                    if let Action::Defragment { machine } = action {
+                        self.st.health.defragmented(machine);
+                    }
+                    if let Action::DisarmAlarm { .. } = action {
+                        self.st.health.disarmed();
+                    }
+                    if matches!(action, Action::ForgetControlPlane) {
+                        self.sh.metrics.forget(&cp.name);
+                        if let Err(e) = remove_local_files(&self.sh.cfg.home, &cp.name) {
+                            tracing::warn!(cp = %cp.name, "{e}");
+                        }
+                    }
+                    tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
+                    let st = &mut self.st;
+                    st.last_error = None;
+                    let message = perform::done_message(action, allocated.as_deref());
+                    self.event(
+                        cp,
+                        NewEvent {
+                            machine: allocated.as_deref().or(machine),
+                            waited_ms,
+                            took_ms: Some(took_ms),
+                            ..NewEvent::new(action.kind(), StepOutcome::Ok, &message)
+                        },
+                    );
+                    outcome = Outcome::Acted;
+                }
+                Err(e) => {
+                    let refusal = attempt == quorum_core::pacing::Attempt::Refused;
+                    let ended = if refusal {
+                        StepOutcome::Refused
+                    } else {
+                        StepOutcome::Failed
+                    };
+                    self.sh
+                        .metrics
+                        .operation(action.kind().as_str(), ended.as_str());
+                    let msg = match e.refusal_reason() {
+                        Some(reason) => format!("{action}: {reason} ({e})"),
+                        None => format!("{action}: {e}"),
+                    };
+                    let st = &mut self.st;
+                    let repeat = st.last_error.as_deref() == Some(msg.as_str());
+                    st.last_error = Some(msg.clone());
+                    if !repeat {
+                        if refusal {
+                            tracing::info!(cp = %cp.name, "{msg}");
+                        } else {
+                            tracing::warn!(cp = %cp.name, "{msg}");
+                        }
+                        self.event(
+                            cp,
+                            NewEvent {
+                                machine,
+                                took_ms: Some(took_ms),
+                                ..NewEvent::new(action.kind(), ended, &msg)
+                            },
+                        );
+                    }
+                    break;
+                }
+            }
+        }
+        self.st.last_end = (outcome != Outcome::Converged).then(Instant::now);
+        Ok(outcome)
+    }
+
+    /// Reads the backend, probes the members that should enter it (their own
+    /// `/health`, with the control plane's credentials), then changes the backend.
+    async fn sync_balancer_inner(
+        &self,
+        cp: &ControlPlane,
+        spec: quorum_core::HaproxySpec,
+        access: &Access,
+        d: &Decision,
+        machines: &[Machine],
+    ) -> balancer::Synced {
+        let failed = |e: tokio::task::JoinError| balancer::Synced {
+            blocked: Some(format!("background task failed: {e}")),
+            ..Default::default()
+        };
+        let s2 = spec.clone();
+        let current = match tokio::task::spawn_blocking(move || balancer::read(&s2)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => {
+                return balancer::Synced {
+                    blocked: Some(e),
+                    ..Default::default()
+                }
+            }
+            Err(e) => return failed(e),
+        };
+        let mut desired = Vec::new();
+        let mut unhealthy = Vec::new();
+        for m in machines
+            .iter()
+            .filter(|m| d.endpoints.contains(&m.client_url()))
+        {
+            // A member enters the backend only once it says it is healthy itself.
+            if balancer::serving(&current, m) || access.etcd.health(&m.client_url()).await.is_ok() {
+                desired.push((m.name.clone(), balancer::addr(m)));
+            } else {
+                unhealthy.push(m.name.clone());
+            }
+        }
+        let tls = access.client.as_ref().map(|c| balancer::LbTls {
+            ca_pem: c.ca_pem.clone(),
+            bundle_pem: format!("{}\n{}", c.cert_pem.trim_end(), c.key_pem.trim_end()),
+            names: balancer::LbTls::names(&cp.name),
+        });
+        // A new client certificate (a restarted controller, or a renewal) is loaded
+        // before it is needed.
+        let reload = match (&tls, Some(&self.st)) {
+            (Some(_), st) => {
+                st.and_then(|s| s.lb_cert.as_ref()) != access.client.as_ref().map(|c| &c.cert_pem)
+            }
+            (None, _) => false,
+        };
+        let mut synced = tokio::task::spawn_blocking(move || {
+            balancer::apply(&spec, &desired, &current, tls.as_ref(), reload)
+        })
+        .await
+        .unwrap_or_else(failed);
+        synced.unhealthy = unhealthy;
+        synced
+    }
+
+    /// Brings the control plane's HAProxy backend (if it has one) in step with the
+    /// decision's endpoints; records what changed and why it could not.
+    async fn sync_balancer(
+        &mut self,
+        cp: &ControlPlane,
+        access: &Access,
+        d: &Decision,
+        machines: &[Machine],
+    ) -> Option<balancer::Synced> {
+        let spec = cp.spec.haproxy.clone()?;
+        let synced = self
+            .sync_balancer_inner(cp, spec, access, d, machines)
+            .await;
+        if synced.tls_loaded {
+            let cert = access.client.as_ref().map(|c| c.cert_pem.clone());
+            self.st.lb_cert = cert;
+        }
+        for op in &synced.done {
+            tracing::info!(cp = %cp.name, "haproxy: {op}");
+            let kind = match op {
+                LbOp::Add { .. } | LbOp::Enable { .. } => EventKind::LbAdd,
+                LbOp::Drain { .. } => EventKind::LbDrain,
+                LbOp::Delete { .. } => EventKind::LbDelete,
+            };
+            let message = format!("haproxy: {op}");
+            self.event(
+                cp,
+                NewEvent {
+                    machine: Some(op.name()),
+                    ..NewEvent::new(kind, StepOutcome::Ok, &message)
+                },
+            );
+        }
+        let problem = synced
+            .blocked
+            .clone()
+            .or_else(|| synced.cleanup_errors.first().cloned());
+        let st = &mut self.st;
+        if st.last_lb_problem != problem {
+            st.last_lb_problem = problem.clone();
+            if let Some(p) = problem {
+                tracing::warn!(cp = %cp.name, "haproxy: {p}");
+                let message = format!("haproxy: {p}");
+                self.event(
+                    cp,
+                    NewEvent::new(EventKind::Error, StepOutcome::Failed, &message),
+                );
+            }
+        }
+        Some(synced)
+    }
+
+    /// The pacing of a control plane (made with the configured drain time).
+    fn pacer(&mut self) -> &mut pacing::Pacer {
+        let drain_ms = self.sh.cfg.drain_ms;
+        self.st
+            .pacer
+            .get_or_insert_with(|| pacing::Pacer::new(drain_ms))
+    }
+
+    /// Records `e` as written by this controller. A failure is logged, not returned:
+    /// the history is for people, and a step must not fail because of it.
+    pub(crate) fn event(&self, cp: &ControlPlane, e: NewEvent<'_>) {
+        let e = NewEvent {
+            by: Some(&self.sh.cfg.identity),
+            ..e
+        };
+        if let Err(err) = self.sh.store().record_event(&cp.name, now_ms(), &e) {
+            tracing::warn!("recording an event failed: {err}");
+        }
+    }
+
+    fn publish(&mut self, cp: &ControlPlane, d: &Decision, o: &Observed) -> Result<(), StoreError> {
+        if Some(&self.st).and_then(|s| s.last_endpoints.as_ref()) != Some(&d.endpoints) {
+            write_endpoints_file(&self.sh.cfg.home, &cp.name, &d.endpoints).map_err(|e| {
+                StoreError::Directory {
+                    path: endpoints_path(&self.sh.cfg.home, &cp.name),
+                    source: e,
+                }
+            })?;
+            self.st.last_endpoints = Some(d.endpoints.clone());
+            let msg = if d.endpoints.is_empty() {
+                "client endpoints published: none yet (no member serves)".to_string()
+            } else {
+                format!("client endpoints published: {}", d.endpoints.join(" "))
+            };
+            self.event(
+                cp,
+                NewEvent::new(EventKind::Endpoints, StepOutcome::Ok, &msg),
+            );
+        }
+        let doc = StatusDoc {
+            decision: d,
+            cluster_version: o.observation.cluster_version.map(|v| v.to_string()),
+        };
+        let status = serde_json::to_value(&doc).unwrap_or(serde_json::Value::Null);
+        let text = status.to_string();
+        let now = now_ms();
+        let st = &mut self.st;
+        if let Some((prev, at)) = &st.last_published {
+            if *prev == text && now - at < PUBLISH_EVERY_MS {
+                return Ok(());
+            }
+        }
+        st.last_published = Some((text, now));
+        failpoints::crash_point("crash-before-publish-status");
+        let res = self.sh.store().publish_status(
+            &cp.name,
+            &PublishedStatus {
+                updated_at_ms: now,
+                controller: self.sh.cfg.identity.clone(),
+                status,
+            },
+        );
+        failpoints::crash_point("crash-after-publish-status");
+        res
+    }
+}
