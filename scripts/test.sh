@@ -9,4 +9,11 @@ cd "$(dirname "$0")/.."
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --all-features --locked -- -D warnings
 # --all-features compiles in the failpoints the crash tests need.
-cargo test --workspace --all-features --locked
+if cargo nextest --version >/dev/null 2>&1; then
+    # Test binaries side by side, each test in a process of its own (.config/nextest.toml:
+    # as many at once as `cargo test` runs in one binary). Doc tests are cargo test's.
+    cargo nextest run --workspace --all-features --locked
+    cargo test --workspace --all-features --locked --doc
+else
+    cargo test --workspace --all-features --locked
+fi
