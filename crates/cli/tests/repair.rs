@@ -550,8 +550,8 @@ fn two_of_three_down_remediates_nothing_and_says_why() {
     // The majority was lost only while the fault lasted (and the election after it).
     let recovered_in_watch = repaired_at.duration_since(fault) + fault_in_watch;
     let outside: Vec<&(Duration, String)> = log
-        .minority
-        .iter()
+        .minority_after_settling()
+        .into_iter()
         .filter(|(at, _)| *at < fault_in_watch || *at > recovered_in_watch)
         .collect();
     assert!(
