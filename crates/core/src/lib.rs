@@ -19,6 +19,7 @@ pub mod model;
 pub mod pacing;
 mod rebuild;
 mod repair;
+pub mod shards;
 pub mod span;
 pub mod upkeep;
 pub mod validate;

@@ -130,6 +130,10 @@ pub enum StoreError {
     MissingCa(String),
     #[error("no free loopback address left in {0}.0.0/16 for a new machine; use a fresh state directory or set QUORUM_SUBNET")]
     AddressesExhausted(String),
+    /// Sharding cannot go ahead as asked (another shard count in force, or a store that
+    /// cannot shard); the message says what to do.
+    #[error("{0}")]
+    Sharding(String),
 }
 
 impl StoreError {
@@ -326,6 +330,44 @@ pub trait StateStore: Send {
 
     // ---- leadership among controller replicas
 
+    /// Puts this connection's leadership under `scope` (`shard/3`, `replica/web-1-42`):
+    /// its leader key, its fence and its heartbeat become `<scope>/leader` and
+    /// `<scope>/heartbeat`, so one store holds many independent leaderships, each with
+    /// its own lease. Only before the first campaign. The embedded store has one
+    /// controller and no scopes.
+    fn set_scope(&mut self, scope: &str) -> Result<()> {
+        let _ = scope;
+        Err(StoreError::Sharding(EMBEDDED_CANNOT_SHARD.to_string()))
+    }
+
+    /// Agrees with every other replica of this store on the shard count (1: not
+    /// sharded). The count in force is a setting that changes only while no replica
+    /// leads anything (no leader key of any shard, nor the unsharded one, exists), in
+    /// the same transaction that checks it; every campaign of this connection then
+    /// compares it, so replicas that lead at the same time agree on the count. Another
+    /// count in force is `StoreError::Sharding`, which says what to do.
+    fn agree_shards(&mut self, count: u32) -> Result<()> {
+        if count == 1 {
+            Ok(())
+        } else {
+            Err(StoreError::Sharding(EMBEDDED_CANNOT_SHARD.to_string()))
+        }
+    }
+
+    /// The leaders of the scopes under `prefix` (`shard/`, `replica/`): each scope
+    /// (`shard/3`) and who holds it, by scope (none for the embedded store).
+    fn scoped_leaders(&self, prefix: &str) -> Result<Vec<(String, LeaderInfo)>> {
+        let _ = prefix;
+        Ok(Vec::new())
+    }
+
+    /// Who leads the controller that acts on control plane `cp` (its shard's leader
+    /// with a sharded fleet), and that controller's last heartbeat.
+    fn controller_of(&self, cp: &str) -> Result<(Option<LeaderInfo>, Option<Heartbeat>)> {
+        let _ = cp;
+        Ok((self.leader()?, self.last_controller_heartbeat()?))
+    }
+
     /// One attempt to lead the controllers of this store, with a lease of `ttl_ms`.
     /// The embedded store has one controller per state directory: the process holding
     /// its lock file leads, any other stands by (no lease, no fencing: one host).
@@ -441,6 +483,14 @@ impl StoreLocation {
         EtcdLocation::parse(s, tls).map(StoreLocation::Etcd)
     }
 }
+
+/// Why the embedded store refuses sharding.
+const EMBEDDED_CANNOT_SHARD: &str = "sharding the controllers needs a management etcd: run \
+    every replica with --store etcd://HOST:PORT,... (the embedded state file has exactly \
+    one controller, the process holding its lock)";
+
+/// The setting that holds the shard count in force (`StateStore::agree_shards`).
+pub const SHARDS_SETTING: &str = "controller-shards";
 
 /// The store, whichever backend holds it. Derefs to [`StateStore`].
 pub struct Store {

@@ -733,3 +733,121 @@ fn a_history_of_release_c1a7ab4_reads_back() {
     assert!(written.contains_key(&("e".to_string(), "refused".to_string())));
     assert!(written.contains_key(&("f".to_string(), "forget-control-plane".to_string())));
 }
+
+/// A store of a sharded fleet: `shards` agreed, leadership under `scope`.
+fn shard_store(m: &ManagementEtcd, prefix: &str, shards: u32, scope: &str) -> Store {
+    let mut s = etcd_store(m, prefix);
+    s.agree_shards(shards).unwrap();
+    s.set_scope(scope).unwrap();
+    s
+}
+
+#[test]
+fn each_shard_has_its_own_leader_and_fence_and_the_count_is_agreed() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = management("shards", dir.path());
+    let (p, n) = ("s", 4);
+    let mut a0 = shard_store(&m, p, n, "shard/0");
+    let mut b1 = shard_store(&m, p, n, "shard/1");
+    let mut b0 = shard_store(&m, p, n, "shard/0");
+    let token_a0 = match a0.campaign("a", 2_000).unwrap() {
+        Campaign::Leading { token } => token,
+        other => panic!("a should lead shard 0: {other:?}"),
+    };
+    // Another shard is another leadership: b leads it while a leads shard 0.
+    assert!(matches!(
+        b1.campaign("b", 2_000).unwrap(),
+        Campaign::Leading { .. }
+    ));
+    match b0.campaign("b", 2_000).unwrap() {
+        Campaign::Standby { leader: Some(l) } => assert_eq!(l.identity, "a"),
+        other => panic!("b should stand by on shard 0: {other:?}"),
+    }
+    a0.controller_heartbeat(&beat("a", 5)).unwrap();
+    b1.controller_heartbeat(&beat("b", 6)).unwrap();
+    let mut leaders = a0.scoped_leaders("shard/").unwrap();
+    leaders.sort_by(|x, y| x.0.cmp(&y.0));
+    let names: Vec<(&str, &str)> = leaders
+        .iter()
+        .map(|(s, l)| (s.as_str(), l.identity.as_str()))
+        .collect();
+    assert_eq!(names, vec![("shard/0", "a"), ("shard/1", "b")]);
+
+    // Who acts on a control plane: its shard's leader, with that shard's heartbeat.
+    let plain = etcd_store(&m, p);
+    for name in ["x", "y", "z", "w", "v"] {
+        let (leader, beat) = plain.controller_of(name).unwrap();
+        match quorum_core::shards::shard_of(name, n) {
+            0 => assert_eq!(
+                (leader.unwrap().identity, beat.unwrap().at_ms),
+                ("a".into(), 5)
+            ),
+            1 => assert_eq!(
+                (leader.unwrap().identity, beat.unwrap().at_ms),
+                ("b".into(), 6)
+            ),
+            _ => assert_eq!((leader, beat), (None, None)),
+        }
+    }
+    // Unscoped readers see the newest heartbeat of any shard.
+    assert_eq!(plain.last_controller_heartbeat().unwrap().unwrap().at_ms, 6);
+
+    // A replica with another count is refused while any leads, and says what to do.
+    let mut other = etcd_store(&m, p);
+    let e = other.agree_shards(2).unwrap_err();
+    assert!(
+        e.to_string().contains("run with --shards 4") && e.to_string().contains("a, b leading"),
+        "{e}"
+    );
+    let mut unsharded = etcd_store(&m, p);
+    let e = unsharded.agree_shards(1).unwrap_err();
+    assert!(e.to_string().contains("started without --shards"), "{e}");
+
+    // Shard 0's lease ends in etcd while a still believes it leads: b takes shard 0,
+    // and every write of a on shard 0 is refused, shard 1's writes untouched.
+    a0.release_lease_keeping_token().unwrap();
+    let token_b0 = match b0.campaign("b", 2_000).unwrap() {
+        Campaign::Leading { token } => token,
+        other => panic!("b should take shard 0 once a's lease is gone: {other:?}"),
+    };
+    assert!(token_b0 > token_a0);
+    let e = a0.controller_heartbeat(&beat("a", 7)).unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    let e = a0.ensure_leading(None).unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    let e = a0.create_control_plane(&cp("q"), None, 1).unwrap_err();
+    assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
+    b0.ensure_leading(Some(200)).unwrap();
+    b1.ensure_leading(Some(200)).unwrap();
+
+    // With every leadership given up, the count may change; a campaign of a connection
+    // that agreed to the old count is then refused with the same message.
+    a0.step_down();
+    b0.step_down();
+    b1.step_down();
+    other.agree_shards(2).unwrap();
+    other.set_scope("shard/1").unwrap();
+    assert!(matches!(
+        other.campaign("c", 2_000).unwrap(),
+        Campaign::Leading { .. }
+    ));
+    // (While another holds shard 0 the stale connection only stands by; once the shard
+    // is free its campaign compares the count and is refused.)
+    let mut late = shard_store(&m, p, 2, "shard/0");
+    drop(late.campaign("d", 2_000).unwrap());
+    assert!(matches!(
+        b0.campaign("b", 2_000).unwrap(),
+        Campaign::Standby { .. }
+    ));
+    late.step_down();
+    let e = b0.campaign("b", 2_000).unwrap_err();
+    assert!(e.to_string().contains("run with --shards 2"), "{e}");
+
+    // The embedded store has one controller: no scopes, no count above 1.
+    let home = tempfile::tempdir().unwrap();
+    let mut embedded = Store::open(&home.path().join("home")).unwrap();
+    embedded.agree_shards(1).unwrap();
+    let e = embedded.agree_shards(3).unwrap_err();
+    assert!(e.to_string().contains("needs a management etcd"), "{e}");
+    assert!(embedded.set_scope("shard/0").is_err());
+}

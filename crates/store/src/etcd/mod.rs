@@ -24,7 +24,10 @@
 //! `cp/<name>` (spec and next serial), `ca/<name>`, `machine/<cp>/<name>`,
 //! `event/<cp>/<at_ms>-<nonce>` (an event's id is its key's create revision),
 //! `status/<cp>`, `setting/<key>`, `next-address`, `heartbeat`, and `leader` (attached
-//! to the leader's lease).
+//! to the leader's lease). A sharded fleet has a leadership per scope instead:
+//! `shard/<n>/leader` and `shard/<n>/heartbeat` for each shard, `replica/<name>/leader`
+//! for each live replica (its registration), and the count in force in
+//! `setting/controller-shards`.
 
 mod call;
 mod events;
@@ -73,6 +76,12 @@ pub struct EtcdStore {
     location: String,
     prefix: String,
     leadership: Option<Leadership>,
+    /// Where this connection's leadership lives (`shard/3`); `None`: the one leadership
+    /// of an unsharded fleet (`leader`, `heartbeat`).
+    scope: Option<String>,
+    /// The shard count this connection agreed to (`agree_shards`): every campaign
+    /// compares the setting with it.
+    shards: Option<u32>,
     events_recorded: AtomicU64,
 }
 
@@ -172,6 +181,8 @@ impl EtcdStore {
             location,
             prefix: l.prefix.clone(),
             leadership: None,
+            scope: None,
+            shards: None,
             events_recorded: AtomicU64::new(0),
         };
         // The clients connect lazily: a read proves the cluster is there.
@@ -190,6 +201,78 @@ impl EtcdStore {
 
     fn key(&self, rest: &str) -> String {
         format!("{}{rest}", self.prefix)
+    }
+
+    /// A key of this connection's leadership: `<scope>/<name>`, or `<name>` unscoped.
+    fn scoped(&self, name: &str) -> String {
+        match &self.scope {
+            Some(scope) => self.key(&format!("{scope}/{name}")),
+            None => self.key(name),
+        }
+    }
+
+    /// Every leader key there may be: the unsharded one and each possible shard's.
+    fn every_leader_key(&self) -> Vec<String> {
+        let mut keys = vec![self.key("leader")];
+        keys.extend(
+            (0..quorum_core::shards::MAX_SHARDS).map(|s| self.key(&format!("shard/{s}/leader"))),
+        );
+        keys
+    }
+
+    /// The shard count in force and the revision of its setting (0: absent).
+    fn shards_in_force(&self) -> Result<(Option<u32>, i64)> {
+        let key = self.key(&format!("setting/{SHARDS_SETTING}"));
+        let Some(kv) = self.get(&key, "read the shard count")? else {
+            return Ok((None, 0));
+        };
+        let text = String::from_utf8_lossy(&kv.value).to_string();
+        let count = text
+            .trim()
+            .parse::<u32>()
+            .map_err(|_| self.corrupt(format!("the shard count {text:?} is not a number")))?;
+        Ok((Some(count), kv.mod_revision))
+    }
+
+    /// The refusal of a replica whose shard count is not the one in force.
+    fn shards_differ(&self, ours: u32, theirs: u32) -> StoreError {
+        let leaders = self
+            .scoped_leaders("shard/")
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(_, l)| l.identity)
+            .chain(self.leader_at("leader").ok().flatten().map(|l| l.identity))
+            .collect::<std::collections::BTreeSet<_>>();
+        let who = if leaders.is_empty() {
+            "a replica".to_string()
+        } else {
+            leaders.into_iter().collect::<Vec<_>>().join(", ")
+        };
+        let said = |n: u32| {
+            if n == 1 {
+                "without --shards".to_string()
+            } else {
+                format!("with --shards {n}")
+            }
+        };
+        StoreError::Sharding(format!(
+            "the controllers sharing {} run {} ({who} leading now), and this one was started \
+             {}: start it {} too, or stop every replica to change the count",
+            self.location,
+            said(theirs),
+            said(ours),
+            said(theirs)
+        ))
+    }
+
+    /// The leader recorded at `rest` (a leader key under the prefix).
+    fn leader_at(&self, rest: &str) -> Result<Option<LeaderInfo>> {
+        let Some(kv) = self.get(&self.key(rest), "read the leader")? else {
+            return Ok(None);
+        };
+        let mut info: LeaderInfo = self.parse(&kv)?;
+        info.token = kv.create_revision;
+        Ok(Some(info))
     }
 
     /// Runs one etcd call through the failover client (`f` once per attempt); the value
@@ -247,7 +330,7 @@ impl EtcdStore {
         landed: Option<Landed>,
     ) -> Result<Committed> {
         let fence = self.leadership.as_ref().map(|l| l.token);
-        let leader_key = self.key("leader");
+        let leader_key = self.scoped("leader");
         if let Some(token) = fence {
             compares.push(Compare::create_revision(
                 leader_key.clone(),
@@ -506,29 +589,42 @@ impl StateStore for EtcdStore {
     }
 
     fn controller_heartbeat(&self, beat: &Heartbeat) -> Result<()> {
-        let put = TxnOp::put(self.key("heartbeat"), beat.encode(), None);
+        let put = TxnOp::put(self.scoped("heartbeat"), beat.encode(), None);
         self.commit("record a heartbeat", vec![], vec![put], None)
             .map(drop)
     }
 
+    /// Unscoped: the unsharded controller's heartbeat, else the newest of any shard's.
     fn last_controller_heartbeat(&self) -> Result<Option<Heartbeat>> {
-        let Some(kv) = self.get(&self.key("heartbeat"), "read the heartbeat")? else {
+        if let Some(kv) = self.get(&self.scoped("heartbeat"), "read the heartbeat")? {
+            return Ok(Heartbeat::decode(&String::from_utf8_lossy(&kv.value)));
+        }
+        if self.scope.is_some() {
             return Ok(None);
-        };
-        Ok(Heartbeat::decode(&String::from_utf8_lossy(&kv.value)))
+        }
+        let beats = self.list(
+            &self.key("shard/"),
+            GetOptions::new().with_prefix(),
+            "read the shards' heartbeats",
+        )?;
+        Ok(beats
+            .iter()
+            .filter(|kv| kv.key.ends_with("/heartbeat"))
+            .filter_map(|kv| Heartbeat::decode(&String::from_utf8_lossy(&kv.value)))
+            .max_by_key(|b| b.at_ms))
     }
 
     fn heartbeat_writer(&self) -> Result<Box<dyn HeartbeatWriter>> {
         Ok(Box::new(EtcdHeartbeat {
             conn: self.conn.clone(),
-            key: self.key("heartbeat"),
-            leader_key: self.key("leader"),
+            key: self.scoped("heartbeat"),
+            leader_key: self.scoped("leader"),
             fence: self.leadership.as_ref().map(|l| l.token),
         }))
     }
 
     fn controller_stopped(&self, identity: &str) -> Result<()> {
-        let Some(kv) = self.get(&self.key("heartbeat"), "read the heartbeat")? else {
+        let Some(kv) = self.get(&self.scoped("heartbeat"), "read the heartbeat")? else {
             return Ok(());
         };
         let ours = Heartbeat::decode(&String::from_utf8_lossy(&kv.value))
@@ -539,8 +635,8 @@ impl StateStore for EtcdStore {
         // Only if nobody beat since it was read; a conflict means another replica
         // leads now, and its heartbeat stays.
         let unchanged =
-            Compare::mod_revision(self.key("heartbeat"), CompareOp::Equal, kv.mod_revision);
-        let delete = TxnOp::delete(self.key("heartbeat"), None);
+            Compare::mod_revision(self.scoped("heartbeat"), CompareOp::Equal, kv.mod_revision);
+        let delete = TxnOp::delete(self.scoped("heartbeat"), None);
         self.commit(
             "withdraw the heartbeat",
             vec![unchanged],
@@ -834,7 +930,7 @@ impl StateStore for EtcdStore {
             let r = c.lease_grant(ttl_s, None).await?;
             Ok((r.id(), r.ttl()))
         })?;
-        let key = self.key("leader");
+        let key = self.scoped("leader");
         let info = LeaderInfo {
             identity: identity.to_string(),
             since_ms: crate::now_ms(),
@@ -845,8 +941,17 @@ impl StateStore for EtcdStore {
             to_json(&info),
             Some(PutOptions::new().with_lease(lease_id)),
         );
-        // Not `commit`: there is no fence yet, and the comparison is the election.
-        let txn = Txn::new().when([absent(&key)]).and_then([put]);
+        // Not `commit`: there is no fence yet, and the comparison is the election (and,
+        // sharded, that the count agreed to is still the one in force).
+        let mut compares = vec![absent(&key)];
+        if let Some(count) = self.shards {
+            compares.push(Compare::value(
+                self.key(&format!("setting/{SHARDS_SETTING}")),
+                CompareOp::Equal,
+                count.to_string(),
+            ));
+        }
+        let txn = Txn::new().when(compares).and_then([put]);
         let served = self.call_served("take the leader key", move |mut c| {
             let txn = txn.clone();
             async move {
@@ -867,6 +972,19 @@ impl StateStore for EtcdStore {
             let _ = self.call("revoke an unused lease", move |mut c| async move {
                 c.lease_revoke(lease_id).await.map(drop)
             });
+            if let Some(ours) = self.shards {
+                match self.shards_in_force()?.0 {
+                    Some(theirs) if theirs == ours => {}
+                    Some(theirs) => return Err(self.shards_differ(ours, theirs)),
+                    None => {
+                        return Err(StoreError::Sharding(format!(
+                            "the shard count vanished from {} while this controller ran: \
+                             restart it",
+                            self.location
+                        )))
+                    }
+                }
+            }
             return Ok(Campaign::Standby {
                 leader: self.leader()?,
             });
@@ -964,11 +1082,108 @@ impl StateStore for EtcdStore {
     }
 
     fn leader(&self) -> Result<Option<LeaderInfo>> {
-        let Some(kv) = self.get(&self.key("leader"), "read the leader")? else {
+        let Some(kv) = self.get(&self.scoped("leader"), "read the leader")? else {
             return Ok(None);
         };
         let mut info: LeaderInfo = self.parse(&kv)?;
         info.token = kv.create_revision;
         Ok(Some(info))
+    }
+
+    fn set_scope(&mut self, scope: &str) -> Result<()> {
+        assert!(
+            self.leadership.is_none(),
+            "a scope is set before the first campaign"
+        );
+        let valid = scope.split('/').count() == 2
+            && scope
+                .split('/')
+                .all(|part| !part.is_empty() && !part.contains(char::is_whitespace));
+        if !valid {
+            return Err(StoreError::Sharding(format!(
+                "{scope:?} is not a leadership scope (`shard/N` or `replica/NAME`)"
+            )));
+        }
+        self.scope = Some(scope.to_string());
+        Ok(())
+    }
+
+    fn agree_shards(&mut self, count: u32) -> Result<()> {
+        let key = self.key(&format!("setting/{SHARDS_SETTING}"));
+        for attempt in 1..=WRITE_ATTEMPTS {
+            let (in_force, revision) = self.shards_in_force()?;
+            if in_force == Some(count) {
+                self.shards = Some(count);
+                return Ok(());
+            }
+            // Another count, or none yet: set ours, but only while no replica leads
+            // anything (every leader key absent), in the same transaction.
+            let mut compares: Vec<Compare> =
+                self.every_leader_key().iter().map(|k| absent(k)).collect();
+            compares.push(Compare::mod_revision(
+                key.clone(),
+                CompareOp::Equal,
+                revision,
+            ));
+            let put = TxnOp::put(key.clone(), count.to_string(), None);
+            // Not `commit`: no fence (nothing is led yet), and a lost answer is read
+            // back by the next attempt's first read.
+            let txn = Txn::new().when(compares).and_then([put]);
+            let won = self.call("agree on the shard count", move |mut c| {
+                let txn = txn.clone();
+                async move { Ok(c.txn(txn).await?.succeeded()) }
+            })?;
+            if won {
+                self.shards = Some(count);
+                return Ok(());
+            }
+            if let Some(theirs) = in_force {
+                let someone_leads = !self.scoped_leaders("shard/")?.is_empty()
+                    || self.leader_at("leader")?.is_some();
+                if someone_leads {
+                    return Err(self.shards_differ(count, theirs));
+                }
+            }
+            backoff(attempt);
+        }
+        Err(StoreError::Conflict {
+            location: self.location.clone(),
+            what: "the shard count".to_string(),
+            attempts: WRITE_ATTEMPTS,
+        })
+    }
+
+    fn scoped_leaders(&self, prefix: &str) -> Result<Vec<(String, LeaderInfo)>> {
+        let base = self.key("");
+        let kvs = self.list(
+            &self.key(prefix),
+            GetOptions::new().with_prefix(),
+            "read the scopes' leaders",
+        )?;
+        let mut out = Vec::new();
+        for kv in kvs.iter().filter(|kv| kv.key.ends_with("/leader")) {
+            let scope = kv.key[base.len()..kv.key.len() - "/leader".len()].to_string();
+            let mut info: LeaderInfo = self.parse(kv)?;
+            info.token = kv.create_revision;
+            out.push((scope, info));
+        }
+        Ok(out)
+    }
+
+    fn controller_of(&self, cp: &str) -> Result<(Option<LeaderInfo>, Option<Heartbeat>)> {
+        let scope = match self.shards_in_force()?.0 {
+            Some(count) if count > 1 => {
+                format!("shard/{}/", quorum_core::shards::shard_of(cp, count))
+            }
+            _ => String::new(),
+        };
+        let leader = self.leader_at(&format!("{scope}leader"))?;
+        let beat = self
+            .get(
+                &self.key(&format!("{scope}heartbeat")),
+                "read the heartbeat",
+            )?
+            .and_then(|kv| Heartbeat::decode(&String::from_utf8_lossy(&kv.value)));
+        Ok((leader, beat))
     }
 }
