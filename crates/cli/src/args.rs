@@ -695,6 +695,22 @@ pub struct ControllerArgs {
     #[arg(long, default_value_t = quorum_controller::fleet::DEFAULT_MAX_OPEN_CONTROL_PLANES,
           value_parser = parse_max_open, value_name = "N")]
     pub max_open_control_planes: usize,
+    /// With --store etcd://: split the control planes into N shards, spread over the
+    /// live replicas, each shard led by one replica at a time (a lease and a fence per
+    /// shard, as for the one leadership without it). A replica that dies or joins moves
+    /// shards within about --lease-ttl plus a second. Every replica of a store must be
+    /// given the same N; to change it, stop them all. Default 1: one replica leads
+    /// every control plane, the others stand by.
+    #[arg(long, default_value_t = 1, value_parser = parse_shards, value_name = "N")]
+    pub shards: u32,
+}
+
+fn parse_shards(s: &str) -> Result<u32, String> {
+    let n: u32 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("--shards takes a whole number, not {s:?}"))?;
+    quorum_core::shards::check_count(n)
 }
 
 fn parse_concurrency(s: &str) -> Result<usize, String> {

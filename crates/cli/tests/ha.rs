@@ -9,6 +9,8 @@
 mod common;
 #[path = "ha/repair_faults.rs"]
 mod repair_faults;
+#[path = "ha/shards.rs"]
+mod shards;
 #[path = "ha/store_faults.rs"]
 mod store_faults;
 #[path = "repair/support.rs"]
@@ -35,9 +37,14 @@ struct Replica {
 
 impl Replica {
     fn start(env: &Env, id: &str, vars: &[(&str, &str)]) -> Replica {
+        Replica::start_with(env, id, vars, &[])
+    }
+
+    /// `start`, with more arguments for `quorum controller`.
+    fn start_with(env: &Env, id: &str, vars: &[(&str, &str)], args: &[&str]) -> Replica {
         let log = env.dir.path().join(format!("{id}.log"));
         let file = std::fs::File::create(&log).unwrap();
-        let mut cmd = env.cmd(&[
+        let mut all = vec![
             "controller",
             "--metrics-addr",
             "off",
@@ -45,7 +52,9 @@ impl Replica {
             TTL,
             "--identity",
             id,
-        ]);
+        ];
+        all.extend_from_slice(args);
+        let mut cmd = env.cmd(&all);
         cmd.env_remove("FAILPOINTS").env("QUORUM_LOG", "info");
         for (k, v) in vars {
             cmd.env(k, v);

@@ -23,7 +23,7 @@ use crate::Outcome;
 use quorum_core::pacing::Backoff;
 use quorum_store::StoreError;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Notify, Semaphore};
@@ -154,19 +154,25 @@ struct Task {
 pub(crate) struct Fleet {
     tasks: HashMap<String, Task>,
     permits: Arc<Semaphore>,
-    /// The permits `permits` was made with (each pass gives its own back).
-    concurrency: usize,
+    /// Passes of this fleet's tasks running now (the permits may be shared).
+    in_flight: Arc<AtomicUsize>,
     last_data_version: Option<i64>,
     listed_at: Option<Instant>,
 }
 
+/// The permits of `--concurrency N`, bounded.
+pub(crate) fn permits(concurrency: usize) -> usize {
+    concurrency.clamp(1, MAX_CONCURRENCY)
+}
+
 impl Fleet {
-    pub(crate) fn new(concurrency: usize) -> Self {
-        let concurrency = concurrency.clamp(1, MAX_CONCURRENCY);
+    /// A fleet whose passes take `permits`, made with `permits(concurrency)` of them
+    /// (shared by every shard a replica holds: the bound is the replica's).
+    pub(crate) fn new(permits: Arc<Semaphore>) -> Self {
         Fleet {
             tasks: HashMap::new(),
-            permits: Arc::new(Semaphore::new(concurrency)),
-            concurrency,
+            permits,
+            in_flight: Arc::new(AtomicUsize::new(0)),
             last_data_version: None,
             listed_at: None,
         }
@@ -184,7 +190,9 @@ impl Fleet {
             self.publish(sh);
             return Ok(());
         }
-        let cps = sh.store().control_planes()?;
+        let mut cps = sh.store().control_planes()?;
+        // A sharded replica's controller runs only its shard's control planes.
+        cps.retain(|c| sh.cfg.owns(&c.name));
         self.last_data_version = Some(version);
         self.listed_at = Some(Instant::now());
         for cp in cps {
@@ -202,6 +210,7 @@ impl Fleet {
                         cp.name.clone(),
                         wake.clone(),
                         self.permits.clone(),
+                        self.in_flight.clone(),
                     ));
                     self.tasks.insert(
                         cp.name.clone(),
@@ -234,32 +243,42 @@ impl Fleet {
     }
 
     fn publish(&self, sh: &Shared) {
-        let in_flight = self.concurrency() - self.permits.available_permits();
-        sh.metrics
-            .fleet(self.tasks.len(), in_flight, sh.access.len());
-    }
-
-    fn concurrency(&self) -> usize {
-        self.concurrency
+        let in_flight = self.in_flight.load(Ordering::Relaxed);
+        sh.metrics.fleet(
+            &sh.cfg.scope(),
+            self.tasks.len(),
+            in_flight,
+            sh.access.len(),
+        );
     }
 
     /// Aborts every task (this replica stepped down, or stops): what one was doing ends
-    /// at its next await, exactly as if the process had ended there.
-    pub(crate) fn stop_all(&mut self, sh: &Shared) {
+    /// at its next await, exactly as if the process had ended there. Returns the tasks,
+    /// for a caller that must know they ended (before it gives its lease up).
+    pub(crate) fn stop_all(&mut self, sh: &Shared) -> Vec<JoinHandle<()>> {
+        let mut ended = Vec::with_capacity(self.tasks.len());
         for (name, t) in self.tasks.drain() {
             t.handle.abort();
             sh.access.remove(&name);
+            ended.push(t.handle);
         }
         self.last_data_version = None;
         self.listed_at = None;
-        sh.metrics.fleet(0, 0, sh.access.len());
+        sh.metrics.fleet(&sh.cfg.scope(), 0, 0, sh.access.len());
+        ended
     }
 }
 
 /// One control plane's task: passes, each with a permit, paced by their outcome, until
 /// the control plane is gone. Errors that concern the whole replica (its leadership, its
 /// store) are handed to the controller's loop through `Shared::report`.
-async fn run_one(sh: Arc<Shared>, name: String, wake: Arc<Notify>, permits: Arc<Semaphore>) {
+async fn run_one(
+    sh: Arc<Shared>,
+    name: String,
+    wake: Arc<Notify>,
+    permits: Arc<Semaphore>,
+    in_flight: Arc<AtomicUsize>,
+) {
     let mut r = Reconciler::new(sh.clone());
     let mut failures: u32 = 0;
     let mut last_error: Option<String> = None;
@@ -276,7 +295,10 @@ async fn run_one(sh: Arc<Shared>, name: String, wake: Arc<Notify>, permits: Arc<
             sh.cfg.busy_poll_ms
         } else {
             let t = Instant::now();
-            let res = pass(&mut r, &name).await;
+            let res = {
+                let _running = Running::start(&in_flight);
+                pass(&mut r, &name).await
+            };
             drop(permit);
             let label = match &res {
                 Ok(Some(o)) => o.label(),
@@ -314,6 +336,22 @@ async fn run_one(sh: Arc<Shared>, name: String, wake: Arc<Notify>, permits: Arc<
                 _ = wake.notified() => {}
             }
         }
+    }
+}
+
+/// Counts a pass as running until dropped (also when its task is aborted mid-pass).
+struct Running<'a>(&'a AtomicUsize);
+
+impl<'a> Running<'a> {
+    fn start(n: &'a AtomicUsize) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Running(n)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

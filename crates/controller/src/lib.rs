@@ -25,9 +25,11 @@ pub mod pacing;
 mod perform;
 mod rebuild;
 mod reconciler;
+pub mod shards;
 mod standing;
 
 use reconciler::{Reconciler, Shared};
+pub use shards::ShardedController;
 
 use access::{now_unix_s, Access};
 use quorum_core::lease::Standing;
@@ -135,6 +137,12 @@ pub struct Config {
     pub concurrency: usize,
     /// Control planes whose connections stay cached (`fleet::DEFAULT_MAX_OPEN_CONTROL_PLANES`).
     pub max_open_control_planes: usize,
+    /// Shards the fleet is split into among the replicas (`--shards`; 1: not sharded,
+    /// one replica leads every control plane).
+    pub shards: u32,
+    /// The shard this controller acts for (`ShardedController` runs one controller per
+    /// shard it holds); `None`: every control plane.
+    pub shard: Option<u32>,
 }
 
 /// A replica's name unless one is given: the host and the process id (`web-1-4242`),
@@ -160,7 +168,20 @@ impl Config {
             lease_ttl_ms: quorum_core::lease::DEFAULT_LEASE_TTL_MS,
             concurrency: fleet::DEFAULT_CONCURRENCY,
             max_open_control_planes: fleet::DEFAULT_MAX_OPEN_CONTROL_PLANES,
+            shards: 1,
+            shard: None,
         }
+    }
+
+    /// The leadership this controller holds: `shard/3`, or `""` unsharded.
+    pub fn scope(&self) -> String {
+        self.shard.map(|s| format!("shard/{s}")).unwrap_or_default()
+    }
+
+    /// Whether control plane `cp` is this controller's to act on (its shard's).
+    pub fn owns(&self, cp: &str) -> bool {
+        self.shard
+            .is_none_or(|s| quorum_core::shards::shard_of(cp, self.shards) == s)
     }
 }
 
@@ -278,13 +299,30 @@ pub enum Lead {
 }
 
 impl Controller {
+    /// A controller of every control plane (or, with `cfg.shard`, of one shard's),
+    /// with metrics and permits of its own.
     pub fn new(cfg: Config) -> Result<Self, StoreError> {
-        let store = Store::connect(&cfg.store, &cfg.home)?;
-        let concurrency = cfg.concurrency;
+        let permits = Arc::new(tokio::sync::Semaphore::new(fleet::permits(cfg.concurrency)));
+        Controller::with_parts(cfg, Arc::new(metrics::Metrics::new()), permits)
+    }
+
+    /// A controller sharing `metrics` and the reconcile `permits` with others of the
+    /// same replica (one per shard it holds). Agrees on the shard count with the other
+    /// replicas first, and scopes the leadership to the shard.
+    pub(crate) fn with_parts(
+        cfg: Config,
+        metrics: Arc<metrics::Metrics>,
+        permits: Arc<tokio::sync::Semaphore>,
+    ) -> Result<Self, StoreError> {
+        let mut store = Store::connect(&cfg.store, &cfg.home)?;
+        store.agree_shards(cfg.shards)?;
+        if cfg.shard.is_some() {
+            store.set_scope(&cfg.scope())?;
+        }
         Ok(Controller {
-            sh: Arc::new(Shared::new(cfg, store)),
+            sh: Arc::new(Shared::new(cfg, store, metrics)),
             inline: HashMap::new(),
-            fleet: fleet::Fleet::new(concurrency),
+            fleet: fleet::Fleet::new(permits),
             last_heartbeat_ms: 0,
             leading: false,
             last_standby: None,
@@ -331,7 +369,7 @@ impl Controller {
                 if let Some(h) = &self.heartbeats {
                     h.lead(self.sh.store().heartbeat_writer()?);
                 }
-                self.sh.metrics.leading(true);
+                self.sh.metrics.leading(&self.sh.cfg.scope(), true);
                 if token != 0 {
                     tracing::info!(token, ttl_ms, "leading");
                 }
@@ -342,6 +380,7 @@ impl Controller {
                 if who != self.last_standby {
                     tracing::info!(
                         leader = who.as_deref().unwrap_or("(none)"),
+                        scope = %self.sh.cfg.scope(),
                         "standing by: another controller leads; this one takes over when it stops"
                     );
                     self.last_standby = who.clone();
@@ -364,7 +403,7 @@ impl Controller {
         self.sh.store().step_down();
         self.leading = false;
         self.stepped_down_at = Some(Instant::now());
-        self.sh.metrics.leading(false);
+        self.sh.metrics.leading(&self.sh.cfg.scope(), false);
     }
 
     /// The controller's metrics (to serve with `metrics::serve`).
@@ -387,12 +426,25 @@ impl Controller {
             home = %self.sh.cfg.home.display(),
             store = %self.sh.store().location(),
             concurrency = self.sh.cfg.concurrency,
+            scope = %self.sh.cfg.scope(),
             "controller running"
         );
         let beats = heartbeat::Heartbeats::start(&self.sh.cfg.identity);
         *self.sh.steps.lock().unwrap_or_else(|p| p.into_inner()) = Some(beats.steps());
         self.heartbeats = Some(beats);
         self.run_loop(&stop).await;
+        // The tasks end before the lease is given up: once it is, another replica may
+        // take the leadership at once (a shard handed over, a standby), and nothing of
+        // this one's may still be under way then.
+        self.sh.set_acting(false);
+        self.inline.clear();
+        let tasks = self.fleet.stop_all(&self.sh);
+        if !tasks_end_within(tasks, TASKS_END_MS).await {
+            tracing::warn!(
+                "some control plane's pass did not end within {TASKS_END_MS} ms of being \
+                 stopped; the lease is given up anyway (every write of it is fenced)"
+            );
+        }
         self.forget_all();
         *self.sh.steps.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if let Some(h) = self.heartbeats.take() {
@@ -503,7 +555,8 @@ impl Controller {
             self.sh.store().controller_heartbeat(&self.beat(now))?;
             self.last_heartbeat_ms = now;
         }
-        let cps = self.sh.store().control_planes()?;
+        let mut cps = self.sh.store().control_planes()?;
+        cps.retain(|c| self.sh.cfg.owns(&c.name));
         self.inline.retain(|k, _| cps.iter().any(|c| &c.name == k));
         let mut overall = Outcome::Converged;
         for cp in cps {
@@ -591,6 +644,23 @@ pub fn address_is_free(a: Ipv4Addr) -> bool {
     [CLIENT_PORT, PEER_PORT]
         .iter()
         .all(|p| TcpListener::bind(SocketAddrV4::new(a, *p)).is_ok())
+}
+
+/// How long a stopping controller waits for its aborted passes to end before it gives
+/// its lease up. An aborted pass ends at its next await; the longest it can take is one
+/// store call in progress (bounded by its deadline, `CALL_TIMEOUT_MS`).
+const TASKS_END_MS: u64 = quorum_core::failover::CALL_TIMEOUT_MS + 1_000;
+
+/// Waits for every aborted task to end, at most `limit_ms`; whether all did.
+async fn tasks_end_within(tasks: Vec<tokio::task::JoinHandle<()>>, limit_ms: u64) -> bool {
+    let all = async {
+        for t in tasks {
+            let _ = t.await; // cancelled: the expected outcome
+        }
+    };
+    tokio::time::timeout(Duration::from_millis(limit_ms), all)
+        .await
+        .is_ok()
 }
 
 async fn sleep_unless(stop: &AtomicBool, ms: u64) {

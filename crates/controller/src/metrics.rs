@@ -14,7 +14,10 @@
 //!   (ok, refused, failed);
 //! - `quorum_rollout_up_to_date_ratio{control_plane}`: machines at the spec's version
 //!   over replicas (1 when a rollout is done);
-//! - `quorum_leader`: 1 while this replica leads the controllers of its store, else 0;
+//! - `quorum_leader`: 1 while this replica leads the controllers of its store (with
+//!   `--shards`: at least one shard), else 0; `quorum_shards_held`: the shards this
+//!   replica leads, and `quorum_controller_replicas`: the live replicas it sees (its
+//!   share of the fleet is `quorum_control_plane_tasks`);
 //! - `quorum_quorum_margin{control_plane}`: healthy voters minus the quorum size; alert on
 //!   0 (one more failure loses quorum), and below 0 quorum is lost or unknown;
 //! - `quorum_unhealthy_members{control_plane}`: members with a problem now (the health
@@ -43,6 +46,15 @@ use std::time::Duration;
 
 type Labels = Vec<(String, String)>;
 
+/// One leadership's part of the fleet gauges.
+#[derive(Default, Clone, Copy)]
+struct ScopeFigures {
+    leading: bool,
+    tasks: usize,
+    in_flight: usize,
+    open: usize,
+}
+
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<Labels, Counter>,
@@ -60,6 +72,11 @@ pub struct Metrics {
     unhealthy: Family<Labels, Gauge>,
     crash_loops: Family<Labels, Counter>,
     leader: Gauge,
+    shards_held: Gauge,
+    replicas: Gauge,
+    /// What each leadership of this replica (`""` unsharded, `shard/3`) holds and runs:
+    /// the gauges above are their sums.
+    scopes: std::sync::Mutex<HashMap<String, ScopeFigures>>,
     store_up: Family<Labels, Gauge>,
     verifications: Family<Labels, Counter>,
 }
@@ -150,6 +167,18 @@ impl Metrics {
             "1 while this replica leads the controllers of its store",
             leader.clone(),
         );
+        let shards_held = Gauge::default();
+        registry.register(
+            "shards_held",
+            "Shards this replica leads (--shards; 0 without)",
+            shards_held.clone(),
+        );
+        let replicas = Gauge::default();
+        registry.register(
+            "controller_replicas",
+            "Live controller replicas this replica sees (--shards; 0 without)",
+            replicas.clone(),
+        );
         let store_up = Family::<Labels, Gauge>::default();
         registry.register(
             "store_endpoint_up",
@@ -165,6 +194,9 @@ impl Metrics {
         Metrics {
             verifications,
             leader,
+            shards_held,
+            replicas,
+            scopes: std::sync::Mutex::new(HashMap::new()),
             store_up,
             registry,
             reconciles,
@@ -183,8 +215,41 @@ impl Metrics {
         }
     }
 
-    pub fn leading(&self, yes: bool) {
-        self.leader.set(i64::from(yes));
+    /// Whether this replica leads `scope` (`""` unsharded, `shard/3`).
+    pub fn leading(&self, scope: &str, yes: bool) {
+        self.with_scope(scope, |f| f.leading = yes);
+    }
+
+    /// The live replicas a sharded replica sees.
+    pub fn replicas(&self, n: usize) {
+        self.replicas.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// A leadership ended for good (a shard given up): its part leaves the sums.
+    pub fn forget_scope(&self, scope: &str) {
+        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        scopes.remove(scope);
+        self.sum(&scopes);
+    }
+
+    fn with_scope(&self, scope: &str, f: impl FnOnce(&mut ScopeFigures)) {
+        let mut scopes = self.scopes.lock().unwrap_or_else(|p| p.into_inner());
+        f(scopes.entry(scope.to_string()).or_default());
+        self.sum(&scopes);
+    }
+
+    fn sum(&self, scopes: &HashMap<String, ScopeFigures>) {
+        let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
+        let total = |f: fn(&ScopeFigures) -> usize| n(scopes.values().map(f).sum());
+        self.leader
+            .set(i64::from(scopes.values().any(|f| f.leading)));
+        self.shards_held.set(n(scopes
+            .iter()
+            .filter(|(k, f)| k.starts_with("shard/") && f.leading)
+            .count()));
+        self.tasks.set(total(|f| f.tasks));
+        self.in_flight.set(total(|f| f.in_flight));
+        self.open.set(total(|f| f.open));
     }
 
     pub fn reconciled(&self, cp: &str, outcome: &str, seconds: f64) {
@@ -201,12 +266,13 @@ impl Metrics {
         self.queue_depth.inc_by(delta);
     }
 
-    /// The fleet as its supervisor last saw it.
-    pub fn fleet(&self, tasks: usize, in_flight: usize, open: usize) {
-        let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
-        self.tasks.set(n(tasks));
-        self.in_flight.set(n(in_flight));
-        self.open.set(n(open));
+    /// The fleet of leadership `scope` as its supervisor last saw it.
+    pub fn fleet(&self, scope: &str, tasks: usize, in_flight: usize, open: usize) {
+        self.with_scope(scope, |f| {
+            f.tasks = tasks;
+            f.in_flight = in_flight;
+            f.open = open;
+        });
     }
 
     /// A control plane's state after a pass (`quorum_core::FleetState`'s name).
@@ -373,7 +439,15 @@ mod tests {
         m.state("prod", "converged");
         m.state("dev", "blocked");
         m.queued(1);
-        m.fleet(2, 1, 2);
+        // Two shards' fleets add up; a shard given up leaves the sums.
+        m.fleet("shard/0", 1, 1, 1);
+        m.fleet("shard/1", 1, 0, 1);
+        m.fleet("shard/2", 5, 5, 5);
+        m.leading("shard/0", true);
+        m.leading("shard/1", true);
+        m.leading("shard/2", true);
+        m.forget_scope("shard/2");
+        m.replicas(3);
         m.operation("add-learner", "refused");
         m.operation("add-learner", "ok");
         m.control_plane("prod", 0.5, 1);
@@ -398,6 +472,9 @@ mod tests {
             "quorum_reconciles_in_flight 1",
             "quorum_control_plane_tasks 2",
             "quorum_open_control_planes 2",
+            "quorum_leader 1",
+            "quorum_shards_held 2",
+            "quorum_controller_replicas 3",
             "quorum_membership_operations_total{kind=\"add-learner\",outcome=\"refused\"} 1",
             "quorum_rollout_up_to_date_ratio{control_plane=\"prod\"} 0.5",
             "quorum_quorum_margin{control_plane=\"prod\"} 1",

@@ -30,14 +30,14 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(cfg: Config, store: Store) -> Self {
+    pub(crate) fn new(cfg: Config, store: Store, metrics: Arc<metrics::Metrics>) -> Self {
         let provider = LocalProvider::new(&cfg.home, cfg.etcd_dir.clone());
         Shared {
             access: fleet::AccessCache::new(cfg.max_open_control_planes),
             cfg,
             store: Mutex::new(store),
             provider,
-            metrics: Arc::new(metrics::Metrics::new()),
+            metrics,
             steps: Mutex::new(None),
             acting: AtomicBool::new(false),
             trouble: Mutex::new(None),

@@ -233,7 +233,8 @@ pub async fn live(
     }
     // Liveness from the home's heartbeat (beaten from its own thread, so a long step
     // does not make a live controller look dead), not from when it last published.
-    let beat = store.last_controller_heartbeat()?;
+    // Sharded, the controller that acts on this control plane is its shard's leader.
+    let (controller_leader, beat) = store.controller_of(&cp.name)?;
     let controller = store.published_status(&cp.name)?.map(|p| {
         let now = now_ms();
         let beat = beat.filter(|b| b.identity == p.controller);
@@ -273,7 +274,7 @@ pub async fn live(
         conditions,
         haproxy,
         controller,
-        controller_leader: store.leader()?,
+        controller_leader,
         last_event: newest_event(store, &cp.name)?,
         snapshots: SnapshotSummary::of(&store.snapshots(&cp.name)?, cp.spec.version),
         store: Vec::new(),

@@ -109,6 +109,12 @@ pub struct Config {
     pub replicas: u8,
     /// The leader lease's TTL (with 2 replicas).
     pub lease_ttl_ms: u64,
+    /// Shards of a sharded fleet (`controller --shards`; 1: not sharded). With 2 or 3
+    /// replicas: each replica registers on a lease of its own, the control plane's shard
+    /// goes to the live replica `quorum_core::shards::owner_of` names, only that replica
+    /// campaigns for the shard's lease, and a holder the shard is no longer assigned to
+    /// hands it over (stops, then revokes its lease). The last replica joins later.
+    pub shards: u32,
     /// A load balancer (HAProxy) in front of the members, kept in step with the published
     /// endpoints by the controller; it may be unreachable for a while (a seeded fault).
     pub load_balancer: bool,
@@ -133,6 +139,7 @@ impl Config {
             strict_reconfig: (seed / Scenario::ALL.len() as u64).is_multiple_of(2),
             replicas: 1,
             lease_ttl_ms: DEFAULT_LEASE_TTL_MS,
+            shards: 1,
             load_balancer: (seed / (2 * Scenario::ALL.len() as u64)).is_multiple_of(2),
             faults_anywhere: false,
         }
@@ -161,9 +168,10 @@ pub struct Outcome {
     /// A hash of the whole trace: equal for equal seeds.
     pub trace_hash: u64,
     pub trace: String,
-    /// Controller replicas and lease TTL of the run (to replay it).
+    /// Controller replicas, lease TTL and shards of the run (to replay it).
     pub replicas: u8,
     pub lease_ttl_ms: u64,
+    pub shards: u32,
     pub lease: LeaseCounts,
     pub pacing: PacingCounts,
     pub repair: RepairCounts,

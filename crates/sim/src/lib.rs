@@ -70,6 +70,13 @@
 //! controller leads without a lease, as with the embedded store, and every seed's trace
 //! is what it was.
 //!
+//! With `Config::shards > 1` (`--shards N`, with 2 or 3 replicas) the fleet is sharded
+//! (`replicas.rs`): the leader key is the control plane's shard's, each replica holds a
+//! registration lease, only the replica the core's `shards::owner_of` assigns the shard
+//! to campaigns for it, a holder the shard is no longer assigned to hands it over
+//! (revokes its lease, between passes), and the last replica joins during the run. The
+//! faults and invariants are the same.
+//!
 //! After every step the invariants of DESIGN.md are checked (with two replicas also: no
 //! side effect without a valid lease except the deposed leader's one in-flight step,
 //! never two replicas acting with valid leases in one step, no step-down while the store
@@ -254,6 +261,10 @@ pub struct World {
     pacing_counts: PacingCounts,
     leader_key: Option<LeaderKey>,
     last_token: u64,
+    /// Sharded: the control plane's shard, and when each replica's registration
+    /// expires in the store (0: never registered).
+    shard: u32,
+    registered_until_ms: Vec<u64>,
     /// Armed fault: the next successful member removal loses the leader's lease.
     lose_lease_after_removal: bool,
     /// Replicas that performed a side effect with a valid lease this step.
@@ -358,6 +369,8 @@ impl World {
             pacing_counts: PacingCounts::default(),
             leader_key: None,
             last_token: 0,
+            shard: 0,
+            registered_until_ms: vec![],
             lose_lease_after_removal: false,
             acted_with_lease: BTreeSet::new(),
             store: store::SimStore::default(),
@@ -480,6 +493,10 @@ impl World {
         for i in 0..n {
             let first = self.rng.below(store::STORE_MEMBERS as u64) as usize;
             self.replicas[i].store = store::StoreView::new(first);
+        }
+        if self.sharded() {
+            self.start_sharded(n);
+            return;
         }
         self.take_lead(0);
     }
@@ -627,6 +644,7 @@ impl World {
             trace: self.trace,
             replicas: self.cfg.replicas,
             lease_ttl_ms: self.cfg.lease_ttl_ms,
+            shards: self.cfg.shards,
             lease: self.lease,
             pacing: self.pacing_counts,
             repair: self.repair,
@@ -723,6 +741,9 @@ pub fn replay_command(o: &Outcome) -> String {
         let _ = write!(c, " --replicas {}", o.replicas);
         if o.lease_ttl_ms != DEFAULT_LEASE_TTL_MS {
             let _ = write!(c, " --lease-ttl-ms {}", o.lease_ttl_ms);
+        }
+        if o.shards > 1 {
+            let _ = write!(c, " --shards {}", o.shards);
         }
     }
     c

@@ -30,8 +30,8 @@ struct Args {
     /// Print the whole trace of --seed.
     #[arg(long)]
     trace: bool,
-    /// Controller replicas: 1 (one controller, no lease, as with the embedded store) or 2
-    /// (two replicas sharing a leader lease in the store: renewals every TTL/3, a margin
+    /// Controller replicas: 1 (one controller, no lease, as with the embedded store), 2
+    /// or 3 (replicas sharing a leader lease in the store: renewals every TTL/3, a margin
     /// check and a fenced no-op write before every side effect, takeover by the standby
     /// once the lease expires; plus faults: a replica paused past its TTL, a replica
     /// crashing, the lease lost right after a member removal, a leader paused between
@@ -39,8 +39,14 @@ struct Args {
     /// unavailable for a while (an election, a majority of it gone), and one store member
     /// killed or paused). A different number of replicas gives a different trace for the
     /// same seed.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=2))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=3))]
     replicas: u8,
+    /// With --replicas 2 or 3: a sharded fleet of N shards (`controller --shards N`):
+    /// each replica registers on a lease, the control plane's shard goes to the live
+    /// replica the core assigns it to, a holder it is no longer assigned to hands it
+    /// over, and the last replica joins during the run.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=64))]
+    shards: u32,
     /// The leader lease's TTL with --replicas 2.
     #[arg(long, value_name = "MS", default_value_t = quorum_core::lease::DEFAULT_LEASE_TTL_MS, value_parser = parse_ttl_ms)]
     lease_ttl_ms: u64,
@@ -83,6 +89,13 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
+    if args.shards > 1 && args.replicas < 2 {
+        eprintln!(
+            "error: --shards {} needs --replicas 2 or 3 (one replica holds every shard)",
+            args.shards
+        );
+        return std::process::ExitCode::from(2);
+    }
     let cfg = |seed| {
         let mut c = Config::new(seed);
         if let Some(s) = scenario {
@@ -90,6 +103,7 @@ fn main() -> std::process::ExitCode {
         }
         c.replicas = args.replicas;
         c.lease_ttl_ms = args.lease_ttl_ms;
+        c.shards = args.shards;
         c.faults_anywhere = args.faults_anywhere;
         c
     };
@@ -101,7 +115,7 @@ fn main() -> std::process::ExitCode {
             let t = Instant::now();
             let r = quorum_sim::model::check(v);
             println!(
-                "model check, 3-member rollout, {}, etcd strict check {}, deposed controller {}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
+                "model check, 3-member rollout, {}, etcd strict check {}, deposed controller {}{}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
                 if v.in_place {
                     "in place".to_string()
                 } else {
@@ -109,6 +123,7 @@ fn main() -> std::process::ExitCode {
                 },
                 if v.etcd_strict { "on" } else { "off" },
                 if v.deposed { "yes" } else { "no" },
+                if v.sharded { ", sharded (the shard moves between replicas)" } else { "" },
                 if v.faults_anywhere { ", faults anywhere" } else { "" },
                 r.states,
                 r.transitions,

@@ -32,6 +32,8 @@ pub struct LeaseCounts {
     pub store_holds: u64,
     /// The longest time from the store serving again to its leader acting.
     pub resume_after_outage_max_ms: u64,
+    /// Sharded: shards handed over by a holder they were no longer assigned to.
+    pub handovers: u64,
 }
 
 impl LeaseCounts {
@@ -48,6 +50,7 @@ impl LeaseCounts {
         self.store_endpoint_faults += o.store_endpoint_faults;
         self.store_stalls += o.store_stalls;
         self.store_holds += o.store_holds;
+        self.handovers += o.handovers;
         self.resume_after_outage_max_ms = self
             .resume_after_outage_max_ms
             .max(o.resume_after_outage_max_ms);
@@ -58,7 +61,7 @@ impl std::fmt::Display for LeaseCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} takeovers, {} pauses ({} past the TTL), {} replica crashes, {} stale side effects, {} fenced writes, {} leases lost after a removal, {} step-downs; store: {} outages, {} members killed or paused ({} attempts lost on a paused one), {} passes held, a leader acting at most {} ms after the store served again",
+            "{} takeovers, {} pauses ({} past the TTL), {} replica crashes, {} stale side effects, {} fenced writes, {} leases lost after a removal, {} step-downs, {} shard handovers; store: {} outages, {} members killed or paused ({} attempts lost on a paused one), {} passes held, a leader acting at most {} ms after the store served again",
             self.takeovers,
             self.pauses,
             self.pauses_past_ttl,
@@ -67,6 +70,7 @@ impl std::fmt::Display for LeaseCounts {
             self.fenced_writes,
             self.leases_lost_after_removal,
             self.step_downs,
+            self.handovers,
             self.store_outages,
             self.store_endpoint_faults,
             self.store_stalls,
@@ -273,12 +277,88 @@ impl World {
             if self.resume_if_due(i) || !self.runs(i) {
                 continue;
             }
+            if self.sharded() {
+                self.register(i);
+                if self.replicas[i].term.is_some() && !self.assigned(i) {
+                    self.hand_over(i);
+                    continue;
+                }
+            }
             if self.replicas[i].term.is_some() {
                 self.renew_if_due(i);
             } else {
                 self.campaign_if_due(i);
             }
         }
+    }
+
+    // -- a sharded fleet
+
+    pub(crate) fn sharded(&self) -> bool {
+        self.ha() && self.cfg.shards > 1
+    }
+
+    /// Every replica registered but the last, which joins during the run; the shard
+    /// goes to its owner among them.
+    pub(crate) fn start_sharded(&mut self, n: usize) {
+        self.shard = quorum_core::shards::shard_of(&self.cp.name, self.cfg.shards);
+        let until = self.now_ms + self.cfg.lease_ttl_ms;
+        self.registered_until_ms = vec![until; n];
+        self.registered_until_ms[n - 1] = 0;
+        let join_steps = 1 + self.rng.below(self.cfg.fault_steps.max(1));
+        self.replicas[n - 1].down_until_step = Some(join_steps);
+        self.note(format!(
+            "sharded: shard {} of {}; r{} joins at step {join_steps}",
+            self.shard,
+            self.cfg.shards,
+            n - 1
+        ));
+        let owner = (0..n).find(|i| self.assigned(*i)).unwrap_or(0);
+        self.take_lead(owner);
+    }
+
+    /// A running replica whose store serves renews its registration (the real one
+    /// renews every TTL/3; every step here, so it lapses exactly a TTL after the replica
+    /// stopped renewing it).
+    pub(crate) fn register(&mut self, i: usize) {
+        if self.store_serves(i) {
+            let until = self.now_ms + self.cfg.lease_ttl_ms;
+            if self.registered_until_ms[i] < self.now_ms {
+                self.note(format!("r{i} registers"));
+            }
+            self.registered_until_ms[i] = until;
+        }
+    }
+
+    /// Whether the shard is assigned to replica `i`, by the registrations it reads now
+    /// (itself counted as live, as the real replica does).
+    pub(crate) fn assigned(&self, i: usize) -> bool {
+        let names: Vec<String> = (0..self.replicas.len()).map(|j| format!("r{j}")).collect();
+        let live: Vec<&str> = (0..self.replicas.len())
+            .filter(|j| *j == i || self.registered_until_ms[*j] > self.now_ms)
+            .map(|j| names[j].as_str())
+            .collect();
+        quorum_core::shards::owner_of(self.shard, &live) == Some(names[i].as_str())
+    }
+
+    /// The holder gives the shard up: its passes are over (between steps here), its
+    /// memory goes, its lease is revoked so the assigned replica takes it at its next
+    /// look.
+    pub(crate) fn hand_over(&mut self, i: usize) {
+        let Some(t) = self.replicas[i].term.take() else {
+            return;
+        };
+        self.replicas[i].pacing = Pacing::default();
+        self.replicas[i].tracker = health::Tracker::default();
+        self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
+        if self.leader_key.is_some_and(|k| k.token == t.token) {
+            self.leader_key = None;
+        }
+        self.lease.handovers += 1;
+        self.note(format!(
+            "r{i} hands the shard over (token {}): it is assigned elsewhere now",
+            t.token
+        ));
     }
 
     pub(crate) fn restart_if_due(&mut self, i: usize) {
@@ -363,6 +443,10 @@ impl World {
             return;
         }
         self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
+        // Sharded, a replica campaigns only for a shard assigned to it.
+        if self.sharded() && !self.assigned(i) {
+            return;
+        }
         if self.leader_key.is_none() && self.store_serves(i) {
             self.take_lead(i);
         }

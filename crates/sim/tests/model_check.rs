@@ -2,7 +2,8 @@
 //! deposed controller, and one failure (a process dying, a member hanging, a disk lost)
 //! that remediation repairs; and the in-place rollout with a deposed controller, a new
 //! binary that fails to start, and its rollback; and a recovery after quorum loss from
-//! the survivor (fence, force, grow back) with crashes and a deposed controller.
+//! the survivor (fence, force, grow back) with crashes and a deposed controller; and a
+//! sharded fleet, whose control plane's shard moves between replicas.
 
 use quorum_sim::model::{check, Variant};
 use std::time::Instant;
@@ -40,6 +41,9 @@ fn every_reachable_state_is_safe_and_can_finish() {
         }
         // The in-place variant explored its steps, a new binary failing to start, and
         // rollbacks.
+        if v.sharded {
+            assert!(v.deposed && v.etcd_strict, "{v:?}");
+        }
         if v.in_place {
             assert!(r.in_place_states > 0, "{v:?}");
             assert!(r.bad_binary_states > 0, "{v:?}");

@@ -3,7 +3,7 @@
 
 use crate::args::{ControllerArgs, DEFAULT_METRICS_ADDR};
 use anyhow::{bail, Context, Result};
-use quorum_controller::{Config, Controller};
+use quorum_controller::{Config, Controller, ShardedController};
 use quorum_ops::Place;
 use quorum_provider::default_etcd_dir;
 use quorum_store::StoreLocation;
@@ -17,6 +17,7 @@ pub async fn run(at: &Place, a: ControllerArgs) -> Result<()> {
     cfg.lease_ttl_ms = a.lease_ttl.as_millis() as u64;
     cfg.concurrency = a.concurrency;
     cfg.max_open_control_planes = a.max_open_control_planes;
+    cfg.shards = a.shards;
     if let Some(id) = a.identity {
         cfg.identity = id;
     }
@@ -24,23 +25,53 @@ pub async fn run(at: &Place, a: ControllerArgs) -> Result<()> {
         StoreLocation::Embedded => home.display().to_string(),
         StoreLocation::Etcd(l) => l.url(),
     };
-    let mut c = Controller::new(cfg).with_context(|| format!("opening the store {where_}"))?;
     let stop = Arc::new(AtomicBool::new(false));
+    let opening = || format!("opening the store {where_}");
+    let (mut c, sharded) = if a.shards > 1 {
+        let c = ShardedController::new(cfg).with_context(opening)?;
+        (Replica::Sharded(c), format!(", {} shards", a.shards))
+    } else {
+        let c = Controller::new(cfg).with_context(opening)?;
+        (Replica::One(c), String::new())
+    };
     if a.metrics_addr != "off" {
-        serve_metrics(&a.metrics_addr, &c, &stop).await?;
+        serve_metrics(&a.metrics_addr, c.metrics(), &stop).await?;
     }
     tokio::spawn(stop_on_signal(stop.clone()));
     eprintln!(
-        "quorum controller: home {}, store {} (Ctrl-C to stop; machines keep running)",
+        "quorum controller: home {}, store {}{sharded} (Ctrl-C to stop; machines keep running)",
         home.display(),
         where_
     );
-    c.run(stop).await;
+    match &mut c {
+        Replica::One(c) => c.run(stop).await,
+        Replica::Sharded(c) => c.run(stop).await,
+    }
     Ok(())
 }
 
+/// This process's controller: one leadership over every control plane, or a replica of
+/// a sharded fleet.
+enum Replica {
+    One(Controller),
+    Sharded(ShardedController),
+}
+
+impl Replica {
+    fn metrics(&self) -> Arc<quorum_controller::metrics::Metrics> {
+        match self {
+            Replica::One(c) => c.metrics(),
+            Replica::Sharded(c) => c.metrics(),
+        }
+    }
+}
+
 /// Serves Prometheus metrics on `addr` until `stop`.
-async fn serve_metrics(addr: &str, c: &Controller, stop: &Arc<AtomicBool>) -> Result<()> {
+async fn serve_metrics(
+    addr: &str,
+    metrics: Arc<quorum_controller::metrics::Metrics>,
+    stop: &Arc<AtomicBool>,
+) -> Result<()> {
     let listener = match tokio::net::TcpListener::bind(addr).await {
         Ok(l) => l,
         // The port is per machine, the controller lock per home: a controller of another
@@ -65,7 +96,7 @@ async fn serve_metrics(addr: &str, c: &Controller, stop: &Arc<AtomicBool>) -> Re
     );
     tokio::spawn(quorum_controller::metrics::serve(
         listener,
-        c.metrics(),
+        metrics,
         stop.clone(),
     ));
     Ok(())

@@ -514,7 +514,13 @@ pub fn assert_no_orphans(env: &Env, cp: &str) {
         quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
     let mut names: Vec<String> = machines.iter().map(|m| m.name.clone()).collect();
     names.sort();
-    assert_eq!(provider.list(), names, "machine directories vs records");
+    // This control plane's directories (machines are named `<cp>-<serial>`).
+    let dirs: Vec<String> = provider
+        .list()
+        .into_iter()
+        .filter(|d| d.rsplit_once('-').is_some_and(|(of, _)| of == cp))
+        .collect();
+    assert_eq!(dirs, names, "machine directories vs records");
 }
 
 /// The history in one line per event (with its time from the first), for messages.

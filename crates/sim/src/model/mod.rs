@@ -59,6 +59,8 @@ use std::hash::Hash;
 use std::net::Ipv4Addr;
 
 pub const MAX_CRASHES: u8 = 2;
+/// How often a sharded control plane's shard may move to another replica in a run.
+pub const MAX_SHARD_MOVES: u8 = 1;
 const OLD: Version = Version::new(3, 4, 23);
 const NEW: Version = Version::new(3, 5, 1);
 /// A bound on the explored states: the check fails rather than run away.
@@ -121,6 +123,13 @@ pub struct Variant {
     /// controller fences, forces the survivor and grows the cluster back, with its
     /// crashes and a deposed controller's stale step.
     pub recovery: bool,
+    /// A sharded fleet (`controller --shards N`): the control plane's shard may move to
+    /// another replica at any moment between two passes (`MAX_SHARD_MOVES` times), as
+    /// when a replica joins or dies. The new holder starts with no memory (drain clock,
+    /// health memory), and the former holder may be the deposed controller with its one
+    /// stale side effect (a provider call still running when its passes were stopped
+    /// and its lease given up). A move in the middle of a pass is a crash: covered.
+    pub sharded: bool,
 }
 
 impl Variant {
@@ -128,8 +137,9 @@ impl Variant {
     /// is the only guard), and quorum with a deposed controller (which only etcd's
     /// check can stop from performing a removal it decided before a member died;
     /// fencing and the leadership re-check of the distributed store narrow that window);
-    /// and the in-place rollout with a deposed controller.
-    pub const ALL: [Variant; 6] = [
+    /// and the in-place rollout with a deposed controller; and a sharded fleet, whose
+    /// control plane moves between replicas.
+    pub const ALL: [Variant; 7] = [
         Variant {
             max_surge: 1,
             etcd_strict: false,
@@ -137,6 +147,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            sharded: false,
         },
         Variant {
             max_surge: 0,
@@ -145,6 +156,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            sharded: false,
         },
         Variant {
             max_surge: 1,
@@ -153,6 +165,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            sharded: false,
         },
         Variant {
             max_surge: 0,
@@ -161,6 +174,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            sharded: false,
         },
         Variant {
             max_surge: 1,
@@ -169,6 +183,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: true,
             recovery: false,
+            sharded: false,
         },
         Variant {
             max_surge: 1,
@@ -177,6 +192,16 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: true,
+            sharded: false,
+        },
+        Variant {
+            max_surge: 1,
+            etcd_strict: true,
+            deposed: true,
+            faults_anywhere: false,
+            in_place: false,
+            recovery: false,
+            sharded: true,
         },
     ];
 }
@@ -193,6 +218,8 @@ pub struct State {
     next_member_id: u64,
     leader: Option<u64>,
     crashes: u8,
+    /// Times the control plane's shard moved to another replica (sharded variant).
+    shard_moves: u8,
     /// A member process may die once (the controller restarts it).
     died: bool,
     /// A member may hang once (SIGSTOP) or be cut off from its peers and the controller:
@@ -333,6 +360,7 @@ fn initial_rollout(variant: Variant) -> State {
         next_member_id: 4,
         leader: Some(1),
         crashes: 0,
+        shard_moves: 0,
         died: false,
         partitioned: None,
         partition_used: false,

@@ -457,6 +457,19 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         }
         out.push(("the drain passes".to_string(), n));
     }
+    // A sharded fleet: the shard moves to another replica between two passes (one
+    // joined, or its holder died); the new holder remembers nothing.
+    if s.variant.sharded && s.shard_moves < MAX_SHARD_MOVES {
+        let mut n = s.clone();
+        n.shard_moves += 1;
+        n.drain_started = false;
+        n.drain_passed = false;
+        n.memory.clear();
+        out.push((
+            "the shard moves to another replica (it starts with no memory)".to_string(),
+            n,
+        ));
+    }
     if s.lb_reachable && !s.lb_fault_used {
         let mut n = s.clone();
         n.lb_reachable = false;

@@ -1,0 +1,179 @@
+//! A sharded fleet (`quorum controller --shards N`): three replicas share six shards of
+//! a fleet of 1-member control planes; one replica is killed -9 in the middle of the
+//! fleet's rollout, its share is taken over, every rollout completes and no change is
+//! made twice (the store's history says so); a replica that joins takes a share; a
+//! replica started with another shard count is refused and says what to do.
+
+use super::store_faults::assert_each_change_once;
+use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+
+const SHARDS: u32 = 6;
+const SHARDS_ARG: &str = "6";
+
+/// Who leads each shard now.
+fn shard_leaders(env: &Env) -> BTreeMap<String, String> {
+    env.store()
+        .scoped_leaders("shard/")
+        .unwrap()
+        .into_iter()
+        .map(|(scope, l)| (scope, l.identity))
+        .collect()
+}
+
+/// The replica leading control plane `cp`'s shard.
+fn owner(env: &Env, cp: &str) -> Option<String> {
+    env.store().controller_of(cp).unwrap().0.map(|l| l.identity)
+}
+
+#[test]
+fn a_sharded_fleet_survives_a_replica_killed_mid_rollout_and_takes_a_joiner_in() {
+    let (env, _mgmt) = ha_env("ha-shards");
+    let shards = ["--shards", SHARDS_ARG];
+    let mut replicas: BTreeMap<&str, Replica> = ["r1", "r2", "r3"]
+        .into_iter()
+        .map(|id| (id, Replica::start_with(&env, id, &[], &shards)))
+        .collect();
+    // Every shard is led, and every replica leads some: 2 each.
+    wait_for("the shards to be spread", Duration::from_secs(30), || {
+        let l = shard_leaders(&env);
+        let holders: BTreeSet<&String> = l.values().collect();
+        l.len() == SHARDS as usize && holders.len() == 3
+    });
+    // A replica with another count is refused at once, and told what to do.
+    let e = env.fails(&[
+        "controller",
+        "--metrics-addr",
+        "off",
+        "--identity",
+        "odd",
+        "--shards",
+        "4",
+    ]);
+    assert!(e.contains("run with --shards 6"), "{e}");
+
+    // Six 1-member control planes, in several shards.
+    let names: Vec<String> = (0..6).map(|i| format!("s{i}")).collect();
+    for n in &names {
+        env.create_and_wait(n, 1, OLD);
+    }
+    let in_shards: BTreeSet<u32> = names
+        .iter()
+        .map(|n| quorum_core::shards::shard_of(n, SHARDS))
+        .collect();
+    assert!(in_shards.len() >= 3, "{in_shards:?}");
+    // `status` and `list` name the replica that owns each: its shard's leader.
+    for n in &names {
+        let s = env.status(n);
+        let own = owner(&env, n).expect("its shard is led");
+        assert_eq!(s["controllerLeader"]["identity"], own.as_str(), "{s:#}");
+        wait_for(
+            &format!("{n}'s controller to publish"),
+            Duration::from_secs(10),
+            || env.status(n)["controller"]["identity"] == own.as_str(),
+        );
+    }
+    let wide = env.ok(&["list", "-o", "wide"]);
+    for n in &names {
+        let own = owner(&env, n).unwrap();
+        assert!(
+            wide.lines()
+                .any(|l| l.starts_with(n.as_str()) && l.contains(own.as_str())),
+            "{wide}"
+        );
+    }
+
+    // The whole fleet upgraded at once; in the middle of it, the owner of a control
+    // plane whose new member has just joined is killed -9.
+    let after: BTreeMap<&String, i64> = names
+        .iter()
+        .map(|n| (n, env.store().last_event_id(n).unwrap()))
+        .collect();
+    for n in &names {
+        env.ok(&["upgrade", n, "--version", NEW]);
+    }
+    let mut mid: Option<String> = None;
+    wait_for("a new member to join", Duration::from_secs(120), || {
+        let store = env.store();
+        mid = names
+            .iter()
+            .find(|n| {
+                store
+                    .events_after(n, after[n], 10_000)
+                    .unwrap()
+                    .iter()
+                    .any(|e| e.ok && e.kind == EventKind::Action(ActionKind::AddLearner))
+            })
+            .cloned();
+        mid.is_some()
+    });
+    let mid = mid.unwrap();
+    let victim = owner(&env, &mid).expect("its shard is led");
+    let victim_shards: Vec<String> = shard_leaders(&env)
+        .into_iter()
+        .filter(|(_, l)| *l == victim)
+        .map(|(s, _)| s)
+        .collect();
+    replicas.get_mut(victim.as_str()).unwrap().kill9();
+    let killed = Instant::now();
+    wait_for(
+        "the dead replica's shards to move",
+        Duration::from_secs(30),
+        || {
+            let l = shard_leaders(&env);
+            l.len() == SHARDS as usize && l.values().all(|id| *id != victim)
+        },
+    );
+    println!(
+        "{victim} (shards {victim_shards:?}) killed -9 mid-rollout of {mid}: its shards led by \
+         the others {} ms later (lease TTL {TTL})",
+        killed.elapsed().as_millis()
+    );
+    for n in &names {
+        env.wait_status(n, "the rollout to finish", Duration::from_secs(300), |s| {
+            s["converged"] == true && machine_versions(s) == vec![NEW; 1]
+        });
+    }
+    // No change made twice, by whichever replica made it.
+    for n in &names {
+        assert_each_change_once(&env, n);
+    }
+    let by: BTreeSet<String> = names
+        .iter()
+        .flat_map(|n| history(&env, n))
+        .filter(|(_, step, _)| step.is_some())
+        .map(|(by, _, _)| by)
+        .collect();
+    assert!(by.len() >= 2, "steps by {by:?}");
+
+    // A replica joins: it is given a share, which the others hand over.
+    let joined = Instant::now();
+    replicas.insert("r4", Replica::start_with(&env, "r4", &[], &shards));
+    wait_for(
+        "the joiner to lead its share",
+        Duration::from_secs(30),
+        || {
+            let l = shard_leaders(&env);
+            l.len() == SHARDS as usize && l.values().filter(|id| *id == "r4").count() == 2
+        },
+    );
+    println!(
+        "r4 joined: it leads its 2 shards {} ms after it started",
+        joined.elapsed().as_millis()
+    );
+    let left: Vec<&str> = replicas
+        .iter()
+        .filter(|(_, r)| r.child.is_some())
+        .map(|(id, _)| *id)
+        .collect();
+    assert_eq!(left.len(), 3, "{left:?}");
+    for id in left {
+        assert!(
+            replicas[id]
+                .log_text()
+                .contains("shards assigned to this replica"),
+            "{}",
+            replicas[id].log_text()
+        );
+    }
+}
