@@ -52,6 +52,11 @@ pub struct FleetArgs {
     /// management etcd (`--store etcd://`).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=5))]
     replicas: u32,
+    /// With 2 or more replicas: the controllers' `--shards` (the fleet spread over the
+    /// replicas). Default: 3 per replica; 1 makes one replica lead and the others stand
+    /// by.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=quorum_core::shards::MAX_SHARDS as i64))]
+    shards: Option<u32>,
     /// Each controller's `--concurrency`.
     #[arg(long, default_value_t = quorum_controller::fleet::DEFAULT_CONCURRENCY)]
     concurrency: usize,
@@ -110,6 +115,7 @@ pub struct Report {
     pub control_planes: u32,
     pub members: u32,
     pub replicas: u32,
+    pub shards: u32,
     pub concurrency: usize,
     pub from: String,
     pub to: String,
@@ -154,6 +160,15 @@ pub async fn run(args: FleetArgs) -> Result<()> {
             args.members
         );
     }
+    let shards = match (args.shards, args.replicas) {
+        (Some(n), 1) if n > 1 => bail!(
+            "--shards {n} needs --replicas 2 or more (sharding needs a management etcd, which \
+             this bench starts only for several replicas)"
+        ),
+        (Some(n), _) => n,
+        (None, 1) => 1,
+        (None, r) => 3 * r,
+    };
     let dir = std::env::temp_dir().join(format!(
         "quorum-bench-fleet-{}-{}",
         std::process::id(),
@@ -172,6 +187,7 @@ pub async fn run(args: FleetArgs) -> Result<()> {
         from,
         to,
         replicas: args.replicas,
+        shards,
         concurrency: args.concurrency,
         timeout: args.timeout,
         quiet: args.output == "json",
@@ -214,6 +230,7 @@ struct Plan {
     from: Version,
     to: Version,
     replicas: u32,
+    shards: u32,
     concurrency: usize,
     timeout: Duration,
     quiet: bool,
@@ -261,20 +278,21 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
     let mut ctx = connect(&at, &started.stop)?;
     ctx.quiet = true;
     for i in 1..=plan.replicas {
-        let r = spawn(started, &location, &format!("r{i}"), plan.concurrency)?;
+        let r = spawn(started, &location, &format!("r{i}"), plan)?;
         started.replicas.push(r);
     }
     let names: Vec<String> = (1..=plan.n).map(|i| format!("fleet-{i:03}")).collect();
     say(
         plan,
         &format!(
-            "creating {} control planes of {} member{} at etcd {} ({} controller{}, --concurrency {})",
+            "creating {} control planes of {} member{} at etcd {} ({} controller{}{}, --concurrency {})",
             plan.n,
             plan.members,
             if plan.members == 1 { "" } else { "s" },
             plan.from,
             plan.replicas,
             if plan.replicas == 1 { "" } else { "s" },
+            if plan.shards > 1 { format!(", --shards {}", plan.shards) } else { String::new() },
             plan.concurrency
         ),
     );
@@ -343,6 +361,7 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
         control_planes: plan.n,
         members: plan.members,
         replicas: plan.replicas,
+        shards: plan.shards,
         concurrency: plan.concurrency,
         from: plan.from.to_string(),
         to: plan.to.to_string(),
@@ -389,12 +408,7 @@ fn connect(at: &Place, stop: &AtomicBool) -> Result<Ctx> {
     }
 }
 
-fn spawn(
-    started: &Started,
-    location: &StoreLocation,
-    id: &str,
-    concurrency: usize,
-) -> Result<Replica> {
+fn spawn(started: &Started, location: &StoreLocation, id: &str, plan: &Plan) -> Result<Replica> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -409,7 +423,9 @@ fn spawn(
         "--metrics-addr",
         "off",
         "--concurrency",
-        &concurrency.to_string(),
+        &plan.concurrency.to_string(),
+        "--shards",
+        &plan.shards.to_string(),
     ]);
     if let StoreLocation::Etcd(l) = location {
         cmd.args(["--store", &l.url()]);
@@ -616,8 +632,13 @@ fn print_table(r: &Report) {
         r.from,
         r.to
     );
+    let sharded = if r.shards > 1 {
+        format!(", --shards {}", r.shards)
+    } else {
+        String::new()
+    };
     println!(
-        "  controllers     {} (--concurrency {})",
+        "  controllers     {}{sharded} (--concurrency {})",
         r.replicas, r.concurrency
     );
     println!("  created in      {}", s(r.create_wall_ms));
@@ -668,6 +689,7 @@ mod tests {
             from: "3.4.23".parse().unwrap(),
             to: "3.5.1".parse().unwrap(),
             replicas: 1,
+            shards: 1,
             concurrency: 4,
             timeout: Duration::from_secs(1),
             quiet: true,

@@ -122,6 +122,42 @@ impl AccessCache {
     }
 }
 
+/// The store's data version as last read, shared by the controllers of one replica (a
+/// controller per shard): a read younger than `fresh_ms` is reused, so a replica holding
+/// many shards asks the store once per poll, not once per shard.
+pub(crate) struct DataVersion {
+    fresh_ms: u64,
+    last: Mutex<Option<(Instant, i64)>>,
+}
+
+impl DataVersion {
+    pub(crate) fn new(fresh_ms: u64) -> Self {
+        DataVersion {
+            fresh_ms,
+            last: Mutex::new(None),
+        }
+    }
+
+    /// The version read within `fresh_ms`, or `read()` now.
+    pub(crate) fn read(
+        &self,
+        read: impl FnOnce() -> Result<i64, StoreError>,
+    ) -> Result<i64, StoreError> {
+        let fresh = Duration::from_millis(self.fresh_ms);
+        {
+            let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, v)) = *last {
+                if at.elapsed() < fresh {
+                    return Ok(v);
+                }
+            }
+        }
+        let v = read()?;
+        *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), v));
+        Ok(v)
+    }
+}
+
 /// Why a task could not pass, for the controller's loop to act on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Trouble {
@@ -182,7 +218,7 @@ impl Fleet {
     /// when the store changed, or `idle_poll_ms` after the last listing.
     pub(crate) fn tend(&mut self, sh: &Arc<Shared>) -> Result<(), StoreError> {
         self.reap(sh);
-        let version = sh.store().data_version()?;
+        let version = sh.data_version.read(|| sh.store().data_version())?;
         let due = self
             .listed_at
             .is_none_or(|t| t.elapsed() >= Duration::from_millis(sh.cfg.idle_poll_ms));

@@ -269,6 +269,25 @@ impl Outcome {
     }
 }
 
+/// What the controllers of one replica share (one controller, or one per shard held):
+/// the metrics, the `--concurrency` permits (the bound is the replica's), and the last
+/// read of the store's data version (read once per poll for all of them).
+pub(crate) struct ReplicaParts {
+    pub(crate) metrics: Arc<metrics::Metrics>,
+    pub(crate) permits: Arc<tokio::sync::Semaphore>,
+    pub(crate) data_version: Arc<fleet::DataVersion>,
+}
+
+impl ReplicaParts {
+    pub(crate) fn new(cfg: &Config) -> Self {
+        ReplicaParts {
+            metrics: Arc::new(metrics::Metrics::new()),
+            permits: Arc::new(tokio::sync::Semaphore::new(fleet::permits(cfg.concurrency))),
+            data_version: Arc::new(fleet::DataVersion::new(cfg.busy_poll_ms)),
+        }
+    }
+}
+
 pub struct Controller {
     /// What every control plane's reconciler shares (settings, store, provider, metrics).
     sh: Arc<Shared>,
@@ -302,27 +321,23 @@ impl Controller {
     /// A controller of every control plane (or, with `cfg.shard`, of one shard's),
     /// with metrics and permits of its own.
     pub fn new(cfg: Config) -> Result<Self, StoreError> {
-        let permits = Arc::new(tokio::sync::Semaphore::new(fleet::permits(cfg.concurrency)));
-        Controller::with_parts(cfg, Arc::new(metrics::Metrics::new()), permits)
+        let parts = ReplicaParts::new(&cfg);
+        Controller::with_parts(cfg, &parts)
     }
 
-    /// A controller sharing `metrics` and the reconcile `permits` with others of the
-    /// same replica (one per shard it holds). Agrees on the shard count with the other
-    /// replicas first, and scopes the leadership to the shard.
-    pub(crate) fn with_parts(
-        cfg: Config,
-        metrics: Arc<metrics::Metrics>,
-        permits: Arc<tokio::sync::Semaphore>,
-    ) -> Result<Self, StoreError> {
+    /// A controller sharing what its replica's controllers share (one per shard it
+    /// holds). Agrees on the shard count with the other replicas first, and scopes the
+    /// leadership to the shard.
+    pub(crate) fn with_parts(cfg: Config, parts: &ReplicaParts) -> Result<Self, StoreError> {
         let mut store = Store::connect(&cfg.store, &cfg.home)?;
         store.agree_shards(cfg.shards)?;
         if cfg.shard.is_some() {
             store.set_scope(&cfg.scope())?;
         }
         Ok(Controller {
-            sh: Arc::new(Shared::new(cfg, store, metrics)),
+            sh: Arc::new(Shared::new(cfg, store, parts)),
             inline: HashMap::new(),
-            fleet: fleet::Fleet::new(permits),
+            fleet: fleet::Fleet::new(parts.permits.clone()),
             last_heartbeat_ms: 0,
             leading: false,
             last_standby: None,

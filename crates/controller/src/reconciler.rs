@@ -18,6 +18,8 @@ pub(crate) struct Shared {
     store: Mutex<Store>,
     pub(crate) provider: LocalProvider,
     pub(crate) metrics: Arc<metrics::Metrics>,
+    /// The store's data version, read at most once per poll for the whole replica.
+    pub(crate) data_version: Arc<fleet::DataVersion>,
     /// Credentials and etcd clients per control plane, bounded (`fleet::AccessCache`).
     pub(crate) access: fleet::AccessCache,
     /// Where steps under way are reported (to the heartbeat), while `run` runs.
@@ -30,14 +32,15 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(cfg: Config, store: Store, metrics: Arc<metrics::Metrics>) -> Self {
+    pub(crate) fn new(cfg: Config, store: Store, parts: &ReplicaParts) -> Self {
         let provider = LocalProvider::new(&cfg.home, cfg.etcd_dir.clone());
         Shared {
             access: fleet::AccessCache::new(cfg.max_open_control_planes),
             cfg,
             store: Mutex::new(store),
             provider,
-            metrics,
+            metrics: parts.metrics.clone(),
+            data_version: parts.data_version.clone(),
             steps: Mutex::new(None),
             acting: AtomicBool::new(false),
             trouble: Mutex::new(None),

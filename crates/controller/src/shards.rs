@@ -24,13 +24,12 @@
 //! lease admits one.
 
 use crate::metrics::Metrics;
-use crate::{fleet, sleep_unless, Config, Controller};
+use crate::{sleep_unless, Config, Controller, ReplicaParts};
 use quorum_core::shards::assigned_to;
-use quorum_store::{Campaign, Store, StoreError};
+use quorum_store::{Campaign, Store, StoreError, StoreLocation};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 /// How often a replica reads the registrations and moves shards. A share moves within
@@ -48,8 +47,8 @@ pub struct ShardedController {
     cfg: Config,
     /// The connection that holds this replica's registration.
     registry: Store,
-    metrics: Arc<Metrics>,
-    permits: Arc<Semaphore>,
+    /// What every shard's controller shares.
+    parts: ReplicaParts,
     held: BTreeMap<u32, Held>,
     /// What was last said (the replicas seen, the shards held), to say changes once.
     last_said: Option<(Vec<String>, Vec<u32>)>,
@@ -63,15 +62,17 @@ impl ShardedController {
     /// registration.
     pub fn new(cfg: Config) -> Result<Self, StoreError> {
         assert!(cfg.shard.is_none(), "a replica holds shards, not one shard");
+        if cfg.store == StoreLocation::Embedded {
+            // Said before the embedded store is opened (which would make a home).
+            return Err(StoreError::embedded_cannot_shard());
+        }
         let mut registry = Store::connect(&cfg.store, &cfg.home)?;
         registry.agree_shards(cfg.shards)?;
         registry.set_scope(&format!("replica/{}", cfg.identity))?;
-        let permits = Arc::new(Semaphore::new(fleet::permits(cfg.concurrency)));
         Ok(ShardedController {
+            parts: ReplicaParts::new(&cfg),
             cfg,
             registry,
-            metrics: Arc::new(Metrics::new()),
-            permits,
             held: BTreeMap::new(),
             last_said: None,
             last_error: None,
@@ -80,7 +81,7 @@ impl ShardedController {
 
     /// The replica's metrics (every shard's controller adds to them).
     pub fn metrics(&self) -> Arc<Metrics> {
-        self.metrics.clone()
+        self.parts.metrics.clone()
     }
 
     /// Runs until `stop` is set; then stops every shard's controller (each gives its
@@ -156,7 +157,7 @@ impl ShardedController {
         for s in take {
             self.start(s)?;
         }
-        self.metrics.replicas(replicas.len());
+        self.parts.metrics.replicas(replicas.len());
         self.say(replicas, want);
         Ok(())
     }
@@ -165,7 +166,7 @@ impl ShardedController {
     fn start(&mut self, s: u32) -> Result<(), StoreError> {
         let mut cfg = self.cfg.clone();
         cfg.shard = Some(s);
-        let mut c = Controller::with_parts(cfg, self.metrics.clone(), self.permits.clone())?;
+        let mut c = Controller::with_parts(cfg, &self.parts)?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let handle = tokio::spawn(async move { c.run(flag).await });
@@ -187,7 +188,7 @@ impl ShardedController {
             if let Err(e) = handle.await {
                 tracing::error!(shard = s, "the shard's controller ended badly: {e}");
             }
-            self.metrics.forget_scope(&format!("shard/{s}"));
+            self.parts.metrics.forget_scope(&format!("shard/{s}"));
             tracing::info!(shard = s, "shard given up");
         }
     }
@@ -203,7 +204,7 @@ impl ShardedController {
         for s in ended {
             tracing::error!(shard = s, "the shard's controller ended; starting it again");
             self.held.remove(&s);
-            self.metrics.forget_scope(&format!("shard/{s}"));
+            self.parts.metrics.forget_scope(&format!("shard/{s}"));
         }
     }
 

@@ -2484,3 +2484,50 @@ fn the_defrag_plan_leaves_the_leader_last() {
     assert!(err.contains("1 of 3 voters would serve"), "{err}");
     assert!(upkeep::defrag_check(&cp, &machines, &o, "nope").is_err());
 }
+
+/// How a fleet counts a control plane (`quorum_control_planes{state}`): converged,
+/// rolling (a change under way, nothing wrong), degraded (a member has a problem, or
+/// no healthy quorum), blocked (quorum refuses, or quorum is lost).
+#[test]
+fn each_situation_counts_in_one_fleet_state() {
+    let table: Vec<(&str, Sit, FleetState)> = vec![
+        ("converged", sit(3, OLD, old3()), FleetState::Converged),
+        (
+            "a rollout under way",
+            sit(3, NEW, old3()),
+            FleetState::Rolling,
+        ),
+        (
+            "a member unreachable",
+            sit(3, OLD, vec![m(1, OLD), m(2, OLD).unreachable(), m(3, OLD)]),
+            FleetState::Degraded,
+        ),
+        (
+            "two of three stopped, no leader: no healthy quorum",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD), m(2, OLD).stopped(), m(3, OLD).stopped()],
+            )
+            .leader(0),
+            FleetState::Degraded,
+        ),
+        (
+            "a step refused (maxSurge 0 on one replica)",
+            sit(1, NEW, vec![m(1, OLD)]).surge(0),
+            FleetState::Blocked,
+        ),
+    ];
+    for (case, s, want) in table {
+        let (cp, machines, observed) = s.build();
+        let d = decide(&cp, &machines, &observed);
+        assert_eq!(d.fleet_state(), want, "{case}: {:?}", d.conditions);
+        assert_eq!(
+            FleetState::ALL.iter().filter(|f| **f == want).count(),
+            1,
+            "{case}"
+        );
+    }
+    let names: Vec<&str> = FleetState::ALL.iter().map(|f| f.name()).collect();
+    assert_eq!(names, ["converged", "rolling", "degraded", "blocked"]);
+}

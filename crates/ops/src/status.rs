@@ -47,6 +47,10 @@ pub struct Status {
     /// The replica that leads the controllers, with a store shared by several (etcd).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub controller_leader: Option<quorum_store::LeaderInfo>,
+    /// With a sharded fleet (`controller --shards N`): the control plane's shard, whose
+    /// leader is `controller_leader`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardInfo>,
     /// The newest entry of the control plane's history (`quorum events` has them all).
     pub last_event: Option<quorum_store::Event>,
     /// Its snapshots, as recorded (`quorum snapshots` lists them all).
@@ -235,6 +239,14 @@ pub async fn live(
     // does not make a live controller look dead), not from when it last published.
     // Sharded, the controller that acts on this control plane is its shard's leader.
     let (controller_leader, beat) = store.controller_of(&cp.name)?;
+    let shard = store
+        .setting(quorum_store::SHARDS_SETTING)?
+        .and_then(|n| n.trim().parse::<u32>().ok())
+        .filter(|count| *count > 1)
+        .map(|count| ShardInfo {
+            index: quorum_core::shards::shard_of(&cp.name, count),
+            count,
+        });
     let controller = store.published_status(&cp.name)?.map(|p| {
         let now = now_ms();
         let beat = beat.filter(|b| b.identity == p.controller);
@@ -275,11 +287,19 @@ pub async fn live(
         haproxy,
         controller,
         controller_leader,
+        shard,
         last_event: newest_event(store, &cp.name)?,
         snapshots: SnapshotSummary::of(&store.snapshots(&cp.name)?, cp.spec.version),
         store: Vec::new(),
         decision,
     })
+}
+
+/// A control plane's shard in a sharded fleet.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ShardInfo {
+    pub index: u32,
+    pub count: u32,
 }
 
 /// Reads the backend of `h` (off the async threads; bounded) and compares it with the
@@ -465,12 +485,26 @@ pub fn render_table(s: &Status) -> String {
     push(&mut out, "Controller", &ctl);
     if let Some(l) = &s.controller_leader {
         let since_s = (now_ms() - l.since_ms).max(0) / 1000;
+        let shard = s
+            .shard
+            .map(|sh| format!("shard {} of {}, ", sh.index, sh.count))
+            .unwrap_or_default();
         push(
             &mut out,
             "Leading",
             &format!(
-                "{} (for {since_s}s; leadership token {})",
+                "{} ({shard}for {since_s}s; leadership token {})",
                 l.identity, l.token
+            ),
+        );
+    } else if let Some(sh) = s.shard {
+        push(
+            &mut out,
+            "Leading",
+            &format!(
+                "nobody: shard {} of {} has no replica yet (one takes it within --lease-ttl \
+                 of a replica starting or dying)",
+                sh.index, sh.count
             ),
         );
     }

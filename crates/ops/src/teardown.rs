@@ -12,9 +12,18 @@ use std::time::Duration;
 pub async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Result<()> {
     // Bounded: stopping a machine takes at most its grace period plus the SIGKILL wait.
     const TEARDOWN_LIMIT: Duration = Duration::from_secs(120);
+    let mut store = Store::connect(&at.store, &at.home)?;
+    // With a sharded fleet, this acts as the controller of the control plane's shard
+    // (and stands aside if a replica holds it), with the count in force.
+    let shards = match store.setting(quorum_store::SHARDS_SETTING)? {
+        Some(n) => n.trim().parse::<u32>().unwrap_or(1).max(1),
+        None => 1,
+    };
     let mut c = Controller::new(Config {
         store: at.store.clone(),
         identity: format!("quorum-delete-{}", std::process::id()),
+        shards,
+        shard: (shards > 1).then(|| quorum_core::shards::shard_of(name, shards)),
         ..Config::new(&at.home, default_etcd_dir())
     })?;
     // Acting as the controller takes the leadership, as any controller would.
@@ -24,7 +33,6 @@ pub async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Re
             who.as_deref().unwrap_or("(another)")
         );
     }
-    let mut store = Store::connect(&at.store, &at.home)?;
     let mut last_event = store.last_event_id(name)?;
     match store.mark_control_plane_deleting(name) {
         Ok(()) | Err(quorum_store::StoreError::NotFound(_)) => {}

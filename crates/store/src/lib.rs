@@ -137,6 +137,11 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// Sharding asked of the embedded store (which has exactly one controller).
+    pub fn embedded_cannot_shard() -> StoreError {
+        StoreError::Sharding(EMBEDDED_CANNOT_SHARD.to_string())
+    }
+
     /// This replica no longer leads (or may not act as leader): it must step down.
     pub fn lost_leadership(&self) -> bool {
         matches!(
@@ -324,8 +329,9 @@ pub trait StateStore: Send {
     /// match its id or its control plane is reported as corrupt.
     fn snapshots(&self, cp: &str) -> Result<Vec<SnapshotRecord>>;
 
-    /// A number that changes whenever anyone commits a write: a cheap way for the
-    /// controller to notice the CLI changed something.
+    /// A number that changes whenever a control plane's record changes (embedded:
+    /// whenever anyone commits a write): a cheap way for the controller to notice the
+    /// CLI created, changed or deleted a control plane.
     fn data_version(&self) -> Result<i64>;
 
     // ---- leadership among controller replicas
@@ -337,7 +343,7 @@ pub trait StateStore: Send {
     /// controller and no scopes.
     fn set_scope(&mut self, scope: &str) -> Result<()> {
         let _ = scope;
-        Err(StoreError::Sharding(EMBEDDED_CANNOT_SHARD.to_string()))
+        Err(StoreError::embedded_cannot_shard())
     }
 
     /// Agrees with every other replica of this store on the shard count (1: not
@@ -350,7 +356,7 @@ pub trait StateStore: Send {
         if count == 1 {
             Ok(())
         } else {
-            Err(StoreError::Sharding(EMBEDDED_CANNOT_SHARD.to_string()))
+            Err(StoreError::embedded_cannot_shard())
         }
     }
 

@@ -763,8 +763,12 @@ fn each_shard_has_its_own_leader_and_fence_and_the_count_is_agreed() {
         Campaign::Standby { leader: Some(l) } => assert_eq!(l.identity, "a"),
         other => panic!("b should stand by on shard 0: {other:?}"),
     }
+    // A heartbeat is no change to the control planes: the fleet's controllers do not
+    // list them again for it (etcd's data version counts control plane records only).
+    let version = a0.data_version().unwrap();
     a0.controller_heartbeat(&beat("a", 5)).unwrap();
     b1.controller_heartbeat(&beat("b", 6)).unwrap();
+    assert_eq!(a0.data_version().unwrap(), version);
     let mut leaders = a0.scoped_leaders("shard/").unwrap();
     leaders.sort_by(|x, y| x.0.cmp(&y.0));
     let names: Vec<(&str, &str)> = leaders
@@ -819,6 +823,15 @@ fn each_shard_has_its_own_leader_and_fence_and_the_count_is_agreed() {
     assert!(matches!(e, StoreError::Fenced { .. }), "{e}");
     b0.ensure_leading(Some(200)).unwrap();
     b1.ensure_leading(Some(200)).unwrap();
+    b0.create_control_plane(&cp("q"), None, 1).unwrap();
+    let created = b0.data_version().unwrap();
+    assert_ne!(created, version);
+    b0.forget_control_plane("q").unwrap();
+    assert_ne!(
+        b0.data_version().unwrap(),
+        created,
+        "a removal changes it too"
+    );
 
     // With every leadership given up, the count may change; a campaign of a connection
     // that agreed to the old count is then refused with the same message.

@@ -2,7 +2,8 @@
 //! a fleet of 1-member control planes; one replica is killed -9 in the middle of the
 //! fleet's rollout, its share is taken over, every rollout completes and no change is
 //! made twice (the store's history says so); a replica that joins takes a share; a
-//! replica started with another shard count is refused and says what to do.
+//! replica started with another shard count is refused and says what to do; `status`
+//! and `list` name each control plane's owner, and a deletion is finished by it.
 
 use super::store_faults::assert_each_change_once;
 use super::*;
@@ -67,6 +68,10 @@ fn a_sharded_fleet_survives_a_replica_killed_mid_rollout_and_takes_a_joiner_in()
         let s = env.status(n);
         let own = owner(&env, n).expect("its shard is led");
         assert_eq!(s["controllerLeader"]["identity"], own.as_str(), "{s:#}");
+        let shard = quorum_core::shards::shard_of(n, SHARDS);
+        assert_eq!(s["shard"]["index"], shard, "{s:#}");
+        let table = env.ok(&["status", n]);
+        assert!(table.contains(&format!("shard {shard} of 6")), "{table}");
         wait_for(
             &format!("{n}'s controller to publish"),
             Duration::from_secs(10),
@@ -161,6 +166,9 @@ fn a_sharded_fleet_survives_a_replica_killed_mid_rollout_and_takes_a_joiner_in()
         "r4 joined: it leads its 2 shards {} ms after it started",
         joined.elapsed().as_millis()
     );
+    // A deletion is finished by the control plane's shard's replica.
+    env.ok(&["delete", "s0", "--wait", "--timeout", "60s"]);
+    assert!(env.store().control_plane("s0").unwrap().is_none());
     let left: Vec<&str> = replicas
         .iter()
         .filter(|(_, r)| r.child.is_some())

@@ -62,6 +62,9 @@ const WRITE_BACKOFF: quorum_core::pacing::Backoff = quorum_core::pacing::Backoff
 /// Events kept per control plane (pruned every `PRUNE_EVERY` events this process records).
 const EVENTS_KEPT: i64 = 10_000;
 const PRUNE_EVERY: u64 = 256;
+/// `data_version` folds the number of control planes into the newest record's revision:
+/// distinct for any count below it.
+const DATA_VERSION_COUNT_SPAN: i64 = 1_000_003;
 /// etcd's shortest useful lease (it raises shorter ones to about 1.5 s anyway).
 const MIN_TTL_S: i64 = 2;
 /// The longest lease accepted: a deposed leader could act this long.
@@ -901,15 +904,26 @@ impl StateStore for EtcdStore {
         self.snapshots_kv(cp)
     }
 
+    /// Changes when a control plane's record is written, created or removed: the newest
+    /// record's mod revision and the number of records, in one read of one key. (The
+    /// store's own revision would change with every heartbeat, event and published
+    /// status, and make every controller of a fleet list every control plane at every
+    /// look.)
     fn data_version(&self) -> Result<i64> {
         let key = self.key("cp/");
-        self.call("read the revision", move |mut c| {
+        self.call("read the control planes' revision", move |mut c| {
             let key = key.clone();
             async move {
-                let r = c
-                    .get(key, Some(GetOptions::new().with_prefix().with_count_only()))
-                    .await?;
-                Ok(r.header().map_or(0, |h| h.revision()))
+                let opts = GetOptions::new()
+                    .with_prefix()
+                    .with_keys_only()
+                    .with_sort(SortTarget::Mod, SortOrder::Descend)
+                    .with_limit(1);
+                let r = c.get(key, Some(opts)).await?;
+                let newest = r.kvs().first().map_or(0, |kv| kv.mod_revision());
+                Ok(newest
+                    .saturating_mul(DATA_VERSION_COUNT_SPAN)
+                    .saturating_add(r.count() % DATA_VERSION_COUNT_SPAN))
             }
         })
     }
