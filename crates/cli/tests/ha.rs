@@ -83,6 +83,22 @@ impl Replica {
         }
     }
 
+    /// Waits for the process to exit by itself, at most `limit`; its exit code.
+    fn exit_code_within(&mut self, limit: Duration) -> Option<i32> {
+        let deadline = Instant::now() + limit;
+        let child = self.child.as_mut()?;
+        loop {
+            if let Some(status) = child.try_wait().expect("wait on the replica") {
+                self.child = None;
+                return status.code();
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }

@@ -45,6 +45,14 @@ pub const LOSABLE: [ActionKind; 7] = [
 ///   leads (the origin bug report's "leader election lost").
 pub const LEADERSHIP: [&str; 2] = ["ignore-lease-deadline", "lose-lease-after-remove-member"];
 
+/// Sharding's crash points, exercised by the sharded fleet's tests (`ha::shards`), which
+/// need a management etcd and several replicas:
+/// - `crash-before-shard-release`: a shard assigned elsewhere, its passes stopped and
+///   awaited, its lease not yet revoked (the new holder waits for it to expire);
+/// - `crash-after-shard-release`: its lease revoked, the replica's other shards and its
+///   registration still held (they expire).
+pub const SHARDING: [&str; 2] = ["crash-before-shard-release", "crash-after-shard-release"];
+
 /// Every crash failpoint name, in the order a test should enumerate them.
 pub fn all() -> Vec<String> {
     let mut out = Vec::new();
@@ -76,6 +84,7 @@ pub fn init_from_env() -> Result<Vec<String>, String> {
     }
     let mut known = all();
     known.extend(LEADERSHIP.iter().map(|s| s.to_string()));
+    known.extend(SHARDING.iter().map(|s| s.to_string()));
     let mut set = Vec::new();
     for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, actions) = item
@@ -90,12 +99,13 @@ pub fn init_from_env() -> Result<Vec<String>, String> {
     Ok(set)
 }
 
-/// Every failpoint must be in `all()`, which the crash test enumerates: one that is not
-/// would never be tested. Checked whenever a failpoint is passed in a build with them.
+/// Every failpoint must be in `all()`, which the crash test enumerates, or in
+/// `LEADERSHIP` or `SHARDING`, which the tests of several controllers enumerate: one
+/// that is in none would never be tested. Checked whenever a failpoint is passed in a build with them.
 #[cfg(feature = "failpoints")]
 fn assert_listed(name: &str) {
     assert!(
-        all().iter().any(|n| n == name) || LEADERSHIP.contains(&name),
+        all().iter().any(|n| n == name) || LEADERSHIP.contains(&name) || SHARDING.contains(&name),
         "failpoint '{name}' is not listed in failpoints::all(), so no test enumerates it"
     );
 }

@@ -465,6 +465,9 @@ impl Controller {
         if let Some(h) = self.heartbeats.take() {
             h.stop();
         }
+        if self.sh.cfg.shard.is_some() && self.leading {
+            failpoints::crash_point("crash-before-shard-release");
+        }
         // Said at once, so readers do not wait for the heartbeat to go stale (and while
         // still leading, so the write passes the fence).
         if self.leading {
@@ -473,6 +476,9 @@ impl Controller {
             }
         }
         self.sh.store().step_down();
+        if self.sh.cfg.shard.is_some() && self.leading {
+            failpoints::crash_point("crash-after-shard-release");
+        }
         tracing::info!("controller stopped");
     }
 

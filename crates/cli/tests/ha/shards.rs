@@ -185,3 +185,71 @@ fn a_sharded_fleet_survives_a_replica_killed_mid_rollout_and_takes_a_joiner_in()
         );
     }
 }
+
+/// A replica that crashes in the middle of handing a shard over (`SHARDING` failpoints:
+/// its passes stopped but its lease not revoked, or revoked): the joiner takes the shard
+/// when the lease is gone, the crashed replica's other shard when its lease expires,
+/// and the control planes of both are upgraded with no change made twice. Both points
+/// run at once, each on its own management etcd.
+#[test]
+fn a_replica_crashing_mid_handover_loses_no_shard_and_repeats_no_step() {
+    let runs: Vec<_> = quorum_controller::failpoints::SHARDING
+        .into_iter()
+        .map(|point| std::thread::spawn(move || handover_crash(point)))
+        .collect();
+    for r in runs {
+        let line = r.join().expect("the scenario passed");
+        println!("{line}");
+    }
+}
+
+fn handover_crash(point: &'static str) -> String {
+    let (env, _mgmt) = ha_env(&format!("ha-{point}"));
+    let shards = ["--shards", "2"];
+    let fp = format!("{point}=return");
+    let mut r1 = Replica::start_with(&env, "r1", &[("FAILPOINTS", fp.as_str())], &shards);
+    wait_for("r1 to lead both shards", Duration::from_secs(30), || {
+        let l = shard_leaders(&env);
+        l.len() == 2 && l.values().all(|id| id == "r1")
+    });
+    // One control plane in each shard; with r2 alive, shard 1 is r2's (sorted: r1, r2).
+    let name_in = |shard: u32| {
+        (0..100)
+            .map(|i| format!("h{i}"))
+            .find(|n| quorum_core::shards::shard_of(n, 2) == shard)
+            .expect("a name in the shard")
+    };
+    let (stays, moves) = (name_in(0), name_in(1));
+    for n in [&stays, &moves] {
+        env.create_and_wait(n, 1, OLD);
+    }
+    let r2 = Replica::start_with(&env, "r2", &[], &shards);
+    let code = r1.exit_code_within(Duration::from_secs(30));
+    let crashed = Instant::now();
+    assert_eq!(
+        code,
+        Some(quorum_controller::failpoints::CRASH_EXIT_CODE),
+        "r1 should crash at {point}:\n{}",
+        r1.log_text()
+    );
+    wait_for("r2 to lead both shards", Duration::from_secs(30), || {
+        let l = shard_leaders(&env);
+        l.len() == 2 && l.values().all(|id| id == "r2")
+    });
+    let took_over_ms = crashed.elapsed().as_millis();
+    for n in [&stays, &moves] {
+        env.ok(&["upgrade", n, "--version", NEW]);
+    }
+    for n in [&stays, &moves] {
+        env.wait_status(n, "the rollout to finish", Duration::from_secs(180), |s| {
+            s["converged"] == true && machine_versions(s) == vec![NEW; 1]
+        });
+        assert_each_change_once(&env, n);
+    }
+    assert!(
+        r2.log_text().contains("shards assigned to this replica"),
+        "{}",
+        r2.log_text()
+    );
+    format!("{point}: r1 crashed handing shard 1 over; r2 led both shards {took_over_ms} ms later, both control planes upgraded")
+}
