@@ -274,6 +274,7 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
     let at = Place {
         home: home.clone(),
         store: location.clone(),
+        secrets_key_file: None,
     };
     let mut ctx = connect(&at, &started.stop)?;
     ctx.quiet = true;
@@ -379,20 +380,12 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
 
 fn spec(plan: &Plan) -> ControlPlaneSpec {
     ControlPlaneSpec {
-        replicas: plan.members,
-        version: plan.from,
-        rollout: Default::default(),
-        paused: false,
-        haproxy: None,
-        certificates: Default::default(),
-        insecure_plaintext: false,
-        remediation: Default::default(),
-        maintenance: Default::default(),
         // A scheduled snapshot would land in the measurement.
         backup: quorum_core::BackupSpec {
             schedule: quorum_core::backup::SCHEDULE_OFF.into(),
             ..Default::default()
         },
+        ..ControlPlaneSpec::new(plan.members, plan.from)
     }
 }
 

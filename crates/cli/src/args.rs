@@ -63,6 +63,11 @@ pub struct Cli {
     /// With --store-ca: the client certificate's key (PEM)
     #[arg(long, global = true, value_name = "FILE", requires = "store_ca", help_heading = GLOBAL)]
     pub store_key: Option<PathBuf>,
+    /// The key file that seals the CA keys in the store (made at first use, 0600; keep
+    /// it private and back it up apart from the state). Every process sharing a store
+    /// needs the same file. Default: <home>/secrets.key [env: QUORUM_SECRETS_KEY_FILE]
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
+    pub secrets_key_file: Option<PathBuf>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -245,6 +250,20 @@ quorum haproxy-config prod --bind 127.0.0.1:2379 > haproxy.cfg && haproxy -f hap
 From then on the controller adds a member to the backend once its /health passes, and\n\
 sets a leaving member to maintenance (then shuts its sessions) before removing it.")]
     HaproxyConfig(HaproxyConfigArgs),
+    /// The key file that seals the CA keys in the store: where it is, which key the store
+    /// uses, and rotating it while controllers run.
+    #[command(
+        after_help = "Every control plane's CA private key is sealed in the store with a data key of its own
+(AES-256-GCM), wrapped by the key file's key; the store holds only that key's id. Keep the
+key file private and back it up apart from the state: without it the CA keys cannot be
+opened. Every process sharing a store (replicas on a management etcd, the CLI) needs the
+same file (--secrets-key-file FILE, or QUORUM_SECRETS_KEY_FILE; default <home>/secrets.key).
+
+Examples:
+  quorum secrets status            # the key file, its keys, what the store uses
+  quorum secrets rotate            # a new key; every data key re-wrapped; the old key retired"
+    )]
+    Secrets(SecretsCommands),
     /// List the installed etcd versions.
     Versions(NoState),
     /// Print quorum's own version (as `quorum -V` does; the etcd versions are `quorum versions`).
@@ -272,6 +291,8 @@ pub struct NoState {
     store_cert: Option<PathBuf>,
     #[arg(long, hide = true, value_name = "FILE", value_parser = usage::no_state::<PathBuf>)]
     store_key: Option<PathBuf>,
+    #[arg(long, hide = true, value_name = "FILE", value_parser = usage::no_state::<PathBuf>)]
+    secrets_key_file: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -280,6 +301,32 @@ pub struct DemoCommand {
     pub demo: demo::DemoArgs,
     #[command(flatten)]
     pub no_state: NoState,
+}
+
+#[derive(clap::Args)]
+pub struct SecretsCommands {
+    #[command(subcommand)]
+    pub command: SecretsCommand,
+}
+
+#[derive(Subcommand)]
+pub enum SecretsCommand {
+    /// Where the key file is, the keys it holds, the key the store names, and how many
+    /// sealed records each key wraps.
+    Status(SecretsArgs),
+    /// Rotate the key-encryption key while controllers run: a new key in the key file,
+    /// named in the store, every record's data key re-wrapped with it, then the old key
+    /// removed from the file. Safe to run again after a crash: it finishes the rotation
+    /// it finds under way. Processes on other hosts open the re-wrapped records only
+    /// with the new file: share the file, or copy it to them as soon as this has run.
+    Rotate(SecretsArgs),
+}
+
+#[derive(clap::Args)]
+pub struct SecretsArgs {
+    /// Output: table or json.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
+    pub output: String,
 }
 
 #[derive(clap::Args)]

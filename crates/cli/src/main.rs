@@ -72,6 +72,7 @@ fn init_logging(command: &Command) {
 async fn run(cli: Cli) -> Result<()> {
     let at = Place {
         store: store_location(&cli)?,
+        secrets_key_file: cli.secrets_key_file.clone(),
         home: home(cli.home),
     };
     cmd::run(&at, cli.command).await

@@ -9,6 +9,8 @@
 mod common;
 #[path = "ha/repair_faults.rs"]
 mod repair_faults;
+#[path = "ha/secrets.rs"]
+mod secrets;
 #[path = "ha/shards.rs"]
 mod shards;
 #[path = "ha/store_faults.rs"]

@@ -53,6 +53,18 @@ pub const LEADERSHIP: [&str; 2] = ["ignore-lease-deadline", "lose-lease-after-re
 ///   registration still held (they expire).
 pub const SHARDING: [&str; 2] = ["crash-before-shard-release", "crash-after-shard-release"];
 
+/// The crash points of `quorum secrets rotate` (`quorum_ops::secrets::rotate`),
+/// exercised by `cli/tests/secrets.rs`: after the new key is in the key file; after the
+/// store names it; after the first record is re-wrapped; before the old key leaves the
+/// file. Every record opens after a crash at any of them, and `rotate` run again
+/// finishes the rotation.
+pub const SECRETS: [&str; 4] = [
+    "crash-after-secrets-key-added",
+    "crash-after-secrets-key-named",
+    "crash-mid-secrets-rewrap",
+    "crash-before-secrets-key-retired",
+];
+
 /// Every crash failpoint name, in the order a test should enumerate them.
 pub fn all() -> Vec<String> {
     let mut out = Vec::new();
@@ -85,6 +97,7 @@ pub fn init_from_env() -> Result<Vec<String>, String> {
     let mut known = all();
     known.extend(LEADERSHIP.iter().map(|s| s.to_string()));
     known.extend(SHARDING.iter().map(|s| s.to_string()));
+    known.extend(SECRETS.iter().map(|s| s.to_string()));
     let mut set = Vec::new();
     for item in spec.split(';').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, actions) = item
@@ -105,7 +118,10 @@ pub fn init_from_env() -> Result<Vec<String>, String> {
 #[cfg(feature = "failpoints")]
 fn assert_listed(name: &str) {
     assert!(
-        all().iter().any(|n| n == name) || LEADERSHIP.contains(&name) || SHARDING.contains(&name),
+        all().iter().any(|n| n == name)
+            || LEADERSHIP.contains(&name)
+            || SHARDING.contains(&name)
+            || SECRETS.contains(&name),
         "failpoint '{name}' is not listed in failpoints::all(), so no test enumerates it"
     );
 }

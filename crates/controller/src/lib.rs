@@ -143,6 +143,9 @@ pub struct Config {
     /// The shard this controller acts for (`ShardedController` runs one controller per
     /// shard it holds); `None`: every control plane.
     pub shard: Option<u32>,
+    /// The key file of the store's secrets (`--secrets-key-file`); `None`: the default
+    /// (`quorum_store::secrets::KeyFile::resolve`).
+    pub secrets_key_file: Option<PathBuf>,
 }
 
 /// A replica's name unless one is given: the host and the process id (`web-1-4242`),
@@ -170,7 +173,17 @@ impl Config {
             max_open_control_planes: fleet::DEFAULT_MAX_OPEN_CONTROL_PLANES,
             shards: 1,
             shard: None,
+            secrets_key_file: None,
         }
+    }
+
+    /// Opens the store, with the key file, and checks that its secrets open: a
+    /// replica without the key file the others use refuses to start, saying why.
+    pub fn connect(&self) -> Result<Store, StoreError> {
+        let store =
+            Store::connect_keyed(&self.store, &self.home, self.secrets_key_file.as_deref())?;
+        store.check_secrets()?;
+        Ok(store)
     }
 
     /// The leadership this controller holds: `shard/3`, or `""` unsharded.
@@ -329,7 +342,7 @@ impl Controller {
     /// holds). Agrees on the shard count with the other replicas first, and scopes the
     /// leadership to the shard.
     pub(crate) fn with_parts(cfg: Config, parts: &ReplicaParts) -> Result<Self, StoreError> {
-        let mut store = Store::connect(&cfg.store, &cfg.home)?;
+        let mut store = cfg.connect()?;
         store.agree_shards(cfg.shards)?;
         if cfg.shard.is_some() {
             store.set_scope(&cfg.scope())?;

@@ -66,7 +66,7 @@ impl ShardedController {
             // Said before the embedded store is opened (which would make a home).
             return Err(StoreError::embedded_cannot_shard());
         }
-        let mut registry = Store::connect(&cfg.store, &cfg.home)?;
+        let mut registry = cfg.connect()?;
         registry.agree_shards(cfg.shards)?;
         registry.set_scope(&format!("replica/{}", cfg.identity))?;
         Ok(ShardedController {

@@ -330,6 +330,23 @@ fn is_false(b: &bool) -> bool {
 }
 
 impl ControlPlaneSpec {
+    /// `replicas` members at `version`, everything else as `create` sets it by default
+    /// (mutual TLS, maxSurge 1, no load balancer, the default schedules).
+    pub fn new(replicas: u32, version: Version) -> ControlPlaneSpec {
+        ControlPlaneSpec {
+            replicas,
+            version,
+            rollout: Default::default(),
+            paused: false,
+            haproxy: None,
+            certificates: Default::default(),
+            insecure_plaintext: false,
+            remediation: Default::default(),
+            maintenance: Default::default(),
+            backup: Default::default(),
+        }
+    }
+
     /// Whether the members speak mutual TLS (the default).
     pub fn tls(&self) -> bool {
         !self.insecure_plaintext

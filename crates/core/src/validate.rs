@@ -180,19 +180,11 @@ mod tests {
 
     fn spec(replicas: u32, version: &str, surge: u32) -> ControlPlaneSpec {
         ControlPlaneSpec {
-            replicas,
-            version: version.parse().unwrap(),
             rollout: RolloutStrategy {
                 max_surge: surge,
                 ..RolloutStrategy::default()
             },
-            paused: false,
-            haproxy: None,
-            certificates: Default::default(),
-            insecure_plaintext: false,
-            remediation: Default::default(),
-            maintenance: Default::default(),
-            backup: Default::default(),
+            ..ControlPlaneSpec::new(replicas, version.parse().unwrap())
         }
     }
 

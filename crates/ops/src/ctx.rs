@@ -19,6 +19,9 @@ use std::time::Duration;
 pub struct Place {
     pub home: PathBuf,
     pub store: StoreLocation,
+    /// The key file of the store's secrets (`--secrets-key-file`); `None`:
+    /// `QUORUM_SECRETS_KEY_FILE`, else `<home>/secrets.key`.
+    pub secrets_key_file: Option<PathBuf>,
 }
 
 impl Place {
@@ -26,7 +29,18 @@ impl Place {
         Place {
             home: home.to_path_buf(),
             store: StoreLocation::Embedded,
+            secrets_key_file: None,
         }
+    }
+
+    /// Opens the store of this place, with its key file.
+    pub fn connect(&self) -> Result<Store, quorum_store::StoreError> {
+        Store::connect_keyed(&self.store, &self.home, self.secrets_key_file.as_deref())
+    }
+
+    /// `connect`, for a command that must not make a home (`StoreError::NoHome`).
+    pub fn connect_existing(&self) -> Result<Store, quorum_store::StoreError> {
+        Store::connect_existing_keyed(&self.store, &self.home, self.secrets_key_file.as_deref())
     }
 }
 
@@ -45,13 +59,13 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn open(at: &Place) -> Result<Ctx> {
-        Ctx::with_store(at, Store::connect(&at.store, &at.home)?)
+        Ctx::with_store(at, at.connect()?)
     }
 
     /// For commands that only read (`list`, `status`, `events`, ...): a home that does
     /// not exist is an error ("no quorum home at ..."), and nothing is created.
     pub fn open_existing(at: &Place) -> Result<Ctx> {
-        Ctx::with_store(at, Store::connect_existing(&at.store, &at.home)?)
+        Ctx::with_store(at, at.connect_existing()?)
     }
 
     fn with_store(at: &Place, store: Store) -> Result<Ctx> {

@@ -21,6 +21,7 @@ pub mod defrag;
 mod haproxy;
 pub mod manifest;
 pub mod rebuild;
+pub mod secrets;
 pub mod snapshot;
 mod spec;
 pub mod status;

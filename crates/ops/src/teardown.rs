@@ -4,7 +4,6 @@ use crate::{wait, Place};
 use anyhow::{anyhow, bail, Result};
 use quorum_controller::{Config, Controller};
 use quorum_provider::default_etcd_dir;
-use quorum_store::Store;
 use std::time::Duration;
 
 /// Drives the teardown of a control plane until it is gone (marking it deleting first,
@@ -12,7 +11,7 @@ use std::time::Duration;
 pub async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Result<()> {
     // Bounded: stopping a machine takes at most its grace period plus the SIGKILL wait.
     const TEARDOWN_LIMIT: Duration = Duration::from_secs(120);
-    let mut store = Store::connect(&at.store, &at.home)?;
+    let mut store = at.connect()?;
     // With a sharded fleet, this acts as the controller of the control plane's shard
     // (and stands aside if a replica holds it), with the count in force.
     let shards = match store.setting(quorum_store::SHARDS_SETTING)? {
@@ -22,6 +21,7 @@ pub async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Re
     let mut c = Controller::new(Config {
         store: at.store.clone(),
         identity: format!("quorum-delete-{}", std::process::id()),
+        secrets_key_file: at.secrets_key_file.clone(),
         shards,
         shard: (shards > 1).then(|| quorum_core::shards::shard_of(name, shards)),
         ..Config::new(&at.home, default_etcd_dir())

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 mod etcd;
 mod event;
+pub mod secrets;
 mod sqlite;
 pub use etcd::{EtcdLocation, EtcdStore, EtcdTls};
 pub use event::{Event, EventKind, NewEvent, StepOutcome, UnknownKind};
@@ -130,6 +131,10 @@ pub enum StoreError {
     MissingCa(String),
     #[error("no free loopback address left in {0}.0.0/16 for a new machine; use a fresh state directory or set QUORUM_SUBNET")]
     AddressesExhausted(String),
+    /// A secret could not be sealed or opened (no key file, another key file, a sealed
+    /// value moved or damaged); the message says what to do. Nothing was changed.
+    #[error("secrets: {0}")]
+    Secrets(String),
     /// Sharding cannot go ahead as asked (another shard count in force, or a store that
     /// cannot shard); the message says what to do.
     #[error("{0}")]
@@ -224,6 +229,9 @@ pub trait StateStore: Send {
     fn setting(&self, key: &str) -> Result<Option<String>>;
     /// Sets a setting unless it is already set; returns the value in force.
     fn setting_or_init(&self, key: &str, value: &str) -> Result<String>;
+    /// Changes a setting from `expected` to `value` in one compare-and-swap; false when
+    /// it held something else (nothing changed).
+    fn replace_setting(&self, key: &str, expected: &str, value: &str) -> Result<bool>;
 
     /// Records a new control plane. The history of an earlier one of the same name is
     /// dropped in the same step, so it never shows up as the new one's. A control plane
@@ -238,6 +246,15 @@ pub trait StateStore: Send {
     /// The certificate authority of a control plane; `None` for a plaintext one. A TLS
     /// control plane without one is corruption.
     fn certificate_authority(&self, cp: &ControlPlane) -> Result<Option<StoredCa>>;
+
+    /// Every control plane's CA key as stored (sealed, or plaintext PEM in a state from
+    /// before secrets were sealed), by control plane. `Store` seals and opens them.
+    fn ca_keys(&self) -> Result<Vec<(String, String)>>;
+    /// Replaces CA keys as stored, each only if it still holds what was read:
+    /// `(control plane, stored now, new)`. One transaction in the embedded store; in etcd
+    /// as few as its transaction limit allows, each record compared. Returns how many
+    /// were replaced (a record changed meanwhile is left as it is).
+    fn replace_ca_keys(&mut self, changes: &[(String, String, String)]) -> Result<usize>;
 
     /// Records that a controller is alive (fenced like every write of a leader).
     fn controller_heartbeat(&self, beat: &Heartbeat) -> Result<()>;
@@ -490,6 +507,11 @@ impl StoreLocation {
     }
 }
 
+/// The identity a CA key is sealed for (the associated data of its sealing).
+fn ca_record(cp: &str) -> String {
+    format!("ca-key/{cp}")
+}
+
 /// Why the embedded store refuses sharding.
 const EMBEDDED_CANNOT_SHARD: &str = "sharding the controllers needs a management etcd: run \
     every replica with --store etcd://HOST:PORT,... (the embedded state file has exactly \
@@ -498,47 +520,265 @@ const EMBEDDED_CANNOT_SHARD: &str = "sharding the controllers needs a management
 /// The setting that holds the shard count in force (`StateStore::agree_shards`).
 pub const SHARDS_SETTING: &str = "controller-shards";
 
-/// The store, whichever backend holds it. Derefs to [`StateStore`].
+/// The store, whichever backend holds it. Derefs to [`StateStore`], but seals every
+/// secret before a backend stores it and opens it after a backend read it
+/// (`secrets.rs`): `create_control_plane` and `certificate_authority` here are the ones
+/// callers reach.
 pub struct Store {
     inner: Box<dyn StateStore>,
+    keys: Box<dyn secrets::KeyProvider>,
 }
 
 impl Store {
-    /// Opens (creating if needed) the embedded store in `home`, owner-only.
+    /// Opens (creating if needed) the embedded store in `home`, owner-only, with the
+    /// default key file (`secrets::KeyFile::resolve`).
     pub fn open(home: &Path) -> Result<Store> {
-        Ok(Store {
-            inner: Box::new(SqliteStore::open(home)?),
-        })
+        Store::open_keyed(home, None)
+    }
+
+    /// `open`, with the key file `key_file` (`--secrets-key-file`).
+    pub fn open_keyed(home: &Path, key_file: Option<&Path>) -> Result<Store> {
+        Store::ready(
+            Box::new(SqliteStore::open(home)?),
+            Box::new(secrets::KeyFile::at(&secrets::KeyFile::resolve(
+                home, key_file,
+            ))),
+        )
+    }
+
+    /// A store of `inner` with `keys`, its plaintext secrets sealed (a state from before
+    /// quorum sealed them is sealed at its first open, in one transaction).
+    fn ready(inner: Box<dyn StateStore>, keys: Box<dyn secrets::KeyProvider>) -> Result<Store> {
+        let mut s = Store { inner, keys };
+        s.seal_plaintext_secrets()?;
+        Ok(s)
+    }
+
+    /// Where the key-encryption keys are (for messages).
+    pub fn keys_location(&self) -> String {
+        self.keys.location()
+    }
+
+    /// The key new secrets are sealed with: the one the store names, which this
+    /// process's key provider must hold; or, for a store that has none yet, the
+    /// provider's (a key file made now), recorded in the store.
+    fn sealing_key(&self) -> Result<String> {
+        if let Some(id) = self.inner.setting(secrets::KEY_ID_SETTING)? {
+            if !self.keys.holds(&id)? {
+                return Err(self.missing_key(&id));
+            }
+            return Ok(id);
+        }
+        let id = self.keys.current_id(true)?;
+        let agreed = self.inner.setting_or_init(secrets::KEY_ID_SETTING, &id)?;
+        if agreed != id {
+            return Err(self.missing_key(&agreed));
+        }
+        Ok(id)
+    }
+
+    fn missing_key(&self, id: &str) -> StoreError {
+        secrets::secrets_error(format!(
+            "the secrets in {} are sealed with key {id}, which {} does not hold: give this \
+             process the key file the others use (--secrets-key-file FILE, or \
+             QUORUM_SECRETS_KEY_FILE); quorum changed nothing",
+            self.inner.location(),
+            self.keys.location()
+        ))
+    }
+
+    /// Fails unless this process can open the store's secrets: a controller checks it
+    /// before it starts, so a replica without the key file refuses to start, saying
+    /// why, instead of failing at its first TLS control plane.
+    pub fn check_secrets(&self) -> Result<()> {
+        match self.inner.setting(secrets::KEY_ID_SETTING)? {
+            Some(id) if !self.keys.holds(&id)? => Err(self.missing_key(&id)),
+            _ => Ok(()),
+        }
+    }
+
+    /// Records a new control plane (see `StateStore::create_control_plane`), its CA key
+    /// sealed.
+    pub fn create_control_plane(
+        &mut self,
+        cp: &ControlPlane,
+        ca: Option<&StoredCa>,
+        now_ms: i64,
+    ) -> Result<()> {
+        let sealed = match ca {
+            Some(ca) => {
+                let key = self.sealing_key()?;
+                Some(StoredCa {
+                    cert_pem: ca.cert_pem.clone(),
+                    key_pem: secrets::seal(
+                        self.keys.as_ref(),
+                        &key,
+                        &ca_record(&cp.name),
+                        ca.key_pem.as_bytes(),
+                    )?,
+                })
+            }
+            None => None,
+        };
+        self.inner.create_control_plane(cp, sealed.as_ref(), now_ms)
+    }
+
+    /// The certificate authority of a control plane (see
+    /// `StateStore::certificate_authority`), its key opened.
+    pub fn certificate_authority(&self, cp: &ControlPlane) -> Result<Option<StoredCa>> {
+        let Some(stored) = self.inner.certificate_authority(cp)? else {
+            return Ok(None);
+        };
+        let key_pem = self.open_ca_key(&cp.name, &stored.key_pem)?;
+        Ok(Some(StoredCa {
+            cert_pem: stored.cert_pem,
+            key_pem,
+        }))
+    }
+
+    fn open_ca_key(&self, cp: &str, stored: &str) -> Result<String> {
+        match secrets::Sealed::parse(stored) {
+            // Plaintext, from a state not yet sealed (sealed at the next open).
+            None => Ok(stored.to_string()),
+            Some(Err(why)) => Err(StoreError::Corrupt {
+                location: self.inner.location(),
+                detail: format!("the CA key of {cp:?}: {why}"),
+            }),
+            Some(Ok(sealed)) => {
+                let pem = secrets::open(self.keys.as_ref(), &ca_record(cp), &sealed)?;
+                String::from_utf8(pem.to_vec()).map_err(|_| StoreError::Corrupt {
+                    location: self.inner.location(),
+                    detail: format!("the CA key of {cp:?} opens to something that is not text"),
+                })
+            }
+        }
+    }
+
+    /// Seals every CA key still stored in plaintext; how many.
+    pub fn seal_plaintext_secrets(&mut self) -> Result<usize> {
+        let plain: Vec<(String, String)> = self
+            .inner
+            .ca_keys()?
+            .into_iter()
+            .filter(|(_, stored)| secrets::Sealed::parse(stored).is_none())
+            .collect();
+        if plain.is_empty() {
+            return Ok(0);
+        }
+        let key = self.sealing_key()?;
+        let mut changes = Vec::with_capacity(plain.len());
+        for (cp, stored) in plain {
+            let sealed =
+                secrets::seal(self.keys.as_ref(), &key, &ca_record(&cp), stored.as_bytes())?;
+            changes.push((cp, stored, sealed));
+        }
+        self.inner.replace_ca_keys(&changes)
+    }
+
+    /// Re-wraps every sealed secret's data key with the key `new_key` (which the key
+    /// provider must hold); how many were re-wrapped. Records already wrapped with it
+    /// are left as they are, so it can run again after a crash.
+    pub fn rewrap_secrets(&mut self, new_key: &str) -> Result<usize> {
+        self.rewrap_some_secrets(new_key, usize::MAX)
+    }
+
+    /// `rewrap_secrets`, at most `max` records (a rotation re-wraps one at a time, so a
+    /// crash can fall between two).
+    pub fn rewrap_some_secrets(&mut self, new_key: &str, max: usize) -> Result<usize> {
+        let mut changes = Vec::new();
+        for (cp, stored) in self.inner.ca_keys()? {
+            let Some(parsed) = secrets::Sealed::parse(&stored) else {
+                continue; // plaintext: sealed at open
+            };
+            let sealed = parsed.map_err(|why| StoreError::Corrupt {
+                location: self.inner.location(),
+                detail: format!("the CA key of {cp:?}: {why}"),
+            })?;
+            if sealed.key_id == new_key {
+                continue;
+            }
+            if !self.keys.holds(&sealed.key_id)? {
+                return Err(self.missing_key(&sealed.key_id));
+            }
+            let again = secrets::rewrap(self.keys.as_ref(), &ca_record(&cp), &sealed, new_key)?;
+            changes.push((cp, stored, again));
+            if changes.len() >= max {
+                break;
+            }
+        }
+        self.inner.replace_ca_keys(&changes)
+    }
+
+    /// The key ids the store's secrets are wrapped with now, and how many with each.
+    pub fn secrets_key_ids(&self) -> Result<std::collections::BTreeMap<String, usize>> {
+        let mut ids = std::collections::BTreeMap::new();
+        for (_, stored) in self.inner.ca_keys()? {
+            let id = match secrets::Sealed::parse(&stored) {
+                Some(Ok(s)) => s.key_id,
+                Some(Err(_)) => "(damaged)".to_string(),
+                None => "(plaintext)".to_string(),
+            };
+            *ids.entry(id).or_default() += 1;
+        }
+        Ok(ids)
     }
 
     /// Opens the embedded store in `home` only if it exists: for commands that only
     /// read, which must not leave a new home behind (`StoreError::NoHome`). A home that
     /// held a state and lost it is still reported as corrupt.
     pub fn open_existing(home: &Path) -> Result<Store> {
+        Store::open_existing_keyed(home, None)
+    }
+
+    /// `open_existing`, with the key file `key_file`.
+    pub fn open_existing_keyed(home: &Path, key_file: Option<&Path>) -> Result<Store> {
         let held_state = home.join(STATE_FILE).exists() || home.join(INITIALIZED_MARKER).exists();
         if !held_state {
             return Err(StoreError::NoHome {
                 home: home.to_path_buf(),
             });
         }
-        Store::open(home)
+        Store::open_keyed(home, key_file)
     }
 
     /// `connect`, for commands that only read: the embedded store must already exist.
     pub fn connect_existing(location: &StoreLocation, home: &Path) -> Result<Store> {
+        Store::connect_existing_keyed(location, home, None)
+    }
+
+    /// `connect_existing`, with the key file `key_file`.
+    pub fn connect_existing_keyed(
+        location: &StoreLocation,
+        home: &Path,
+        key_file: Option<&Path>,
+    ) -> Result<Store> {
         match location {
-            StoreLocation::Embedded => Store::open_existing(home),
-            StoreLocation::Etcd(_) => Store::connect(location, home),
+            StoreLocation::Embedded => Store::open_existing_keyed(home, key_file),
+            StoreLocation::Etcd(_) => Store::connect_keyed(location, home, key_file),
         }
     }
 
-    /// Opens the store at `location` (the embedded one lives in `home`).
+    /// Opens the store at `location` (the embedded one lives in `home`), with the
+    /// default key file.
     pub fn connect(location: &StoreLocation, home: &Path) -> Result<Store> {
+        Store::connect_keyed(location, home, None)
+    }
+
+    /// `connect`, with the key file `key_file` (`--secrets-key-file`; default: see
+    /// `secrets::KeyFile::resolve`).
+    pub fn connect_keyed(
+        location: &StoreLocation,
+        home: &Path,
+        key_file: Option<&Path>,
+    ) -> Result<Store> {
         match location {
-            StoreLocation::Embedded => Store::open(home),
-            StoreLocation::Etcd(l) => Ok(Store {
-                inner: Box::new(EtcdStore::connect(l)?),
-            }),
+            StoreLocation::Embedded => Store::open_keyed(home, key_file),
+            StoreLocation::Etcd(l) => Store::ready(
+                Box::new(EtcdStore::connect(l)?),
+                Box::new(secrets::KeyFile::at(&secrets::KeyFile::resolve(
+                    home, key_file,
+                ))),
+            ),
         }
     }
 }

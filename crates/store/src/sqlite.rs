@@ -223,6 +223,7 @@ impl SqliteStore {
             .execute_batch(
                 "PRAGMA synchronous=FULL;
                  PRAGMA foreign_keys=ON;
+                 PRAGMA secure_delete=ON;
                  CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS control_planes (
                      name TEXT PRIMARY KEY,
@@ -501,6 +502,17 @@ impl StateStore for SqliteStore {
             .ok_or_else(|| self.corrupt(format!("setting {key} vanished after it was written")))
     }
 
+    fn replace_setting(&self, key: &str, expected: &str, value: &str) -> Result<bool> {
+        let n = self
+            .conn
+            .execute(
+                "UPDATE meta SET value = ?3 WHERE key = ?1 AND value = ?2",
+                params![format!("setting.{key}"), expected, value],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(n == 1)
+    }
+
     // ---- control planes
 
     /// Records a new control plane. The history of an earlier one of the same name is
@@ -545,6 +557,49 @@ impl StateStore for SqliteStore {
         })
         .and_then(|_| tx.commit())
         .map_err(sql)
+    }
+
+    fn ca_keys(&self) -> Result<Vec<(String, String)>> {
+        let mut stmt = self
+            .conn
+            .prepare(
+                "SELECT control_plane, key_pem FROM certificate_authorities ORDER BY control_plane",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e));
+        rows
+    }
+
+    /// One immediate transaction; then the write-ahead log is checkpointed and
+    /// truncated, and (`secure_delete`) the replaced values' bytes are zeroed, so a key
+    /// sealed here leaves no plaintext copy in either file.
+    fn replace_ca_keys(&mut self, changes: &[(String, String, String)]) -> Result<usize> {
+        if changes.is_empty() {
+            return Ok(0);
+        }
+        let path = self.path.clone();
+        let sql = sql_error(&path);
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(sql)?;
+        let mut replaced = 0;
+        for (cp, old, new) in changes {
+            replaced += tx
+                .execute(
+                    "UPDATE certificate_authorities SET key_pem = ?3 WHERE control_plane = ?1 AND key_pem = ?2",
+                    params![cp, old, new],
+                )
+                .map_err(sql)?;
+        }
+        tx.commit().map_err(sql)?;
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(|e| self.err(e))?;
+        Ok(replaced)
     }
 
     /// The certificate authority of a control plane; `None` for a plaintext one. A TLS

@@ -18,6 +18,7 @@ pub async fn run(at: &Place, a: ControllerArgs) -> Result<()> {
     cfg.concurrency = a.concurrency;
     cfg.max_open_control_planes = a.max_open_control_planes;
     cfg.shards = a.shards;
+    cfg.secrets_key_file = at.secrets_key_file.clone();
     if let Some(id) = a.identity {
         cfg.identity = id;
     }

@@ -16,6 +16,7 @@ mod list;
 mod pause;
 mod rebuild;
 mod scale;
+mod secrets;
 mod snapshot;
 mod status;
 mod upgrade;
@@ -50,6 +51,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Controller(a) => controller::run(at, a).await,
         Command::Credentials(a) => credentials::run(at, a),
         Command::HaproxyConfig(a) => haproxy_config::run(at, a),
+        Command::Secrets(s) => secrets::run(at, s.command),
         Command::Versions(_) => versions::run(),
         Command::Version(_) => {
             use clap::CommandFactory;

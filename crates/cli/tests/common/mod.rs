@@ -65,6 +65,7 @@ impl Env {
             // (the snapshot tests set their own schedules).
             .env("QUORUM_BACKUP_SCHEDULE", "off")
             .env_remove("QUORUM_LOG")
+            .env_remove("QUORUM_SECRETS_KEY_FILE")
             .stdin(Stdio::null());
         match &self.store_url {
             Some(u) => c.env("QUORUM_STORE", u),

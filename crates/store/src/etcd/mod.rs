@@ -522,6 +522,20 @@ impl StateStore for EtcdStore {
             .ok_or_else(|| self.corrupt(format!("setting {key:?} vanished after it was written")))
     }
 
+    fn replace_setting(&self, key: &str, expected: &str, value: &str) -> Result<bool> {
+        let k = self.key(&format!("setting/{key}"));
+        let same = Compare::value(k.clone(), CompareOp::Equal, expected);
+        let landed = Landed::Value {
+            key: k.clone(),
+            value: value.as_bytes().to_vec(),
+        };
+        let put = TxnOp::put(k, value, None);
+        match self.commit("change a setting", vec![same], vec![put], Some(landed))? {
+            Committed::Yes(_) => Ok(true),
+            Committed::Conflict => Ok(false),
+        }
+    }
+
     fn create_control_plane(
         &mut self,
         cp: &ControlPlane,
@@ -569,6 +583,59 @@ impl StateStore for EtcdStore {
             Committed::Yes(_) => Ok(()),
             Committed::Conflict => Err(StoreError::AlreadyExists(cp.name.clone())),
         }
+    }
+
+    fn ca_keys(&self) -> Result<Vec<(String, String)>> {
+        let prefix = self.key("ca/");
+        let kvs = self.list(&prefix, GetOptions::new().with_prefix(), "read the CAs")?;
+        let mut out = Vec::with_capacity(kvs.len());
+        for kv in &kvs {
+            let r: CaRecord = self.parse(kv)?;
+            out.push((kv.key[prefix.len()..].to_string(), r.key_pem));
+        }
+        Ok(out)
+    }
+
+    /// A transaction per record, each comparing the record's revision; after replacing
+    /// plaintext keys, the history is compacted to now, so no earlier revision still
+    /// holds one (a defragmentation of the management etcd then drops the bytes).
+    fn replace_ca_keys(&mut self, changes: &[(String, String, String)]) -> Result<usize> {
+        let mut replaced = 0;
+        let mut last_revision = 0;
+        for (cp, old, new) in changes {
+            let key = self.key(&format!("ca/{cp}"));
+            let Some(kv) = self.get(&key, "read a CA")? else {
+                continue;
+            };
+            let mut r: CaRecord = self.parse(&kv)?;
+            if r.key_pem != *old {
+                continue;
+            }
+            r.key_pem = new.clone();
+            let value = to_json(&r);
+            let put = TxnOp::put(key.clone(), value.clone(), None);
+            let unchanged = Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision);
+            let landed = Landed::Value {
+                key,
+                value: value.into_bytes(),
+            };
+            if let Committed::Yes(rev) =
+                self.commit("seal a CA key", vec![unchanged], vec![put], Some(landed))?
+            {
+                replaced += 1;
+                last_revision = last_revision.max(rev);
+            }
+        }
+        let any_plaintext = changes
+            .iter()
+            .any(|(_, old, _)| crate::secrets::Sealed::parse(old).is_none());
+        if any_plaintext && last_revision > 0 {
+            self.call(
+                "compact the history of the plaintext keys",
+                move |mut c| async move { c.compact(last_revision, None).await.map(drop) },
+            )?;
+        }
+        Ok(replaced)
     }
 
     fn certificate_authority(&self, cp: &ControlPlane) -> Result<Option<StoredCa>> {
