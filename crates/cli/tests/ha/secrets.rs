@@ -1,7 +1,7 @@
 //! Secrets at rest on a management etcd: no CA key readable in any value of its keyspace;
 //! a plaintext key written by an earlier release is sealed at the next connection and
-//! its history compacted away; a replica without the key file the others use refuses
-//! to start and says why.
+//! its history compacted away; the key rotated under a running replica; a replica
+//! without the key file the others use refuses to start and says why.
 
 use super::*;
 use quorum_store::{EtcdStore, StateStore, StoredCa};
@@ -90,6 +90,16 @@ fn no_ca_key_is_readable_in_the_management_etcd_and_a_replica_without_the_key_re
     });
     let e = old.expect_err("the plaintext revision is compacted");
     assert!(e.to_string().contains("compacted"), "{e}");
+
+    // The key rotated while r1 runs: every record re-wrapped (the legacy one too), and
+    // r1 (same key file, read again for the new key) runs a new TLS control plane.
+    let out = env.ok(&["secrets", "rotate"]);
+    assert!(out.contains("2 re-wrapped"), "{out}");
+    env.create_and_wait("f", 1, OLD);
+    let status: serde_json::Value =
+        serde_json::from_str(&env.ok(&["secrets", "status", "-o", "json"])).unwrap();
+    let key = status["storeKey"].as_str().unwrap();
+    assert_eq!(status["recordsByKey"][key], 3, "{status:#}");
 
     // A replica given another key file refuses to start, saying why.
     let other = env.dir.path().join("other.key");
