@@ -637,19 +637,20 @@ fn print_table(r: &Report) {
     println!("  created in      {}", s(r.create_wall_ms));
     println!("  rollout wall    {}", s(r.rollout_wall_ms));
     println!(
-        "  per control plane  p50 {}   p99 {}   max {}",
+        "  each rollout    p50 {}   p99 {}   max {}",
         s(r.rollout_p50_ms),
         s(r.rollout_p99_ms),
         s(r.rollout_max_ms)
     );
     for c in &r.controllers {
         println!(
-            "  controller {:<4} CPU {} during the rollout, peak RSS {:.1} MiB, peak fds {}, rolled {} control planes",
+            "  controller {:<4} CPU {} during the rollout, peak RSS {:.1} MiB, peak fds {}, rolled {} control plane{}",
             c.identity,
             s(c.cpu_ms),
             c.peak_rss_mib,
             c.peak_fds,
-            c.control_planes
+            c.control_planes,
+            if c.control_planes == 1 { "" } else { "s" }
         );
     }
 }

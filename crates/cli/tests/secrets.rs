@@ -188,10 +188,16 @@ fn a_missing_or_wrong_key_file_is_refused_and_changes_nothing() {
     let out = env.dir.path().join("creds");
     let e = env.fails(&["credentials", "k", "--out", out.to_str().unwrap()]);
     assert!(
-        e.contains("does not hold") && e.contains("--secrets-key-file"),
+        e.contains("does not exist") && e.contains("backup") && e.contains("--secrets-key-file"),
         "{e}"
     );
     assert_eq!(e.trim().lines().count(), 1, "{e}");
+    // `secrets status` says what it found, and fails.
+    let e = env.fails(&["secrets", "status"]);
+    assert!(
+        e.contains("cannot open the store's secrets") && e.contains("does not exist"),
+        "{e}"
+    );
     // A controller refuses to start, saying why.
     let e = env.fails(&["controller", "--metrics-addr", "off"]);
     assert!(e.contains("--secrets-key-file"), "{e}");
@@ -268,7 +274,7 @@ fn the_key_is_rotated_under_a_running_controller_and_after_a_crash_at_each_point
     let mut last = assert_rotated(&env, 1);
     let out = env.ok(&["secrets", "rotate"]);
     assert!(
-        out.contains("Rotated") && out.contains("1 re-wrapped"),
+        out.contains("Rotated") && out.contains("1 sealed CA key re-wrapped"),
         "{out}"
     );
     let id = assert_rotated(&env, 1);

@@ -191,6 +191,14 @@ impl Config {
         self.shard.map(|s| format!("shard/{s}")).unwrap_or_default()
     }
 
+    /// What this controller acts on, for its log: `every control plane` or `shard 3 of 6`.
+    pub fn acts_on(&self) -> String {
+        match self.shard {
+            Some(s) => format!("shard {s} of {}", self.shards),
+            None => "every control plane".to_string(),
+        }
+    }
+
     /// Whether control plane `cp` is this controller's to act on (its shard's).
     pub fn owns(&self, cp: &str) -> bool {
         self.shard
@@ -408,7 +416,7 @@ impl Controller {
                 if who != self.last_standby {
                     tracing::info!(
                         leader = who.as_deref().unwrap_or("(none)"),
-                        scope = %self.sh.cfg.scope(),
+                        acts_on = %self.sh.cfg.acts_on(),
                         "standing by: another controller leads; this one takes over when it stops"
                     );
                     self.last_standby = who.clone();
@@ -454,7 +462,7 @@ impl Controller {
             home = %self.sh.cfg.home.display(),
             store = %self.sh.store().location(),
             concurrency = self.sh.cfg.concurrency,
-            scope = %self.sh.cfg.scope(),
+            acts_on = %self.sh.cfg.acts_on(),
             "controller running"
         );
         let beats = heartbeat::Heartbeats::start(&self.sh.cfg.identity);

@@ -49,7 +49,7 @@ pub struct Rotated {
 }
 
 fn key_file(at: &Place) -> KeyFile {
-    KeyFile::at(&KeyFile::resolve(&at.home, at.secrets_key_file.as_deref()))
+    KeyFile::resolve(&at.home, at.secrets_key_file.as_deref())
 }
 
 pub fn status(at: &Place) -> Result<SecretsStatus> {

@@ -540,9 +540,7 @@ impl Store {
     pub fn open_keyed(home: &Path, key_file: Option<&Path>) -> Result<Store> {
         Store::ready(
             Box::new(SqliteStore::open(home)?),
-            Box::new(secrets::KeyFile::at(&secrets::KeyFile::resolve(
-                home, key_file,
-            ))),
+            Box::new(secrets::KeyFile::resolve(home, key_file)),
         )
     }
 
@@ -578,13 +576,8 @@ impl Store {
     }
 
     fn missing_key(&self, id: &str) -> StoreError {
-        secrets::secrets_error(format!(
-            "the secrets in {} are sealed with key {id}, which {} does not hold: give this \
-             process the key file the others use (--secrets-key-file FILE, or \
-             QUORUM_SECRETS_KEY_FILE); quorum changed nothing",
-            self.inner.location(),
-            self.keys.location()
-        ))
+        self.keys
+            .missing(&format!("the secrets in {}", self.inner.location()), id)
     }
 
     /// Fails unless this process can open the store's secrets: a controller checks it
@@ -775,9 +768,7 @@ impl Store {
             StoreLocation::Embedded => Store::open_keyed(home, key_file),
             StoreLocation::Etcd(l) => Store::ready(
                 Box::new(EtcdStore::connect(l)?),
-                Box::new(secrets::KeyFile::at(&secrets::KeyFile::resolve(
-                    home, key_file,
-                ))),
+                Box::new(secrets::KeyFile::resolve(home, key_file)),
             ),
         }
     }

@@ -54,6 +54,9 @@ pub trait KeyProvider: Send + Sync {
     fn wrap(&self, id: &str, data_key: &[u8], aad: &[u8]) -> Result<Vec<u8>>;
     /// Opens a data key wrapped with the key `id` and bound to `aad`.
     fn unwrap(&self, id: &str, wrapped: &[u8], aad: &[u8]) -> Result<Zeroizing<Vec<u8>>>;
+    /// The refusal when `what` (a record, a store's secrets) is sealed with the key `id`
+    /// and the provider does not hold it: says which, and what to do.
+    fn missing(&self, what: &str, id: &str) -> StoreError;
 }
 
 /// A secret sealed for one record.
@@ -129,13 +132,7 @@ pub fn seal(p: &dyn KeyProvider, key_id: &str, record: &str, plaintext: &[u8]) -
 /// refused (`StoreError::Secrets`).
 pub fn open(p: &dyn KeyProvider, record: &str, s: &Sealed) -> Result<Zeroizing<Vec<u8>>> {
     if !p.holds(&s.key_id)? {
-        return Err(secrets_error(format!(
-            "{record} is sealed with key {}, which {} does not hold: this is not the key file \
-             the others use (every process sharing the store needs the same one; pass it with \
-             --secrets-key-file or QUORUM_SECRETS_KEY_FILE)",
-            s.key_id,
-            p.location()
-        )));
+        return Err(p.missing(record, &s.key_id));
     }
     let data_key = p
         .unwrap(&s.key_id, &s.wrapped, &wrap_aad(&s.key_id, record))
@@ -240,28 +237,48 @@ type Keys = Vec<(String, Zeroizing<Vec<u8>>)>;
 /// ```
 pub struct KeyFile {
     path: PathBuf,
+    /// May make the file's directory (the home, for the default file); a file named
+    /// explicitly must be in a directory that exists, so a mistyped path is an error
+    /// rather than a new key.
+    make_dir: bool,
     /// The keys as last read (read at first use; again after `add_key`).
     keys: Mutex<Option<Keys>>,
 }
 
 impl KeyFile {
+    /// The key file at `path`, named explicitly: its directory must exist.
     pub fn at(path: &Path) -> KeyFile {
         KeyFile {
             path: path.to_path_buf(),
+            make_dir: false,
             keys: Mutex::new(None),
         }
     }
 
     /// The key file to use: `explicit`, else `QUORUM_SECRETS_KEY_FILE`, else
-    /// `<home>/secrets.key`.
-    pub fn resolve(home: &Path, explicit: Option<&Path>) -> PathBuf {
+    /// `<home>/secrets.key` (whose directory, the home, is made if needed).
+    pub fn resolve(home: &Path, explicit: Option<&Path>) -> KeyFile {
         if let Some(p) = explicit {
-            return p.to_path_buf();
+            return KeyFile::at(p);
         }
         match std::env::var_os(KEY_FILE_ENV) {
-            Some(p) if !p.is_empty() => PathBuf::from(p),
-            _ => home.join(DEFAULT_KEY_FILE),
+            Some(p) if !p.is_empty() => KeyFile::at(Path::new(&p)),
+            _ => KeyFile {
+                make_dir: true,
+                ..KeyFile::at(&home.join(DEFAULT_KEY_FILE))
+            },
         }
+    }
+
+    /// `<file><suffix>`, beside it.
+    fn beside(&self, suffix: &str) -> PathBuf {
+        let mut name = self
+            .path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        name.push(suffix);
+        self.path.with_file_name(name)
     }
 
     pub fn path(&self) -> &Path {
@@ -285,6 +302,11 @@ impl KeyFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(bad(format!("cannot be read: {e}"))),
         };
+        if !meta.is_file() {
+            return Err(bad(
+                "is not a file (a directory?): name the key file itself".to_string(),
+            ));
+        }
         use std::os::unix::fs::PermissionsExt;
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
@@ -433,11 +455,24 @@ impl KeyFile {
     fn exclusive(&self) -> Result<std::fs::File> {
         use std::os::unix::fs::OpenOptionsExt;
         use std::os::unix::io::AsRawFd;
-        if let Some(dir) = self.path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| secrets_error(format!("cannot create {}: {e}", dir.display())))?;
+        if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if self.make_dir {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .map_err(|e| secrets_error(format!("cannot create {}: {e}", dir.display())))?;
+            } else if !dir.is_dir() {
+                return Err(secrets_error(format!(
+                    "cannot make the key file {}: its directory {} does not exist (a mistyped \
+                     --secrets-key-file?); quorum changed nothing",
+                    self.path.display(),
+                    dir.display()
+                )));
+            }
         }
-        let lock_path = self.path.with_extension("key.lock");
+        let lock_path = self.beside(".lock");
         let f = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -469,7 +504,7 @@ impl KeyFile {
         for (id, key) in keys {
             text.push_str(&format!("key {id} {}\n", to_hex(key)));
         }
-        let tmp = self.path.with_extension("key.tmp");
+        let tmp = self.beside(".tmp");
         let _ = std::fs::remove_file(&tmp);
         use std::os::unix::fs::OpenOptionsExt;
         let mut f = std::fs::OpenOptions::new()
@@ -536,6 +571,26 @@ impl KeyProvider for KeyFile {
     fn unwrap(&self, id: &str, wrapped: &[u8], aad: &[u8]) -> Result<Zeroizing<Vec<u8>>> {
         aead_open(&self.key(id)?, wrapped, aad)
     }
+
+    fn missing(&self, what: &str, id: &str) -> StoreError {
+        let why = if self.path.exists() {
+            format!(
+                "which the key file {} does not hold: it is not the file the others use; give \
+                 this process that one",
+                self.path.display()
+            )
+        } else {
+            format!(
+                "and the key file {} does not exist: restore it from your backup, or give \
+                 this process the file the others use",
+                self.path.display()
+            )
+        };
+        secrets_error(format!(
+            "{what}: sealed with key {id}, {why} (--secrets-key-file FILE, or \
+             QUORUM_SECRETS_KEY_FILE); quorum changed nothing"
+        ))
+    }
 }
 
 #[cfg(test)]
@@ -576,6 +631,10 @@ mod tests {
             e.contains("does not hold") && e.contains("--secrets-key-file"),
             "{e}"
         );
+        // No key file at all: said so.
+        let gone = KeyFile::at(&_d2.path().join("gone.key"));
+        let e = open(&gone, "ca-key/prod", &s).unwrap_err().to_string();
+        assert!(e.contains("does not exist") && e.contains("backup"), "{e}");
     }
 
     #[test]
@@ -630,6 +689,17 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("chmod 600"), "{e}");
+        // A directory: not advice to chmod it.
+        let e = KeyFile::at(_d.path())
+            .current_id(false)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is not a file") && !e.contains("chmod"), "{e}");
+        // A named file in a directory that does not exist: no new key, no directory.
+        let typo = _d.path().join("no-such-dir").join("k");
+        let e = KeyFile::at(&typo).current_id(true).unwrap_err().to_string();
+        assert!(e.contains("does not exist"), "{e}");
+        assert!(!typo.parent().unwrap().exists());
     }
 
     #[test]

@@ -677,7 +677,12 @@ fn a_history_of_release_c1a7ab4_reads_back() {
             c.put(format!("/old/{key}"), value, None).await.unwrap();
         }
     });
-    let s = etcd_store(&m, "old");
+    // That release stored its CA key in plaintext: opening seals it, with a key file
+    // made in the home given (this test's own).
+    let l = StoreLocation::parse(&m.store_url("old"), None).unwrap();
+    let home = dir.path().join("home");
+    let s = Store::connect(&l, &home).unwrap();
+    assert!(home.join("secrets.key").exists());
     let cps = s.control_planes().unwrap();
     let names: Vec<&str> = cps.iter().map(|c| c.name.as_str()).collect();
     assert_eq!(names, ["e", "g"]);

@@ -26,6 +26,14 @@ pub async fn run(at: &Place, a: ControllerArgs) -> Result<()> {
         StoreLocation::Embedded => home.display().to_string(),
         StoreLocation::Etcd(l) => l.url(),
     };
+    if a.shards > 1 && at.store == StoreLocation::Embedded {
+        bail!(
+            "--shards {} needs a management etcd shared by the replicas: run every replica \
+             with --store etcd://HOST:PORT,... (the embedded state file has exactly one \
+             controller, the process holding its lock)",
+            a.shards
+        );
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let opening = || format!("opening the store {where_}");
     let (mut c, sharded) = if a.shards > 1 {

@@ -94,7 +94,7 @@ fn no_ca_key_is_readable_in_the_management_etcd_and_a_replica_without_the_key_re
     // The key rotated while r1 runs: every record re-wrapped (the legacy one too), and
     // r1 (same key file, read again for the new key) runs a new TLS control plane.
     let out = env.ok(&["secrets", "rotate"]);
-    assert!(out.contains("2 re-wrapped"), "{out}");
+    assert!(out.contains("2 sealed CA keys re-wrapped"), "{out}");
     env.create_and_wait("f", 1, OLD);
     let status: serde_json::Value =
         serde_json::from_str(&env.ok(&["secrets", "status", "-o", "json"])).unwrap();
@@ -113,7 +113,7 @@ fn no_ca_key_is_readable_in_the_management_etcd_and_a_replica_without_the_key_re
     assert!(code.is_some_and(|c| c != 0), "r2 should refuse: {code:?}");
     let log = r2.log_text();
     assert!(
-        log.contains("does not hold") && log.contains("--secrets-key-file"),
+        log.contains("does not exist") && log.contains("--secrets-key-file"),
         "{log}"
     );
 }
