@@ -264,6 +264,28 @@ Examples:
   quorum secrets rotate            # a new key; every data key re-wrapped; the old key retired"
     )]
     Secrets(SecretsCommands),
+    /// Rotate a control plane's CA without downtime: a new CA, trusted everywhere, then
+    /// every certificate from it, then the old CA dropped.
+    #[command(
+        name = "rotate-ca",
+        after_help = "Three phases, each recorded before it begins, each a restart of every member, one at a
+time, through the control plane's rollout strategy (in place with `strategy: InPlace`,
+else by replacement), with the same preflight and quorum checks as an upgrade:
+  1. every member trusts both CAs (certificates still from the old one);
+  2. every member gets certificates from the new CA (served with a copy of the new CA
+     signed by the old one, so clients that trust only the old CA still verify them);
+     quorum's own certificate, and those `quorum credentials` issues, come from the new CA;
+  3. every member trusts only the new CA; then the new CA is the CA and the old one is gone.
+Client certificates from the old CA keep working until phase 3, and are refused by each
+member from its restart in phase 3. Get new ones during phases 1 and 2:
+`quorum credentials NAME --out DIR` (its ca.crt holds both CAs). `quorum status NAME`
+shows the phase. Running it again during a rotation changes nothing.
+
+Examples:
+  quorum rotate-ca prod --wait
+  quorum rotate-ca prod && quorum status prod --watch"
+    )]
+    RotateCa(RotateCaArgs),
     /// List the installed etcd versions.
     Versions(NoState),
     /// Print quorum's own version (as `quorum -V` does; the etcd versions are `quorum versions`).
@@ -773,6 +795,14 @@ fn parse_max_open(s: &str) -> Result<usize, String> {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err("expected a whole number, 1 or more".to_string()),
     }
+}
+
+#[derive(clap::Args)]
+pub struct RotateCaArgs {
+    /// The control plane.
+    pub name: String,
+    #[command(flatten)]
+    pub wait: WaitArgs,
 }
 
 #[derive(clap::Args)]

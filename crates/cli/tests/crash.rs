@@ -433,6 +433,61 @@ fn rollback_scenario(point: &str) -> String {
 }
 
 /// Waits for the controller armed at `point` to crash there, within 120 s.
+/// A CA rotation's own steps (`quorum rotate-ca`).
+fn is_ca_point(p: &str) -> bool {
+    p.ends_with("set-ca-phase") || p.ends_with("finish-ca-rotation")
+}
+
+/// The CA rotation scenario: 3 members at NEW, in place, their CA rotated by a
+/// controller that crashes at `point`; the next controller finishes the rotation on the
+/// same members and data, with every key intact and quorum kept throughout.
+fn ca_rotation_scenario(point: &str) -> String {
+    let mut env = Env::new(&format!("crash-{point}"));
+    let name = "ca";
+    env.start_controller();
+    inplace::create_in_place(&env, name, 3, NEW, "");
+    let keys = write_keys(&env.endpoints(name), "k/", 300);
+    let before = inplace::identity(&env, name);
+    env.kill_controller();
+    let from = inplace::last_event_id(&env, name);
+    env.ok(&["rotate-ca", name]);
+    env.start_controller_with(&[("FAILPOINTS", &format!("{point}=return"))]);
+    let watch = QuorumWatch::start(&env, name);
+    let t = Instant::now();
+    expect_crash(&mut env, point);
+    let crashed_after = t.elapsed();
+    env.start_controller();
+    env.wait_status(
+        name,
+        "the rotation finished",
+        Duration::from_secs(180),
+        |s| s["converged"] == true && s.get("caRotation").is_none() && s["caGeneration"] == 1,
+    );
+    let (samples, violations) = watch.finish();
+    assert!(samples > 10, "the quorum watch took only {samples} samples");
+    assert!(
+        violations.is_empty(),
+        "{point}: quorum lost: {violations:?}"
+    );
+    assert_keys(&env.endpoints(name), "k/", &keys);
+    assert_eq!(
+        inplace::identity(&env, name),
+        before,
+        "{point}: the same members"
+    );
+    inplace::assert_no_membership_step(&inplace::events_after(&env, name, from));
+    assert!(env
+        .store()
+        .next_certificate_authority(name)
+        .unwrap()
+        .is_none());
+    format!(
+        "{point}: crashed after {:.1}s, resumed and rotated in {:.1}s",
+        crashed_after.as_secs_f64(),
+        (t.elapsed() - crashed_after).as_secs_f64()
+    )
+}
+
 fn expect_crash(env: &mut Env, point: &str) {
     let code = env.controller_exit(Duration::from_secs(120));
     assert_eq!(
@@ -648,6 +703,8 @@ fn every_failpoint_crashes_and_the_next_controller_finishes() {
                         rollback_scenario(&p)
                     } else if is_rebuild_point(&p) {
                         rebuild_scenario(&p)
+                    } else if is_ca_point(&p) {
+                        ca_rotation_scenario(&p)
                     } else if is_in_place_point(&p) {
                         in_place_scenario(&p)
                     } else if is_teardown_point(&p) {

@@ -17,6 +17,8 @@ use std::time::Duration;
 fn tls_cp(name: &str) -> ControlPlane {
     let version: Version = OLD.parse().unwrap();
     ControlPlane {
+        ca_generation: 0,
+        ca_rotation: None,
         name: name.into(),
         spec: ControlPlaneSpec::new(1, version),
         deleting: false,

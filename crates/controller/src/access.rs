@@ -3,9 +3,9 @@
 //! issued on the spot from the control plane's CA in the store; the key stays in
 //! memory, never on disk. The controller and the CLI (`status`, `--wait`) both use it.
 
-use quorum_core::ControlPlane;
+use quorum_core::{CaFiles, CaPhase, ControlPlane, Machine};
 use quorum_etcd::{ClientTls, Etcd, Timeouts};
-use quorum_pki::Ca;
+use quorum_pki::{Ca, MachineCerts};
 use quorum_store::{Store, StoreError};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -22,25 +22,106 @@ pub fn now_unix_s() -> i64 {
         .unwrap_or(0)
 }
 
-/// An adapter for one control plane, and its CA (for issuing machine certificates).
+/// An adapter for one control plane, and its CAs (for issuing machine certificates).
 pub struct Access {
     pub etcd: Arc<Etcd>,
+    /// The CA client certificates come from now (quorum's own, `quorum credentials`,
+    /// `quorum etcdctl`): the CA in force, or during a CA rotation from its phase
+    /// `Reissue` on, the new one.
     pub ca: Option<Ca>,
+    /// Every CA of the control plane (the new one too, during a rotation).
+    pub cas: Option<Cas>,
     /// The client credentials quorum presents (also loaded into HAProxy, which
-    /// presents them to the members on the clients' behalf).
+    /// presents them to the members on the clients' behalf). Their `ca_pem` is what a
+    /// client trusts: both CAs during a rotation.
     pub client: Option<ClientTls>,
     /// When this access must be rebuilt (its client certificate is near its end).
     renew_at_unix_s: i64,
+    /// The CA generation and rotation phase it was built for: built again when either
+    /// moves.
+    made_for: (u32, Option<CaPhase>),
 }
 
-impl Access {
-    /// Whether it can still be used at `now_unix_s`.
-    pub fn fresh(&self, now_unix_s: i64) -> bool {
-        now_unix_s < self.renew_at_unix_s
+/// A control plane's CAs: the one in force and, during a rotation, the new one.
+pub struct Cas {
+    pub current: Ca,
+    pub next: Option<Ca>,
+}
+
+impl Cas {
+    /// Every CA certificate, PEM, one after the other: what a client should trust.
+    pub fn bundle_pem(&self) -> String {
+        self.pem_of(true, self.next.is_some())
+    }
+
+    fn pem_of(&self, current: bool, next: bool) -> String {
+        let mut out = String::new();
+        let mut push = |pem: &str| {
+            out.push_str(pem.trim_end());
+            out.push('\n');
+        };
+        if current {
+            push(self.current.cert_pem());
+        }
+        if let (true, Some(n)) = (next, &self.next) {
+            push(n.cert_pem());
+        }
+        out
+    }
+
+    /// A machine's files for a start: what it trusts (PEM) and its certificates, fresh
+    /// keys every time, ending at `not_after_unix_s` (or the issuing CA's end).
+    pub fn machine_files(
+        &self,
+        files: CaFiles,
+        m: &Machine,
+        now_unix_s: i64,
+        not_after_unix_s: i64,
+    ) -> Result<(String, MachineCerts), quorum_pki::PkiError> {
+        let issue = |by_next: bool| {
+            let ca = match &self.next {
+                Some(n) if by_next => n,
+                _ => &self.current,
+            };
+            ca.issue_machine_from(
+                &m.name,
+                m.address.into(),
+                &[quorum_provider::LOCAL_SOURCE_ADDRESS],
+                now_unix_s,
+                not_after_unix_s.min(ca.not_after_unix_s()),
+            )
+        };
+        let mut certs = issue(files.peer_by_next)?;
+        if files.server_by_next != files.peer_by_next {
+            let other = issue(files.server_by_next)?;
+            certs.server = other.server;
+            certs.not_after_unix_s = certs.not_after_unix_s.min(other.not_after_unix_s);
+        }
+        let trust = self.pem_of(
+            files.trusts_current || self.next.is_none(),
+            files.trusts_next,
+        );
+        Ok((trust, certs))
     }
 }
 
-/// Loads the control plane's CA (a CA that does not load is corruption of the store)
+impl Access {
+    /// Whether it can still be used at `now_unix_s` for `cp` as stored now.
+    pub fn fresh(&self, cp: &ControlPlane, now_unix_s: i64) -> bool {
+        now_unix_s < self.renew_at_unix_s && self.made_for == made_for(cp)
+    }
+
+    /// What a client of the control plane trusts (PEM; both CAs during a rotation).
+    pub fn trust_pem(&self) -> Option<String> {
+        self.cas.as_ref().map(Cas::bundle_pem)
+    }
+}
+
+fn made_for(cp: &ControlPlane) -> (u32, Option<CaPhase>) {
+    (cp.ca_generation, cp.ca_rotation.as_ref().map(|r| r.phase))
+}
+
+/// Loads the control plane's CAs (a CA that does not load is corruption of the store)
 /// and builds an adapter that presents a client certificate with `common_name`.
 pub fn open(
     store: &Store,
@@ -56,27 +137,53 @@ pub fn open(
         return Ok(Access {
             etcd: Arc::new(Etcd::new(timeouts)),
             ca: None,
+            cas: None,
             client: None,
             renew_at_unix_s: i64::MAX,
+            made_for: made_for(cp),
         });
     };
-    let ca = Ca::from_pem(&cp.name, &stored.cert_pem, &stored.key_pem)
+    let current = Ca::from_pem(&cp.name, &stored.cert_pem, &stored.key_pem)
         .map_err(|e| corrupt(e.to_string()))?;
+    let next = match &cp.ca_rotation {
+        Some(r) => {
+            let Some(n) = store.next_certificate_authority(&cp.name)? else {
+                return Err(corrupt(format!(
+                    "a CA rotation of {:?} to generation {} is recorded but its new CA is missing",
+                    cp.name, r.to
+                )));
+            };
+            Some(
+                Ca::from_pem(&cp.name, &n.cert_pem, &n.key_pem)
+                    .map_err(|e| corrupt(e.to_string()))?,
+            )
+        }
+        None => None,
+    };
+    let cas = Cas { current, next };
+    let issuer = match (&cas.next, cp.controller_uses_next_ca()) {
+        (Some(n), true) => n,
+        _ => &cas.current,
+    };
     let now = now_unix_s();
-    let not_after = (now + SELF_CERT_LIFETIME_S).min(ca.not_after_unix_s());
-    let me = ca
+    let not_after = (now + SELF_CERT_LIFETIME_S).min(issuer.not_after_unix_s());
+    let me = issuer
         .issue_client(common_name, now, not_after)
         .map_err(|e| corrupt(format!("cannot issue quorum's own client certificate: {e}")))?;
     let tls = ClientTls {
-        ca_pem: ca.cert_pem().to_string(),
+        ca_pem: cas.bundle_pem(),
         cert_pem: me.cert_pem,
         key_pem: me.key_pem,
     };
     let etcd = Etcd::with_tls(timeouts, tls.clone()).map_err(|e| corrupt(e.to_string()))?;
+    let ca = Ca::from_pem(&cp.name, issuer.cert_pem(), issuer.key_pem())
+        .map_err(|e| corrupt(e.to_string()))?;
     Ok(Access {
         etcd: Arc::new(etcd),
         ca: Some(ca),
+        cas: Some(cas),
         client: Some(tls),
         renew_at_unix_s: not_after - SELF_RENEW_S.min((not_after - now) / 2),
+        made_for: made_for(cp),
     })
 }

@@ -21,6 +21,7 @@ use crate::access::Access;
 use crate::reconciler::{Reconciler, Shared};
 use crate::Outcome;
 use quorum_core::pacing::Backoff;
+use quorum_core::ControlPlane;
 use quorum_store::StoreError;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -73,16 +74,17 @@ impl AccessCache {
     }
 
     /// The cached access of `cp`, if still fresh (a stale one is dropped).
-    pub(crate) fn get(&self, cp: &str, now_unix_s: i64) -> Option<Arc<Access>> {
+    pub(crate) fn get(&self, cp: &ControlPlane, now_unix_s: i64) -> Option<Arc<Access>> {
         let tick = self.tick.fetch_add(1, Ordering::Relaxed);
         let mut map = self.lock();
-        match map.get_mut(cp) {
-            Some((a, used)) if a.fresh(now_unix_s) => {
+        let name = cp.name.as_str();
+        match map.get_mut(name) {
+            Some((a, used)) if a.fresh(cp, now_unix_s) => {
                 *used = tick;
                 Some(a.clone())
             }
             Some(_) => {
-                map.remove(cp);
+                map.remove(name);
                 None
             }
             None => None,

@@ -3,7 +3,7 @@
 //! write, a machine, or a membership call to the leader).
 
 use super::*;
-use quorum_core::{InPlace, InPlaceOutcome, InPlacePhase};
+use quorum_core::{CaPhase, CaRotation, InPlace, InPlaceOutcome, InPlacePhase};
 
 impl Reconciler {
     /// Performs one action, with its failpoints around it. Returns the name of the
@@ -116,14 +116,14 @@ impl Reconciler {
                 let Some(m) = find(machine) else {
                     return Ok(None);
                 };
-                let certs = self.machine_certs(access, m)?;
+                let certs = self.machine_certs(cp, access, m)?;
                 let req = StartRequest {
                     machine: m,
                     cluster_token: &cp.name,
                     state: *state,
                     initial_cluster,
-                    tls: certs.as_ref().map(|(ca, certs)| MachineTls {
-                        ca_pem: ca.cert_pem(),
+                    tls: certs.as_ref().map(|(trust, certs)| MachineTls {
+                        ca_pem: trust,
                         certs,
                     }),
                     quota_backend_bytes: cp.spec.maintenance.quota_backend_bytes,
@@ -268,6 +268,7 @@ impl Reconciler {
                 phase,
                 version,
                 failure,
+                ca_step,
             } => {
                 etcd_binary(self.sh.provider.etcd_dir(), *version)?;
                 // A restart on the new binary gets certificates that end a whole
@@ -279,7 +280,7 @@ impl Reconciler {
                     }
                     _ => None,
                 };
-                let (phase, version, now) = (*phase, *version, now_unix_s());
+                let (phase, version, now, ca_step) = (*phase, *version, now_unix_s(), *ca_step);
                 let failure = failure.clone();
                 self.sh.store().update_machine(
                     &cp.name,
@@ -298,6 +299,9 @@ impl Reconciler {
                             ip.failure = failure.clone();
                         }
                         m.version = version;
+                        if let (Some(step), true) = (ca_step, m.tls) {
+                            m.ca_step = Some(step);
+                        }
                         if m.certificates_not_after_unix_s.is_some() {
                             if let Some(t) = not_after {
                                 m.certificates_not_after_unix_s = Some(t);
@@ -306,6 +310,14 @@ impl Reconciler {
                         true
                     },
                 )?;
+                Ok(None)
+            }
+            Action::SetCaPhase { phase } => {
+                self.set_ca_phase(cp, *phase)?;
+                Ok(None)
+            }
+            Action::FinishCaRotation { generation } => {
+                self.sh.store().finish_ca_rotation(&cp.name, *generation)?;
                 Ok(None)
             }
             Action::EndInPlace { machine, outcome } => {
@@ -339,6 +351,21 @@ impl Reconciler {
         }
     }
 
+    /// Records the CA rotation's next phase, if the rotation the decision saw is still
+    /// the one recorded (a rotation moved on or finished meanwhile is left alone).
+    fn set_ca_phase(&self, cp: &ControlPlane, phase: CaPhase) -> Result<(), ActionError> {
+        let Some(r) = &cp.ca_rotation else {
+            return Ok(());
+        };
+        let next = CaRotation {
+            phase,
+            since_unix_s: now_unix_s(),
+            ..r.clone()
+        };
+        self.sh.store().set_ca_rotation(&cp.name, &next)?;
+        Ok(())
+    }
+
     /// The stop of an in-place step is checked against the store right before it: a
     /// member stopped on a stale look (a deposed controller's, resumed after its
     /// successor finished this member's step and began the next one's) would be a
@@ -370,30 +397,26 @@ impl Reconciler {
         })
     }
 
-    /// Runs a (blocking, bounded) provider operation on a machine off the async threads,
-    /// then drops the cached etcd client of the machine, which no longer serves.
-    /// A machine's certificates for a start: fresh keys every time, ending when its
-    /// record says (fixed at allocation). `None` for a plaintext control plane.
-    pub(crate) fn machine_certs<'a>(
+    /// A machine's files for a start: what it trusts (PEM) and its certificates, fresh
+    /// keys every time, ending when its record says (fixed at allocation), from the CA
+    /// its record's CA step names (`ControlPlane::ca_files`). `None` for a plaintext
+    /// control plane.
+    pub(crate) fn machine_certs(
         &self,
-        access: &'a Access,
+        cp: &ControlPlane,
+        access: &Access,
         m: &Machine,
-    ) -> Result<Option<(&'a quorum_pki::Ca, quorum_pki::MachineCerts)>, ActionError> {
-        Ok(match (&access.ca, m.certificates_not_after_unix_s) {
-            (Some(ca), Some(not_after)) => Some((
-                ca,
-                ca.issue_machine_from(
-                    &m.name,
-                    m.address.into(),
-                    &[quorum_provider::LOCAL_SOURCE_ADDRESS],
-                    now_unix_s(),
-                    not_after,
-                )?,
-            )),
+    ) -> Result<Option<(String, quorum_pki::MachineCerts)>, ActionError> {
+        Ok(match (&access.cas, m.certificates_not_after_unix_s) {
+            (Some(cas), Some(not_after)) => {
+                Some(cas.machine_files(cp.ca_files(m.ca_step), m, now_unix_s(), not_after)?)
+            }
             _ => None,
         })
     }
 
+    /// Runs a (blocking, bounded) provider operation on a machine off the async threads,
+    /// then drops the cached etcd client of the machine, which no longer serves.
     async fn on_machine(
         &self,
         access: &Access,

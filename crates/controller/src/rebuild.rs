@@ -149,14 +149,14 @@ impl Reconciler {
                 "the store no longer records this rebuild in its seeding phase: {machine} is not forced on a stale decision"
             )));
         }
-        let certs = self.machine_certs(access, m)?;
+        let certs = self.machine_certs(cp, access, m)?;
         let req = StartRequest {
             machine: m,
             cluster_token: &cp.name,
             state: ClusterState::Existing,
             initial_cluster: &[],
-            tls: certs.as_ref().map(|(ca, certs)| MachineTls {
-                ca_pem: ca.cert_pem(),
+            tls: certs.as_ref().map(|(trust, certs)| MachineTls {
+                ca_pem: trust,
                 certs,
             }),
             quota_backend_bytes: cp.spec.maintenance.quota_backend_bytes,

@@ -89,7 +89,7 @@ impl Shared {
     /// The credentials and adapter for a control plane's members, built once and
     /// rebuilt before the controller's own client certificate runs out.
     pub(crate) fn access_for(&self, cp: &ControlPlane) -> Result<Arc<Access>, StoreError> {
-        if let Some(a) = self.access.get(&cp.name, now_unix_s()) {
+        if let Some(a) = self.access.get(cp, now_unix_s()) {
             return Ok(a);
         }
         let identity = format!("quorum-controller {}", self.cfg.identity);

@@ -1,7 +1,7 @@
 //! What the decision asks the runtime to do: `Action`s, their kinds (`ActionKind`,
 //! the names every crash point, metric and event uses), and the words each is shown in.
 
-use crate::model::{DataMarker, InPlacePhase, RebuildPhase, Remediation};
+use crate::model::{CaPhase, CaStep, DataMarker, InPlacePhase, RebuildPhase, Remediation};
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -36,6 +36,20 @@ pub enum DeleteReason {
     CertificatesExpiring,
     /// It has been unhealthy for `remediation.unhealthyAfter`: it is replaced.
     Unhealthy,
+    /// Its CA files are not those of the CA rotation's phase: it is restarted (in
+    /// place) or replaced with them.
+    CaRotation,
+}
+
+impl DeleteReason {
+    /// A reason to restart a machine on the binary it has (new certificates or CA
+    /// files), not to change its version.
+    pub fn keeps_version(self) -> bool {
+        matches!(
+            self,
+            DeleteReason::CertificatesExpiring | DeleteReason::CaRotation
+        )
+    }
 }
 
 impl fmt::Display for DeleteReason {
@@ -46,6 +60,7 @@ impl fmt::Display for DeleteReason {
             DeleteReason::MemberLost => "its member left the cluster",
             DeleteReason::CertificatesExpiring => "its certificates expire soon",
             DeleteReason::Unhealthy => "remediation",
+            DeleteReason::CaRotation => "CA rotation",
         })
     }
 }
@@ -139,6 +154,10 @@ pub enum Action {
         version: Version,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         failure: Option<String>,
+        /// With `Restarting`, during a CA rotation: the phase whose CA files the start
+        /// uses (recorded with it, before the start). `None`: the files stay as they are.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ca_step: Option<CaStep>,
     },
     /// The in-place step ended: `RolledBack` keeps its memory (the rollout stops);
     /// otherwise the record is cleared and the machine serves again.
@@ -167,6 +186,13 @@ pub enum Action {
     /// in the old cluster (leaving, an in-place step, a remediation), then the rebuild's record is
     /// cleared; the cluster grows back to `replicas` the normal way.
     FinishRebuild { machine: String },
+    /// Every member serves with the CA rotation's files for its phase: record the next
+    /// phase.
+    SetCaPhase { phase: CaPhase },
+    /// Every member serves with the last phase's files: the new CA (generation
+    /// `generation`) becomes the CA in force, the old one is forgotten and the rotation's
+    /// record cleared, in one store write.
+    FinishCaRotation { generation: u32 },
 }
 
 /// How an in-place step ended.
@@ -220,7 +246,9 @@ impl Action {
             | Action::TakeSnapshot
             | Action::PruneSnapshot { .. }
             | Action::VerifySnapshot { .. }
-            | Action::SetRebuildPhase { .. } => None,
+            | Action::SetRebuildPhase { .. }
+            | Action::SetCaPhase { .. }
+            | Action::FinishCaRotation { .. } => None,
         }
     }
 
@@ -252,6 +280,8 @@ impl Action {
             Action::RestoreSnapshot { .. } => ActionKind::RestoreSnapshot,
             Action::ForceNewCluster { .. } => ActionKind::ForceNewCluster,
             Action::FinishRebuild { .. } => ActionKind::FinishRebuild,
+            Action::SetCaPhase { .. } => ActionKind::SetCaPhase,
+            Action::FinishCaRotation { .. } => ActionKind::FinishCaRotation,
         }
     }
 }
@@ -308,6 +338,8 @@ action_kinds! {
     RestoreSnapshot = "restore-snapshot",
     ForceNewCluster = "force-new-cluster",
     FinishRebuild = "finish-rebuild",
+    SetCaPhase = "set-ca-phase",
+    FinishCaRotation = "finish-ca-rotation",
 }
 
 impl ActionKind {
@@ -401,6 +433,14 @@ impl fmt::Display for Action {
                 f,
                 "begin renewing {machine}'s certificates in place (etcd {to}): drain it"
             ),
+            Action::BeginInPlace {
+                machine,
+                to,
+                reason: DeleteReason::CaRotation,
+            } => write!(
+                f,
+                "begin restarting {machine} in place with the CA rotation's files (etcd {to}): drain it"
+            ),
             Action::BeginInPlace { machine, to, .. } => {
                 write!(
                     f,
@@ -412,6 +452,7 @@ impl fmt::Display for Action {
                 phase: InPlacePhase::RollingBack,
                 version,
                 failure,
+                ..
             } => write!(
                 f,
                 "roll {machine} back to etcd {version}{}",
@@ -419,6 +460,17 @@ impl fmt::Display for Action {
                     .as_ref()
                     .map(|w| format!(" ({w})"))
                     .unwrap_or_default()
+            ),
+            Action::SetInPlacePhase {
+                machine,
+                version,
+                ca_step: Some(step),
+                ..
+            } => write!(
+                f,
+                "record {machine} on etcd {version} with the CA files of phase {} ({}), to restart it",
+                step.phase.number(),
+                step.phase
             ),
             Action::SetInPlacePhase {
                 machine, version, ..
@@ -453,6 +505,15 @@ impl fmt::Display for Action {
             Action::FinishRebuild { machine } => {
                 write!(f, "end the rebuild: {machine} serves alone")
             }
+            Action::SetCaPhase { phase } => write!(
+                f,
+                "CA rotation: every member is in step; record phase {} of 3 ({phase})",
+                phase.number()
+            ),
+            Action::FinishCaRotation { generation } => write!(
+                f,
+                "CA rotation: every member trusts only the new CA; make it the CA in force (generation {generation}) and forget the old one"
+            ),
         }
     }
 }

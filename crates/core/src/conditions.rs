@@ -25,6 +25,7 @@ impl View<'_> {
                 DeleteReason::CertificatesExpiring => {
                     Some(format!("{} (certificates expire soon)", s.machine.name))
                 }
+                DeleteReason::CaRotation => Some(format!("{} (CA rotation)", s.machine.name)),
                 _ => Some(format!("{} ({})", s.machine.name, s.machine.version)),
             })
             .collect();

@@ -29,7 +29,10 @@
 //!     place under `strategy: InPlace`); with nothing else to do, defragment a member
 //!     past the spec's threshold, else take a snapshot `spec.backup.schedule` asks for,
 //!     else test-restore the newest snapshot once `verifyEvery` passed, else remove one
-//!     snapshot retention no longer keeps (`backup`).
+//!     snapshot retention no longer keeps (`backup`). A CA rotation (`carotation`)
+//!     makes machines outdated whose CA files are not its phase's, and with none left
+//!     and every member healthy, moves to its next phase (or finishes) before any of
+//!     the upkeep.
 //!
 //! Every membership change is preceded by a quorum projection in which every member
 //! that is not provably healthy counts as unhealthy, and at most one membership change
@@ -223,6 +226,8 @@ impl<'a> View<'a> {
             Some(DeleteReason::Outdated)
         } else if self.spec().certificates_due(m, self.now_unix_s) {
             Some(DeleteReason::CertificatesExpiring)
+        } else if self.ca_outdated(m) {
+            Some(DeleteReason::CaRotation)
         } else {
             None
         }
@@ -883,7 +888,8 @@ impl<'a> View<'a> {
         }
         if outdated.is_empty() {
             return self
-                .auto_defrag()
+                .advance_ca_rotation()
+                .or_else(|| self.auto_defrag())
                 .or_else(|| self.snapshot_upkeep())
                 .unwrap_or(Step {
                     actions: vec![],

@@ -75,7 +75,7 @@ impl<'a> View<'a> {
         let name = &s.machine.name;
         // Nothing happened to it yet but leaving the endpoints: a version changed since
         // is a new decision, taken from the start.
-        if ip.to != self.spec().version && ip.reason != DeleteReason::CertificatesExpiring {
+        if ip.to != self.spec().version && !ip.reason.keeps_version() {
             return self.end(s, InPlaceOutcome::Abandoned);
         }
         if !s.running() {
@@ -92,6 +92,7 @@ impl<'a> View<'a> {
                     phase: InPlacePhase::Restarting,
                     version: ip.to,
                     failure: None,
+                    ca_step: self.cp.ca_step_now(),
                 },
             );
         }
@@ -234,6 +235,7 @@ impl<'a> View<'a> {
                         phase: InPlacePhase::RollingBack,
                         version: ip.from,
                         failure: Some(failure),
+                        ca_step: None,
                     },
                 )),
                 // The cluster version has moved: no binary below it starts. Left to
@@ -292,6 +294,7 @@ impl<'a> View<'a> {
                     phase: InPlacePhase::Restarting,
                     version: ip.to,
                     failure: None,
+                    ca_step: self.cp.ca_step_now(),
                 },
             ));
         }
@@ -345,12 +348,12 @@ impl<'a> View<'a> {
     fn forget_rolled_back(&self, s: &Seen<'_>, ip: &InPlace) -> Option<Step> {
         let spec = self.spec();
         let wanted = spec.rollout.strategy == Strategy::InPlace
-            && (ip.to == spec.version || ip.reason == DeleteReason::CertificatesExpiring);
+            && (ip.to == spec.version || ip.reason.keeps_version());
         (!wanted).then(|| self.end(s, InPlaceOutcome::Abandoned))
     }
 
     /// The rollout stopped by a rollback, if one did: its refusal.
-    fn stopped_rollout(&self) -> Option<Step> {
+    pub(crate) fn stopped_rollout(&self) -> Option<Step> {
         let (s, ip) = self.seen.iter().find_map(|s| {
             let ip = s.machine.in_place.as_ref()?;
             (ip.phase == InPlacePhase::RolledBack).then_some((s, ip))
@@ -426,7 +429,7 @@ impl<'a> View<'a> {
         let reason = self
             .outdated(victim.machine)
             .unwrap_or(DeleteReason::Outdated);
-        let to = if reason == DeleteReason::CertificatesExpiring {
+        let to = if reason.keeps_version() {
             victim.machine.version
         } else {
             self.spec().version

@@ -7,6 +7,7 @@
 
 mod action;
 pub mod backup;
+pub mod carotation;
 pub mod classify;
 mod conditions;
 pub mod decide;

@@ -426,6 +426,163 @@ pub struct ControlPlane {
     /// recover`); the cluster is rebuilt from one source before anything else happens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuild: Option<Rebuild>,
+    /// The generation of the CA the store holds as this control plane's (0: the one it
+    /// was created with; each finished rotation adds one).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub ca_generation: u32,
+    /// Intent: a CA rotation under way (`quorum rotate-ca`), with its phase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_rotation: Option<CaRotation>,
+}
+
+/// A rotation of a control plane's CA from generation `from` (the CA in force) to `to`
+/// (a new CA, stored beside it). Each phase is a restart of every member with the
+/// phase's files, one member at a time through the rollout strategy; the phase moves
+/// on once every member serves with them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CaRotation {
+    pub from: u32,
+    pub to: u32,
+    pub phase: CaPhase,
+    /// When this phase was recorded (Unix seconds).
+    pub since_unix_s: i64,
+    /// When the rotation began (Unix seconds).
+    pub started_unix_s: i64,
+}
+
+impl CaRotation {
+    /// What every machine's files must be made for in this phase.
+    pub fn wanted(&self) -> CaStep {
+        CaStep {
+            generation: self.to,
+            phase: self.phase,
+        }
+    }
+}
+
+/// The phases of a CA rotation, in order. What a member started in each is given
+/// (trusted CAs; the CA its certificates come from):
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum CaPhase {
+    /// Trusts both CAs; certificates from the old one.
+    Trust,
+    /// Trusts both CAs; its peer certificate from the new one. Its server certificate
+    /// (what clients verify) stays the old CA's: a client that trusts only the old CA
+    /// keeps working until the last phase. (Serving a new-CA certificate with a copy of
+    /// the new CA signed by the old one does not do: the old CA was made with a path
+    /// length of 0, and Go's verifier, etcdctl's and every Go client's, refuses it.)
+    Reissue,
+    /// Trusts only the new CA; both certificates from the new one. A client certificate
+    /// from the old CA is refused by a member from its restart in this phase on.
+    Drop,
+}
+
+impl CaPhase {
+    /// The phase after this one; `None` after the last (the rotation is finished).
+    pub fn next(self) -> Option<CaPhase> {
+        match self {
+            CaPhase::Trust => Some(CaPhase::Reissue),
+            CaPhase::Reissue => Some(CaPhase::Drop),
+            CaPhase::Drop => None,
+        }
+    }
+
+    /// Its place, 1 to 3 (`status` says "phase 2 of 3").
+    pub fn number(self) -> u8 {
+        match self {
+            CaPhase::Trust => 1,
+            CaPhase::Reissue => 2,
+            CaPhase::Drop => 3,
+        }
+    }
+
+    /// Whether a member in this phase trusts the old CA.
+    pub fn trusts_old(self) -> bool {
+        self != CaPhase::Drop
+    }
+
+    /// Whether a member in this phase has its peer certificate from the new CA (and
+    /// quorum its own client certificate).
+    pub fn peer_by_new(self) -> bool {
+        self != CaPhase::Trust
+    }
+
+    /// Whether a member in this phase serves clients a certificate from the new CA.
+    pub fn server_by_new(self) -> bool {
+        self == CaPhase::Drop
+    }
+}
+
+impl fmt::Display for CaPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            CaPhase::Trust => "trust both CAs",
+            CaPhase::Reissue => "certificates from the new CA",
+            CaPhase::Drop => "drop the old CA",
+        })
+    }
+}
+
+/// The CA files a machine's next start uses: made for phase `phase` of the rotation to
+/// generation `generation`. Once that rotation is finished, the files of its last
+/// phase are the plain files of the CA in force (generation `generation`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CaStep {
+    pub generation: u32,
+    pub phase: CaPhase,
+}
+
+/// Which CA a machine's files come from, as the controller issues them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CaFiles {
+    /// It trusts the CA in force (the rotation's old one).
+    pub trusts_current: bool,
+    /// It trusts the rotation's new CA.
+    pub trusts_next: bool,
+    /// Its peer certificate comes from the new CA (else from the CA in force).
+    pub peer_by_next: bool,
+    /// Its server certificate comes from the new CA (else from the CA in force).
+    pub server_by_next: bool,
+}
+
+impl ControlPlane {
+    /// The CA files for a machine whose record says `step`: the phase's while a rotation
+    /// to that generation is under way, else those of the CA in force alone (a machine
+    /// recorded for an earlier or a finished rotation, or for none).
+    pub fn ca_files(&self, step: Option<CaStep>) -> CaFiles {
+        let plain = CaFiles {
+            trusts_current: true,
+            trusts_next: false,
+            peer_by_next: false,
+            server_by_next: false,
+        };
+        match (&self.ca_rotation, step) {
+            (Some(r), Some(s)) if s.generation == r.to => CaFiles {
+                trusts_current: s.phase.trusts_old(),
+                trusts_next: true,
+                peer_by_next: s.phase.peer_by_new(),
+                server_by_next: s.phase.server_by_new(),
+            },
+            _ => plain,
+        }
+    }
+
+    /// The CA step a machine recorded now is made for: the rotation's phase, if one is
+    /// under way (a new machine, or a restart recorded in place, starts with its files).
+    pub fn ca_step_now(&self) -> Option<CaStep> {
+        self.ca_rotation.as_ref().map(CaRotation::wanted)
+    }
+
+    /// The CA quorum's own client certificate comes from: the new one from phase
+    /// `Reissue` on (every member trusts it by then), else the one in force.
+    pub fn controller_uses_next_ca(&self) -> bool {
+        self.ca_rotation
+            .as_ref()
+            .is_some_and(|r| r.phase.peer_by_new())
+    }
 }
 
 /// A rebuild of the cluster from one source, confirmed by a person. The old members
@@ -518,6 +675,10 @@ pub struct Machine {
     /// the memory of one that failed, which stops the rollout).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_place: Option<InPlace>,
+    /// The CA files its next start uses (recorded at allocation, and with the restart
+    /// of an in-place step, before the start that uses them). `None`: the CA in force.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_step: Option<CaStep>,
 }
 
 /// An in-place step of one machine, recorded before each of its side effects.

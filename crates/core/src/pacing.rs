@@ -389,6 +389,7 @@ pub trait Driver {
 /// matter to pacing).
 pub fn table_machine(name: &str, deleting: bool) -> Machine {
     Machine {
+        ca_step: None,
         name: name.to_string(),
         serial: 1,
         address: std::net::Ipv4Addr::new(127, 0, 0, 1),

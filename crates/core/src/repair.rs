@@ -44,7 +44,22 @@ impl<'a> View<'a> {
         }
         if !s.running() {
             let starts = s.obs.map_or(&[][..], |o| &o.starts_unix_s[..]);
-            let recent = health::recent_starts(starts, self.now_unix_s);
+            let mut recent = health::recent_starts(starts, self.now_unix_s);
+            // Stopped on purpose for an in-place step: the starts of earlier steps (a
+            // CA rotation restarts each member three times in a minute) are no crash
+            // loop; only those since this phase began count.
+            if let Some(ip) = s
+                .machine
+                .in_place
+                .as_ref()
+                .filter(|_| s.machine.in_place_out_of_service())
+            {
+                recent = starts
+                    .iter()
+                    .filter(|t| **t >= ip.since_unix_s)
+                    .count()
+                    .min(recent);
+            }
             // A member that was added (or listed in the initial cluster) but never
             // started is not down: it is due a start.
             if !has_run(member) && recent == 0 {

@@ -48,6 +48,8 @@ struct Fx {
     in_place: Option<InPlace>,
     /// The version its running process is and reports (`None`: the record's).
     runs: Option<&'static str>,
+    /// The CA files its record names (`None`: the CA in force).
+    ca_step: Option<CaStep>,
 }
 
 /// A healthy running voter at `version`.
@@ -75,6 +77,7 @@ fn m(serial: u64, version: &'static str) -> Fx {
         remediation: None,
         in_place: None,
         runs: None,
+        ca_step: None,
     }
 }
 
@@ -198,6 +201,14 @@ impl Fx {
         self.bootstrap = b;
         self
     }
+    /// Its record names the CA files of phase `phase` of the rotation to generation 1.
+    fn ca(mut self, phase: CaPhase) -> Self {
+        self.ca_step = Some(CaStep {
+            generation: 1,
+            phase,
+        });
+        self
+    }
     /// TLS, with certificates that expire `in_days` after the situation's moment.
     fn certs_for(mut self, in_days: i64) -> Self {
         self.not_after = Some(NOW_UNIX_S + in_days * 86_400);
@@ -260,6 +271,9 @@ struct Sit {
     restored_ago_s: BTreeMap<&'static str, Option<i64>>,
     /// A restore or recovery a person confirmed.
     rebuild: Option<Rebuild>,
+    /// The CA generation in force, and a rotation's phase (to generation + 1).
+    ca_generation: u32,
+    ca_rotation: Option<CaPhase>,
 }
 
 fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
@@ -295,6 +309,8 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         created_ago_s: None,
         restored_ago_s: BTreeMap::new(),
         rebuild: None,
+        ca_generation: 0,
+        ca_rotation: None,
     }
 }
 
@@ -367,8 +383,22 @@ impl Sit {
         self
     }
 
+    /// A CA rotation from generation 0 to 1, in phase `phase`.
+    fn rotating(mut self, phase: CaPhase) -> Self {
+        self.ca_rotation = Some(phase);
+        self
+    }
+
     fn build(&self) -> (ControlPlane, Vec<Machine>, Observation) {
         let cp = ControlPlane {
+            ca_generation: self.ca_generation,
+            ca_rotation: self.ca_rotation.map(|phase| CaRotation {
+                from: self.ca_generation,
+                to: self.ca_generation + 1,
+                phase,
+                since_unix_s: NOW_UNIX_S,
+                started_unix_s: NOW_UNIX_S,
+            }),
             name: "cp".into(),
             spec: ControlPlaneSpec {
                 replicas: self.replicas,
@@ -396,6 +426,7 @@ impl Sit {
             .machines
             .iter()
             .map(|f| Machine {
+                ca_step: f.ca_step,
                 name: name(f.serial),
                 serial: f.serial,
                 address: addr(f.serial),
@@ -589,6 +620,8 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
 
 #[path = "decide_table/backup.rs"]
 mod backup;
+#[path = "decide_table/carotation.rs"]
+mod carotation;
 #[path = "decide_table/inplace.rs"]
 mod inplace;
 #[path = "decide_table/rebuild.rs"]
@@ -1349,8 +1382,12 @@ fn apply_ideal(w: &mut Sit, a: &Action) {
         Action::AllocateMachine { version, .. } => {
             let serial = w.machines.iter().map(|f| f.serial).max().unwrap_or(0) + 1;
             let v: &'static str = if version.to_string() == NEW { NEW } else { OLD };
-            w.machines
-                .push(m(serial, v).fresh().no_member().boot(false));
+            // TLS like the others; recorded with the rotation's files, as the stores do.
+            let tls = w.machines.iter().find_map(|f| f.not_after);
+            let mut f = m(serial, v).fresh().no_member().boot(false);
+            f.not_after = tls;
+            f.ca_step = w.build().0.ca_step_now().filter(|_| tls.is_some());
+            w.machines.push(f);
         }
         Action::AddLearner { machine, .. } => {
             let f = w
@@ -1478,6 +1515,7 @@ fn action_kinds_lists_every_variant() {
             reason: DeleteReason::Outdated,
         },
         Action::SetInPlacePhase {
+            ca_step: None,
             machine: m(),
             phase: InPlacePhase::Restarting,
             version: v,
@@ -1503,6 +1541,10 @@ fn action_kinds_lists_every_variant() {
             expect: None,
         },
         Action::FinishRebuild { machine: m() },
+        Action::SetCaPhase {
+            phase: CaPhase::Reissue,
+        },
+        Action::FinishCaRotation { generation: 1 },
     ];
     for a in &all {
         match a {
@@ -1530,7 +1572,9 @@ fn action_kinds_lists_every_variant() {
             | Action::SetRebuildPhase { .. }
             | Action::RestoreSnapshot { .. }
             | Action::ForceNewCluster { .. }
-            | Action::FinishRebuild { .. } => {}
+            | Action::FinishRebuild { .. }
+            | Action::SetCaPhase { .. }
+            | Action::FinishCaRotation { .. } => {}
         }
     }
     let kinds: Vec<ActionKind> = all.iter().map(|a| a.kind()).collect();
@@ -1570,6 +1614,8 @@ fn action_kind_names_are_stable() {
             "restore-snapshot",
             "force-new-cluster",
             "finish-rebuild",
+            "set-ca-phase",
+            "finish-ca-rotation",
         ]
     );
     for k in ActionKind::ALL {

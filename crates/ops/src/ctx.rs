@@ -5,7 +5,7 @@ use anyhow::Result;
 use quorum_controller::access::{self, Access};
 use quorum_controller::now_ms;
 use quorum_core::{ControlPlane, Version, VersionRequest};
-use quorum_etcd::{ClientTls, Etcd, Timeouts};
+use quorum_etcd::{ClientTls, Timeouts};
 use quorum_provider::{default_etcd_dir, installed_versions, LocalProvider};
 use quorum_store::{Store, StoreLocation};
 use std::collections::HashMap;
@@ -85,7 +85,7 @@ impl Ctx {
     pub fn access(&self, cp: &ControlPlane) -> Result<Arc<Access>> {
         let mut cache = self.access.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = cache.get(&cp.name) {
-            if a.fresh(access::now_unix_s()) {
+            if a.fresh(cp, access::now_unix_s()) {
                 return Ok(a.clone());
             }
         }
@@ -120,15 +120,10 @@ impl Ctx {
         after_event: i64,
         since_ms: i64,
     ) -> Result<()> {
-        // A control plane that is already gone needs no credentials.
-        let etcd = match self.store.control_plane(name)? {
-            Some(cp) => self.access(&cp)?.etcd.clone(),
-            None => Arc::new(Etcd::default()),
-        };
         wait::wait(
             &self.store,
             &self.provider,
-            &etcd,
+            &|cp| Ok(self.access(cp)?.etcd.clone()),
             name,
             goal,
             timeout,

@@ -16,6 +16,7 @@ macro_rules! say {
     };
 }
 
+pub mod carotation;
 mod ctx;
 pub mod defrag;
 mod haproxy;

@@ -63,6 +63,8 @@ pub fn create_with(
         return Ok(());
     }
     let cp = ControlPlane {
+        ca_generation: 0,
+        ca_rotation: None,
         name: name.to_string(),
         spec: spec.clone(),
         deleting: false,

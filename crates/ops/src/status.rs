@@ -26,6 +26,11 @@ pub struct Status {
     /// A restore or recovery a person confirmed, while it runs: its source and phase.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rebuild: Option<quorum_core::Rebuild>,
+    /// A CA rotation under way (`quorum rotate-ca`): its generations and phase.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ca_rotation: Option<quorum_core::CaRotation>,
+    /// The generation of the CA in force (0: the one it was created with).
+    pub ca_generation: u32,
     /// The version the whole cluster speaks (etcd's cluster version).
     pub cluster_version: Option<String>,
     pub operation: String,
@@ -273,6 +278,8 @@ pub async fn live(
         spec: cp.spec.clone(),
         deleting: cp.deleting,
         rebuild: cp.rebuild.clone(),
+        ca_rotation: cp.ca_rotation.clone(),
+        ca_generation: cp.ca_generation,
         cluster_version: obs
             .cluster_version
             .map(|v| format!("{}.{}", v.major, v.minor)),
@@ -407,6 +414,9 @@ pub fn render_table(s: &Status) -> String {
                 quorum_core::backup::compact_utc(rb.requested_at_unix_s)
             ),
         );
+    }
+    if let Some(r) = &s.ca_rotation {
+        push(&mut out, "CA rotation", &crate::carotation::describe(r));
     }
     let transport = if s.spec.tls() {
         let soonest = s

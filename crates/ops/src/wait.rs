@@ -2,7 +2,7 @@
 
 use crate::status::{live, CONTROLLER_STALE_MS};
 use anyhow::{bail, Result};
-use quorum_core::{Action, ActionKind, Decision};
+use quorum_core::{Action, ActionKind, ControlPlane, Decision};
 use quorum_etcd::Etcd;
 use quorum_provider::LocalProvider;
 use quorum_store::{Event, EventKind, StepOutcome, Store};
@@ -121,7 +121,9 @@ pub fn print_events(
 pub async fn wait(
     store: &Store,
     provider: &LocalProvider,
-    etcd: &Etcd,
+    // The adapter for the control plane as read now: its credentials change with a CA
+    // rotation's phases.
+    etcd: &dyn Fn(&ControlPlane) -> Result<std::sync::Arc<Etcd>>,
     name: &str,
     goal: Goal,
     timeout: Duration,
@@ -148,7 +150,8 @@ pub async fn wait(
             }
             bail!("control plane '{name}' was deleted while waiting");
         };
-        let s = live(store, provider, etcd, &cp).await?;
+        let adapter = etcd(&cp)?;
+        let s = live(store, provider, &adapter, &cp).await?;
         if goal == Goal::Converged && s.converged {
             clear();
             let n = s.machines.len();

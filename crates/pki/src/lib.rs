@@ -151,6 +151,18 @@ impl Ca {
     /// CA"), valid from `now_unix_s` - 1 h (clock skew between machines) for `lifetime_s`
     /// after `now_unix_s`. Path length 0: it signs only leaf certificates.
     pub fn generate(control_plane: &str, now_unix_s: i64, lifetime_s: u64) -> Result<Ca, PkiError> {
+        Ca::generate_generation(control_plane, 0, now_unix_s, lifetime_s)
+    }
+
+    /// A new CA of generation `generation` (a CA rotation's new CA): as `generate`, its
+    /// common name "quorum <control_plane> CA <generation + 1>" after the first, so
+    /// that the two CAs of a rotation are told apart by name, not only by key.
+    pub fn generate_generation(
+        control_plane: &str,
+        generation: u32,
+        now_unix_s: i64,
+        lifetime_s: u64,
+    ) -> Result<Ca, PkiError> {
         let lifetime_err = || PkiError::Lifetime {
             now_unix_s,
             lifetime_s,
@@ -166,7 +178,10 @@ impl Ca {
         let not_before = to_time(now_unix_s.saturating_sub(CLOCK_SKEW_S))?;
 
         let mut params = CertificateParams::default();
-        params.distinguished_name = common_name(&format!("quorum {control_plane} CA"));
+        params.distinguished_name = common_name(&match generation {
+            0 => format!("quorum {control_plane} CA"),
+            g => format!("quorum {control_plane} CA {}", u64::from(g) + 1),
+        });
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
@@ -247,6 +262,13 @@ impl Ca {
             not_after_unix_s,
             issuer,
         })
+    }
+
+    /// The CA's subject common name (which generation it is, for people).
+    pub fn common_name(&self) -> String {
+        names(&self.cert_pem)
+            .map(|(subject, _)| subject)
+            .unwrap_or_default()
     }
 
     /// The CA certificate, PEM: what machines and clients trust.
@@ -458,6 +480,23 @@ pub fn not_after_unix_s(cert_pem: &str) -> Result<i64, PkiError> {
         reason: e.to_string(),
     })?;
     Ok(x509.validity().not_after.timestamp())
+}
+
+/// The subject's and the issuer's common names of the first certificate in `cert_pem`
+/// (which CA issued a member's certificate, for the tests and for people).
+pub fn names(cert_pem: &str) -> Result<(String, String), PkiError> {
+    let der = pem_to_der(cert_pem).map_err(|reason| PkiError::CertParse { reason })?;
+    let (_, x509) = x509_parser::parse_x509_certificate(&der).map_err(|e| PkiError::CertParse {
+        reason: e.to_string(),
+    })?;
+    let cn = |n: &x509_parser::x509::X509Name<'_>| {
+        n.iter_common_name()
+            .next()
+            .and_then(|c| c.as_str().ok())
+            .unwrap_or_default()
+            .to_string()
+    };
+    Ok((cn(x509.subject()), cn(x509.issuer())))
 }
 
 /// Writes `contents` to `path` with mode 0600, through a temporary file in the same

@@ -463,3 +463,22 @@ fn moments_print_in_utc() {
     assert_eq!(format_rfc3339(NOW_UNIX_S + 3_723), "2026-06-01T01:02:03Z");
     assert!(format_unix_ms(i64::MAX).ends_with("ms after the Unix epoch"));
 }
+
+/// A rotation's new CA is told apart by name; what each issues names its issuer.
+#[test]
+fn a_later_generation_has_a_name_of_its_own_and_issues_under_it() {
+    let now = 1_800_000_000;
+    let first = Ca::generate("prod", now, 86_400 * 10).unwrap();
+    let second = Ca::generate_generation("prod", 1, now, 86_400 * 10).unwrap();
+    assert_eq!(first.common_name(), "quorum prod CA");
+    assert_eq!(second.common_name(), "quorum prod CA 2");
+    let leaf = second
+        .issue_machine("prod-1", "127.0.0.9".parse().unwrap(), now, now + 3600)
+        .unwrap();
+    let (subject, issuer) = quorum_pki::names(&leaf.server.cert_pem).unwrap();
+    assert_eq!(
+        (subject.as_str(), issuer.as_str()),
+        ("prod-1", "quorum prod CA 2")
+    );
+    assert!(quorum_pki::names("not a certificate").is_err());
+}

@@ -74,6 +74,7 @@ impl ManagementEtcd {
             .iter()
             .enumerate()
             .map(|(i, a)| Machine {
+                ca_step: None,
                 name: format!("mgmt-{}", i + 1),
                 serial: i as u64 + 1,
                 address: *a,

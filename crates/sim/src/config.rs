@@ -126,6 +126,9 @@ pub struct Config {
     /// removal then needs the dead member's vote and which blocks its remediation (one
     /// at a time).
     pub faults_anywhere: bool,
+    /// TLS members, and a person runs `quorum rotate-ca` once within the fault window
+    /// (`carotation.rs`).
+    pub ca_rotation: bool,
 }
 
 impl Config {
@@ -142,6 +145,7 @@ impl Config {
             shards: 1,
             load_balancer: (seed / (2 * Scenario::ALL.len() as u64)).is_multiple_of(2),
             faults_anywhere: false,
+            ca_rotation: (seed / (4 * Scenario::ALL.len() as u64)).is_multiple_of(2),
         }
     }
 
@@ -178,6 +182,7 @@ pub struct Outcome {
     pub in_place: InPlaceCounts,
     pub backups: crate::BackupCounts,
     pub rebuilds: crate::RebuildCounts,
+    pub ca: crate::CaCounts,
     /// The run injected faults anywhere (`Config::faults_anywhere`), to replay it.
     pub faults_anywhere: bool,
 }

@@ -151,6 +151,9 @@ impl World {
             | Action::RestoreSnapshot { .. }
             | Action::ForceNewCluster { .. }
             | Action::FinishRebuild { .. } => self.perform_rebuild(a, fenced),
+            Action::SetCaPhase { .. } | Action::FinishCaRotation { .. } => {
+                self.perform_ca(a, fenced)
+            }
         };
         // A rebuild's fence gives up the old cluster by a person's choice: its own
         // invariant is that no seed starts beside an old member (`rebuild.rs`).

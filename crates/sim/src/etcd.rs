@@ -308,6 +308,8 @@ impl World {
         p.starts_unix_s.drain(..extra);
         p.binary = Some(binary);
         p.last_start_ms = Some(now);
+        self.record_ca_files(name);
+        let p = self.procs.entry(name.to_string()).or_default();
         if broken {
             // A broken machine's etcd exits at once: the start "succeeds", nothing runs.
             return Answer::Done;

@@ -248,6 +248,7 @@ impl World {
                 phase,
                 version,
                 failure,
+                ca_step,
             } => {
                 let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
                     return Answer::Done;
@@ -255,6 +256,9 @@ impl World {
                 let Some(ip) = m.in_place.as_mut().filter(|ip| ip.phase != *phase) else {
                     return Answer::Done;
                 };
+                if let (Some(step), true) = (ca_step, m.tls) {
+                    m.ca_step = Some(*step);
+                }
                 ip.phase = *phase;
                 ip.since_unix_s = now;
                 if failure.is_some() {

@@ -41,6 +41,7 @@ impl World {
             ));
         }
         self.check_nospace_bound();
+        self.check_ca_trust();
         self.check_in_place();
         self.check_lease();
         if self.ha() {
@@ -81,6 +82,7 @@ impl World {
             && self.members.len() == self.machines.len()
             && self.space.alarms.is_empty()
             && self.in_place_converged()
+            && self.cp.ca_rotation.is_none()
             && self
                 .lb
                 .as_ref()

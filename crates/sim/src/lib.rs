@@ -86,6 +86,7 @@
 //! same trace.
 
 mod backups;
+mod carotation;
 mod config;
 mod controller;
 mod etcd;
@@ -110,13 +111,15 @@ use quorum_core::lease::{
 };
 use quorum_core::pacing::{Attempt, Hold, Pacing, PacingInput, PacingPolicy};
 use quorum_core::{
-    decide, quorum_size, Action, ClusterState, ControlPlane, ControlPlaneSpec, DataMarker,
-    EndpointStatus, Machine, MachineObservation, Member, Observation, ProcessState,
+    decide, quorum_size, Action, CaPhase, CaRotation, ClusterState, ControlPlane, ControlPlaneSpec,
+    DataMarker, EndpointStatus, Machine, MachineObservation, Member, Observation, ProcessState,
     RemediationSpec, RolloutStrategy, Span, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use backups::BackupCounts;
+pub use carotation::CaCounts;
+use carotation::SimFiles;
 pub use config::{Config, Outcome, Rng, Scenario};
 use controller::{etcd_answer, Answer};
 pub use inplace::{InPlaceCounts, IN_PLACE_END_STEPS, SIM_IN_PLACE_TIMEOUT};
@@ -200,6 +203,8 @@ struct Proc {
     /// first start in a phase (on that phase's binary) is not held to the backoff.
     last_start_ms: Option<u64>,
     phase_at_ms: Option<u64>,
+    /// The CA files of its last start.
+    files: SimFiles,
 }
 
 /// A fault in force, with the step at which it heals.
@@ -272,6 +277,8 @@ pub struct World {
     lease: LeaseCounts,
     /// The management etcd the replicas share (two replicas only).
     store: store::SimStore,
+    /// What CA rotations did.
+    ca: CaCounts,
     // -- the keyspace: revisions, compaction, alarms and the quota
     space: Keyspace,
     repair: RepairCounts,
@@ -343,6 +350,8 @@ impl World {
             impairment: None,
             procs: BTreeMap::new(),
             cp: ControlPlane {
+                ca_generation: 0,
+                ca_rotation: None,
                 name: "sim".into(),
                 spec: ControlPlaneSpec {
                     replicas: 3,
@@ -389,6 +398,7 @@ impl World {
             snapshot_logs: BTreeMap::new(),
             next_snapshot: 0,
             rebuilds: RebuildCounts::default(),
+            ca: CaCounts::default(),
             quorum_lost: None,
             backups: BackupCounts::default(),
             in_place_open: BTreeMap::new(),
@@ -517,13 +527,16 @@ impl World {
         let n = self.next_address;
         self.next_address += 1;
         let m = Machine {
+            // Recorded with the CA files of a rotation's phase, as the stores do.
+            ca_step: self.cp.ca_step_now().filter(|_| self.cfg.ca_rotation),
             name: format!("sim-{serial}"),
             serial,
             address: Ipv4Addr::new(127, 200, (n / 250) as u8, (n % 250 + 2) as u8),
             version,
             bootstrap,
             deleting: false,
-            tls: false,
+            // TLS where the run rotates its CA (the rotation restarts TLS members only).
+            tls: self.cfg.ca_rotation,
             certificates_not_after_unix_s: None,
             remediation,
             in_place: None,
@@ -552,6 +565,7 @@ impl World {
         p.has_data = true;
         p.db_size_bytes = db;
         p.binary = Some(version);
+        self.record_ca_files(&m.name);
     }
 
     // ---------------------------------------------------------------- trace
@@ -600,6 +614,7 @@ impl World {
         }
         self.quorum_loss_step(faults_on);
         self.in_place_operator(faults_on);
+        self.ca_rotation_operator();
         self.tick_etcd();
         self.acted_with_lease.clear();
         if self.ha() {
@@ -651,6 +666,7 @@ impl World {
             in_place: self.in_place,
             backups: self.backups,
             rebuilds: self.rebuilds,
+            ca: self.ca,
             faults_anywhere: self.cfg.faults_anywhere,
         }
     }

@@ -2,7 +2,7 @@
 
 use clap::Parser;
 use quorum_sim::{
-    replay_command, run, BackupCounts, Config, InPlaceCounts, LeaseCounts, PacingCounts,
+    replay_command, run, BackupCounts, CaCounts, Config, InPlaceCounts, LeaseCounts, PacingCounts,
     RebuildCounts, RepairCounts, Scenario,
 };
 use std::time::Instant;
@@ -178,6 +178,7 @@ fn main() -> std::process::ExitCode {
         println!("pacing: {}", o.pacing);
         println!("repair: {}", o.repair);
         println!("in place: {}", o.in_place);
+        println!("CA rotations: {}", o.ca);
         if o.replicas > 1 {
             println!("{} replicas: {}", o.replicas, o.lease);
         }
@@ -204,6 +205,7 @@ fn main() -> std::process::ExitCode {
                         InPlaceCounts::default(),
                         BackupCounts::default(),
                         RebuildCounts::default(),
+                        CaCounts::default(),
                     );
                     let mut seed = from + k;
                     while seed < from + n {
@@ -217,6 +219,7 @@ fn main() -> std::process::ExitCode {
                         out.7.add(&o.in_place);
                         out.8.add(&o.backups);
                         out.9.add(&o.rebuilds);
+                        out.10.add(&o.ca);
                         if o.violation.is_some() {
                             out.3.push(o);
                         }
@@ -241,6 +244,7 @@ fn main() -> std::process::ExitCode {
     let mut in_place = InPlaceCounts::default();
     let mut backups = BackupCounts::default();
     let mut rebuilds = RebuildCounts::default();
+    let mut ca = CaCounts::default();
     for r in &results {
         lease.add(&r.4);
         pacing.add(&r.5);
@@ -248,6 +252,7 @@ fn main() -> std::process::ExitCode {
         in_place.add(&r.7);
         backups.add(&r.8);
         rebuilds.add(&r.9);
+        ca.add(&r.10);
     }
     let failed: Vec<_> = results.into_iter().flat_map(|r| r.3).collect();
     for o in &failed {
@@ -271,6 +276,7 @@ fn main() -> std::process::ExitCode {
     println!("in place: {in_place}");
     println!("backups: {backups}");
     println!("rebuilds: {rebuilds}");
+    println!("CA rotations: {ca}");
     if args.replicas > 1 {
         println!("{} replicas: {lease}", args.replicas);
     }

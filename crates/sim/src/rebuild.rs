@@ -246,6 +246,7 @@ impl World {
         let p = self.procs.entry(machine.to_string()).or_default();
         p.running = true;
         p.last_start_ms = Some(self.now_ms);
+        self.record_ca_files(machine);
         self.note(format!(
             "  {machine} forced into a cluster of its own at log {} ({lost} acknowledged entries it never had)",
             mine.log

@@ -370,8 +370,59 @@ fn quiet(scenario: Scenario, strict: bool, load_balancer: bool) -> World {
     c.strict_reconfig = strict;
     c.load_balancer = load_balancer;
     c.fault_per_mille = 0;
+    c.ca_rotation = false;
     c.trace = true;
     World::new(c)
+}
+
+/// A quiet 3-member run whose CA is rotated (in place or by replacement).
+fn quiet_rotation(scenario: Scenario) -> World {
+    let mut c = Config::new(1);
+    c.scenario = scenario;
+    c.fault_per_mille = 0;
+    c.ca_rotation = true;
+    c.trace = true;
+    World::new(c)
+}
+
+#[test]
+fn a_ca_rotation_goes_through_its_three_phases_and_finishes() {
+    for scenario in [Scenario::Orphans, Scenario::InPlace] {
+        let o = quiet_rotation(scenario).run();
+        assert_eq!(o.violation, None, "{}", o.trace);
+        assert_eq!(
+            (o.ca.begun, o.ca.phases, o.ca.finished),
+            (1, 2, 1),
+            "{}",
+            o.trace
+        );
+        // Every member started three times with a rotation's files (trusting both CAs
+        // twice, then only the new one).
+        assert!(o.ca.starts >= 9, "{}: {}", o.ca, o.trace);
+        assert!(o.trace.contains("record phase 2 of 3"), "{}", o.trace);
+    }
+}
+
+#[test]
+fn a_member_that_distrusts_another_is_a_violation() {
+    let mut w = quiet_rotation(Scenario::Orphans);
+    // A start with files of a rotation nobody recorded: only generation 1 trusted.
+    w.cp.ca_rotation = Some(quorum_core::CaRotation {
+        from: 0,
+        to: 1,
+        phase: quorum_core::CaPhase::Drop,
+        since_unix_s: 0,
+        started_unix_s: 0,
+    });
+    w.machines[0].ca_step = Some(quorum_core::CaStep {
+        generation: 1,
+        phase: quorum_core::CaPhase::Drop,
+    });
+    let name = w.machines[0].name.clone();
+    w.record_ca_files(&name);
+    w.check_invariants();
+    let v = w.violation.clone().unwrap_or_default();
+    assert!(v.contains("TLS trust broken"), "{v}");
 }
 
 #[test]

@@ -3,7 +3,9 @@
 //! that remediation repairs; and the in-place rollout with a deposed controller, a new
 //! binary that fails to start, and its rollback; and a recovery after quorum loss from
 //! the survivor (fence, force, grow back) with crashes and a deposed controller; and a
-//! sharded fleet, whose control plane's shard moves between replicas.
+//! sharded fleet, whose control plane's shard moves between replicas; and a CA rotation,
+//! every member replaced three times, with trust between every two running members
+//! checked in every state.
 
 use quorum_sim::model::{check, Variant};
 use std::time::Instant;
@@ -14,7 +16,7 @@ fn every_reachable_state_is_safe_and_can_finish() {
         let t = Instant::now();
         let r = check(v);
         println!(
-            "{v:?}: {} states, {} transitions, depth {}, {} with a disk lost, {} remediating, {} in place ({} rolling back or rolled back, {} with a broken binary), {:.2}s",
+            "{v:?}: {} states, {} transitions, depth {}, {} with a disk lost, {} remediating, {} in place ({} rolling back or rolled back, {} with a broken binary), {} in a CA rotation's last phase, {:.2}s",
             r.states,
             r.transitions,
             r.max_depth,
@@ -23,6 +25,7 @@ fn every_reachable_state_is_safe_and_can_finish() {
             r.in_place_states,
             r.rollback_states,
             r.bad_binary_states,
+            r.ca_last_phase_states,
             t.elapsed().as_secs_f64()
         );
         assert!(
@@ -43,6 +46,9 @@ fn every_reachable_state_is_safe_and_can_finish() {
         // rollbacks.
         if v.sharded {
             assert!(v.deposed && v.etcd_strict, "{v:?}");
+        }
+        if v.ca_rotation {
+            assert!(r.ca_last_phase_states > 0, "{v:?}");
         }
         if v.in_place {
             assert!(r.in_place_states > 0, "{v:?}");

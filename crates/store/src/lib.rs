@@ -10,8 +10,8 @@
 //! not parse is reported as corruption, never skipped).
 
 use quorum_core::{
-    ControlPlane, ControlPlaneSpec, Machine, Rebuild, Remediation, SnapshotRecord, Verification,
-    Version,
+    CaRotation, CaStep, ControlPlane, ControlPlaneSpec, Machine, Rebuild, Remediation,
+    SnapshotRecord, Verification, Version,
 };
 use serde::{Deserialize, Serialize};
 use std::net::Ipv4Addr;
@@ -282,6 +282,25 @@ pub trait StateStore: Send {
     /// Records a rebuild (a confirmed restore or recovery), its next phase, or (`None`)
     /// its end.
     fn set_rebuild(&mut self, name: &str, rebuild: Option<&Rebuild>) -> Result<()>;
+    /// A CA rotation's new CA as stored (`None` when none is stored).
+    fn next_certificate_authority(&self, name: &str) -> Result<Option<StoredCa>>;
+    /// Begins a CA rotation: the new CA (its key sealed for `<name>/next`) and the
+    /// rotation's record, in one step. False, with nothing changed, when the control
+    /// plane records a rotation already.
+    fn begin_ca_rotation(
+        &mut self,
+        name: &str,
+        next: &StoredCa,
+        rotation: &CaRotation,
+    ) -> Result<bool>;
+    /// Records a CA rotation's next phase: only while the rotation recorded is the one
+    /// to `rotation.to` (false, nothing changed, otherwise).
+    fn set_ca_rotation(&mut self, name: &str, rotation: &CaRotation) -> Result<bool>;
+    /// Ends the rotation to `generation`: `ca` (the new CA, its key sealed for the CA's
+    /// own record) becomes the control plane's CA, the new CA's record goes, and the
+    /// control plane records generation `generation` and no rotation, in one step.
+    /// Already finished is success (false: nothing changed).
+    fn finish_ca_rotation(&mut self, name: &str, generation: u32, ca: &StoredCa) -> Result<bool>;
     /// Forgets a control plane, its machines, its CA and its published status (its
     /// events stay until a control plane of the same name is created again).
     fn forget_control_plane(&mut self, name: &str) -> Result<()>;
@@ -512,6 +531,14 @@ fn ca_record(cp: &str) -> String {
     format!("ca-key/{cp}")
 }
 
+/// How `ca_keys` names a rotation's new CA: `<control plane>/next` (a control plane's
+/// name has no `/`), so its sealed key is bound to a record of its own.
+pub const NEXT_CA_SUFFIX: &str = "/next";
+
+fn next_ca_name(cp: &str) -> String {
+    format!("{cp}{NEXT_CA_SUFFIX}")
+}
+
 /// Why the embedded store refuses sharding.
 const EMBEDDED_CANNOT_SHARD: &str = "sharding the controllers needs a management etcd: run \
     every replica with --store etcd://HOST:PORT,... (the embedded state file has exactly \
@@ -627,6 +654,59 @@ impl Store {
             cert_pem: stored.cert_pem,
             key_pem,
         }))
+    }
+
+    /// A CA rotation's new CA, its key opened.
+    pub fn next_certificate_authority(&self, name: &str) -> Result<Option<StoredCa>> {
+        let Some(stored) = self.inner.next_certificate_authority(name)? else {
+            return Ok(None);
+        };
+        let key_pem = self.open_ca_key(&next_ca_name(name), &stored.key_pem)?;
+        Ok(Some(StoredCa {
+            cert_pem: stored.cert_pem,
+            key_pem,
+        }))
+    }
+
+    /// Begins a CA rotation with the new CA `next` (see
+    /// `StateStore::begin_ca_rotation`), its key sealed.
+    pub fn begin_ca_rotation(
+        &mut self,
+        name: &str,
+        next: &StoredCa,
+        rotation: &CaRotation,
+    ) -> Result<bool> {
+        let key = self.sealing_key()?;
+        let sealed = StoredCa {
+            cert_pem: next.cert_pem.clone(),
+            key_pem: secrets::seal(
+                self.keys.as_ref(),
+                &key,
+                &ca_record(&next_ca_name(name)),
+                next.key_pem.as_bytes(),
+            )?,
+        };
+        self.inner.begin_ca_rotation(name, &sealed, rotation)
+    }
+
+    /// Ends the rotation to `generation` (see `StateStore::finish_ca_rotation`): the
+    /// new CA's key is opened and sealed again for the CA's own record.
+    pub fn finish_ca_rotation(&mut self, name: &str, generation: u32) -> Result<bool> {
+        let Some(next) = self.next_certificate_authority(name)? else {
+            // Finished already (the new CA's record goes in the same step).
+            return Ok(false);
+        };
+        let key = self.sealing_key()?;
+        let sealed = StoredCa {
+            cert_pem: next.cert_pem,
+            key_pem: secrets::seal(
+                self.keys.as_ref(),
+                &key,
+                &ca_record(name),
+                next.key_pem.as_bytes(),
+            )?,
+        };
+        self.inner.finish_ca_rotation(name, generation, &sealed)
     }
 
     fn open_ca_key(&self, cp: &str, stored: &str) -> Result<String> {
@@ -871,6 +951,7 @@ fn new_machine(
     bootstrap: bool,
     certificates_not_after_unix_s: Option<i64>,
     remediation: Option<Remediation>,
+    ca_step: Option<CaStep>,
 ) -> Result<Machine> {
     let address = loop {
         let Some(a) = address_at(subnet, *next_addr) else {
@@ -882,6 +963,7 @@ fn new_machine(
         }
     };
     Ok(Machine {
+        ca_step: ca_step.filter(|_| certificates_not_after_unix_s.is_some()),
         name: format!("{cp}-{serial}"),
         serial,
         address,

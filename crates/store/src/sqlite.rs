@@ -107,6 +107,7 @@ impl SqliteStore {
         for (table, what) in [
             ("machines", "machine records"),
             ("certificate_authorities", "certificate authorities"),
+            ("next_certificate_authorities", "new CAs of a rotation"),
         ] {
             let orphans: i64 = self
                 .conn
@@ -260,6 +261,10 @@ impl SqliteStore {
                  CREATE TABLE IF NOT EXISTS certificate_authorities (
                      control_plane TEXT PRIMARY KEY REFERENCES control_planes(name) ON DELETE CASCADE,
                      cert_pem TEXT NOT NULL,
+                     key_pem TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS next_certificate_authorities (
+                     control_plane TEXT PRIMARY KEY REFERENCES control_planes(name) ON DELETE CASCADE,
+                     cert_pem TEXT NOT NULL,
                      key_pem TEXT NOT NULL);",
             )
             .map_err(|e| self.err(e))?;
@@ -345,13 +350,29 @@ impl SqliteStore {
         name: &str,
         f: impl FnOnce(&mut ControlPlane),
     ) -> Result<()> {
+        self.change_control_plane(name, |_, cp| {
+            f(cp);
+            Ok(true)
+        })
+        .map(drop)
+    }
+}
+
+impl SqliteStore {
+    /// One immediate transaction: `f` changes the control plane read and may write
+    /// more in the same transaction; it returns whether anything is to change (false:
+    /// nothing is written).
+    fn change_control_plane(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&rusqlite::Transaction<'_>, &mut ControlPlane) -> rusqlite::Result<bool>,
+    ) -> Result<bool> {
+        let path = self.path.clone();
+        let sql = sql_error(&path);
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| StoreError::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
+            .map_err(sql)?;
         let doc: Option<String> = tx
             .query_row(
                 "SELECT doc FROM control_planes WHERE name = ?1",
@@ -359,35 +380,27 @@ impl SqliteStore {
                 |r| r.get(0),
             )
             .optional()
-            .map_err(|e| StoreError::Sqlite {
-                path: self.path.clone(),
-                source: e,
-            })?;
+            .map_err(sql_error(&path))?;
         let Some(doc) = doc else {
             return Err(StoreError::NotFound(name.to_string()));
         };
         let mut cp: ControlPlane = serde_json::from_str(&doc).map_err(|e| StoreError::Corrupt {
-            location: self.path.display().to_string(),
+            location: path.display().to_string(),
             detail: format!("control plane '{name}': {e}"),
         })?;
-        f(&mut cp);
-        assert_eq!(
-            cp.name, name,
-            "a modification never renames a control plane"
-        );
+        if !f(&tx, &mut cp).map_err(sql_error(&path))? {
+            return Ok(false);
+        }
+        assert_eq!(cp.name, name, "a change never renames a control plane");
         tx.execute(
             "UPDATE control_planes SET doc = ?2 WHERE name = ?1",
             params![name, to_json(&cp)],
         )
         .and_then(|_| tx.commit())
-        .map_err(|e| StoreError::Sqlite {
-            path: self.path.clone(),
-            source: e,
-        })
+        .map_err(sql_error(&path))?;
+        Ok(true)
     }
-}
 
-impl SqliteStore {
     fn controller_lock_path(&self) -> PathBuf {
         self.path.with_file_name(CONTROLLER_LOCK)
     }
@@ -563,7 +576,9 @@ impl StateStore for SqliteStore {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT control_plane, key_pem FROM certificate_authorities ORDER BY control_plane",
+                "SELECT control_plane, key_pem FROM certificate_authorities
+                 UNION ALL SELECT control_plane || '/next', key_pem FROM next_certificate_authorities
+                 ORDER BY 1",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt
@@ -588,11 +603,13 @@ impl StateStore for SqliteStore {
             .map_err(sql)?;
         let mut replaced = 0;
         for (cp, old, new) in changes {
+            let sql_text = match cp.strip_suffix(NEXT_CA_SUFFIX) {
+                Some(_) => "UPDATE next_certificate_authorities SET key_pem = ?3 WHERE control_plane = ?1 AND key_pem = ?2",
+                None => "UPDATE certificate_authorities SET key_pem = ?3 WHERE control_plane = ?1 AND key_pem = ?2",
+            };
+            let owner = cp.strip_suffix(NEXT_CA_SUFFIX).unwrap_or(cp);
             replaced += tx
-                .execute(
-                    "UPDATE certificate_authorities SET key_pem = ?3 WHERE control_plane = ?1 AND key_pem = ?2",
-                    params![cp, old, new],
-                )
+                .execute(sql_text, params![owner, old, new])
                 .map_err(sql)?;
         }
         tx.commit().map_err(sql)?;
@@ -720,6 +737,71 @@ impl StateStore for SqliteStore {
         self.modify_control_plane(name, |cp| cp.rebuild = rebuild.cloned())
     }
 
+    fn next_certificate_authority(&self, name: &str) -> Result<Option<StoredCa>> {
+        self.conn
+            .query_row(
+                "SELECT cert_pem, key_pem FROM next_certificate_authorities WHERE control_plane = ?1",
+                params![name],
+                |r| {
+                    Ok(StoredCa {
+                        cert_pem: r.get(0)?,
+                        key_pem: r.get(1)?,
+                    })
+                },
+            )
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    fn begin_ca_rotation(
+        &mut self,
+        name: &str,
+        next: &StoredCa,
+        rotation: &CaRotation,
+    ) -> Result<bool> {
+        self.change_control_plane(name, |tx, cp| {
+            if cp.ca_rotation.is_some() {
+                return Ok(false);
+            }
+            cp.ca_rotation = Some(rotation.clone());
+            tx.execute(
+                "INSERT OR REPLACE INTO next_certificate_authorities(control_plane, cert_pem, key_pem) VALUES (?1, ?2, ?3)",
+                params![name, next.cert_pem, next.key_pem],
+            )?;
+            Ok(true)
+        })
+    }
+
+    fn set_ca_rotation(&mut self, name: &str, rotation: &CaRotation) -> Result<bool> {
+        self.change_control_plane(name, |_, cp| {
+            match &cp.ca_rotation {
+                Some(r) if r.to == rotation.to && r != rotation => {}
+                _ => return Ok(false),
+            }
+            cp.ca_rotation = Some(rotation.clone());
+            Ok(true)
+        })
+    }
+
+    fn finish_ca_rotation(&mut self, name: &str, generation: u32, ca: &StoredCa) -> Result<bool> {
+        self.change_control_plane(name, |tx, cp| {
+            if cp.ca_rotation.as_ref().map(|r| r.to) != Some(generation) {
+                return Ok(false);
+            }
+            cp.ca_rotation = None;
+            cp.ca_generation = generation;
+            tx.execute(
+                "UPDATE certificate_authorities SET cert_pem = ?2, key_pem = ?3 WHERE control_plane = ?1",
+                params![name, ca.cert_pem, ca.key_pem],
+            )?;
+            tx.execute(
+                "DELETE FROM next_certificate_authorities WHERE control_plane = ?1",
+                params![name],
+            )?;
+            Ok(true)
+        })
+    }
+
     /// Records the intent to tear the control plane down.
     fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()> {
         self.modify_control_plane(name, |cp| cp.deleting = true)
@@ -746,6 +828,12 @@ impl StateStore for SqliteStore {
         .and_then(|_| {
             tx.execute(
                 "DELETE FROM certificate_authorities WHERE control_plane = ?1",
+                params![name],
+            )
+        })
+        .and_then(|_| {
+            tx.execute(
+                "DELETE FROM next_certificate_authorities WHERE control_plane = ?1",
                 params![name],
             )
         })
@@ -801,17 +889,25 @@ impl StateStore for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql)?;
-        let serial: Option<i64> = tx
+        let row: Option<(i64, String)> = tx
             .query_row(
-                "SELECT next_serial FROM control_planes WHERE name = ?1",
+                "SELECT next_serial, doc FROM control_planes WHERE name = ?1",
                 params![cp],
-                |r| r.get(0),
+                |r| Ok((r.get(0)?, r.get(1)?)),
             )
             .optional()
             .map_err(sql)?;
-        let Some(serial) = serial else {
+        let Some((serial, doc)) = row else {
             return Err(StoreError::NotFound(cp.to_string()));
         };
+        // The CA files of a rotation's phase, read in the same transaction as the
+        // allocation: a machine recorded now starts with them.
+        let ca_step = serde_json::from_str::<ControlPlane>(&doc)
+            .map_err(|e| StoreError::Corrupt {
+                location: path.display().to_string(),
+                detail: format!("control plane '{cp}': {e}"),
+            })?
+            .ca_step_now();
         let next_addr: i64 = tx
             .query_row(
                 "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'next_address'",
@@ -835,6 +931,7 @@ impl StateStore for SqliteStore {
             bootstrap,
             certificates_not_after_unix_s,
             remediation,
+            ca_step,
         )?;
         let next_addr = next as i64;
         tx.execute(

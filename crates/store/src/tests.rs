@@ -27,6 +27,8 @@ fn opening_for_reading_creates_no_home() {
 
 fn cp(name: &str) -> ControlPlane {
     ControlPlane {
+        ca_generation: 0,
+        ca_rotation: None,
         name: name.into(),
         spec: ControlPlaneSpec {
             replicas: 3,

@@ -4,14 +4,14 @@
 
 use quorum_core::backup::snapshot_id;
 use quorum_core::{
-    ActionKind, ControlPlane, ControlPlaneSpec, DeleteReason, InPlace, InPlacePhase, Machine,
-    Remediation, RolloutStrategy, SnapshotFacts, SnapshotReason, SnapshotRecord, Verification,
-    Version,
+    ActionKind, CaPhase, CaRotation, CaStep, ControlPlane, ControlPlaneSpec, DeleteReason, InPlace,
+    InPlacePhase, Machine, Remediation, RolloutStrategy, SnapshotFacts, SnapshotReason,
+    SnapshotRecord, Verification, Version,
 };
 use quorum_provider::management::ManagementEtcd;
 use quorum_store::{
     Campaign, EventKind, Heartbeat, NewEvent, PublishedStatus, StepInProgress, StepOutcome, Store,
-    StoreError, StoreLocation,
+    StoreError, StoreLocation, StoredCa,
 };
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -62,6 +62,8 @@ fn beat(identity: &str, at_ms: i64) -> Heartbeat {
 
 fn cp(name: &str) -> ControlPlane {
     ControlPlane {
+        ca_generation: 0,
+        ca_rotation: None,
         name: name.into(),
         spec: ControlPlaneSpec {
             replicas: 3,
@@ -400,6 +402,87 @@ fn snapshot_behaviour(s: &mut Store) {
     assert_eq!(s.snapshots("s").unwrap(), all, "they outlive it");
 }
 
+/// A CA rotation's records: begun once with its new CA, its phase moved only while it
+/// is the rotation recorded, machines allocated meanwhile recorded with its files, the
+/// new CA's key sealed (the store's secrets list it, and re-wraps it), and the finish
+/// one step: the new CA in force, the old one gone, the generation moved.
+fn ca_rotation_behaviour(s: &mut Store) {
+    let v: Version = "3.5.1".parse().unwrap();
+    let mut tls = cp("rot");
+    tls.spec.insecure_plaintext = false;
+    let old = quorum_pki::Ca::generate("rot", 1_800_000_000, 86_400 * 365).unwrap();
+    let stored = |ca: &quorum_pki::Ca| StoredCa {
+        cert_pem: ca.cert_pem().to_string(),
+        key_pem: ca.key_pem().to_string(),
+    };
+    s.create_control_plane(&tls, Some(&stored(&old)), 1)
+        .unwrap();
+    assert_eq!(s.next_certificate_authority("rot").unwrap(), None);
+    let new = quorum_pki::Ca::generate_generation("rot", 1, 1_800_000_000, 86_400 * 365).unwrap();
+    let rotation = CaRotation {
+        from: 0,
+        to: 1,
+        phase: CaPhase::Trust,
+        since_unix_s: 5,
+        started_unix_s: 5,
+    };
+    assert!(s
+        .begin_ca_rotation("rot", &stored(&new), &rotation)
+        .unwrap());
+    // Once only: a second rotation while one is under way changes nothing.
+    let other = quorum_pki::Ca::generate_generation("rot", 1, 1_800_000_000, 86_400).unwrap();
+    assert!(!s
+        .begin_ca_rotation("rot", &stored(&other), &rotation)
+        .unwrap());
+    assert_eq!(
+        s.next_certificate_authority("rot").unwrap(),
+        Some(stored(&new))
+    );
+    let r = s.get_control_plane("rot").unwrap();
+    assert_eq!(r.ca_rotation.as_ref(), Some(&rotation));
+    // Both keys are sealed, each for its own record.
+    let ids = s.secrets_key_ids().unwrap();
+    assert_eq!(ids.values().sum::<usize>(), 2, "{ids:?}");
+    assert!(!ids.contains_key("(plaintext)"), "{ids:?}");
+    // A machine recorded now starts with the phase's files.
+    let m = s
+        .allocate_machine("rot", false, v, Some(1_900_000_000), None, &|_| true)
+        .unwrap();
+    assert_eq!(
+        m.ca_step,
+        Some(CaStep {
+            generation: 1,
+            phase: CaPhase::Trust
+        })
+    );
+    let reissue = CaRotation {
+        phase: CaPhase::Reissue,
+        ..rotation.clone()
+    };
+    assert!(s.set_ca_rotation("rot", &reissue).unwrap());
+    assert!(!s.set_ca_rotation("rot", &reissue).unwrap(), "already");
+    let elsewhere = CaRotation {
+        to: 7,
+        ..reissue.clone()
+    };
+    assert!(
+        !s.set_ca_rotation("rot", &elsewhere).unwrap(),
+        "not this rotation"
+    );
+    assert!(
+        !s.finish_ca_rotation("rot", 7).unwrap(),
+        "not this rotation"
+    );
+    assert!(s.finish_ca_rotation("rot", 1).unwrap());
+    assert!(!s.finish_ca_rotation("rot", 1).unwrap(), "finished already");
+    let r = s.get_control_plane("rot").unwrap();
+    assert_eq!((r.ca_generation, r.ca_rotation.as_ref()), (1, None));
+    assert_eq!(s.certificate_authority(&r).unwrap(), Some(stored(&new)));
+    assert_eq!(s.next_certificate_authority("rot").unwrap(), None);
+    assert_eq!(s.secrets_key_ids().unwrap().values().sum::<usize>(), 1);
+    s.forget_control_plane("rot").unwrap();
+}
+
 #[test]
 fn both_backends_behave_the_same() {
     let dir = tempfile::tempdir().unwrap();
@@ -409,12 +492,14 @@ fn both_backends_behave_the_same() {
     remediation_behaviour(&mut embedded);
     update_behaviour(&mut embedded);
     snapshot_behaviour(&mut embedded);
+    ca_rotation_behaviour(&mut embedded);
     let m = management("same", dir.path());
     let mut distributed = etcd_store(&m, "same");
     behaviour(&mut distributed);
     remediation_behaviour(&mut distributed);
     update_behaviour(&mut distributed);
     snapshot_behaviour(&mut distributed);
+    ca_rotation_behaviour(&mut distributed);
     // Another prefix is another state.
     let other = etcd_store(&m, "other");
     assert_eq!(other.control_planes().unwrap(), vec![]);

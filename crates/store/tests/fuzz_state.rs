@@ -31,6 +31,8 @@ fn populated() -> (tempfile::TempDir, PathBuf) {
     let mut s = Store::open(&home).unwrap();
     for i in 0..CONTROL_PLANES {
         let cp = ControlPlane {
+            ca_generation: 0,
+            ca_rotation: None,
             name: format!("cp{i}"),
             spec: ControlPlaneSpec {
                 replicas: 3,

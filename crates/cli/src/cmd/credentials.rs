@@ -12,14 +12,18 @@ pub fn run(at: &Place, a: CredentialsArgs) -> Result<()> {
     credentials(&ctx, &a.name, &a.out, &a.common_name, a.lifetime)
 }
 
-/// Writes a client certificate for `name` signed by its CA, the key (0600) and the CA
-/// bundle into `out` (0700), and prints how to use them.
+/// Writes a client certificate for `name` signed by its CA (during a CA rotation, from
+/// phase 2 on, by the new one), the key (0600) and the CA bundle (both CAs during a
+/// rotation) into `out` (0700), and prints how to use them.
 fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> Result<()> {
     let cp = ctx.store.get_control_plane(name)?;
-    let Some(stored) = ctx.store.certificate_authority(&cp)? else {
+    if ctx.store.certificate_authority(&cp)?.is_none() {
         bail!("{name} was created with --insecure-plaintext: its members take no certificates (and check none)");
+    }
+    let a = access::open(&ctx.store, &cp, "quorum-credentials", Default::default())?;
+    let (Some(ca), Some(bundle)) = (a.ca.as_ref(), a.trust_pem()) else {
+        bail!("{name}: its CA could not be loaded");
     };
-    let ca = quorum_pki::Ca::from_pem(name, &stored.cert_pem, &stored.key_pem)?;
     let now = access::now_unix_s();
     let wanted = now.saturating_add(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX));
     let not_after = wanted.min(ca.not_after_unix_s());
@@ -27,7 +31,7 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
     quorum_pki::create_private_dir(out)
         .with_context(|| format!("cannot create {}", out.display()))?;
     let files = [
-        ("ca.crt", ca.cert_pem()),
+        ("ca.crt", bundle.as_str()),
         ("client.crt", id.cert_pem.as_str()),
         ("client.key", id.key_pem.as_str()),
     ];
@@ -56,7 +60,24 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
     println!(
         "Clients should follow `quorum status {name} -o json` (endpoints) as members are replaced."
     );
+    if let Some(r) = &cp.ca_rotation {
+        eprintln!("{}", rotation_warning(name, r));
+    }
     Ok(())
+}
+
+/// What a client must know during a CA rotation: these credentials' fate.
+fn rotation_warning(name: &str, r: &quorum_core::CaRotation) -> String {
+    use quorum_core::CaPhase;
+    let phase = quorum_ops::carotation::describe(r);
+    match r.phase {
+        CaPhase::Trust => format!(
+            "warning: {name}'s CA is being rotated ({phase}): this certificate comes from the old CA and is refused from phase 3 on; get new credentials once phase 2 begins (`quorum status {name}` shows it). ca.crt holds both CAs: keep using it."
+        ),
+        CaPhase::Reissue | CaPhase::Drop => format!(
+            "note: {name}'s CA is being rotated ({phase}): this certificate comes from the new CA and stays valid after it. ca.crt holds both CAs; after the rotation the new CA alone suffices."
+        ),
+    }
 }
 
 /// The etcdctl command line that checks every endpoint with the credentials in `dir`.

@@ -106,8 +106,11 @@ fn credentials(ctx: &Ctx, cp: &ControlPlane, dir: &Path) -> Result<Vec<String>> 
     let not_after = (now + CERTIFICATE_LIFETIME_S).min(ca.not_after_unix_s());
     let id = ca.issue_client(COMMON_NAME, now, not_after)?;
     let mut flags = Vec::new();
+    let bundle = access
+        .trust_pem()
+        .unwrap_or_else(|| ca.cert_pem().to_string());
     for (flag, file, pem) in [
-        ("cacert", "ca.crt", ca.cert_pem()),
+        ("cacert", "ca.crt", bundle.as_str()),
         ("cert", "client.crt", id.cert_pem.as_str()),
         ("key", "client.key", id.key_pem.as_str()),
     ] {

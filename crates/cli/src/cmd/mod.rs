@@ -15,6 +15,7 @@ mod haproxy_config;
 mod list;
 mod pause;
 mod rebuild;
+mod rotate_ca;
 mod scale;
 mod secrets;
 mod snapshot;
@@ -52,6 +53,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Credentials(a) => credentials::run(at, a),
         Command::HaproxyConfig(a) => haproxy_config::run(at, a),
         Command::Secrets(s) => secrets::run(at, s.command),
+        Command::RotateCa(a) => rotate_ca::run(at, a).await,
         Command::Versions(_) => versions::run(),
         Command::Version(_) => {
             use clap::CommandFactory;

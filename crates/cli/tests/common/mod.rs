@@ -417,14 +417,21 @@ impl QuorumWatch {
                 change_ms: 1000,
             };
             let control_plane = store.get_control_plane(&cp).unwrap();
-            let etcd =
-                quorum_controller::access::open(&store, &control_plane, "quorum-watch", timeouts)
-                    .unwrap()
-                    .etcd;
+            let open = |c: &quorum_core::ControlPlane| {
+                quorum_controller::access::open(&store, c, "quorum-watch", timeouts).unwrap()
+            };
+            let mut access = open(&control_plane);
             let rt = rt();
             let (mut samples, mut bad_run, mut leaderless_since) = (0u64, 0u32, None::<Instant>);
             let mut violations = Vec::new();
             while !stop2.load(Ordering::Relaxed) {
+                // Credentials follow the control plane (a CA rotation changes them).
+                if let Ok(Some(now)) = store.control_plane(&cp) {
+                    if !access.fresh(&now, quorum_controller::access::now_unix_s()) {
+                        access = open(&now);
+                    }
+                }
+                let etcd = access.etcd.clone();
                 let urls: Vec<String> = store
                     .machines(&cp)
                     .unwrap_or_default()

@@ -315,7 +315,7 @@ fn a_machine_out_of_service_in_place_is_no_endpoint_and_no_transferee() {
 }
 
 /// Ideal world for the in-place step: every action succeeds at once.
-fn apply_in_place(w: &mut Sit, a: &Action) {
+pub(crate) fn apply_in_place(w: &mut Sit, a: &Action) {
     let serial_of = |n: &str| n.trim_start_matches("cp-").parse::<u64>().unwrap();
     let text = |v: Version| -> &'static str {
         [OLD, MID, NEW]
@@ -348,6 +348,7 @@ fn apply_in_place(w: &mut Sit, a: &Action) {
             phase,
             version,
             failure,
+            ..
         } => {
             let f = w
                 .machines

@@ -17,6 +17,7 @@ fn in_place(n: u32, from: Version, to: Version, plan: &[Version], faults_end: bo
     c.load_balancer = true;
     c.fault_per_mille = 0;
     c.fault_steps = if faults_end { 0 } else { 1_000_000 };
+    c.ca_rotation = false;
     c.trace = true;
     let mut w = World::new(c);
     for m in &mut w.machines {
@@ -318,6 +319,7 @@ fn a_deposed_controllers_in_place_writes_are_fenced() {
             phase: InPlacePhase::Restarting,
             version: NEW,
             failure: None,
+            ca_step: None,
         },
         Action::EndInPlace {
             machine: "sim-1".into(),

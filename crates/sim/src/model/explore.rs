@@ -128,6 +128,14 @@ pub fn check(variant: Variant) -> Report {
             })
             .count(),
         bad_binary_states: states.iter().filter(|s| s.bad_binary.is_some()).count(),
+        ca_last_phase_states: states
+            .iter()
+            .filter(|s| {
+                s.cp.ca_rotation
+                    .as_ref()
+                    .is_some_and(|r| r.phase == CaPhase::Drop)
+            })
+            .count(),
         violations,
     }
 }

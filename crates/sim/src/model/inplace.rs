@@ -159,10 +159,14 @@ impl State {
                 phase,
                 version,
                 failure,
+                ca_step,
             } => {
                 let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
                     return;
                 };
+                if let (Some(step), true) = (ca_step, m.tls) {
+                    m.ca_step = Some(*step);
+                }
                 let Some(ip) = m.in_place.as_mut().filter(|ip| ip.phase != *phase) else {
                     return;
                 };

@@ -17,18 +17,18 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             remediation,
         } => {
             if !fenced {
+                let tls = s.variant.ca_rotation;
                 let m = Machine {
                     bootstrap: *bootstrap,
                     remediation: remediation.clone(),
+                    tls,
+                    // The stores record a rotation's phase with the allocation.
+                    ca_step: s.cp.ca_step_now().filter(|_| tls),
                     ..machine(s.next_serial, *version)
                 };
                 s.next_serial += 1;
-                s.procs.push(Proc {
-                    name: m.name.clone(),
-                    running: false,
-                    has_data: false,
-                    binary: *version,
-                });
+                s.procs
+                    .push(Proc::new(m.name.clone(), false, false, *version));
                 s.machines.push(m);
             }
         }
@@ -69,6 +69,17 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         | Action::RestoreSnapshot { .. }
         | Action::ForceNewCluster { .. }
         | Action::FinishRebuild { .. } => s.perform_rebuild(a, fenced)?,
+        Action::SetCaPhase { phase } => {
+            if let (false, Some(r)) = (fenced, s.cp.ca_rotation.as_mut()) {
+                r.phase = *phase;
+            }
+        }
+        Action::FinishCaRotation { generation } => {
+            if !fenced && s.cp.ca_rotation.as_ref().map(|r| r.to) == Some(*generation) {
+                s.cp.ca_rotation = None;
+                s.cp.ca_generation = *generation;
+            }
+        }
         Action::BeginInPlace { .. }
         | Action::SetInPlacePhase { .. }
         | Action::EndInPlace { .. } => s.perform_in_place(a, fenced),
@@ -77,8 +88,8 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
                 .machines
                 .iter()
                 .find(|m| &m.name == machine)
-                .map(|m| (m.serial, m.version));
-            let Some((serial, binary)) = found else {
+                .map(|m| (m.serial, m.version, s.ca_files_of(m)));
+            let Some((serial, binary, (trusts, peer, server))) = found else {
                 return Ok(true);
             };
             // The provider leaves a running process alone.
@@ -101,6 +112,9 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             let runs = s.check_binary(machine, binary)?;
             if let Some(p) = s.proc_mut(machine) {
                 p.binary = binary;
+                p.trusts = trusts;
+                p.peer = peer;
+                p.server = server;
             }
             // etcd started for a machine that is not a member exits at once.
             if is_member && runs {

@@ -413,28 +413,48 @@ impl EtcdStore {
 
     /// Read, change, write back if nobody wrote in between; bounded retries.
     fn modify_control_plane(&mut self, name: &str, f: &dyn Fn(&mut ControlPlane)) -> Result<()> {
+        self.change_control_plane(
+            name,
+            "update a control plane",
+            &|cp| {
+                f(cp);
+                true
+            },
+            &Vec::new,
+        )
+        .map(drop)
+    }
+
+    /// Read, change, write back with `extra` in the same transaction if nobody wrote the
+    /// control plane in between; bounded retries. `f` returns whether anything is to
+    /// change (false: nothing is written).
+    fn change_control_plane(
+        &mut self,
+        name: &str,
+        what: &'static str,
+        f: &dyn Fn(&mut ControlPlane) -> bool,
+        extra: &dyn Fn() -> Vec<TxnOp>,
+    ) -> Result<bool> {
         let key = self.key(&format!("cp/{name}"));
         for attempt in 0..WRITE_ATTEMPTS {
             backoff(attempt);
             let Some((mut rec, rev)) = self.cp_record(name)? else {
                 return Err(StoreError::NotFound(name.to_string()));
             };
-            f(&mut rec.control_plane);
-            assert_eq!(rec.control_plane.name, name, "a modification never renames");
+            if !f(&mut rec.control_plane) {
+                return Ok(false);
+            }
+            assert_eq!(rec.control_plane.name, name, "a change never renames");
             let value = to_json(&rec);
-            let put = TxnOp::put(key.clone(), value.clone(), None);
+            let mut ops = vec![TxnOp::put(key.clone(), value.clone(), None)];
+            ops.extend(extra());
             let same = Compare::mod_revision(key.clone(), CompareOp::Equal, rev);
             let landed = Landed::Value {
                 key: key.clone(),
                 value: value.into_bytes(),
             };
-            if let Committed::Yes(_) = self.commit(
-                "update a control plane",
-                vec![same],
-                vec![put],
-                Some(landed),
-            )? {
-                return Ok(());
+            if let Committed::Yes(_) = self.commit(what, vec![same], ops, Some(landed))? {
+                return Ok(true);
             }
         }
         Err(self.conflict(format!("control plane {name:?}")))
@@ -752,12 +772,95 @@ impl StateStore for EtcdStore {
         self.modify_control_plane(name, &|cp| cp.rebuild = rebuild.cloned())
     }
 
+    fn next_certificate_authority(&self, name: &str) -> Result<Option<StoredCa>> {
+        let key = self.key(&format!("ca/{}", next_ca_name(name)));
+        match self.get(&key, "read a rotation's new CA")? {
+            Some(kv) => {
+                let r: CaRecord = self.parse(&kv)?;
+                Ok(Some(StoredCa {
+                    cert_pem: r.cert_pem,
+                    key_pem: r.key_pem,
+                }))
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn begin_ca_rotation(
+        &mut self,
+        name: &str,
+        next: &StoredCa,
+        rotation: &CaRotation,
+    ) -> Result<bool> {
+        let next_key = self.key(&format!("ca/{}", next_ca_name(name)));
+        let doc = to_json(&CaRecord {
+            cert_pem: next.cert_pem.clone(),
+            key_pem: next.key_pem.clone(),
+        });
+        self.change_control_plane(
+            name,
+            "begin a CA rotation",
+            &|cp| {
+                if cp.ca_rotation.is_some() {
+                    return false;
+                }
+                cp.ca_rotation = Some(rotation.clone());
+                true
+            },
+            &|| vec![TxnOp::put(next_key.clone(), doc.clone(), None)],
+        )
+    }
+
+    fn set_ca_rotation(&mut self, name: &str, rotation: &CaRotation) -> Result<bool> {
+        self.change_control_plane(
+            name,
+            "record a CA rotation's phase",
+            &|cp| {
+                match &cp.ca_rotation {
+                    Some(r) if r.to == rotation.to && r != rotation => {}
+                    _ => return false,
+                }
+                cp.ca_rotation = Some(rotation.clone());
+                true
+            },
+            &Vec::new,
+        )
+    }
+
+    fn finish_ca_rotation(&mut self, name: &str, generation: u32, ca: &StoredCa) -> Result<bool> {
+        let ca_key = self.key(&format!("ca/{name}"));
+        let next_key = self.key(&format!("ca/{}", next_ca_name(name)));
+        let doc = to_json(&CaRecord {
+            cert_pem: ca.cert_pem.clone(),
+            key_pem: ca.key_pem.clone(),
+        });
+        self.change_control_plane(
+            name,
+            "finish a CA rotation",
+            &|cp| {
+                if cp.ca_rotation.as_ref().map(|r| r.to) != Some(generation) {
+                    return false;
+                }
+                cp.ca_rotation = None;
+                cp.ca_generation = generation;
+                true
+            },
+            &|| {
+                vec![
+                    TxnOp::put(ca_key.clone(), doc.clone(), None),
+                    TxnOp::delete(next_key.clone(), None),
+                ]
+            },
+        )
+    }
+
     fn forget_control_plane(&mut self, name: &str) -> Result<()> {
         let prefix = Some(DeleteOptions::new().with_prefix());
         let ops = vec![
             TxnOp::delete(self.key(&format!("machine/{name}/")), prefix),
             TxnOp::delete(self.key(&format!("status/{name}")), None),
             TxnOp::delete(self.key(&format!("ca/{name}")), None),
+            TxnOp::delete(self.key(&format!("ca/{}", next_ca_name(name))), None),
             TxnOp::delete(self.key(&format!("cp/{name}")), None),
         ];
         self.commit("forget a control plane", vec![], ops, None)
@@ -818,6 +921,9 @@ impl StateStore for EtcdStore {
                 bootstrap,
                 certificates_not_after_unix_s,
                 remediation.clone(),
+                // The CA files of a rotation's phase, from the record the allocation
+                // compares: a machine recorded now starts with them.
+                rec.control_plane.ca_step_now(),
             )?;
             rec.next_serial += 1;
             let m_key = self.key(&format!("machine/{cp}/{}", machine.name));

@@ -82,6 +82,8 @@ fn store_on(m: &ManagementEtcd, first: usize, deadlines: Deadlines) -> EtcdStore
 
 fn cp(name: &str) -> ControlPlane {
     ControlPlane {
+        ca_generation: 0,
+        ca_rotation: None,
         name: name.into(),
         spec: ControlPlaneSpec {
             replicas: 3,
