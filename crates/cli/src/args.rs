@@ -272,10 +272,11 @@ Examples:
 time, through the control plane's rollout strategy (in place with `strategy: InPlace`,
 else by replacement), with the same preflight and quorum checks as an upgrade:
   1. every member trusts both CAs (certificates still from the old one);
-  2. every member gets certificates from the new CA (served with a copy of the new CA
-     signed by the old one, so clients that trust only the old CA still verify them);
-     quorum's own certificate, and those `quorum credentials` issues, come from the new CA;
-  3. every member trusts only the new CA; then the new CA is the CA and the old one is gone.
+  2. every member gets its peer certificate from the new CA; quorum's own certificate,
+     and those `quorum credentials` issues, come from it too (the certificate a member
+     serves clients stays the old CA's, so clients that trust only the old CA still work);
+  3. every member trusts only the new CA and serves a certificate from it; then the new
+     CA is the CA and the old one is gone.
 Client certificates from the old CA keep working until phase 3, and are refused by each
 member from its restart in phase 3. Get new ones during phases 1 and 2:
 `quorum credentials NAME --out DIR` (its ca.crt holds both CAs). `quorum status NAME`

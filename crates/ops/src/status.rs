@@ -456,7 +456,14 @@ pub fn render_table(s: &Status) -> String {
         None => format!("{} — next: {}", s.operation, summarize(&s.next_actions)),
     };
     push(&mut out, "Operation", &op);
-    if s.operation == quorum_core::Operation::RollingOut.to_string() {
+    // A version rollout's way back (a CA rotation alone keeps every version).
+    let versions_move = s
+        .machines
+        .iter()
+        .any(|m| m.version != s.spec.version.to_string());
+    if s.operation == quorum_core::Operation::RollingOut.to_string()
+        && (s.ca_rotation.is_none() || versions_move)
+    {
         // The step a rollout begins with: the way back, if it goes wrong.
         let line = match &s.snapshots.before_this_rollout {
             Some(b) => format!(

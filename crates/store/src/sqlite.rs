@@ -576,9 +576,8 @@ impl StateStore for SqliteStore {
         let mut stmt = self
             .conn
             .prepare(
-                "SELECT control_plane, key_pem FROM certificate_authorities
-                 UNION ALL SELECT control_plane || '/next', key_pem FROM next_certificate_authorities
-                 ORDER BY 1",
+                // One line: SQLite quotes the statement in its errors, and ours are one line.
+                "SELECT control_plane, key_pem FROM certificate_authorities UNION ALL SELECT control_plane || '/next', key_pem FROM next_certificate_authorities ORDER BY 1",
             )
             .map_err(|e| self.err(e))?;
         let rows = stmt

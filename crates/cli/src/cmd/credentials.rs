@@ -69,7 +69,7 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
 /// What a client must know during a CA rotation: these credentials' fate.
 fn rotation_warning(name: &str, r: &quorum_core::CaRotation) -> String {
     use quorum_core::CaPhase;
-    let phase = quorum_ops::carotation::describe(r);
+    let phase = format!("now in phase {} of 3, {}", r.phase.number(), r.phase);
     match r.phase {
         CaPhase::Trust => format!(
             "warning: {name}'s CA is being rotated ({phase}): this certificate comes from the old CA and is refused from phase 3 on; get new credentials once phase 2 begins (`quorum status {name}` shows it). ca.crt holds both CAs: keep using it."
