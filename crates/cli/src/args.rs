@@ -278,9 +278,10 @@ else by replacement), with the same preflight and quorum checks as an upgrade:
   3. every member trusts only the new CA and serves a certificate from it; then the new
      CA is the CA and the old one is gone.
 Client certificates from the old CA keep working until phase 3, and are refused by each
-member from its restart in phase 3. Get new ones during phases 1 and 2:
-`quorum credentials NAME --out DIR` (its ca.crt holds both CAs). `quorum status NAME`
-shows the phase. Running it again during a rotation changes nothing.
+member from its restart in phase 3. Get new ones in phase 2: `quorum credentials NAME
+--out DIR` (its ca.crt holds both CAs; in phase 1 it still issues from the old CA, and
+says so). `quorum status NAME` shows the phase. Running it again during a rotation
+changes nothing.
 
 Examples:
   quorum rotate-ca prod --wait

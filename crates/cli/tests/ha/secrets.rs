@@ -6,22 +6,32 @@
 use super::*;
 use quorum_store::{EtcdStore, StateStore, StoredCa};
 
-/// Every value in the management etcd now, and the revision read.
+/// Every value in the management etcd now, and the revision read. A member that was
+/// just restarted answers only once it has rejoined: a failed read is tried again,
+/// within a deadline.
 fn keyspace(mgmt: &ManagementEtcd) -> (Vec<u8>, i64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        match read_keyspace(mgmt) {
+            Ok(r) => return r,
+            Err(e) => assert!(Instant::now() < deadline, "the management etcd: {e}"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn read_keyspace(mgmt: &ManagementEtcd) -> Result<(Vec<u8>, i64), etcd_client::Error> {
     rt().block_on(async {
-        let mut c = etcd_client::Client::connect(mgmt.endpoints(), None)
-            .await
-            .unwrap();
+        let mut c = etcd_client::Client::connect(mgmt.endpoints(), None).await?;
         let r = c
             .get("", Some(etcd_client::GetOptions::new().with_all_keys()))
-            .await
-            .unwrap();
+            .await?;
         let mut all = Vec::new();
         for kv in r.kvs() {
             all.extend_from_slice(kv.key());
             all.extend_from_slice(kv.value());
         }
-        (all, r.header().unwrap().revision())
+        Ok((all, r.header().map_or(0, |h| h.revision())))
     })
 }
 
@@ -115,5 +125,77 @@ fn no_ca_key_is_readable_in_the_management_etcd_and_a_replica_without_the_key_re
     assert!(
         log.contains("does not exist") && log.contains("--secrets-key-file"),
         "{log}"
+    );
+}
+
+/// A CA rotation on a management etcd, with what fails there: the leading replica
+/// killed (SIGKILL) and the management etcd's leader killed right after phase 2 is
+/// recorded. The standby finishes the rotation: every key intact, quorum kept, the
+/// same members, the new CA in force with its key sealed, no new-CA record left.
+#[test]
+fn a_ca_rotation_survives_its_leader_and_the_management_leader_killed() {
+    let (env, mgmt) = ha_env("ha-ca-rotation");
+    let mut r1 = Replica::start(&env, "r1", &[]);
+    wait_leader(&env, "r1", Duration::from_secs(30));
+    let _r2 = Replica::start(&env, "r2", &[]);
+    let cp = "rot";
+    env.ok(&[
+        "create",
+        cp,
+        "--replicas",
+        "3",
+        "--version",
+        NEW,
+        "--strategy",
+        "InPlace",
+        "--wait",
+        "--timeout",
+        "180s",
+    ]);
+    let keys = write_keys(&env.endpoints(cp), "r/", 200);
+    let ids = member_ids(&env, cp);
+    let watch = QuorumWatch::start(&env, cp);
+    let after = env.store().last_event_id(cp).unwrap();
+    env.ok(&["rotate-ca", cp]);
+    wait_event(
+        &env,
+        cp,
+        after,
+        ActionKind::SetCaPhase,
+        Duration::from_secs(120),
+    );
+    let leader = store_faults::management_leader(&env);
+    r1.kill9();
+    mgmt.kill(leader).unwrap();
+    wait_leader(&env, "r2", Duration::from_secs(30));
+    env.wait_status(cp, "the rotation finished", Duration::from_secs(240), |s| {
+        s["converged"] == true && s.get("caRotation").is_none() && s["caGeneration"] == 1
+    });
+    let (samples, violations) = watch.finish();
+    assert!(samples > 10);
+    assert!(violations.is_empty(), "quorum lost: {violations:?}");
+    assert_keys(&env.endpoints(cp), "r/", &keys);
+    assert_eq!(member_ids(&env, cp), ids, "the same members");
+    let store = env.store();
+    assert!(store.next_certificate_authority(cp).unwrap().is_none());
+    let control_plane = store.get_control_plane(cp).unwrap();
+    let ca = store
+        .certificate_authority(&control_plane)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        quorum_pki::names(&ca.cert_pem).unwrap().0,
+        "quorum rot CA 2"
+    );
+    // The killed management member back (it catches up), then every value read.
+    mgmt.restart(leader).unwrap();
+    let (bytes, _) = keyspace(&mgmt);
+    assert!(
+        !holds(&bytes, b"PRIVATE KEY"),
+        "a PEM marker in the management etcd"
+    );
+    assert!(
+        !holds(&bytes, ca.key_pem.as_bytes()),
+        "the new CA's key in the management etcd"
     );
 }
