@@ -87,8 +87,7 @@ pub async fn rollout(
         let mut client = connect(&endpoints, tls).await?;
         let lifetime_s = control_plane.spec.certificates.lifetime.as_secs() as i64;
         let not_after = access
-            .ca
-            .as_ref()
+            .ca()
             .map(|ca| (now_unix_s() + lifetime_s).min(ca.not_after_unix_s()));
         let new = ctx
             .store
@@ -113,7 +112,7 @@ pub async fn rollout(
                 })
             })
             .collect();
-        let certs = match (&access.ca, not_after) {
+        let certs = match (access.ca(), not_after) {
             (Some(ca), Some(t)) => Some((
                 ca,
                 ca.issue_machine_from(

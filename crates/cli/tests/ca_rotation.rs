@@ -72,19 +72,7 @@ fn read_with(env: &Env, name: &str, creds: &Creds) -> Result<(), String> {
 
 /// One linearizable read with `creds` through `endpoints`, within a deadline.
 fn read_once(endpoints: &[String], creds: &Creds) -> Result<(), String> {
-    rt().block_on(async {
-        let attempt = async {
-            let mut c = Client::connect(endpoints, Some(creds.options()))
-                .await
-                .map_err(|e| e.to_string())?;
-            c.get("probe", None).await.map_err(|e| e.to_string())?;
-            Ok::<(), String>(())
-        };
-        match tokio::time::timeout(Duration::from_secs(4), attempt).await {
-            Ok(r) => r,
-            Err(_) => Err("no answer within 4 s".into()),
-        }
-    })
+    try_read(endpoints, creds.options())
 }
 
 /// The kind of a client failure, for the report.

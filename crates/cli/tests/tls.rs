@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use etcd_client::{Client, ConnectOptions};
+use etcd_client::ConnectOptions;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -17,26 +17,6 @@ fn mode(p: &Path) -> u32 {
 
 fn now_unix_s() -> i64 {
     quorum_controller::access::now_unix_s()
-}
-
-/// Connects with `opts` and tries a linearizable read, within a deadline.
-fn try_read(endpoints: &[String], opts: ConnectOptions) -> Result<(), String> {
-    rt().block_on(async {
-        let opts = opts
-            .with_connect_timeout(Duration::from_secs(2))
-            .with_timeout(Duration::from_secs(2));
-        let attempt = async {
-            let mut c = Client::connect(endpoints, Some(opts))
-                .await
-                .map_err(|e| e.to_string())?;
-            c.get("probe", None).await.map_err(|e| e.to_string())?;
-            Ok::<(), String>(())
-        };
-        match tokio::time::timeout(Duration::from_secs(5), attempt).await {
-            Ok(r) => r,
-            Err(_) => Err("no answer within 5 s".into()),
-        }
-    })
 }
 
 fn tls_options(ca_pem: &str, cert_pem: Option<(&str, &str)>) -> ConnectOptions {

@@ -25,10 +25,6 @@ pub fn now_unix_s() -> i64 {
 /// An adapter for one control plane, and its CAs (for issuing machine certificates).
 pub struct Access {
     pub etcd: Arc<Etcd>,
-    /// The CA client certificates come from now (quorum's own, `quorum credentials`,
-    /// `quorum etcdctl`): the CA in force, or during a CA rotation from its phase
-    /// `Reissue` on, the new one.
-    pub ca: Option<Ca>,
     /// Every CA of the control plane (the new one too, during a rotation).
     pub cas: Option<Cas>,
     /// The client credentials quorum presents (also loaded into HAProxy, which
@@ -40,6 +36,8 @@ pub struct Access {
     /// The CA generation and rotation phase it was built for: built again when either
     /// moves.
     made_for: (u32, Option<CaPhase>),
+    /// Client certificates come from the rotation's new CA (`controller_uses_next_ca`).
+    clients_from_next: bool,
 }
 
 /// A control plane's CAs: the one in force and, during a rotation, the new one.
@@ -105,7 +103,26 @@ impl Cas {
     }
 }
 
+impl Cas {
+    /// The CA client certificates come from: the one in force, or the new one.
+    fn for_clients(&self, next: bool) -> &Ca {
+        match &self.next {
+            Some(n) if next => n,
+            _ => &self.current,
+        }
+    }
+}
+
 impl Access {
+    /// The CA client certificates come from now (quorum's own, `quorum credentials`,
+    /// `quorum etcdctl`): the CA in force, or during a CA rotation from its phase
+    /// `Reissue` on, the new one. `None` for a plaintext control plane.
+    pub fn ca(&self) -> Option<&Ca> {
+        self.cas
+            .as_ref()
+            .map(|c| c.for_clients(self.clients_from_next))
+    }
+
     /// Whether it can still be used at `now_unix_s` for `cp` as stored now.
     pub fn fresh(&self, cp: &ControlPlane, now_unix_s: i64) -> bool {
         now_unix_s < self.renew_at_unix_s && self.made_for == made_for(cp)
@@ -136,11 +153,11 @@ pub fn open(
     let Some(stored) = store.certificate_authority(cp)? else {
         return Ok(Access {
             etcd: Arc::new(Etcd::new(timeouts)),
-            ca: None,
             cas: None,
             client: None,
             renew_at_unix_s: i64::MAX,
             made_for: made_for(cp),
+            clients_from_next: false,
         });
     };
     let current = Ca::from_pem(&cp.name, &stored.cert_pem, &stored.key_pem)
@@ -161,10 +178,8 @@ pub fn open(
         None => None,
     };
     let cas = Cas { current, next };
-    let issuer = match (&cas.next, cp.controller_uses_next_ca()) {
-        (Some(n), true) => n,
-        _ => &cas.current,
-    };
+    let clients_from_next = cp.controller_uses_next_ca();
+    let issuer = cas.for_clients(clients_from_next);
     let now = now_unix_s();
     let not_after = (now + SELF_CERT_LIFETIME_S).min(issuer.not_after_unix_s());
     let me = issuer
@@ -176,14 +191,12 @@ pub fn open(
         key_pem: me.key_pem,
     };
     let etcd = Etcd::with_tls(timeouts, tls.clone()).map_err(|e| corrupt(e.to_string()))?;
-    let ca = Ca::from_pem(&cp.name, issuer.cert_pem(), issuer.key_pem())
-        .map_err(|e| corrupt(e.to_string()))?;
     Ok(Access {
         etcd: Arc::new(etcd),
-        ca: Some(ca),
         cas: Some(cas),
         client: Some(tls),
         renew_at_unix_s: not_after - SELF_RENEW_S.min((not_after - now) / 2),
         made_for: made_for(cp),
+        clients_from_next,
     })
 }

@@ -92,7 +92,7 @@ impl Reconciler {
                 // Every certificate this machine will ever get ends at the same moment,
                 // fixed now: the core compares it with the renewal window. Never past
                 // the CA's own end (a CA rotation is out of scope).
-                let not_after = access.ca.as_ref().map(|ca| {
+                let not_after = access.ca().map(|ca| {
                     let lifetime_s = cp.spec.certificates.lifetime.as_secs() as i64;
                     (now_unix_s() + lifetime_s).min(ca.not_after_unix_s())
                 });
@@ -273,7 +273,7 @@ impl Reconciler {
                 etcd_binary(self.sh.provider.etcd_dir(), *version)?;
                 // A restart on the new binary gets certificates that end a whole
                 // lifetime from now (how an in-place renewal renews them).
-                let not_after = match (phase, &access.ca) {
+                let not_after = match (phase, access.ca()) {
                     (InPlacePhase::Restarting, Some(ca)) => {
                         let lifetime_s = cp.spec.certificates.lifetime.as_secs() as i64;
                         Some((now_unix_s() + lifetime_s).min(ca.not_after_unix_s()))

@@ -89,3 +89,98 @@ impl<'a> View<'a> {
         ))
     }
 }
+
+/// A machine's CA files as generations: the CAs it trusts, and those its peer and its
+/// server certificates come from (what the simulator, the model check and the tests
+/// compare; the controller issues from `CaFiles`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CaGenerations {
+    /// Each trusted generation once, lowest first.
+    pub trusts: [Option<u32>; 2],
+    pub peer: u32,
+    pub server: u32,
+}
+
+impl CaGenerations {
+    /// The files of generation `g` alone (no rotation).
+    pub fn plain(g: u32) -> CaGenerations {
+        CaGenerations {
+            trusts: [Some(g), None],
+            peer: g,
+            server: g,
+        }
+    }
+
+    pub fn trusts(&self, g: u32) -> bool {
+        self.trusts.contains(&Some(g))
+    }
+}
+
+impl ControlPlane {
+    /// `ca_files` as generations: the CA in force is `ca_generation`, a rotation's new
+    /// one its `to`.
+    pub fn ca_generations(&self, step: Option<CaStep>) -> CaGenerations {
+        let f = self.ca_files(step);
+        let current = self.ca_generation;
+        let next = self.ca_rotation.as_ref().map_or(current, |r| r.to);
+        let by = |n: bool| if n { next } else { current };
+        // In order, each once, so that equal files compare equal.
+        let mut trusts = [None, None];
+        let mut listed = [current, next]
+            .into_iter()
+            .zip([f.trusts_current, f.trusts_next])
+            .filter_map(|(g, t)| t.then_some(g))
+            .collect::<Vec<u32>>();
+        listed.sort_unstable();
+        listed.dedup();
+        for (slot, g) in trusts.iter_mut().zip(listed) {
+            *slot = Some(g);
+        }
+        CaGenerations {
+            trusts,
+            peer: by(f.peer_by_next),
+            server: by(f.server_by_next),
+        }
+    }
+
+    /// The generation quorum's own client certificate comes from.
+    pub fn controller_ca_generation(&self) -> u32 {
+        match &self.ca_rotation {
+            Some(r) if self.controller_uses_next_ca() => r.to,
+            _ => self.ca_generation,
+        }
+    }
+
+    /// Whether quorum trusts a server certificate of generation `g`: the CA in force,
+    /// and during a rotation the new one.
+    pub fn controller_trusts(&self, g: u32) -> bool {
+        g == self.ca_generation || self.ca_rotation.as_ref().is_some_and(|r| r.to == g)
+    }
+}
+
+/// The first refusal among running members, in words, if there is one: a member that
+/// does not trust another's peer certificate or quorum's client certificate, or a
+/// server certificate quorum does not trust. `None`: every connection is accepted.
+pub fn first_distrust(cp: &ControlPlane, running: &[(&str, CaGenerations)]) -> Option<String> {
+    let ours = cp.controller_ca_generation();
+    for (a, fa) in running {
+        if !cp.controller_trusts(fa.server) {
+            return Some(format!(
+                "quorum does not trust {a}'s server certificate (CA generation {})",
+                fa.server
+            ));
+        }
+        if !fa.trusts(ours) {
+            return Some(format!(
+                "{a} does not trust quorum's own certificate (CA generation {ours})"
+            ));
+        }
+        if let Some((b, fb)) = running.iter().find(|(_, fb)| !fa.trusts(fb.peer)) {
+            return Some(format!(
+                "{a} does not trust {b}'s peer certificate (CA generation {})",
+                fb.peer
+            ));
+        }
+    }
+    None
+}

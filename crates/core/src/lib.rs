@@ -30,6 +30,7 @@ pub use backup::{
     BackupSpec, RetentionSpec, SnapshotFacts, SnapshotReason, SnapshotRecord, SnapshotSeen,
     Verification,
 };
+pub use carotation::{first_distrust, CaGenerations};
 pub use classify::{classify, ClientErrorKind, EtcdAnswer, EtcdCall, GrpcCode, Refusal, Verdict};
 pub use decide::{
     decide, Action, ActionKind, ClusterState, Condition, ConditionKind, Decision, DeleteReason,

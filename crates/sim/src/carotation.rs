@@ -9,15 +9,6 @@
 
 use super::*;
 
-/// What a started member's TLS files say: the CA generations it trusts (bit `g`) and
-/// the generations its peer and server certificates come from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct SimFiles {
-    trusts: u64,
-    peer: u32,
-    server: u32,
-}
-
 /// What the CA rotations of a run did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CaCounts {
@@ -48,40 +39,13 @@ impl std::fmt::Display for CaCounts {
     }
 }
 
-/// Generations above this are not simulated (one rotation a run).
-const MAX_GENERATION: u32 = 63;
-
 impl World {
-    /// The files a start of `m` gets now.
-    pub(crate) fn ca_files_of(&self, m: &Machine) -> SimFiles {
-        let files = self.cp.ca_files(m.ca_step);
-        let current = self.cp.ca_generation.min(MAX_GENERATION);
-        let next = self
-            .cp
-            .ca_rotation
-            .as_ref()
-            .map_or(current, |r| r.to.min(MAX_GENERATION));
-        let mut trusts = 0u64;
-        if files.trusts_current {
-            trusts |= 1 << current;
-        }
-        if files.trusts_next {
-            trusts |= 1 << next;
-        }
-        let by = |next_one: bool| if next_one { next } else { current };
-        SimFiles {
-            trusts,
-            peer: by(files.peer_by_next),
-            server: by(files.server_by_next),
-        }
-    }
-
     /// Records the files of a start of `name` (its machine record as it is now).
     pub(crate) fn record_ca_files(&mut self, name: &str) {
         let Some(m) = self.machines.iter().find(|m| m.name == name) else {
             return;
         };
-        let files = self.ca_files_of(m);
+        let files = self.cp.ca_generations(m.ca_step);
         let rotating = self
             .cp
             .ca_rotation
@@ -153,54 +117,16 @@ impl World {
     }
 
     /// Every running member accepts every other running member's peer certificate and
-    /// quorum's own client certificate (the CA the control plane record names for it),
-    /// and quorum accepts every running member's server certificate (it trusts the CA
-    /// in force, and a rotation's new one while it runs).
+    /// quorum's own client certificate, and quorum every running member's server
+    /// certificate (`quorum_core::first_distrust`).
     pub(crate) fn check_ca_trust(&mut self) {
-        let running: Vec<(&String, SimFiles)> = self
+        let running: Vec<(&str, CaGenerations)> = self
             .procs
             .iter()
             .filter(|(name, p)| p.running && self.member_of_machine(name).is_some())
-            .map(|(name, p)| (name, p.files))
+            .map(|(name, p)| (name.as_str(), p.files))
             .collect();
-        let ours = if self.cp.controller_uses_next_ca() {
-            self.cp.ca_rotation.as_ref().map_or(0, |r| r.to)
-        } else {
-            self.cp.ca_generation
-        };
-        let current = self.cp.ca_generation.min(MAX_GENERATION);
-        let quorum_trusts = (1u64 << current)
-            | self
-                .cp
-                .ca_rotation
-                .as_ref()
-                .map_or(0, |r| 1u64 << r.to.min(MAX_GENERATION));
-        let mut broken = None;
-        'outer: for (a, fa) in &running {
-            if quorum_trusts & (1 << fa.server) == 0 {
-                broken = Some(format!(
-                    "quorum does not trust {a}'s server certificate (CA generation {})",
-                    fa.server
-                ));
-                break;
-            }
-            if fa.trusts & (1 << ours.min(MAX_GENERATION)) == 0 {
-                broken = Some(format!(
-                    "{a} does not trust quorum's own certificate (CA generation {ours})"
-                ));
-                break;
-            }
-            for (b, fb) in &running {
-                if fa.trusts & (1 << fb.peer) == 0 {
-                    broken = Some(format!(
-                        "{a} does not trust {b}'s peer certificate (CA generation {})",
-                        fb.peer
-                    ));
-                    break 'outer;
-                }
-            }
-        }
-        if let Some(why) = broken {
+        if let Some(why) = quorum_core::first_distrust(&self.cp, &running) {
             self.violate(format!("TLS trust broken: {why}"));
         }
     }

@@ -111,15 +111,14 @@ use quorum_core::lease::{
 };
 use quorum_core::pacing::{Attempt, Hold, Pacing, PacingInput, PacingPolicy};
 use quorum_core::{
-    decide, quorum_size, Action, CaPhase, CaRotation, ClusterState, ControlPlane, ControlPlaneSpec,
-    DataMarker, EndpointStatus, Machine, MachineObservation, Member, Observation, ProcessState,
-    RemediationSpec, RolloutStrategy, Span, Version,
+    decide, quorum_size, Action, CaGenerations, CaPhase, CaRotation, ClusterState, ControlPlane,
+    ControlPlaneSpec, DataMarker, EndpointStatus, Machine, MachineObservation, Member, Observation,
+    ProcessState, RemediationSpec, RolloutStrategy, Span, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use backups::BackupCounts;
 pub use carotation::CaCounts;
-use carotation::SimFiles;
 pub use config::{Config, Outcome, Rng, Scenario};
 use controller::{etcd_answer, Answer};
 pub use inplace::{InPlaceCounts, IN_PLACE_END_STEPS, SIM_IN_PLACE_TIMEOUT};
@@ -204,7 +203,7 @@ struct Proc {
     last_start_ms: Option<u64>,
     phase_at_ms: Option<u64>,
     /// The CA files of its last start.
-    files: SimFiles,
+    files: CaGenerations,
 }
 
 /// A fault in force, with the step at which it heals.

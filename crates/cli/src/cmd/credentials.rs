@@ -21,7 +21,7 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
         bail!("{name} was created with --insecure-plaintext: its members take no certificates (and check none)");
     }
     let a = access::open(&ctx.store, &cp, "quorum-credentials", Default::default())?;
-    let (Some(ca), Some(bundle)) = (a.ca.as_ref(), a.trust_pem()) else {
+    let (Some(ca), Some(bundle)) = (a.ca(), a.trust_pem()) else {
         bail!("{name}: its CA could not be loaded");
     };
     let now = access::now_unix_s();

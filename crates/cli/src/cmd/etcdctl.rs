@@ -99,7 +99,7 @@ async fn endpoints(ctx: &Ctx, cp: &ControlPlane) -> Result<Vec<String>> {
 /// bundle, written owner-only into `dir`, as etcdctl's flags. Nothing for plain HTTP.
 fn credentials(ctx: &Ctx, cp: &ControlPlane, dir: &Path) -> Result<Vec<String>> {
     let access = ctx.access(cp)?;
-    let Some(ca) = access.ca.as_ref() else {
+    let Some(ca) = access.ca() else {
         return Ok(Vec::new());
     };
     let now = access::now_unix_s();

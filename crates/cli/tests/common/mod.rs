@@ -336,6 +336,26 @@ pub fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// Connects with `opts` and tries a linearizable read, within a deadline.
+pub fn try_read(endpoints: &[String], opts: ConnectOptions) -> Result<(), String> {
+    rt().block_on(async {
+        let opts = opts
+            .with_connect_timeout(Duration::from_secs(2))
+            .with_timeout(Duration::from_secs(2));
+        let attempt = async {
+            let mut c = Client::connect(endpoints, Some(opts))
+                .await
+                .map_err(|e| e.to_string())?;
+            c.get("probe", None).await.map_err(|e| e.to_string())?;
+            Ok::<(), String>(())
+        };
+        match tokio::time::timeout(Duration::from_secs(5), attempt).await {
+            Ok(r) => r,
+            Err(_) => Err("no answer within 5 s".into()),
+        }
+    })
+}
+
 /// Writes `n` keys with unique values; returns them.
 pub fn write_keys(cluster: &Cluster, prefix: &str, n: usize) -> Vec<(String, String)> {
     rt().block_on(async {

@@ -158,23 +158,6 @@ fn apply_rotation(w: &mut Sit, a: &Action) {
     }
 }
 
-/// The CA files of each running member: (generations trusted, generation of its peer
-/// certificate, of its server certificate), as `ControlPlane::ca_files` gives the
-/// controller at its start.
-fn files(cp: &ControlPlane, m: &Machine) -> (Vec<u32>, u32, u32) {
-    let f = cp.ca_files(m.ca_step);
-    let next = cp.ca_rotation.as_ref().map_or(cp.ca_generation, |r| r.to);
-    let mut trusts = vec![];
-    if f.trusts_current {
-        trusts.push(cp.ca_generation);
-    }
-    if f.trusts_next {
-        trusts.push(next);
-    }
-    let by = |n: bool| if n { next } else { cp.ca_generation };
-    (trusts, by(f.peer_by_next), by(f.server_by_next))
-}
-
 #[test]
 fn whole_rotations_replay_to_convergence_and_no_member_ever_distrusts_another() {
     for (strategy, surge) in [
@@ -187,8 +170,9 @@ fn whole_rotations_replay_to_convergence_and_no_member_ever_distrusts_another() 
             .rotating(Trust);
         world.strategy = strategy;
         world.leader = 2;
-        let mut running: BTreeMap<u64, (Vec<u32>, u32, u32)> =
-            (1..=3).map(|i| (i, (vec![0], 0, 0))).collect();
+        let mut running: BTreeMap<String, CaGenerations> = (1..=3)
+            .map(|i| (name(i), CaGenerations::plain(0)))
+            .collect();
         let mut phases = vec![];
         let mut steps = 0;
         loop {
@@ -212,38 +196,18 @@ fn whole_rotations_replay_to_convergence_and_no_member_ever_distrusts_another() 
             let (cp, machines, _) = world.build();
             if let Action::StartMachine { machine, .. } = &action {
                 let m = machines.iter().find(|m| &m.name == machine).unwrap();
-                running.insert(m.serial, files(&cp, m));
+                running.insert(m.name.clone(), cp.ca_generations(m.ca_step));
             }
-            running.retain(|serial, _| {
+            running.retain(|n, _| {
                 world
                     .machines
                     .iter()
-                    .any(|f| f.serial == *serial && f.running)
+                    .any(|f| name(f.serial) == *n && f.running)
             });
-            let ours = if cp.controller_uses_next_ca() {
-                cp.ca_rotation.as_ref().unwrap().to
-            } else {
-                cp.ca_generation
-            };
-            // Quorum trusts the CA in force and, during a rotation, the new one.
-            let quorum_trusts: Vec<u32> = std::iter::once(cp.ca_generation)
-                .chain(cp.ca_rotation.as_ref().map(|r| r.to))
-                .collect();
-            for (a, (trusts, _, server)) in &running {
-                assert!(
-                    trusts.contains(&ours),
-                    "{strategy:?}: cp-{a} does not trust quorum's certificate after {action}"
-                );
-                assert!(
-                    quorum_trusts.contains(server),
-                    "{strategy:?}: quorum does not trust cp-{a}'s server after {action}"
-                );
-                for (b, (_, peer, _)) in &running {
-                    assert!(
-                        trusts.contains(peer),
-                        "{strategy:?}: cp-{a} does not trust cp-{b} after {action}"
-                    );
-                }
+            let files: Vec<(&str, CaGenerations)> =
+                running.iter().map(|(n, g)| (n.as_str(), *g)).collect();
+            if let Some(why) = first_distrust(&cp, &files) {
+                panic!("{strategy:?}: {why} after {action}");
             }
         }
         assert_eq!(phases, [Reissue, Drop], "{strategy:?}");
@@ -251,13 +215,14 @@ fn whole_rotations_replay_to_convergence_and_no_member_ever_distrusts_another() 
         assert!(world.ca_rotation.is_none());
         let (cp, machines, _) = world.build();
         for m in &machines {
-            assert_eq!(files(&cp, m), (vec![1], 1, 1), "{strategy:?}: {}", m.name);
+            let g = cp.ca_generations(m.ca_step);
+            assert_eq!(g, CaGenerations::plain(1), "{strategy:?}: {}", m.name);
         }
-        for (serial, f) in &running {
+        for (n, f) in &running {
             assert_eq!(
-                f,
-                &(vec![1], 1, 1),
-                "{strategy:?}: cp-{serial} runs old files"
+                *f,
+                CaGenerations::plain(1),
+                "{strategy:?}: {n} runs old files"
             );
         }
     }

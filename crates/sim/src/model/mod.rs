@@ -51,9 +51,9 @@
 use quorum_core::health::{self, Problem};
 use quorum_core::pacing::{Pacing, PacingInput, Verdict};
 use quorum_core::{
-    decide, quorum_size, Action, CaPhase, CaRotation, ControlPlane, ControlPlaneSpec, DataMarker,
-    EndpointStatus, Machine, MachineObservation, Member, Observation, ProcessState,
-    RolloutStrategy, Strategy, Version,
+    decide, quorum_size, Action, CaGenerations, CaPhase, CaRotation, ControlPlane,
+    ControlPlaneSpec, DataMarker, EndpointStatus, Machine, MachineObservation, Member, Observation,
+    ProcessState, RolloutStrategy, Strategy, Version,
 };
 use std::hash::Hash;
 use std::net::Ipv4Addr;
@@ -91,11 +91,8 @@ struct Proc {
     /// The binary it was last started from (its record's version then): what it
     /// reports while it runs.
     binary: Version,
-    /// The CA files of its last start: the generations it trusts (bits) and those its
-    /// peer and server certificates come from.
-    trusts: u8,
-    peer: u8,
-    server: u8,
+    /// The CA files of its last start.
+    files: CaGenerations,
 }
 
 impl Proc {
@@ -105,9 +102,7 @@ impl Proc {
             running,
             has_data,
             binary,
-            trusts: 1,
-            peer: 0,
-            server: 0,
+            files: CaGenerations::plain(0),
         }
     }
 }
@@ -703,26 +698,10 @@ impl State {
         self.check_in_place()
     }
 
-    /// The CA files a start of `m` gets now (`ControlPlane::ca_files`, as the
-    /// controller issues them).
-    fn ca_files_of(&self, m: &Machine) -> (u8, u8, u8) {
-        let f = self.cp.ca_files(m.ca_step);
-        let current = self.cp.ca_generation as u8;
-        let next = self.cp.ca_rotation.as_ref().map_or(current, |r| r.to as u8);
-        let trusts = (u8::from(f.trusts_current) << current) | (u8::from(f.trusts_next) << next);
-        let by = |n: bool| if n { next } else { current };
-        (trusts, by(f.peer_by_next), by(f.server_by_next))
-    }
-
     /// Every running member trusts every other running member's peer certificate and
-    /// quorum's own (the CA the control plane record names for it), and quorum trusts
-    /// every running member's server certificate.
+    /// quorum's own, and quorum every running member's server certificate.
     fn check_ca_trust(&self) -> Result<(), String> {
-        let ours = match &self.cp.ca_rotation {
-            Some(r) if self.cp.controller_uses_next_ca() => r.to as u8,
-            _ => self.cp.ca_generation as u8,
-        };
-        let running: Vec<&Proc> = self
+        let running: Vec<(&str, CaGenerations)> = self
             .procs
             .iter()
             .filter(|p| {
@@ -731,33 +710,12 @@ impl State {
                         m.name == p.name && self.members.iter().any(|x| x.serial == m.serial)
                     })
             })
+            .map(|p| (p.name.as_str(), p.files))
             .collect();
-        let current = self.cp.ca_generation as u8;
-        let quorum_trusts =
-            (1u8 << current) | self.cp.ca_rotation.as_ref().map_or(0, |r| 1u8 << r.to);
-        for a in &running {
-            if quorum_trusts & (1 << a.server) == 0 {
-                return Err(format!(
-                    "quorum does not trust {}'s server certificate (CA generation {})",
-                    a.name, a.server
-                ));
-            }
-            if a.trusts & (1 << ours) == 0 {
-                return Err(format!(
-                    "{} does not trust quorum's own certificate (CA generation {ours})",
-                    a.name
-                ));
-            }
-            for b in &running {
-                if a.trusts & (1 << b.peer) == 0 {
-                    return Err(format!(
-                        "{} does not trust {}'s peer certificate (CA generation {})",
-                        a.name, b.name, b.peer
-                    ));
-                }
-            }
+        match quorum_core::first_distrust(&self.cp, &running) {
+            Some(why) => Err(why),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 

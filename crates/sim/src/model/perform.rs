@@ -88,8 +88,8 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
                 .machines
                 .iter()
                 .find(|m| &m.name == machine)
-                .map(|m| (m.serial, m.version, s.ca_files_of(m)));
-            let Some((serial, binary, (trusts, peer, server))) = found else {
+                .map(|m| (m.serial, m.version, s.cp.ca_generations(m.ca_step)));
+            let Some((serial, binary, files)) = found else {
                 return Ok(true);
             };
             // The provider leaves a running process alone.
@@ -112,9 +112,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             let runs = s.check_binary(machine, binary)?;
             if let Some(p) = s.proc_mut(machine) {
                 p.binary = binary;
-                p.trusts = trusts;
-                p.peer = peer;
-                p.server = server;
+                p.files = files;
             }
             // etcd started for a machine that is not a member exits at once.
             if is_member && runs {
