@@ -288,6 +288,44 @@ Examples:
   quorum rotate-ca prod && quorum status prod --watch"
     )]
     RotateCa(RotateCaArgs),
+    /// Register hosts whose agents run members (see `quorum agent --help`).
+    #[command(
+        after_help = "Example, with the controller started with --join-listen 198.18.0.1:7391:
+  quorum host add h1 --address 198.18.0.11 --label zone=a
+  # prints a one-time token; on host h1:
+  quorum agent --join qj1.eyJob3N0Ijoi...
+
+A token works once, for --token-ttl (default 24h). The agent makes its own key on its host
+and exchanges the token for a certificate from the hosts CA; only the token's SHA-256 is
+kept in the store."
+    )]
+    Host(HostCommands),
+    /// List the hosts: address, labels, whether their agent answers, its version, the
+    /// etcd versions installed there, the members it runs, and its certificate's end.
+    #[command(after_help = "Examples:
+  quorum hosts
+  quorum hosts -o json
+
+Each agent is asked over mutual TLS with a deadline; one that does not answer is shown as
+unreachable, with why (a refused connection, an expired certificate).")]
+    Hosts(HostsArgs),
+    /// Run the host agent: etcd members on this host, for the controller, over an
+    /// authenticated API (gRPC, mutual TLS).
+    #[command(
+        after_help = "The first time, with the token `quorum host add` printed:
+  quorum agent --join qj1.eyJob3N0Ijoi... --state-dir /var/lib/quorum-agent
+After that (a restart, a reboot), without the token:
+  quorum agent --state-dir /var/lib/quorum-agent
+
+The agent makes its key in --state-dir (0600; it never leaves the host), serves on the
+host's address, port 7390, and renews its certificate two thirds into its life. An agent
+that was off past its certificate's end renews at its next start, for up to 30 days after.
+Members it runs are detached: they keep running while the agent restarts, and it finds them
+again. It keeps no desired state: the controller's store is the one source of truth. Calls
+that can destroy data carry the control plane's fencing token; a token older than one seen
+is refused, so a deposed controller cannot act through an agent."
+    )]
+    Agent(AgentArgs),
     /// List the installed etcd versions.
     Versions(NoState),
     /// Print quorum's own version (as `quorum -V` does; the etcd versions are `quorum versions`).
@@ -323,6 +361,77 @@ pub struct NoState {
 pub struct DemoCommand {
     #[command(flatten)]
     pub demo: demo::DemoArgs,
+    #[command(flatten)]
+    pub no_state: NoState,
+}
+
+#[derive(clap::Args)]
+pub struct HostCommands {
+    #[command(subcommand)]
+    pub command: HostCommand,
+}
+
+#[derive(Subcommand)]
+pub enum HostCommand {
+    /// Register a host and print the one-time token its agent joins with.
+    Add(HostAddArgs),
+}
+
+#[derive(clap::Args)]
+pub struct HostAddArgs {
+    /// The host's name: lower-case letters, digits and '-' (a DNS label; it is in the
+    /// agent's certificate).
+    pub name: String,
+    /// The address the agent and the members listen on.
+    #[arg(long, value_name = "IP")]
+    pub address: std::net::IpAddr,
+    /// A label, KEY=VALUE, repeatable; `zone=...` names the failure domain.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = quorum_ops::hosts::parse_label)]
+    pub labels: Vec<(String, String)>,
+    /// How long the token works.
+    #[arg(long, default_value = "24h", value_parser = humantime_duration, value_name = "DURATION")]
+    pub token_ttl: Duration,
+    /// How long each certificate of the agent lasts (renewed two thirds of the way).
+    #[arg(long, default_value = "90d", value_parser = humantime_duration, value_name = "DURATION")]
+    pub certificate_lifetime: Duration,
+    /// Where agents reach the join service: IP:PORT. Default: what the controller
+    /// started with --join-listen recorded.
+    #[arg(long, value_name = "IP:PORT")]
+    pub join_endpoint: Option<std::net::SocketAddr>,
+    /// The host exists: issue a new token (its agent lost its state, or its certificate
+    /// ended more than 30 days ago).
+    #[arg(long)]
+    pub rejoin: bool,
+}
+
+fn humantime_duration(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s)
+        .map_err(|e| format!("{s:?} is not a duration (e.g. 90s, 24h, 90d): {e}"))
+}
+
+#[derive(clap::Args)]
+pub struct HostsArgs {
+    /// Output: table or json.
+    #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]
+    pub output: String,
+}
+
+#[derive(clap::Args)]
+pub struct AgentArgs {
+    /// The agent's own state: its key and certificate, installed etcd binaries, members'
+    /// data [env: QUORUM_AGENT_DIR; default ~/.local/share/quorum/agent]
+    #[arg(long, value_name = "DIR", env = "QUORUM_AGENT_DIR")]
+    pub state_dir: Option<PathBuf>,
+    /// The join token from `quorum host add` (needed once; the same token again is
+    /// harmless).
+    #[arg(long, value_name = "TOKEN")]
+    pub join: Option<String>,
+    /// Where to serve: IP:PORT (default: the host's address, port 7390).
+    #[arg(long, value_name = "IP:PORT")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// How long a stopping member gets between SIGTERM and SIGKILL.
+    #[arg(long, default_value = "10s", value_parser = humantime_duration, value_name = "DURATION")]
+    pub stop_grace: Duration,
     #[command(flatten)]
     pub no_state: NoState,
 }
@@ -774,6 +883,11 @@ pub struct ControllerArgs {
     /// every control plane, the others stand by.
     #[arg(long, default_value_t = 1, value_parser = parse_shards, value_name = "N")]
     pub shards: u32,
+    /// Serve the join service on IP:PORT: host agents exchange their one-time tokens
+    /// there and renew their certificates. Recorded in the store, so `quorum host add`
+    /// puts it in tokens. Off by default.
+    #[arg(long, value_name = "IP:PORT")]
+    pub join_listen: Option<std::net::SocketAddr>,
 }
 
 fn parse_shards(s: &str) -> Result<u32, String> {

@@ -55,7 +55,7 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr, filtered by QUORUM_LOG; the controller logs its steps by default.
 fn init_logging(command: &Command) {
-    let default = if matches!(command, Command::Controller(_)) {
+    let default = if matches!(command, Command::Controller(_) | Command::Agent(_)) {
         "info"
     } else {
         "warn"

@@ -14,6 +14,8 @@
 //! - Private keys reach the disk only through [`write_private`] (mode 0600, atomic
 //!   rename) inside directories made by [`create_private_dir`] (mode 0700).
 
+pub mod agents;
+
 use std::fmt;
 use std::fs;
 use std::io::{self, Write};
@@ -33,7 +35,7 @@ pub const DEFAULT_CA_LIFETIME_S: u64 = 10 * 365 * 86_400;
 
 /// How far back `notBefore` is put, so that a machine whose clock is a little behind
 /// the controller's does not reject a certificate that was just issued.
-const CLOCK_SKEW_S: i64 = 3_600;
+pub const CLOCK_SKEW_S: i64 = 3_600;
 
 /// The longest common name X.509 allows (RFC 5280, ub-common-name).
 const MAX_COMMON_NAME_LEN: usize = 64;
@@ -92,6 +94,13 @@ pub enum PkiError {
         #[source]
         source: rcgen::Error,
     },
+    /// A certificate signing request (an agent's) does not parse, is not signed by its
+    /// own key, or asks for a key type quorum does not issue for.
+    #[error("the certificate request does not parse or its signature is wrong: {reason}")]
+    Csr { reason: String },
+    /// A private key given to [`agents::certificate_request`] does not parse.
+    #[error("the private key does not parse: {reason}")]
+    KeyParse { reason: String },
     /// A certificate given to [`not_after_unix_s`] does not parse.
     #[error("the certificate does not parse: {reason}")]
     CertParse { reason: String },

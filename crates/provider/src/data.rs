@@ -164,6 +164,32 @@ pub fn record_start(machine_dir: &Path, at_unix_s: i64) -> io::Result<()> {
     write_atomically(machine_dir, STARTS_FILE, text.as_bytes())
 }
 
+/// Where a machine's last exit is recorded (by the process that started it and reaped
+/// it; a process that outlived its starter is reaped by init and leaves none).
+pub const EXIT_FILE: &str = "last-exit";
+
+/// Records how the machine's process ended ("exited 0", "killed by signal 9") in
+/// `machine_dir`, atomically. A machine directory that is gone (deleted) stays gone.
+pub fn record_exit(machine_dir: &Path, status: std::process::ExitStatus) -> io::Result<()> {
+    use std::os::unix::process::ExitStatusExt;
+    if !machine_dir.is_dir() {
+        return Ok(());
+    }
+    let text = match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited {code}"),
+        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, None) => "ended".to_string(),
+    };
+    write_atomically(machine_dir, EXIT_FILE, text.as_bytes())
+}
+
+/// How the machine's last process ended, if its starter saw it.
+pub fn read_exit(machine_dir: &Path) -> Option<String> {
+    let text = fs::read_to_string(machine_dir.join(EXIT_FILE)).ok()?;
+    let text = text.trim();
+    (!text.is_empty() && text.len() <= 64).then(|| text.to_string())
+}
+
 /// The last `n` lines of the file at `path`, reading at most its last
 /// `LOG_TAIL_BYTES` (a line cut by that limit is left out). A missing or unreadable
 /// file has no lines; bytes that are not UTF-8 are replaced.

@@ -327,6 +327,12 @@ impl LocalProvider {
         }
     }
 
+    /// How the machine's last process ended ("exited 1", "killed by signal 9"), when
+    /// this process started and reaped it.
+    pub fn last_exit(&self, name: &str) -> Option<String> {
+        data::read_exit(&self.machine_dir(name))
+    }
+
     /// The last `n` lines of the machine's etcd log, from at most its last
     /// `LOG_TAIL_BYTES` (what etcd said before it exited: "member ... has already been
     /// bootstrapped"). No log: no lines.
@@ -481,10 +487,14 @@ impl LocalProvider {
             .map_err(|e| io_err("write pid file", e))?;
         // Reap the child when it exits so it does not linger as a zombie while this
         // process lives; if this process dies first, init adopts and reaps it.
+        let reaped_dir = dir.clone();
         std::thread::Builder::new()
             .name(format!("reap-{pid}"))
             .spawn(move || {
-                let _ = child.wait();
+                if let Ok(status) = child.wait() {
+                    // Best effort: what it says is for people and reports.
+                    let _ = data::record_exit(&reaped_dir, status);
+                }
             })
             .map_err(|e| io_err("spawn reaper thread", e))?;
         // Every start is counted (a crash loop is seen from these); the process runs

@@ -235,6 +235,8 @@ pub trait StateStore: Send {
     /// Changes a setting from `expected` to `value` in one compare-and-swap; false when
     /// it held something else (nothing changed).
     fn replace_setting(&self, key: &str, expected: &str, value: &str) -> Result<bool>;
+    /// The settings whose keys begin with `prefix`, by key (host records: `host/`).
+    fn settings_under(&self, prefix: &str) -> Result<Vec<(String, String)>>;
 
     /// Records a new control plane. The history of an earlier one of the same name is
     /// dropped in the same step, so it never shows up as the new one's. A control plane
@@ -816,7 +818,15 @@ fn check_private(what: &'static str, path: &Path, want: u32) -> Result<()> {
 /// Creates the state file owner-only if it does not exist yet (before SQLite opens it,
 /// so that it is never readable by others, not even for a moment); an existing file is
 /// left as it is.
+/// Creates `path` (0600) unless it exists. An existing file is never opened here: on
+/// Linux, closing any descriptor of a file drops every POSIX lock this process holds on
+/// it, SQLite's among them, and another process could then take the state file's WAL
+/// for unused and delete it while this process's connections still write to it
+/// (seen: the join service's store, opened beside the controller's, lost its writes).
 fn create_private_file(path: &Path) -> Result<()> {
+    if path.exists() {
+        return Ok(());
+    }
     let mut o = std::fs::OpenOptions::new();
     o.create(true).append(true);
     #[cfg(unix)]

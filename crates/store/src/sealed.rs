@@ -10,6 +10,19 @@ fn ca_record(cp: &str) -> String {
     format!("ca-key/{cp}")
 }
 
+/// The setting that holds the hosts CA (which certifies host agents and the
+/// controller towards them): its certificate and its key, sealed like every CA key.
+pub const HOSTS_CA_SETTING: &str = "hosts/ca";
+/// The record the hosts CA's key is sealed for ('@' is in no control plane's name).
+const HOSTS_CA_RECORD: &str = "ca-key/@hosts";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HostsCaSetting {
+    cert_pem: String,
+    key_pem: String,
+}
+
 /// How `ca_keys` names a rotation's new CA: `<control plane>/next` (a control plane's
 /// name has no `/`), so its sealed key is bound to a record of its own.
 pub const NEXT_CA_SUFFIX: &str = "/next";
@@ -167,6 +180,92 @@ impl Store {
         }
     }
 
+    /// The hosts CA, its key opened; `None` before the first host was added.
+    pub fn hosts_ca(&self) -> Result<Option<StoredCa>> {
+        let Some(text) = self.inner.setting(HOSTS_CA_SETTING)? else {
+            return Ok(None);
+        };
+        let (stored, sealed) = self.parse_hosts_ca(&text)?;
+        let pem = secrets::open(self.keys.as_ref(), HOSTS_CA_RECORD, &sealed)?;
+        let key_pem = String::from_utf8(pem.to_vec()).map_err(|_| StoreError::Corrupt {
+            location: self.inner.location(),
+            detail: "the hosts CA key opens to something that is not text".into(),
+        })?;
+        Ok(Some(StoredCa {
+            cert_pem: stored.cert_pem,
+            key_pem,
+        }))
+    }
+
+    /// The hosts CA, made by `make` and recorded (its key sealed) if there is none yet.
+    /// Two callers racing agree on the first recorded.
+    pub fn hosts_ca_or_init(&self, make: impl FnOnce() -> Result<StoredCa>) -> Result<StoredCa> {
+        if let Some(ca) = self.hosts_ca()? {
+            return Ok(ca);
+        }
+        let ca = make()?;
+        let key = self.sealing_key()?;
+        let sealed = secrets::seal(
+            self.keys.as_ref(),
+            &key,
+            HOSTS_CA_RECORD,
+            ca.key_pem.as_bytes(),
+        )?;
+        let text = serde_json::to_string(&HostsCaSetting {
+            cert_pem: ca.cert_pem.clone(),
+            key_pem: sealed,
+        })
+        .map_err(|e| StoreError::Corrupt {
+            location: self.inner.location(),
+            detail: format!("the hosts CA: {e}"),
+        })?;
+        self.inner.setting_or_init(HOSTS_CA_SETTING, &text)?;
+        self.hosts_ca()?.ok_or_else(|| StoreError::Corrupt {
+            location: self.inner.location(),
+            detail: "the hosts CA vanished after it was written".into(),
+        })
+    }
+
+    fn parse_hosts_ca(&self, text: &str) -> Result<(HostsCaSetting, secrets::Sealed)> {
+        let damaged = |why: String| StoreError::Corrupt {
+            location: self.inner.location(),
+            detail: format!("the hosts CA: {why}"),
+        };
+        let stored: HostsCaSetting =
+            serde_json::from_str(text).map_err(|e| damaged(e.to_string()))?;
+        let sealed = match secrets::Sealed::parse(&stored.key_pem) {
+            Some(Ok(s)) => s,
+            Some(Err(why)) => return Err(damaged(why.to_string())),
+            None => return Err(damaged("its key is not sealed".into())),
+        };
+        Ok((stored, sealed))
+    }
+
+    /// Re-wraps the hosts CA's key with `new_key`; whether it changed anything.
+    fn rewrap_hosts_ca(&mut self, new_key: &str) -> Result<bool> {
+        let Some(text) = self.inner.setting(HOSTS_CA_SETTING)? else {
+            return Ok(false);
+        };
+        let (stored, sealed) = self.parse_hosts_ca(&text)?;
+        if sealed.key_id == new_key {
+            return Ok(false);
+        }
+        if !self.keys.holds(&sealed.key_id)? {
+            return Err(self.missing_key(&sealed.key_id));
+        }
+        let again = secrets::rewrap(self.keys.as_ref(), HOSTS_CA_RECORD, &sealed, new_key)?;
+        let text2 = serde_json::to_string(&HostsCaSetting {
+            cert_pem: stored.cert_pem,
+            key_pem: again,
+        })
+        .map_err(|e| StoreError::Corrupt {
+            location: self.inner.location(),
+            detail: format!("the hosts CA: {e}"),
+        })?;
+        // Another writer changed it meanwhile: it re-wrapped it too, or will.
+        self.inner.replace_setting(HOSTS_CA_SETTING, &text, &text2)
+    }
+
     /// Seals every CA key still stored in plaintext; how many.
     pub fn seal_plaintext_secrets(&mut self) -> Result<usize> {
         let plain: Vec<(String, String)> = self
@@ -219,6 +318,9 @@ impl Store {
                 break;
             }
         }
+        if changes.len() < max && self.rewrap_hosts_ca(new_key)? {
+            return Ok(1 + self.inner.replace_ca_keys(&changes)?);
+        }
         self.inner.replace_ca_keys(&changes)
     }
 
@@ -230,6 +332,13 @@ impl Store {
                 Some(Ok(s)) => s.key_id,
                 Some(Err(_)) => "(damaged)".to_string(),
                 None => "(plaintext)".to_string(),
+            };
+            *ids.entry(id).or_default() += 1;
+        }
+        if let Some(text) = self.inner.setting(HOSTS_CA_SETTING)? {
+            let id = match self.parse_hosts_ca(&text) {
+                Ok((_, sealed)) => sealed.key_id,
+                Err(_) => "(damaged)".to_string(),
             };
             *ids.entry(id).or_default() += 1;
         }

@@ -211,6 +211,25 @@ impl StateStore for SqliteStore {
         Ok(n == 1)
     }
 
+    fn settings_under(&self, prefix: &str) -> Result<Vec<(String, String)>> {
+        let from = format!("setting.{prefix}");
+        let mut stmt = self
+            .conn
+            .prepare("SELECT key, value FROM meta WHERE substr(key, 1, ?2) = ?1 ORDER BY key")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map(params![from, from.chars().count() as i64], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (key, value) = row.map_err(|e| self.err(e))?;
+            out.push((key["setting.".len()..].to_string(), value));
+        }
+        Ok(out)
+    }
+
     // ---- control planes
 
     /// Records a new control plane. The history of an earlier one of the same name is

@@ -1,6 +1,7 @@
 //! One module per command. Each takes its parsed arguments and the place to work in;
 //! the operations they share with the benchmark tooling are in `quorum-ops`.
 
+mod agent;
 mod apply;
 mod completion;
 mod controller;
@@ -12,6 +13,7 @@ mod etcdctl;
 mod events;
 mod get;
 mod haproxy_config;
+mod hosts;
 mod list;
 mod pause;
 mod rebuild;
@@ -54,6 +56,9 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::HaproxyConfig(a) => haproxy_config::run(at, a),
         Command::Secrets(s) => secrets::run(at, s.command),
         Command::RotateCa(a) => rotate_ca::run(at, a).await,
+        Command::Host(h) => hosts::run(at, h.command),
+        Command::Hosts(a) => hosts::list(at, a).await,
+        Command::Agent(a) => agent::run(a).await,
         Command::Versions(_) => versions::run(),
         Command::Version(_) => {
             use clap::CommandFactory;

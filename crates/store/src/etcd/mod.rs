@@ -172,6 +172,24 @@ impl StateStore for EtcdStore {
         }
     }
 
+    fn settings_under(&self, prefix: &str) -> Result<Vec<(String, String)>> {
+        let base = self.key("setting/");
+        let kvs = self.list(
+            &format!("{base}{prefix}"),
+            GetOptions::new(),
+            "read settings",
+        )?;
+        let mut out = Vec::with_capacity(kvs.len());
+        for kv in kvs {
+            let key = kv.key[base.len()..].to_string();
+            let value = String::from_utf8(kv.value)
+                .map_err(|_| self.corrupt(format!("setting {key:?} is not text")))?;
+            out.push((key, value));
+        }
+        out.sort();
+        Ok(out)
+    }
+
     fn create_control_plane(
         &mut self,
         cp: &ControlPlane,

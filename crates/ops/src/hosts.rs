@@ -1,0 +1,491 @@
+//! Hosts and their agents, as the store keeps them: one record per host (setting
+//! `host/<name>`, JSON), the hosts CA (sealed, `Store::hosts_ca`), and where the join
+//! service listens (setting `hosts/join-endpoint`). `quorum host add` writes a record
+//! with a one-time join token (only the SHA-256 of its secret is kept); the join
+//! service (`StoreRegistry`) consumes it, pins the agent's key and records its
+//! certificate's end; renewals are for that key only.
+//!
+//! Every change of a record is a compare-and-swap on the text read, retried a bounded
+//! number of times, so two controllers serving joins never both consume one token.
+
+use anyhow::{anyhow, bail, Context, Result};
+use quorum_agent::join::{Grant, Registry, RegistryError};
+use quorum_agent::token::JoinToken;
+use quorum_store::{Store, StoredCa};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+
+pub const HOST_PREFIX: &str = "host/";
+/// Where the join service listens, as the controller serving it recorded it.
+pub const JOIN_ENDPOINT_SETTING: &str = "hosts/join-endpoint";
+/// How long a join token works unless `--token-ttl` says otherwise.
+pub const DEFAULT_TOKEN_TTL_S: u64 = 24 * 3_600;
+/// How long an agent's certificate lasts unless `--certificate-lifetime` says otherwise.
+/// The agent renews it two thirds of the way.
+pub const DEFAULT_AGENT_CERT_LIFETIME_S: u64 = 90 * 86_400;
+/// The shortest certificate lifetime allowed (tests use it to see expiry).
+pub const MIN_AGENT_CERT_LIFETIME_S: u64 = 10;
+/// How long the controller's own certificate towards agents lasts (one is made per
+/// process start and per day).
+pub const CONTROLLER_CERT_LIFETIME_S: i64 = 86_400;
+/// How many times a record change is tried against concurrent writers.
+const WRITE_ATTEMPTS: u32 = 5;
+/// The most labels a host may carry.
+pub const MAX_LABELS: usize = 16;
+
+/// A host, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostRecord {
+    pub name: String,
+    pub address: IpAddr,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    pub certificate_lifetime_s: u64,
+    pub added_unix_s: i64,
+    /// An outstanding join token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<PendingJoin>,
+    /// The key the agent joined with (SHA-256 of its SubjectPublicKeyInfo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined_unix_s: Option<i64>,
+    /// The end of the last certificate issued to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_not_after_unix_s: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingJoin {
+    pub secret_sha256: String,
+    pub expires_unix_s: i64,
+}
+
+/// What `quorum host add` asks for.
+#[derive(Clone, Debug)]
+pub struct AddHost {
+    pub name: String,
+    pub address: IpAddr,
+    pub labels: BTreeMap<String, String>,
+    pub token_ttl_s: u64,
+    pub certificate_lifetime_s: u64,
+    /// The host exists: issue a new token (the agent lost its state, or its certificate
+    /// is past the renewal grace).
+    pub rejoin: bool,
+    /// Where agents reach the join service; default: what the controller recorded.
+    pub endpoint: Option<SocketAddr>,
+}
+
+fn key(name: &str) -> String {
+    format!("{HOST_PREFIX}{name}")
+}
+
+/// Parses `k=v` labels (letters, digits, '-', '_', '.'; keys 1–63, values 0–63).
+pub fn parse_label(s: &str) -> Result<(String, String), String> {
+    let (k, v) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?} is not a label: write KEY=VALUE, e.g. zone=a"))?;
+    let ok = |t: &str, min: usize| {
+        t.len() >= min
+            && t.len() <= 63
+            && t.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+    };
+    if !ok(k, 1) || !ok(v, 0) {
+        return Err(format!(
+            "{s:?} is not a label: keys and values use letters, digits, '-', '_' and '.', up to 63 each"
+        ));
+    }
+    Ok((k.to_string(), v.to_string()))
+}
+
+/// Every host, by name.
+pub fn list(store: &Store) -> Result<Vec<HostRecord>> {
+    let mut out = Vec::new();
+    for (k, text) in store.settings_under(HOST_PREFIX)? {
+        let h: HostRecord = serde_json::from_str(&text)
+            .with_context(|| format!("the record of {k} in {} is damaged", store.location()))?;
+        out.push(h);
+    }
+    Ok(out)
+}
+
+pub fn get(store: &Store, name: &str) -> Result<Option<HostRecord>> {
+    read(store, name).map(|r| r.map(|(h, _)| h))
+}
+
+fn read(store: &Store, name: &str) -> Result<Option<(HostRecord, String)>> {
+    let Some(text) = store.setting(&key(name))? else {
+        return Ok(None);
+    };
+    let h: HostRecord = serde_json::from_str(&text).with_context(|| {
+        format!(
+            "the record of host {name} in {} is damaged",
+            store.location()
+        )
+    })?;
+    Ok(Some((h, text)))
+}
+
+/// The hosts CA, made at first use.
+pub fn hosts_ca(store: &Store, now_unix_s: i64) -> Result<quorum_pki::Ca> {
+    let stored = store.hosts_ca_or_init(|| {
+        let ca = quorum_pki::Ca::generate("hosts", now_unix_s, quorum_pki::DEFAULT_CA_LIFETIME_S)
+            .map_err(|e| quorum_store::StoreError::Corrupt {
+            location: "the hosts CA".into(),
+            detail: e.to_string(),
+        })?;
+        Ok(StoredCa {
+            cert_pem: ca.cert_pem().to_string(),
+            key_pem: ca.key_pem().to_string(),
+        })
+    })?;
+    Ok(quorum_pki::Ca::from_pem(
+        "hosts",
+        &stored.cert_pem,
+        &stored.key_pem,
+    )?)
+}
+
+/// Records host `req.name` (or, with `rejoin`, a new token for it) and returns its join
+/// token.
+pub fn add(store: &Store, req: &AddHost, now_unix_s: i64) -> Result<JoinToken> {
+    if !quorum_agent::valid_host_name(&req.name) {
+        bail!(
+            "{:?} is not a host name: use 1 to 63 lower-case letters, digits or '-' (not at either end)",
+            req.name
+        );
+    }
+    if req.address.is_unspecified() || req.address.is_multicast() {
+        bail!(
+            "{} cannot be a host's address: give the address its agent and members listen on",
+            req.address
+        );
+    }
+    if req.labels.len() > MAX_LABELS {
+        bail!("a host carries at most {MAX_LABELS} labels");
+    }
+    if req.certificate_lifetime_s < MIN_AGENT_CERT_LIFETIME_S {
+        bail!(
+            "a certificate lifetime under {MIN_AGENT_CERT_LIFETIME_S} s leaves no time to renew it"
+        );
+    }
+    let endpoint = match req.endpoint {
+        Some(e) => e,
+        None => store
+            .setting(JOIN_ENDPOINT_SETTING)?
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| {
+                anyhow!(
+                    "no join service is known: start the controller with --join-listen IP:PORT, or give --join-endpoint IP:PORT"
+                )
+            })?,
+    };
+    let ca = hosts_ca(store, now_unix_s)?;
+    let secret = JoinToken::new_secret();
+    let join = PendingJoin {
+        secret_sha256: JoinToken::secret_sha256(&secret),
+        expires_unix_s: now_unix_s
+            .saturating_add(i64::try_from(req.token_ttl_s).unwrap_or(i64::MAX)),
+    };
+    let existing = read(store, &req.name)?;
+    match (existing, req.rejoin) {
+        (Some(_), false) => bail!(
+            "host {} exists; to give its agent a new token (state lost, or its certificate expired long ago): quorum host add {} --address {} --rejoin",
+            req.name,
+            req.name,
+            req.address
+        ),
+        (None, true) => bail!("no host {} to rejoin; add it without --rejoin", req.name),
+        (Some((h, text)), true) => {
+            if h.address != req.address {
+                bail!(
+                    "host {} is at {}, not {}: a host keeps its address (its members' URLs name it)",
+                    req.name,
+                    h.address,
+                    req.address
+                );
+            }
+            let next = HostRecord {
+                join: Some(join),
+                labels: if req.labels.is_empty() { h.labels.clone() } else { req.labels.clone() },
+                certificate_lifetime_s: req.certificate_lifetime_s,
+                ..h
+            };
+            if !store.replace_setting(&key(&req.name), &text, &to_json(&next))? {
+                bail!("host {} changed while its token was made; run the command again", req.name);
+            }
+        }
+        (None, false) => {
+            if let Some(other) = list(store)?.into_iter().find(|h| h.address == req.address) {
+                bail!("{} is already the address of host {}", req.address, other.name);
+            }
+            let rec = HostRecord {
+                name: req.name.clone(),
+                address: req.address,
+                labels: req.labels.clone(),
+                certificate_lifetime_s: req.certificate_lifetime_s,
+                added_unix_s: now_unix_s,
+                join: Some(join),
+                key_sha256: None,
+                joined_unix_s: None,
+                certificate_not_after_unix_s: None,
+            };
+            let text = to_json(&rec);
+            if store.setting_or_init(&key(&req.name), &text)? != text {
+                bail!("host {} was added by someone else meanwhile", req.name);
+            }
+        }
+    }
+    Ok(JoinToken {
+        host: req.name.clone(),
+        address: req.address,
+        endpoint,
+        ca_sha256: quorum_pki::agents::certificate_sha256(ca.cert_pem())?,
+        secret,
+    })
+}
+
+fn to_json(h: &HostRecord) -> String {
+    // A record of strings and numbers always serialises.
+    serde_json::to_string(h).unwrap_or_default()
+}
+
+/// The controller's identity towards agents: the hosts CA, and a client certificate
+/// (CN "quorum controller") valid for a day.
+pub fn controller_identity(
+    store: &Store,
+    now_unix_s: i64,
+) -> Result<(String, quorum_pki::Identity)> {
+    let ca = hosts_ca(store, now_unix_s)?;
+    let id = ca.issue_client(
+        quorum_pki::agents::CONTROLLER_CN,
+        now_unix_s,
+        now_unix_s + CONTROLLER_CERT_LIFETIME_S,
+    )?;
+    Ok((ca.cert_pem().to_string(), id))
+}
+
+/// The rustls configuration the controller dials agents with.
+pub fn controller_tls(
+    store: &Store,
+    now_unix_s: i64,
+) -> Result<Arc<quorum_agent::tls::ClientConfig>> {
+    let (ca, id) = controller_identity(store, now_unix_s)?;
+    let identity = quorum_agent::tls::Identity::new(&id.cert_pem, &id.key_pem)?;
+    Ok(quorum_agent::tls::client(&ca, identity)?)
+}
+
+/// The join service's identity at `ip`: the hosts CA and a server certificate for it.
+pub fn join_identity(
+    store: &Store,
+    ip: IpAddr,
+    now_unix_s: i64,
+) -> Result<(String, quorum_pki::Identity)> {
+    let ca = hosts_ca(store, now_unix_s)?;
+    let id = ca.issue_service(
+        "quorum join service",
+        ip,
+        now_unix_s,
+        now_unix_s + quorum_pki::DEFAULT_CA_LIFETIME_S as i64 / 10,
+    )?;
+    Ok((ca.cert_pem().to_string(), id))
+}
+
+/// The registry the join service consults: the store's host records.
+pub struct StoreRegistry {
+    store: Mutex<Store>,
+}
+
+impl StoreRegistry {
+    pub fn new(store: Store) -> StoreRegistry {
+        StoreRegistry {
+            store: Mutex::new(store),
+        }
+    }
+
+    /// Reads host `name`, lets `change` judge and edit it, writes it back if unchanged
+    /// meanwhile; retried against concurrent writers.
+    fn update(
+        &self,
+        name: &str,
+        change: impl Fn(&mut HostRecord) -> Result<Grant, RegistryError>,
+    ) -> Result<Grant, RegistryError> {
+        let store = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        let unavailable = |e: anyhow::Error| RegistryError::Unavailable(format!("{e:#}"));
+        for _ in 0..WRITE_ATTEMPTS {
+            let (mut h, text) = read(&store, name)
+                .map_err(unavailable)?
+                .ok_or_else(|| RegistryError::UnknownHost(name.to_string()))?;
+            let grant = change(&mut h)?;
+            match store.replace_setting(&key(name), &text, &to_json(&h)) {
+                Ok(true) => return Ok(grant),
+                Ok(false) => continue,
+                Err(e) => return Err(unavailable(e.into())),
+            }
+        }
+        Err(RegistryError::Unavailable(format!(
+            "host {name}'s record kept changing under {WRITE_ATTEMPTS} attempts; try again"
+        )))
+    }
+}
+
+fn lifetime_end(h: &HostRecord, now: i64) -> i64 {
+    now.saturating_add(i64::try_from(h.certificate_lifetime_s).unwrap_or(i64::MAX))
+}
+
+impl Registry for StoreRegistry {
+    fn join(
+        &self,
+        host: &str,
+        secret: &str,
+        key_sha256: &str,
+        now: i64,
+    ) -> Result<Grant, RegistryError> {
+        let claimed = JoinToken::secret_sha256(secret);
+        self.update(host, |h| {
+            let Some(pending) = &h.join else {
+                return Err(RegistryError::Refused(format!(
+                    "host {host} has no join token outstanding (a token works once): `quorum host add {host} --address {} --rejoin` makes a new one",
+                    h.address
+                )));
+            };
+            if pending.secret_sha256 != claimed {
+                return Err(RegistryError::Refused(format!("that is not host {host}'s join token")));
+            }
+            if now > pending.expires_unix_s {
+                return Err(RegistryError::Refused(format!(
+                    "host {host}'s join token expired at {}: `quorum host add {host} --address {} --rejoin` makes a new one",
+                    quorum_pki::format_unix_s(pending.expires_unix_s),
+                    h.address
+                )));
+            }
+            let end = lifetime_end(h, now);
+            h.join = None;
+            h.key_sha256 = Some(key_sha256.to_string());
+            h.joined_unix_s = Some(now);
+            h.certificate_not_after_unix_s = Some(end);
+            Ok(Grant {
+                address: h.address,
+                not_after_unix_s: end,
+            })
+        })
+    }
+
+    fn renew(&self, host: &str, key_sha256: &str, now: i64) -> Result<Grant, RegistryError> {
+        self.update(host, |h| {
+            if h.key_sha256.as_deref() != Some(key_sha256) {
+                return Err(RegistryError::Refused(format!(
+                    "host {host} joined with another key; renewals are for that key only (join again with a new token)"
+                )));
+            }
+            let end = lifetime_end(h, now);
+            h.certificate_not_after_unix_s = Some(end);
+            Ok(Grant {
+                address: h.address,
+                not_after_unix_s: end,
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000;
+
+    fn add_req(name: &str, ip: &str) -> AddHost {
+        AddHost {
+            name: name.into(),
+            address: ip.parse().unwrap(),
+            labels: BTreeMap::new(),
+            token_ttl_s: 60,
+            certificate_lifetime_s: 3_600,
+            rejoin: false,
+            endpoint: Some("127.0.0.1:7391".parse().unwrap()),
+        }
+    }
+
+    #[test]
+    fn a_token_joins_once_and_renewals_are_for_the_joined_key() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("home");
+        let store = Store::open(&d).unwrap();
+        let token = add(&store, &add_req("h1", "198.18.0.11"), NOW).unwrap();
+        let reg = StoreRegistry::new(Store::open(&d).unwrap());
+        assert!(matches!(
+            reg.join("h1", &JoinToken::new_secret(), "k1", NOW),
+            Err(RegistryError::Refused(_))
+        ));
+        let g = reg.join("h1", &token.secret, "k1", NOW + 1).unwrap();
+        assert_eq!(g.not_after_unix_s, NOW + 1 + 3_600);
+        let h = get(&store, "h1").unwrap().unwrap();
+        assert_eq!((h.join, h.key_sha256.as_deref()), (None, Some("k1")));
+        let again = reg
+            .join("h1", &token.secret, "k2", NOW + 2)
+            .unwrap_err()
+            .to_string();
+        assert!(again.contains("works once"), "{again}");
+        assert!(reg.renew("h1", "k2", NOW + 3).is_err());
+        assert_eq!(
+            reg.renew("h1", "k1", NOW + 4).unwrap().not_after_unix_s,
+            NOW + 4 + 3_600
+        );
+        assert!(matches!(
+            reg.renew("h2", "k1", NOW),
+            Err(RegistryError::UnknownHost(_))
+        ));
+    }
+
+    #[test]
+    fn an_expired_token_is_refused_and_a_rejoin_issues_another() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("home");
+        let store = Store::open(&d).unwrap();
+        let t1 = add(&store, &add_req("h1", "198.18.0.11"), NOW).unwrap();
+        let reg = StoreRegistry::new(Store::open(&d).unwrap());
+        let e = reg
+            .join("h1", &t1.secret, "k1", NOW + 61)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expired"), "{e}");
+        let dup = add(&store, &add_req("h1", "198.18.0.11"), NOW)
+            .unwrap_err()
+            .to_string();
+        assert!(dup.contains("--rejoin"), "{dup}");
+        let same_addr = add(&store, &add_req("h2", "198.18.0.11"), NOW)
+            .unwrap_err()
+            .to_string();
+        assert!(same_addr.contains("already the address"), "{same_addr}");
+        let t2 = add(
+            &store,
+            &AddHost {
+                rejoin: true,
+                ..add_req("h1", "198.18.0.11")
+            },
+            NOW + 100,
+        )
+        .unwrap();
+        assert!(
+            reg.join("h1", &t1.secret, "k1", NOW + 101).is_err(),
+            "the old token is gone"
+        );
+        reg.join("h1", &t2.secret, "k1", NOW + 101).unwrap();
+        assert_eq!(list(&store).unwrap().len(), 1);
+        for (bad, want) in [("H1", "not a host name"), ("h-", "not a host name")] {
+            let e = add(&store, &add_req(bad, "198.18.0.12"), NOW)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{e}");
+        }
+        let e = add(&store, &add_req("h3", "0.0.0.0"), NOW)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("cannot be a host's address"), "{e}");
+    }
+}
