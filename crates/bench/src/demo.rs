@@ -65,6 +65,7 @@ impl RolloutArgs {
                 schedule: quorum_core::backup::SCHEDULE_OFF.into(),
                 ..Default::default()
             },
+            provider: Default::default(),
         }
     }
 }

@@ -559,8 +559,22 @@ pub struct CreateArgs {
     /// for 7 days (change both with `apply -f`, `spec.backup`).
     #[arg(long, env = "QUORUM_BACKUP_SCHEDULE", default_value = quorum_core::backup::DEFAULT_SCHEDULE, value_name = "CRON")]
     pub backup_schedule: String,
+    /// Where the members run: local (processes on this host, each on its own loopback
+    /// address) or hosts (on the hosts `quorum host add` registered, through their
+    /// agents, one member per host, no zone holding more members than the control plane
+    /// can lose).
+    #[arg(long, default_value = "local", value_parser = parse_provider, value_name = "PROVIDER")]
+    pub provider: quorum_core::ProviderKind,
     #[command(flatten)]
     pub wait: WaitArgs,
+}
+
+fn parse_provider(s: &str) -> Result<quorum_core::ProviderKind, String> {
+    match s {
+        "local" => Ok(quorum_core::ProviderKind::Local),
+        "hosts" => Ok(quorum_core::ProviderKind::Hosts),
+        _ => Err(format!("{s:?} is not a provider: use local or hosts")),
+    }
 }
 
 #[derive(clap::Args)]

@@ -228,6 +228,7 @@ fn one_member(ip: IpAddr, version: &str) -> StartSpec {
         remediation: None,
         in_place: None,
         ca_step: None,
+        placement: None,
     };
     StartSpec {
         initial_cluster: vec![InitialMember {
@@ -508,4 +509,84 @@ async fn an_expired_agent_certificate_is_refused_then_renewed() {
     assert!(h.agent_log("h2").contains("agent certificate renewed"));
     let listed = h.env.ok(&["hosts"]);
     assert!(listed.contains("ready"), "{listed}");
+}
+
+/// Every key written is read back from the control plane's current members.
+async fn read_back(h: &Hosts, name: &str, keys: &[String]) {
+    let c = h.env.endpoints(name);
+    let mut client = c.connect().await.unwrap();
+    for k in keys {
+        let r = client.get(k.as_str(), None).await.unwrap();
+        assert_eq!(r.kvs().len(), 1, "{k} lost");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_plane_on_hosts_is_created_upgraded_and_deleted_through_agents() {
+    let mut h = Hosts::new("agent_hosts_cp");
+    for i in 1..=4 {
+        let name = format!("h{i}");
+        let token = h.add(&name, i, &[]);
+        h.start_agent(&name, Some(&token));
+    }
+    for i in 1..=4 {
+        h.ready(&format!("h{i}"), i).await;
+    }
+    let started = Instant::now();
+    h.env.ok(&[
+        "create",
+        "prod",
+        "--replicas",
+        "3",
+        "--version",
+        "3.4.23",
+        "--provider",
+        "hosts",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    println!(
+        "created on hosts in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let machines = h.env.store().machines("prod").unwrap();
+    let mut hosts: Vec<&str> = machines.iter().filter_map(Machine::host).collect();
+    hosts.sort();
+    hosts.dedup();
+    assert_eq!(hosts.len(), 3, "one member per host: {machines:?}");
+    let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+    {
+        let mut c = h.env.endpoints("prod").connect().await.unwrap();
+        for k in &keys {
+            c.put(k.as_str(), "v", None).await.unwrap();
+        }
+    }
+    let started = Instant::now();
+    h.env.ok(&[
+        "upgrade",
+        "prod",
+        "--version",
+        "3.5.1",
+        "--wait",
+        "--timeout",
+        "5m",
+    ]);
+    println!(
+        "upgraded by replacement on 4 hosts in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    read_back(&h, "prod", &keys).await;
+    let machines = h.env.store().machines("prod").unwrap();
+    assert!(machines
+        .iter()
+        .all(|m| m.version.to_string() == "3.5.1" && m.host().is_some()));
+    let listed = h.env.ok(&["hosts"]);
+    println!("{listed}");
+    assert!(listed.contains("3.5.1"), "{listed}");
+    h.env.ok(&["delete", "prod", "--wait", "--timeout", "2m"]);
+    for i in 1..=4 {
+        let r = h.ready(&format!("h{i}"), i).await.report().await.unwrap();
+        assert!(r.members.is_empty(), "h{i} still runs {:?}", r.members);
+    }
 }

@@ -20,6 +20,7 @@ pub mod failpoints;
 pub mod fleet;
 pub mod heartbeat;
 mod history;
+pub mod hosts;
 pub mod metrics;
 pub mod pacing;
 mod perform;
@@ -88,6 +89,8 @@ pub enum ActionError {
     Backup(#[from] quorum_backup::BackupError),
     #[error("{0}")]
     Rebuild(String),
+    #[error(transparent)]
+    Hosts(#[from] hosts::HostsError),
 }
 
 impl ActionError {
@@ -216,11 +219,71 @@ pub struct Observed {
 /// Observes a control plane: every machine through the provider, every running
 /// machine's endpoint through etcd, the member list from the leader.
 pub async fn observe(provider: &LocalProvider, etcd: &Etcd, machines: &[Machine]) -> Observed {
+    let states = machines
+        .iter()
+        .map(|m| (m.name.clone(), provider.observe(&m.name)))
+        .collect();
+    observe_states(states, etcd, machines).await
+}
+
+/// The hosts this process may need to observe a control plane of provider `kind`:
+/// their records and the controller's TLS towards their agents (`None` for a local
+/// control plane, or when nothing lets it reach the agents yet).
+pub fn hosts_view(
+    store: &quorum_store::Store,
+    kind: quorum_core::ProviderKind,
+) -> (
+    Vec<quorum_store::hosts::HostRecord>,
+    Option<Arc<quorum_agent::tls::ClientConfig>>,
+) {
+    if kind.is_local() {
+        return (Vec::new(), None);
+    }
+    let records = quorum_store::hosts::list(store).unwrap_or_default();
+    (records, hosts::controller_tls(store, now_unix_s()).ok())
+}
+
+/// `observe` for any provider: a `hosts` control plane's machines through their
+/// hosts' agents (`view` from `hosts_view`).
+pub async fn observe_on(
+    local: &LocalProvider,
+    agents: &hosts::HostsProvider,
+    view: (
+        Vec<quorum_store::hosts::HostRecord>,
+        Option<Arc<quorum_agent::tls::ClientConfig>>,
+    ),
+    kind: quorum_core::ProviderKind,
+    etcd: &Etcd,
+    machines: &[Machine],
+) -> Observed {
+    if kind.is_local() {
+        return observe(local, etcd, machines).await;
+    }
+    let states = agents.observe(&view.0, view.1, machines).await;
+    observe_states(states, etcd, machines).await
+}
+
+/// The rest of an observation, once the provider said what it sees of each machine.
+async fn observe_states(
+    mut states: HashMap<String, quorum_provider::MachineState>,
+    etcd: &Etcd,
+    machines: &[Machine],
+) -> Observed {
     let mut obs = Observation::default();
     let mut pids = HashMap::new();
     let mut endpoints = Vec::new();
     for m in machines {
-        let st = provider.observe(&m.name);
+        let st = states
+            .remove(&m.name)
+            .unwrap_or(quorum_provider::MachineState {
+                process: ProcessState::Stopped,
+                pid: None,
+                has_data: false,
+                data_dir: quorum_provider::DataDirState::Missing,
+                marker: None,
+                starts_unix_s: Vec::new(),
+                running_version: None,
+            });
         if let Some(pid) = st.pid {
             pids.insert(m.name.clone(), pid);
         }
@@ -396,6 +459,9 @@ impl Controller {
         let campaign = self.sh.store().campaign(&self.sh.cfg.identity, ttl_ms)?;
         match campaign {
             Campaign::Leading { token } => {
+                self.sh
+                    .fence_token
+                    .store(token, std::sync::atomic::Ordering::SeqCst);
                 self.forget_all();
                 self.leading = true;
                 self.last_standby = None;

@@ -96,14 +96,29 @@ impl Reconciler {
                     let lifetime_s = cp.spec.certificates.lifetime.as_secs() as i64;
                     (now_unix_s() + lifetime_s).min(ca.not_after_unix_s())
                 });
-                let m = self.sh.store().allocate_machine(
-                    &cp.name,
-                    *bootstrap,
-                    *version,
-                    not_after,
-                    remediation.clone(),
-                    &address_is_free,
-                )?;
+                let m = if cp.spec.provider.is_local() {
+                    self.sh.store().allocate_machine(
+                        &cp.name,
+                        *bootstrap,
+                        *version,
+                        not_after,
+                        remediation.clone(),
+                        &address_is_free,
+                    )?
+                } else {
+                    self.sh
+                        .hosts
+                        .allocate(
+                            &self.sh.store,
+                            cp,
+                            machines,
+                            *bootstrap,
+                            *version,
+                            not_after,
+                            remediation.clone(),
+                        )
+                        .await?
+                };
                 tracing::info!(cp = %cp.name, machine = %m.name, address = %m.address, "allocated");
                 Ok(Some(m.name))
             }
@@ -130,7 +145,13 @@ impl Reconciler {
                     expect_marker: Some(*expect),
                     force_new_cluster: false,
                 };
-                self.sh.provider.start(&req)?;
+                if cp.spec.provider.is_local() {
+                    self.sh.provider.start(&req)?;
+                } else {
+                    let spec = start_spec(&req);
+                    let t = self.target(m)?;
+                    self.sh.hosts.start(&t, &self.fence(cp), &spec).await?;
+                }
                 Ok(None)
             }
             Action::AddLearner { peer_url, .. } => {
@@ -167,12 +188,12 @@ impl Reconciler {
             }
             Action::StopMachine { machine } => {
                 self.check_still_draining(cp, machines, machine)?;
-                self.on_machine(access, machines, machine, LocalProvider::stop)
+                self.on_machine(cp, access, machines, machine, MachineOp::Stop)
                     .await?;
                 Ok(None)
             }
             Action::DeleteMachine { machine } => {
-                self.on_machine(access, machines, machine, LocalProvider::delete)
+                self.on_machine(cp, access, machines, machine, MachineOp::Delete)
                     .await?;
                 failpoints::crash_point("crash-after-destroy-machine");
                 self.sh.store().delete_machine(&cp.name, machine)?;
@@ -180,6 +201,17 @@ impl Reconciler {
             }
             Action::ForgetControlPlane => {
                 self.sh.store().forget_control_plane(&cp.name)?;
+                Ok(None)
+            }
+            Action::WriteMarker { machine, marker } if !cp.spec.provider.is_local() => {
+                let Some(m) = find(machine) else {
+                    return Ok(None);
+                };
+                let t = self.target(m)?;
+                self.sh
+                    .hosts
+                    .write_marker(&t, &self.fence(cp), m, *marker)
+                    .await?;
                 Ok(None)
             }
             Action::WriteMarker { machine, marker } => {
@@ -216,6 +248,13 @@ impl Reconciler {
                 self.verify_snapshot(cp, id).await?;
                 Ok(None)
             }
+            Action::FenceMachine { machine } if !cp.spec.provider.is_local() => {
+                let _ = machine;
+                Err(
+                    hosts::HostsError::Unsupported("rebuilding a control plane after quorum loss")
+                        .into(),
+                )
+            }
             Action::FenceMachine { machine } => {
                 self.fence_machine(cp, access, machines, machine).await
             }
@@ -223,8 +262,22 @@ impl Reconciler {
                 self.set_rebuild_phase(cp, Some(*phase))?;
                 Ok(None)
             }
+            Action::RestoreSnapshot { machine, id } if !cp.spec.provider.is_local() => {
+                let _ = machine;
+                Err(
+                    hosts::HostsError::Unsupported("rebuilding a control plane after quorum loss")
+                        .into(),
+                )
+            }
             Action::RestoreSnapshot { machine, id } => {
                 self.restore_seed(cp, machines, machine, id).await
+            }
+            Action::ForceNewCluster { machine, expect } if !cp.spec.provider.is_local() => {
+                let _ = machine;
+                Err(
+                    hosts::HostsError::Unsupported("rebuilding a control plane after quorum loss")
+                        .into(),
+                )
             }
             Action::ForceNewCluster { machine, expect } => {
                 self.force_new_cluster(cp, access, machines, machine, *expect)?;
@@ -366,6 +419,23 @@ impl Reconciler {
         Ok(())
     }
 
+    /// The fencing token an agent call on `cp` carries: this replica's leadership.
+    fn fence(&self, cp: &ControlPlane) -> quorum_agent::proto::Fence {
+        quorum_agent::proto::Fence {
+            control_plane: cp.name.clone(),
+            token: self
+                .sh
+                .fence_token
+                .load(std::sync::atomic::Ordering::SeqCst),
+        }
+    }
+
+    /// The host of machine `m`, ready to call.
+    fn target(&self, m: &Machine) -> Result<hosts::Target, ActionError> {
+        let host = hosts::placed_on(m)?;
+        Ok(self.sh.hosts.target(&self.sh.store(), &host)?)
+    }
+
     /// The stop of an in-place step is checked against the store right before it: a
     /// member stopped on a stale look (a deposed controller's, resumed after its
     /// successor finished this member's step and began the next one's) would be a
@@ -419,13 +489,31 @@ impl Reconciler {
     /// then drops the cached etcd client of the machine, which no longer serves.
     async fn on_machine(
         &self,
+        cp: &ControlPlane,
         access: &Access,
         machines: &[Machine],
         name: &str,
-        op: fn(&LocalProvider, &str) -> Result<(), ProviderError>,
+        op: MachineOp,
     ) -> Result<(), ActionError> {
+        if !cp.spec.provider.is_local() {
+            let Some(m) = machines.iter().find(|m| m.name == name) else {
+                return Ok(());
+            };
+            let t = self.target(m)?;
+            let fence = self.fence(cp);
+            match op {
+                MachineOp::Stop => self.sh.hosts.stop(&t, &fence, m).await?,
+                MachineOp::Delete => self.sh.hosts.delete(&t, &fence, m).await?,
+            }
+            access.etcd.forget(&m.client_url());
+            return Ok(());
+        }
         let p = self.sh.provider.clone();
         let n = name.to_string();
+        let op: fn(&LocalProvider, &str) -> Result<(), ProviderError> = match op {
+            MachineOp::Stop => LocalProvider::stop,
+            MachineOp::Delete => LocalProvider::delete,
+        };
         tokio::task::spawn_blocking(move || op(&p, &n))
             .await
             .map_err(|e| ActionError::Join(e.to_string()))??;
@@ -471,4 +559,32 @@ pub(crate) fn done_message(action: &Action, allocated: Option<&str>) -> String {
         }
         _ => action.to_string(),
     }
+}
+
+/// A start as the agent takes it (owned).
+fn start_spec(req: &StartRequest<'_>) -> quorum_agent::StartSpec {
+    quorum_agent::StartSpec {
+        machine: req.machine.clone(),
+        cluster_token: req.cluster_token.to_string(),
+        state: req.state,
+        initial_cluster: req.initial_cluster.to_vec(),
+        tls: req.tls.map(|t| quorum_agent::MemberTls {
+            ca_pem: t.ca_pem.to_string(),
+            server_cert_pem: t.certs.server.cert_pem.clone(),
+            server_key_pem: t.certs.server.key_pem.clone(),
+            peer_cert_pem: t.certs.peer.cert_pem.clone(),
+            peer_key_pem: t.certs.peer.key_pem.clone(),
+            not_after_unix_s: t.certs.not_after_unix_s,
+        }),
+        quota_backend_bytes: req.quota_backend_bytes,
+        expect_marker: req.expect_marker,
+        force_new_cluster: req.force_new_cluster,
+    }
+}
+
+/// What `on_machine` does to a machine.
+#[derive(Clone, Copy, Debug)]
+enum MachineOp {
+    Stop,
+    Delete,
 }

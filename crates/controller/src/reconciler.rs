@@ -15,8 +15,13 @@ use std::sync::{Mutex, MutexGuard};
 /// What every reconciler of one controller shares.
 pub(crate) struct Shared {
     pub(crate) cfg: Config,
-    store: Mutex<Store>,
+    pub(crate) store: Mutex<Store>,
     pub(crate) provider: LocalProvider,
+    /// The `hosts` provider's connections to agents.
+    pub(crate) hosts: crate::hosts::HostsProvider,
+    /// This replica's leadership token while it leads (the embedded store's is 0): the
+    /// fencing token every destructive call to an agent carries.
+    pub(crate) fence_token: std::sync::atomic::AtomicI64,
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// The store's data version, read at most once per poll for the whole replica.
     pub(crate) data_version: Arc<fleet::DataVersion>,
@@ -34,10 +39,13 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(cfg: Config, store: Store, parts: &ReplicaParts) -> Self {
         let provider = LocalProvider::new(&cfg.home, cfg.etcd_dir.clone());
+        let hosts = crate::hosts::HostsProvider::new(cfg.etcd_dir.clone());
         Shared {
             access: fleet::AccessCache::new(cfg.max_open_control_planes),
             cfg,
             store: Mutex::new(store),
+            hosts,
+            fence_token: std::sync::atomic::AtomicI64::new(0),
             provider,
             metrics: parts.metrics.clone(),
             data_version: parts.data_version.clone(),
@@ -148,7 +156,16 @@ impl Reconciler {
     pub async fn reconcile(&mut self, cp: &ControlPlane) -> Result<Outcome, StoreError> {
         let machines = self.sh.store().machines(&cp.name)?;
         let access = self.sh.access_for(cp)?;
-        let mut observed = observe(&self.sh.provider, &access.etcd, &machines).await;
+        let view = crate::hosts_view(&self.sh.store(), cp.spec.provider);
+        let mut observed = crate::observe_on(
+            &self.sh.provider,
+            &self.sh.hosts,
+            view,
+            cp.spec.provider,
+            &access.etcd,
+            &machines,
+        )
+        .await;
         let tracked = self.st.health.observe(cp, &machines, &observed.observation);
         observed.observation.problem_since_unix_s = tracked.since_unix_s.clone();
         observed.observation.defragmented = tracked.defragmented.clone();

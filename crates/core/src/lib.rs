@@ -18,6 +18,7 @@ pub mod inplace;
 pub mod lease;
 pub mod model;
 pub mod pacing;
+pub mod placement;
 mod rebuild;
 mod repair;
 pub mod shards;

@@ -179,6 +179,33 @@ pub struct ControlPlaneSpec {
     /// Scheduled snapshots and how many are kept.
     #[serde(default, skip_serializing_if = "crate::BackupSpec::is_default")]
     pub backup: crate::BackupSpec,
+    /// Where the members run: `local` (processes on the controller's host, the
+    /// default) or `hosts` (on hosts registered with `quorum host add`, through their
+    /// agents, each member on its own host or failure domain). Chosen at creation.
+    #[serde(default, skip_serializing_if = "ProviderKind::is_local")]
+    pub provider: ProviderKind,
+}
+
+/// Which machine provider runs a control plane's members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    #[default]
+    Local,
+    Hosts,
+}
+
+impl ProviderKind {
+    pub fn is_local(&self) -> bool {
+        *self == ProviderKind::Local
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ProviderKind::Local => "local",
+            ProviderKind::Hosts => "hosts",
+        }
+    }
 }
 
 /// How quorum repairs failed members: by replacement, one at a time, within limits
@@ -344,6 +371,7 @@ impl ControlPlaneSpec {
             remediation: Default::default(),
             maintenance: Default::default(),
             backup: Default::default(),
+            provider: ProviderKind::Local,
         }
     }
 
@@ -679,6 +707,21 @@ pub struct Machine {
     /// of an in-place step, before the start that uses them). `None`: the CA in force.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_step: Option<CaStep>,
+    /// The host it runs on, with its ports (the `hosts` provider); `None`: a local
+    /// machine on its own loopback address and etcd's ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement: Option<Placement>,
+}
+
+/// Where a machine of the `hosts` provider runs: the host (its `address` is the
+/// machine's) and the ports its etcd listens on there (hosts carry members of several
+/// control planes, each on its own pair).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    pub host: String,
+    pub client_port: u16,
+    pub peer_port: u16,
 }
 
 /// An in-place step of one machine, recorded before each of its side effects.
@@ -768,11 +811,21 @@ impl Machine {
     }
 
     pub fn peer_url(&self) -> String {
-        format!("{}://{}:{}", self.scheme(), self.address, PEER_PORT)
+        let port = self.placement.as_ref().map_or(PEER_PORT, |p| p.peer_port);
+        format!("{}://{}:{}", self.scheme(), self.address, port)
     }
 
     pub fn client_url(&self) -> String {
-        format!("{}://{}:{}", self.scheme(), self.address, CLIENT_PORT)
+        let port = self
+            .placement
+            .as_ref()
+            .map_or(CLIENT_PORT, |p| p.client_port);
+        format!("{}://{}:{}", self.scheme(), self.address, port)
+    }
+
+    /// The host it runs on (`hosts` provider).
+    pub fn host(&self) -> Option<&str> {
+        self.placement.as_ref().map(|p| p.host.as_str())
     }
 }
 

@@ -390,6 +390,7 @@ pub trait Driver {
 pub fn table_machine(name: &str, deleting: bool) -> Machine {
     Machine {
         ca_step: None,
+        placement: None,
         name: name.to_string(),
         serial: 1,
         address: std::net::Ipv4Addr::new(127, 0, 0, 1),

@@ -6,6 +6,11 @@ use crate::version::{check_version_change, Version, VersionChangeError};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
+    #[error("spec.provider is chosen at creation: this control plane's members run on {old}, not {new} (create a new control plane to move)")]
+    ProviderChange {
+        old: &'static str,
+        new: &'static str,
+    },
     #[error("invalid name {0:?}: use 1 to 40 lowercase letters, digits and '-', starting with a letter and not ending with '-'")]
     Name(String),
     #[error("replicas must be between 1 and {MAX_REPLICAS}, got {0}")]
@@ -156,6 +161,12 @@ pub fn validate_spec_change(
             new: new.insecure_plaintext,
         });
     }
+    if new.provider != old.provider {
+        return Err(SpecError::ProviderChange {
+            old: old.provider.as_str(),
+            new: new.provider.as_str(),
+        });
+    }
     if new.version != old.version {
         let from = lowest_running.unwrap_or(old.version).min(old.version);
         // A downgrade is judged against the spec's version (what members run or are
@@ -186,6 +197,18 @@ mod tests {
             },
             ..ControlPlaneSpec::new(replicas, version.parse().unwrap())
         }
+    }
+
+    #[test]
+    fn the_provider_is_chosen_at_creation() {
+        let old = spec(3, "3.5.1", 1);
+        let new = ControlPlaneSpec {
+            provider: crate::ProviderKind::Hosts,
+            ..old.clone()
+        };
+        let e = validate_spec_change(&old, &new, None, None, false, false).unwrap_err();
+        assert!(e.to_string().contains("chosen at creation"), "{e}");
+        assert!(validate_spec_change(&new, &new, None, None, false, false).is_ok());
     }
 
     #[test]

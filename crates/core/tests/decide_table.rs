@@ -418,6 +418,7 @@ impl Sit {
                     ..MaintenanceSpec::default()
                 },
                 backup: self.backup.clone(),
+                provider: Default::default(),
             },
             deleting: self.deleting_cp,
             rebuild: self.rebuild.clone(),
@@ -427,6 +428,7 @@ impl Sit {
             .iter()
             .map(|f| Machine {
                 ca_step: f.ca_step,
+                placement: None,
                 name: name(f.serial),
                 serial: f.serial,
                 address: addr(f.serial),

@@ -81,6 +81,7 @@ impl Machines {
     fn machine(&self, x: u8) -> Machine {
         Machine {
             ca_step: None,
+            placement: None,
             name: format!("m{x}"),
             serial: u64::from(x),
             address: Ipv4Addr::new(127, 253, self.b, x),

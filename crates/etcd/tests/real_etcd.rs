@@ -25,6 +25,7 @@ fn single_member(last_octet: u8) -> Member {
     let provider = LocalProvider::new(dir.path(), default_etcd_dir());
     let machine = Machine {
         ca_step: None,
+        placement: None,
         name: format!("e-{last_octet}"),
         serial: 1,
         address: Ipv4Addr::new(127, 252, (std::process::id() % 250) as u8, last_octet),

@@ -8,16 +8,16 @@
 //! Every change of a record is a compare-and-swap on the text read, retried a bounded
 //! number of times, so two controllers serving joins never both consume one token.
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{anyhow, bail, Result};
 use quorum_agent::join::{Grant, Registry, RegistryError};
 use quorum_agent::token::JoinToken;
+pub use quorum_store::hosts::{get, list, HostRecord, PendingJoin, HOST_PREFIX};
+use quorum_store::hosts::{key, read};
 use quorum_store::{Store, StoredCa};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-pub const HOST_PREFIX: &str = "host/";
 /// Where the join service listens, as the controller serving it recorded it.
 pub const JOIN_ENDPOINT_SETTING: &str = "hosts/join-endpoint";
 /// How long a join token works unless `--token-ttl` says otherwise.
@@ -35,36 +35,6 @@ const WRITE_ATTEMPTS: u32 = 5;
 /// The most labels a host may carry.
 pub const MAX_LABELS: usize = 16;
 
-/// A host, as recorded.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct HostRecord {
-    pub name: String,
-    pub address: IpAddr,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub labels: BTreeMap<String, String>,
-    pub certificate_lifetime_s: u64,
-    pub added_unix_s: i64,
-    /// An outstanding join token.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub join: Option<PendingJoin>,
-    /// The key the agent joined with (SHA-256 of its SubjectPublicKeyInfo).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key_sha256: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub joined_unix_s: Option<i64>,
-    /// The end of the last certificate issued to it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub certificate_not_after_unix_s: Option<i64>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct PendingJoin {
-    pub secret_sha256: String,
-    pub expires_unix_s: i64,
-}
-
 /// What `quorum host add` asks for.
 #[derive(Clone, Debug)]
 pub struct AddHost {
@@ -78,10 +48,6 @@ pub struct AddHost {
     pub rejoin: bool,
     /// Where agents reach the join service; default: what the controller recorded.
     pub endpoint: Option<SocketAddr>,
-}
-
-fn key(name: &str) -> String {
-    format!("{HOST_PREFIX}{name}")
 }
 
 /// Parses `k=v` labels (letters, digits, '-', '_', '.'; keys 1–63, values 0–63).
@@ -101,34 +67,6 @@ pub fn parse_label(s: &str) -> Result<(String, String), String> {
         ));
     }
     Ok((k.to_string(), v.to_string()))
-}
-
-/// Every host, by name.
-pub fn list(store: &Store) -> Result<Vec<HostRecord>> {
-    let mut out = Vec::new();
-    for (k, text) in store.settings_under(HOST_PREFIX)? {
-        let h: HostRecord = serde_json::from_str(&text)
-            .with_context(|| format!("the record of {k} in {} is damaged", store.location()))?;
-        out.push(h);
-    }
-    Ok(out)
-}
-
-pub fn get(store: &Store, name: &str) -> Result<Option<HostRecord>> {
-    read(store, name).map(|r| r.map(|(h, _)| h))
-}
-
-fn read(store: &Store, name: &str) -> Result<Option<(HostRecord, String)>> {
-    let Some(text) = store.setting(&key(name))? else {
-        return Ok(None);
-    };
-    let h: HostRecord = serde_json::from_str(&text).with_context(|| {
-        format!(
-            "the record of host {name} in {} is damaged",
-            store.location()
-        )
-    })?;
-    Ok(Some((h, text)))
 }
 
 /// The hosts CA, made at first use.
@@ -319,7 +257,7 @@ impl StoreRegistry {
         let unavailable = |e: anyhow::Error| RegistryError::Unavailable(format!("{e:#}"));
         for _ in 0..WRITE_ATTEMPTS {
             let (mut h, text) = read(&store, name)
-                .map_err(unavailable)?
+                .map_err(|e| unavailable(e.into()))?
                 .ok_or_else(|| RegistryError::UnknownHost(name.to_string()))?;
             let grant = change(&mut h)?;
             match store.replace_setting(&key(name), &text, &to_json(&h)) {

@@ -3,7 +3,7 @@
 
 use crate::haproxy::{probe, HaproxyState};
 use anyhow::Result;
-use quorum_controller::{now_ms, observe};
+use quorum_controller::now_ms;
 use quorum_core::{
     decide, Condition, ControlPlane, Decision, HaproxySpec, Machine, MachineHealth, ProcessState,
     Role,
@@ -180,7 +180,11 @@ pub async fn decision(
     cp: &ControlPlane,
 ) -> Result<(Vec<Machine>, quorum_controller::Observed, Decision)> {
     let machines = store.machines(&cp.name)?;
-    let mut observed = observe(provider, etcd, &machines).await;
+    let view = quorum_controller::hosts_view(store, cp.spec.provider);
+    let agents = quorum_controller::hosts::HostsProvider::new(provider.etcd_dir().to_path_buf());
+    let mut observed =
+        quorum_controller::observe_on(provider, &agents, view, cp.spec.provider, etcd, &machines)
+            .await;
     // The controller's memory of since when each machine has had a problem, for the
     // machines that have one now: so `status` says how long, and decides as it does.
     let remembered = remembered_since(store, &cp.name)?;

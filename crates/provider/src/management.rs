@@ -75,6 +75,7 @@ impl ManagementEtcd {
             .enumerate()
             .map(|(i, a)| Machine {
                 ca_step: None,
+                placement: None,
                 name: format!("mgmt-{}", i + 1),
                 serial: i as u64 + 1,
                 address: *a,

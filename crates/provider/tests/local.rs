@@ -40,6 +40,7 @@ fn machine(name: &str, last_octet: u8) -> Machine {
     let b = (std::process::id() % 250) as u8;
     Machine {
         ca_step: None,
+        placement: None,
         name: name.into(),
         serial: 1,
         address: Ipv4Addr::new(127, 251, b, last_octet),

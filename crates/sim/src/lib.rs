@@ -363,6 +363,7 @@ impl World {
                     remediation: SIM_REMEDIATION,
                     maintenance: Default::default(),
                     backup: backups::sim_backup(),
+                    provider: Default::default(),
                 },
                 deleting: false,
                 rebuild: None,
@@ -528,6 +529,7 @@ impl World {
         let m = Machine {
             // Recorded with the CA files of a rotation's phase, as the stores do.
             ca_step: self.cp.ca_step_now().filter(|_| self.cfg.ca_rotation),
+            placement: None,
             name: format!("sim-{serial}"),
             serial,
             address: Ipv4Addr::new(127, 200, (n / 250) as u8, (n % 250 + 2) as u8),

@@ -20,6 +20,7 @@ use std::time::Duration;
 
 mod etcd;
 mod event;
+pub mod hosts;
 mod sealed;
 pub mod secrets;
 mod sqlite;
@@ -322,6 +323,29 @@ pub trait StateStore: Send {
         version: Version,
         certificates_not_after_unix_s: Option<i64>,
         remediation: Option<Remediation>,
+        is_free: &dyn Fn(Ipv4Addr) -> bool,
+    ) -> Result<Machine> {
+        self.allocate_machine_at(
+            cp,
+            bootstrap,
+            version,
+            certificates_not_after_unix_s,
+            remediation,
+            None,
+            is_free,
+        )
+    }
+    /// `allocate_machine`, on a host when `at` says which (the `hosts` provider: the
+    /// host's address and the machine's ports there; no loopback address is taken).
+    #[allow(clippy::too_many_arguments)]
+    fn allocate_machine_at(
+        &mut self,
+        cp: &str,
+        bootstrap: bool,
+        version: Version,
+        certificates_not_after_unix_s: Option<i64>,
+        remediation: Option<Remediation>,
+        at: Option<&Placed>,
         is_free: &dyn Fn(Ipv4Addr) -> bool,
     ) -> Result<Machine>;
     /// Records that a machine is leaving (idempotent), with the remediation it is
@@ -716,11 +740,20 @@ fn parse_subnet(s: &str) -> Option<(u8, u8)> {
 /// first address of `subnet` from `*next_addr` on that `is_free` accepts. `*next_addr`
 /// moves past the address taken, so addresses are never reused.
 #[allow(clippy::too_many_arguments)]
+/// A machine's place on a host (`StateStore::allocate_machine_at`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Placed {
+    pub address: Ipv4Addr,
+    pub placement: quorum_core::Placement,
+}
+
+#[allow(clippy::too_many_arguments)]
 fn new_machine(
     cp: &str,
     serial: u64,
     subnet: (u8, u8),
     next_addr: &mut u64,
+    at: Option<&Placed>,
     is_free: &dyn Fn(Ipv4Addr) -> bool,
     version: Version,
     bootstrap: bool,
@@ -728,17 +761,22 @@ fn new_machine(
     remediation: Option<Remediation>,
     ca_step: Option<CaStep>,
 ) -> Result<Machine> {
-    let address = loop {
-        let Some(a) = address_at(subnet, *next_addr) else {
-            return Err(StoreError::AddressesExhausted(format!("127.{}", subnet.0)));
-        };
-        *next_addr += 1;
-        if is_free(a) {
-            break a;
+    let address = if let Some(p) = at {
+        p.address
+    } else {
+        loop {
+            let Some(a) = address_at(subnet, *next_addr) else {
+                return Err(StoreError::AddressesExhausted(format!("127.{}", subnet.0)));
+            };
+            *next_addr += 1;
+            if is_free(a) {
+                break a;
+            }
         }
     };
     Ok(Machine {
         ca_step: ca_step.filter(|_| certificates_not_after_unix_s.is_some()),
+        placement: at.map(|p| p.placement.clone()),
         name: format!("{cp}-{serial}"),
         serial,
         address,

@@ -576,13 +576,14 @@ impl StateStore for SqliteStore {
     /// Records a new machine: the next serial of the control plane and the next free
     /// loopback address of this state directory (`is_free` says whether an address can
     /// be used, for example because nothing listens on it).
-    fn allocate_machine(
+    fn allocate_machine_at(
         &mut self,
         cp: &str,
         bootstrap: bool,
         version: Version,
         certificates_not_after_unix_s: Option<i64>,
         remediation: Option<Remediation>,
+        at: Option<&Placed>,
         is_free: &dyn Fn(Ipv4Addr) -> bool,
     ) -> Result<Machine> {
         let subnet = self.subnet()?;
@@ -629,6 +630,7 @@ impl StateStore for SqliteStore {
             serial as u64,
             subnet,
             &mut next,
+            at,
             is_free,
             version,
             bootstrap,

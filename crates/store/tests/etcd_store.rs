@@ -76,6 +76,7 @@ fn cp(name: &str) -> ControlPlane {
             remediation: Default::default(),
             maintenance: Default::default(),
             backup: Default::default(),
+            provider: Default::default(),
         },
         deleting: false,
         rebuild: None,

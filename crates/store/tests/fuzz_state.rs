@@ -45,6 +45,7 @@ fn populated() -> (tempfile::TempDir, PathBuf) {
                 remediation: Default::default(),
                 maintenance: Default::default(),
                 backup: Default::default(),
+                provider: Default::default(),
             },
             deleting: false,
             rebuild: None,

@@ -38,6 +38,7 @@ pub async fn run(at: &Place, a: CreateArgs) -> Result<()> {
             schedule: a.backup_schedule,
             ..Default::default()
         },
+        provider: a.provider,
     };
     // The spec came from flags: the core's refusals of it name the flags (exit 2).
     create(&mut ctx, &a.name, spec, a.force).map_err(usage::create_flag_error)?;

@@ -326,6 +326,7 @@ pub struct Report {
 fn machine(serial: u64, version: Version) -> Machine {
     Machine {
         ca_step: None,
+        placement: None,
         name: format!("m-{serial}"),
         serial,
         address: Ipv4Addr::new(127, 1, 0, serial as u8),
@@ -389,6 +390,7 @@ fn initial_rollout(variant: Variant) -> State {
                 remediation: Default::default(),
                 maintenance: Default::default(),
                 backup: Default::default(),
+                provider: Default::default(),
             },
             deleting: false,
             rebuild: None,

@@ -24,6 +24,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
                     tls,
                     // The stores record a rotation's phase with the allocation.
                     ca_step: s.cp.ca_step_now().filter(|_| tls),
+                    placement: None,
                     ..machine(s.next_serial, *version)
                 };
                 s.next_serial += 1;

@@ -514,13 +514,14 @@ impl StateStore for EtcdStore {
         Ok(out)
     }
 
-    fn allocate_machine(
+    fn allocate_machine_at(
         &mut self,
         cp: &str,
         bootstrap: bool,
         version: Version,
         certificates_not_after_unix_s: Option<i64>,
         remediation: Option<Remediation>,
+        at: Option<&Placed>,
         is_free: &dyn Fn(Ipv4Addr) -> bool,
     ) -> Result<Machine> {
         let subnet = self.subnet()?;
@@ -550,6 +551,7 @@ impl StateStore for EtcdStore {
                 rec.next_serial,
                 subnet,
                 &mut next_addr,
+                at,
                 is_free,
                 version,
                 bootstrap,

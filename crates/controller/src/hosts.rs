@@ -1,0 +1,473 @@
+//! The `hosts` provider: members of a control plane with `spec.provider: hosts` run on
+//! registered hosts, through each host's agent (quorum-agent), one connection per host.
+//!
+//! What the local provider does with a process, this does with a call: observe is one
+//! `Report` per host, start sends the member's configuration (after installing its etcd
+//! version on the host when the host lacks it, from this controller's binaries), stop,
+//! delete, wipe and marker carry the control plane's fencing token. A host whose agent
+//! does not answer is not guessed at: its members are reported as last seen, running,
+//! and the etcd observation (unreachable member) drives health and remediation.
+//!
+//! Architecture invariant: nothing here decides; placement is `quorum_core::placement`,
+//! fed with the host records and the machines recorded.
+
+use quorum_agent::client::{AgentClient, AgentError};
+use quorum_agent::proto::{Fence, ReportReply};
+use quorum_agent::StartSpec;
+use quorum_core::placement::{self, HostView, PlacementError};
+use quorum_core::{DataMarker, Machine, Placement, ProcessState, Version};
+use quorum_provider::{DataDirState, MachineState};
+use quorum_store::hosts::HostRecord;
+use quorum_store::{Placed, Store};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long the controller's own certificate towards agents is used before a new one
+/// is made (it is valid for a day).
+pub const CONTROLLER_CERT_REFRESH_S: i64 = 12 * 3_600;
+/// The first port pair a host gives a member: etcd's own; the next ones go up by 2.
+pub const FIRST_CLIENT_PORT: u16 = 2379;
+/// The most members one host runs (port pairs 2379/2380 up to 2379 + 2·(n-1)).
+pub const MAX_MEMBERS_PER_HOST: u16 = 1_000;
+/// How long one host's report may take within an observation.
+pub const REPORT_TIMEOUT_MS: u64 = 3_000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostsError {
+    #[error(transparent)]
+    Agent(#[from] AgentError),
+    #[error(transparent)]
+    Placement(#[from] PlacementError),
+    #[error(transparent)]
+    Store(#[from] quorum_store::StoreError),
+    #[error(transparent)]
+    Records(#[from] quorum_store::hosts::HostsError),
+    #[error("machine {0} has no host recorded (it was not placed by the hosts provider)")]
+    NotPlaced(String),
+    #[error("host {0} is not registered (see `quorum hosts`)")]
+    UnknownHost(String),
+    #[error("host {host} has address {address}: members need an IPv4 address")]
+    NotIpv4 { host: String, address: IpAddr },
+    #[error("host {0} has no free port pair for another member")]
+    NoPorts(String),
+    #[error("etcd {version} is not installed on this controller ({dir}), so it cannot be installed on host {host}: run scripts/install.sh")]
+    NoBinaries {
+        version: Version,
+        dir: PathBuf,
+        host: String,
+    },
+    #[error("the hosts CA: {0}")]
+    Tls(String),
+    #[error("{0} is not available with the hosts provider yet")]
+    Unsupported(&'static str),
+}
+
+/// The controller's TLS configuration towards agents, from the hosts CA.
+pub fn controller_tls(
+    store: &Store,
+    now_unix_s: i64,
+) -> Result<Arc<quorum_agent::tls::ClientConfig>, HostsError> {
+    let Some(ca) = store.hosts_ca()? else {
+        return Err(HostsError::Tls(
+            "there is none yet: add a host first (quorum host add)".into(),
+        ));
+    };
+    let ca = quorum_pki::Ca::from_pem("hosts", &ca.cert_pem, &ca.key_pem)
+        .map_err(|e| HostsError::Tls(e.to_string()))?;
+    let id = ca
+        .issue_client(
+            quorum_pki::agents::CONTROLLER_CN,
+            now_unix_s,
+            (now_unix_s + 86_400).min(ca.not_after_unix_s()),
+        )
+        .map_err(|e| HostsError::Tls(e.to_string()))?;
+    let identity = quorum_agent::tls::Identity::new(&id.cert_pem, &id.key_pem)
+        .map_err(|e| HostsError::Tls(e.to_string()))?;
+    quorum_agent::tls::client(ca.cert_pem(), identity).map_err(|e| HostsError::Tls(e.to_string()))
+}
+
+/// A host to call, with what calling it takes.
+#[derive(Clone)]
+pub struct Target {
+    pub host: HostRecord,
+    tls: Arc<quorum_agent::tls::ClientConfig>,
+}
+
+/// Connections to agents, and what each host last reported.
+pub struct HostsProvider {
+    etcd_dir: PathBuf,
+    tls: std::sync::Mutex<Option<(i64, Arc<quorum_agent::tls::ClientConfig>)>>,
+    clients: tokio::sync::Mutex<HashMap<String, AgentClient>>,
+    last: std::sync::Mutex<HashMap<String, quorum_agent::proto::MemberReport>>,
+    /// One placement at a time in this process: two control planes placed at once
+    /// could pick the same ports on a host.
+    placing: tokio::sync::Mutex<()>,
+}
+
+impl HostsProvider {
+    pub fn new(etcd_dir: PathBuf) -> HostsProvider {
+        HostsProvider {
+            etcd_dir,
+            tls: std::sync::Mutex::new(None),
+            clients: tokio::sync::Mutex::new(HashMap::new()),
+            last: std::sync::Mutex::new(HashMap::new()),
+            placing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn tls(
+        &self,
+        store: &Store,
+        now: i64,
+    ) -> Result<Arc<quorum_agent::tls::ClientConfig>, HostsError> {
+        let mut t = self.tls.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((at, c)) = t.as_ref() {
+            if now - at < CONTROLLER_CERT_REFRESH_S {
+                return Ok(c.clone());
+            }
+        }
+        let c = controller_tls(store, now)?;
+        *t = Some((now, c.clone()));
+        Ok(c)
+    }
+
+    /// A connection to `host`'s agent (made if needed; dropped on a failure, so the
+    /// next call dials again).
+    async fn client(
+        &self,
+        h: &HostRecord,
+        tls: Arc<quorum_agent::tls::ClientConfig>,
+    ) -> Result<AgentClient, AgentError> {
+        if let Some(c) = self.clients.lock().await.get(&h.name) {
+            return Ok(c.clone());
+        }
+        let addr = SocketAddr::new(h.address, quorum_agent::AGENT_PORT);
+        let c = AgentClient::connect(&h.name, addr, tls).await?;
+        self.clients.lock().await.insert(h.name.clone(), c.clone());
+        Ok(c)
+    }
+
+    async fn forget(&self, host: &str) {
+        self.clients.lock().await.remove(host);
+    }
+
+    /// What a call to `host` needs: its record and the TLS configuration (read from
+    /// the store before any await, so no store lock is held across a call).
+    pub fn target(&self, store: &Store, host: &str) -> Result<Target, HostsError> {
+        let h = quorum_store::hosts::get(store, host)?
+            .ok_or_else(|| HostsError::UnknownHost(host.to_string()))?;
+        Ok(Target {
+            host: h,
+            tls: self.tls(store, now_unix_s())?,
+        })
+    }
+
+    /// Runs `f` on the target's agent; an unreachable agent's connection is dropped.
+    async fn on_host<T, F, Fut>(&self, t: &Target, f: F) -> Result<T, HostsError>
+    where
+        F: FnOnce(AgentClient) -> Fut,
+        Fut: std::future::Future<Output = Result<T, AgentError>>,
+    {
+        let c = self.client(&t.host, t.tls.clone()).await?;
+        let r = f(c).await;
+        if let Err(e) = &r {
+            if e.is_unreachable() || matches!(e, AgentError::CertificateExpired { .. }) {
+                self.forget(&t.host.name).await;
+            }
+        }
+        Ok(r?)
+    }
+
+    /// What every machine's host reports of it. Hosts are asked at once, each with a
+    /// deadline.
+    pub async fn observe(
+        &self,
+        hosts: &[HostRecord],
+        tls: Option<Arc<quorum_agent::tls::ClientConfig>>,
+        machines: &[Machine],
+    ) -> HashMap<String, MachineState> {
+        let mut wanted: Vec<&HostRecord> = hosts
+            .iter()
+            .filter(|h| machines.iter().any(|m| m.host() == Some(h.name.as_str())))
+            .collect();
+        wanted.dedup_by(|a, b| a.name == b.name);
+        let asks = wanted.into_iter().map(|h| {
+            let tls = tls.clone();
+            async move {
+                let r = match tls {
+                    Some(tls) => {
+                        let go = async {
+                            let mut c = self.client(h, tls).await?;
+                            c.report().await
+                        };
+                        match tokio::time::timeout(Duration::from_millis(REPORT_TIMEOUT_MS), go)
+                            .await
+                        {
+                            Ok(r) => r.ok(),
+                            Err(_) => None,
+                        }
+                    }
+                    None => None,
+                };
+                (h.name.clone(), r)
+            }
+        });
+        let reports: Vec<(String, Option<ReportReply>)> = futures::future::join_all(asks).await;
+        let mut out = HashMap::new();
+        for (host, report) in reports {
+            if report.is_none() {
+                self.forget(&host).await;
+            }
+            for m in machines.iter().filter(|m| m.host() == Some(host.as_str())) {
+                let st = match &report {
+                    Some(r) => {
+                        let seen = r.members.iter().find(|x| x.name == m.name).cloned();
+                        if let Some(s) = &seen {
+                            self.last
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .insert(m.name.clone(), s.clone());
+                        }
+                        state_of(seen.as_ref(), true)
+                    }
+                    // Not answering: as last seen, running (not restarted blindly).
+                    None => {
+                        let last = self
+                            .last
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get(&m.name)
+                            .cloned();
+                        state_of(last.as_ref(), false)
+                    }
+                };
+                out.insert(m.name.clone(), st);
+            }
+        }
+        out
+    }
+
+    /// Chooses a host and ports for a new machine of `cp` (whose machines are
+    /// `machines`) and records it there, in one store write.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn allocate(
+        &self,
+        store: &std::sync::Mutex<Store>,
+        cp: &quorum_core::ControlPlane,
+        machines: &[Machine],
+        bootstrap: bool,
+        version: Version,
+        not_after: Option<i64>,
+        remediation: Option<quorum_core::Remediation>,
+    ) -> Result<Machine, HostsError> {
+        let _one = self.placing.lock().await;
+        let (hosts, tls) = {
+            let s = store.lock().unwrap_or_else(|p| p.into_inner());
+            (quorum_store::hosts::list(&s)?, self.tls(&s, now_unix_s())?)
+        };
+        // Who answers now, and every member each host carries (of every control plane).
+        let all = {
+            let s = store.lock().unwrap_or_else(|p| p.into_inner());
+            let mut all = Vec::new();
+            for c in s.control_planes()? {
+                all.extend(s.machines(&c.name)?);
+            }
+            all
+        };
+        let mut views = Vec::new();
+        for h in &hosts {
+            let ready =
+                match tokio::time::timeout(Duration::from_millis(REPORT_TIMEOUT_MS), async {
+                    let mut c = self.client(h, tls.clone()).await?;
+                    c.report().await
+                })
+                .await
+                {
+                    Ok(Ok(_)) => true,
+                    _ => {
+                        self.forget(&h.name).await;
+                        false
+                    }
+                };
+            views.push(HostView {
+                name: h.name.clone(),
+                zone: h.zone().map(str::to_string),
+                ready,
+                load: all
+                    .iter()
+                    .filter(|m| m.host() == Some(h.name.as_str()))
+                    .count(),
+            });
+        }
+        let host = placement::place(&views, machines, cp.spec.replicas)?;
+        let h = hosts
+            .iter()
+            .find(|h| h.name == host)
+            .ok_or_else(|| HostsError::UnknownHost(host.clone()))?;
+        let IpAddr::V4(address) = h.address else {
+            return Err(HostsError::NotIpv4 {
+                host: h.name.clone(),
+                address: h.address,
+            });
+        };
+        let used: Vec<u16> = all
+            .iter()
+            .filter_map(|m| m.placement.as_ref())
+            .filter(|p| p.host == host)
+            .map(|p| p.client_port)
+            .collect();
+        let client_port = (0..MAX_MEMBERS_PER_HOST)
+            .map(|k| FIRST_CLIENT_PORT + 2 * k)
+            .find(|p| !used.contains(p))
+            .ok_or_else(|| HostsError::NoPorts(host.clone()))?;
+        let placed = Placed {
+            address,
+            placement: Placement {
+                host,
+                client_port,
+                peer_port: client_port + 1,
+            },
+        };
+        let m = store
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allocate_machine_at(
+                &cp.name,
+                bootstrap,
+                version,
+                not_after,
+                remediation,
+                Some(&placed),
+                &|_| true,
+            )?;
+        Ok(m)
+    }
+
+    /// Starts a member on `t` (its host): installs its version there first if the
+    /// host lacks it.
+    pub async fn start(
+        &self,
+        t: &Target,
+        fence: &Fence,
+        spec: &StartSpec,
+    ) -> Result<i32, HostsError> {
+        let version = spec.machine.version;
+        let has = self
+            .on_host(t, |mut c| async move { c.report().await })
+            .await?
+            .etcd_versions
+            .contains(&version.to_string());
+        if !has {
+            let bins = self.binaries(version, &t.host.name)?;
+            self.on_host(t, |mut c| async move {
+                c.install(&version.to_string(), bins).await
+            })
+            .await?;
+        }
+        let (fence, spec) = (fence.clone(), spec.clone());
+        self.on_host(t, |mut c| async move { c.start(&fence, &spec).await })
+            .await
+    }
+
+    fn binaries(&self, version: Version, host: &str) -> Result<Vec<(String, Vec<u8>)>, HostsError> {
+        let dir = self.etcd_dir.join(version.to_string());
+        let mut out = Vec::new();
+        for name in quorum_agent::install::BINARY_NAMES {
+            match std::fs::read(dir.join(name)) {
+                Ok(bytes) => out.push((name.to_string(), bytes)),
+                Err(_) if name != "etcd" => {}
+                Err(_) => {
+                    return Err(HostsError::NoBinaries {
+                        version,
+                        dir: self.etcd_dir.clone(),
+                        host: host.to_string(),
+                    })
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub async fn stop(&self, t: &Target, fence: &Fence, m: &Machine) -> Result<(), HostsError> {
+        let (name, fence) = (m.name.clone(), fence.clone());
+        self.on_host(t, |mut c| async move { c.stop(&fence, &name).await })
+            .await
+    }
+
+    pub async fn delete(&self, t: &Target, fence: &Fence, m: &Machine) -> Result<(), HostsError> {
+        let (name, fence) = (m.name.clone(), fence.clone());
+        self.on_host(t, |mut c| async move { c.delete(&fence, &name).await })
+            .await
+    }
+
+    pub async fn write_marker(
+        &self,
+        t: &Target,
+        fence: &Fence,
+        m: &Machine,
+        marker: DataMarker,
+    ) -> Result<(), HostsError> {
+        let (name, fence) = (m.name.clone(), fence.clone());
+        self.on_host(t, |mut c| async move {
+            c.write_marker(&fence, &name, marker).await
+        })
+        .await
+    }
+}
+
+/// The host machine `m` was placed on.
+pub fn placed_on(m: &Machine) -> Result<String, HostsError> {
+    m.host()
+        .map(str::to_string)
+        .ok_or_else(|| HostsError::NotPlaced(m.name.clone()))
+}
+/// A member's report as the local provider's `MachineState`. `answered`: the host
+/// answered now (else the report is the last one seen, and the member is taken to run).
+fn state_of(r: Option<&quorum_agent::proto::MemberReport>, answered: bool) -> MachineState {
+    let Some(r) = r else {
+        return MachineState {
+            process: if answered {
+                ProcessState::Stopped
+            } else {
+                ProcessState::Running
+            },
+            pid: None,
+            has_data: false,
+            data_dir: DataDirState::Missing,
+            marker: None,
+            starts_unix_s: Vec::new(),
+            running_version: None,
+        };
+    };
+    let data_dir = match r.data_dir.as_str() {
+        "member" => DataDirState::Member,
+        "empty" => DataDirState::Empty,
+        "other" => DataDirState::Other,
+        _ => DataDirState::Missing,
+    };
+    MachineState {
+        process: if r.running || !answered {
+            ProcessState::Running
+        } else {
+            ProcessState::Stopped
+        },
+        pid: (r.pid > 0).then_some(r.pid),
+        has_data: data_dir == DataDirState::Member,
+        data_dir,
+        marker: r.has_marker.then_some(DataMarker {
+            cluster_id: r.cluster_id,
+            member_id: r.member_id,
+        }),
+        starts_unix_s: r.starts_unix_s.clone(),
+        running_version: r.running_version.parse().ok(),
+    }
+}
+
+fn now_unix_s() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}

@@ -1,0 +1,99 @@
+//! Host records (the `hosts` provider): one per host, in the settings as
+//! `host/<name>` (JSON). Written by `quorum host add` and the join service (in
+//! quorum-ops), read by the controller to place and reach members.
+
+use crate::Store;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+pub const HOST_PREFIX: &str = "host/";
+
+/// A record that does not parse.
+#[derive(Debug, thiserror::Error)]
+#[error("the record of {key} in {location} is damaged: {detail}")]
+pub struct DamagedHost {
+    pub key: String,
+    pub location: String,
+    pub detail: String,
+}
+
+/// What reading hosts can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum HostsError {
+    #[error(transparent)]
+    Store(#[from] crate::StoreError),
+    #[error(transparent)]
+    Damaged(#[from] DamagedHost),
+}
+
+/// A host, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HostRecord {
+    pub name: String,
+    pub address: IpAddr,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    pub certificate_lifetime_s: u64,
+    pub added_unix_s: i64,
+    /// An outstanding join token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<PendingJoin>,
+    /// The key the agent joined with (SHA-256 of its SubjectPublicKeyInfo).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_sha256: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub joined_unix_s: Option<i64>,
+    /// The end of the last certificate issued to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate_not_after_unix_s: Option<i64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingJoin {
+    pub secret_sha256: String,
+    pub expires_unix_s: i64,
+}
+
+impl HostRecord {
+    /// Its failure domain label (`zone`), if any.
+    pub fn zone(&self) -> Option<&str> {
+        self.labels
+            .get(quorum_core::placement::ZONE_LABEL)
+            .map(String::as_str)
+    }
+}
+
+pub fn key(name: &str) -> String {
+    format!("{HOST_PREFIX}{name}")
+}
+
+/// Every host, by name.
+pub fn list(store: &Store) -> Result<Vec<HostRecord>, HostsError> {
+    let mut out = Vec::new();
+    for (k, text) in store.settings_under(HOST_PREFIX)? {
+        out.push(parse(store, &k, &text)?);
+    }
+    Ok(out)
+}
+
+pub fn get(store: &Store, name: &str) -> Result<Option<HostRecord>, HostsError> {
+    read(store, name).map(|r| r.map(|(h, _)| h))
+}
+
+pub fn read(store: &Store, name: &str) -> Result<Option<(HostRecord, String)>, HostsError> {
+    let Some(text) = store.setting(&key(name))? else {
+        return Ok(None);
+    };
+    Ok(Some((parse(store, &key(name), &text)?, text)))
+}
+
+fn parse(store: &Store, key: &str, text: &str) -> Result<HostRecord, DamagedHost> {
+    serde_json::from_str(text).map_err(|e| DamagedHost {
+        key: key.to_string(),
+        location: store.location(),
+        detail: e.to_string(),
+    })
+}
