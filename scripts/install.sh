@@ -44,6 +44,9 @@ command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
 [ -x /usr/bin/etcd ] || need_apt+=(etcd-server)
 [ -x /usr/bin/etcdctl ] || need_apt+=(etcd-client)
 command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
+# Test hosts as network namespaces (ip) and their partitions (nft).
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
+command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
 # HAProxy 2.6, the load balancer quorum keeps in step (kubeadm's HA guide uses it).
 [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)

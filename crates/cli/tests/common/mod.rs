@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod network;
+pub mod workload;
+
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};

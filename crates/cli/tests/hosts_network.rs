@@ -1,0 +1,185 @@
+//! Members on a network of hosts: three Linux network namespaces on a bridge, an agent
+//! in each, the controller in the root namespace, real etcd members on the hosts' own
+//! addresses, and an independent client workload that checks every acknowledged write.
+//! The network fails for real: nftables cuts a host off from its peers in the middle
+//! of a rollout.
+
+mod common;
+
+use common::network::Network;
+use common::workload::{assert_acked, Creds, Workload};
+use common::*;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// The controller and the agents of one test, killed by PID on drop (the network's
+/// own drop kills whatever else runs in the hosts).
+struct Fleet {
+    env: Env,
+    net: Network,
+    controller: Option<Child>,
+    agents: Vec<Child>,
+}
+
+impl Drop for Fleet {
+    fn drop(&mut self) {
+        for c in self.agents.iter_mut().chain(self.controller.iter_mut()) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Fleet {
+    fn new(test: &str, hosts: usize) -> Fleet {
+        let env = Env::new(test);
+        let net = Network::new(test, hosts);
+        let join = format!("{}:7391", net.controller_ip());
+        let log = std::fs::File::create(env.dir.path().join("controller.log")).unwrap();
+        let controller = env
+            .cmd(&[
+                "controller",
+                "--metrics-addr",
+                "off",
+                "--join-listen",
+                &join,
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(&join).is_err() {
+            assert!(Instant::now() < deadline, "the join service never listened");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut f = Fleet {
+            env,
+            net,
+            controller: Some(controller),
+            agents: Vec::new(),
+        };
+        for i in 1..=hosts {
+            let ip = f.net.hosts[i - 1].ip.to_string();
+            let name = format!("h{i}");
+            let token = f
+                .env
+                .ok(&["host", "add", &name, "--address", &ip])
+                .trim()
+                .to_string();
+            let state = f.env.dir.path().join(format!("agent-{name}"));
+            let log =
+                std::fs::File::create(f.env.dir.path().join(format!("agent-{name}.log"))).unwrap();
+            let mut cmd = f.net.command(i, env!("CARGO_BIN_EXE_quorum"));
+            cmd.args([
+                "agent",
+                "--join",
+                &token,
+                "--state-dir",
+                state.to_str().unwrap(),
+            ])
+            .env_remove("QUORUM_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
+            f.agents.push(cmd.spawn().unwrap());
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = f.env.ok(&["hosts", "-o", "json"]);
+            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+            let ready = v
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|h| h["agent"] == "ready")
+                .count();
+            if ready == hosts {
+                break;
+            }
+            assert!(Instant::now() < deadline, "agents not ready:\n{out}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        f
+    }
+}
+
+#[test]
+fn a_host_cut_off_from_its_peers_holds_a_rollout_until_the_network_heals() {
+    let f = Fleet::new("hosts_partition", 3);
+    let env = &f.env;
+    let t = Instant::now();
+    env.ok(&[
+        "create",
+        "prod",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--provider",
+        "hosts",
+        "--strategy",
+        "InPlace",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    println!("created on 3 hosts in {:.1} s", t.elapsed().as_secs_f64());
+    let machines = env.store().machines("prod").unwrap();
+    for m in &machines {
+        assert!(
+            f.net.hosts.iter().any(|h| h.ip == m.address),
+            "{m:?} is on a host's address"
+        );
+    }
+    let creds = Creds::fetch(env, "prod", &env.dir.path().join("creds"));
+    let eps = env.endpoints("prod").endpoints;
+    let work = Workload::start(eps.clone(), creds.clone());
+    let watch = QuorumWatch::start(env, "prod");
+
+    // h3 loses its peers (both ways); the controller still reaches it.
+    let peers = [f.net.hosts[0].ip, f.net.hosts[1].ip];
+    f.net.partition(3, &peers, false);
+    let cut = Instant::now();
+    env.ok(&["upgrade", "prod", "--version", NEW]);
+    // While cut off, nothing is restarted: the preflight wants every voter healthy.
+    let hold = Duration::from_secs(12);
+    while cut.elapsed() < hold {
+        // A client follows the endpoints quorum publishes (the cut-off member leaves them).
+        work.follow(env.endpoints("prod").endpoints);
+        for m in env.store().machines("prod").unwrap() {
+            assert!(
+                m.in_place.is_none() && m.version.to_string() == OLD,
+                "a step began during the partition: {m:?}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = env.ok(&["status", "prod"]);
+    println!("during the partition:\n{status}");
+    f.net.heal(3);
+    let healed = Instant::now();
+    env.ok(&[
+        "upgrade",
+        "prod",
+        "--version",
+        NEW,
+        "--wait",
+        "--timeout",
+        "5m",
+    ]);
+    let converged_s = healed.elapsed().as_secs_f64();
+    let (acked, failures, attempts) = work.finish();
+    let (checks, violations) = watch.finish();
+    assert!(violations.is_empty(), "quorum lost: {violations:?}");
+    assert_acked(&env.endpoints("prod").endpoints, &creds, &acked);
+    for m in env.store().machines("prod").unwrap() {
+        assert_eq!(m.version.to_string(), NEW);
+    }
+    println!(
+        "partition: rollout held {:.1} s (the whole partition), converged {converged_s:.1} s after the heal; \
+         workload: {attempts} writes, {} acknowledged and read back, failures {failures:?}; {checks} quorum checks",
+        hold.as_secs_f64(),
+        acked.len()
+    );
+}
