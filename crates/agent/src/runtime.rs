@@ -28,11 +28,11 @@ pub const RENEW_CHECK_MAX_MS: u64 = 60_000;
 pub enum RuntimeError {
     #[error("this agent has not joined yet ({0} holds no identity): run `quorum agent --join TOKEN` with the token `quorum host add` printed")]
     NotJoined(PathBuf),
-    #[error("{0}")]
+    #[error(transparent)]
     Token(#[from] TokenError),
-    #[error("joining: {0}")]
+    #[error(transparent)]
     Join(#[from] JoinError),
-    #[error("{0}")]
+    #[error(transparent)]
     Tls(#[from] TlsError),
     #[error("{what} {path}: {source}")]
     Io {
@@ -41,7 +41,7 @@ pub enum RuntimeError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{0}")]
+    #[error(transparent)]
     Pki(#[from] quorum_pki::PkiError),
     #[error("{path} is damaged: {detail}; move the state directory aside and join again with a new token")]
     Damaged { path: PathBuf, detail: String },

@@ -522,14 +522,14 @@ async fn read_back(h: &Hosts, name: &str, keys: &[String]) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_control_plane_on_hosts_is_created_upgraded_and_deleted_through_agents() {
+async fn a_control_plane_on_hosts_is_created_upgraded_scaled_and_deleted_through_agents() {
     let mut h = Hosts::new("agent_hosts_cp");
-    for i in 1..=4 {
+    for i in 1..=5 {
         let name = format!("h{i}");
         let token = h.add(&name, i, &[]);
         h.start_agent(&name, Some(&token));
     }
-    for i in 1..=4 {
+    for i in 1..=5 {
         h.ready(&format!("h{i}"), i).await;
     }
     let started = Instant::now();
@@ -573,7 +573,7 @@ async fn a_control_plane_on_hosts_is_created_upgraded_and_deleted_through_agents
         "5m",
     ]);
     println!(
-        "upgraded by replacement on 4 hosts in {:.1} s",
+        "upgraded by replacement on 5 hosts in {:.1} s",
         started.elapsed().as_secs_f64()
     );
     read_back(&h, "prod", &keys).await;
@@ -584,8 +584,59 @@ async fn a_control_plane_on_hosts_is_created_upgraded_and_deleted_through_agents
     let listed = h.env.ok(&["hosts"]);
     println!("{listed}");
     assert!(listed.contains("3.5.1"), "{listed}");
+    let distinct = |h: &Hosts| {
+        let ms = h.env.store().machines("prod").unwrap();
+        let mut on: Vec<String> = ms
+            .iter()
+            .filter_map(|m| m.host().map(str::to_string))
+            .collect();
+        on.sort();
+        on.dedup();
+        (ms.len(), on.len())
+    };
+    let started = Instant::now();
+    h.env.ok(&[
+        "scale",
+        "prod",
+        "--replicas",
+        "5",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    println!("scaled 3 to 5 in {:.1} s", started.elapsed().as_secs_f64());
+    assert_eq!(distinct(&h), (5, 5), "five members on five hosts");
+    // Seven members on five hosts: the two without a host of their own are refused,
+    // saying why, and never doubled up on a host.
+    h.env.ok(&["scale", "prod", "--replicas", "7"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = h.env.ok(&["status", "prod"]);
+        if st.contains("no host can take another member") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the refusal was never shown:\n{st}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(distinct(&h), (5, 5));
+    let started = Instant::now();
+    h.env.ok(&[
+        "scale",
+        "prod",
+        "--replicas",
+        "3",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    println!("scaled 5 to 3 in {:.1} s", started.elapsed().as_secs_f64());
+    assert_eq!(distinct(&h), (3, 3));
+    read_back(&h, "prod", &keys).await;
     h.env.ok(&["delete", "prod", "--wait", "--timeout", "2m"]);
-    for i in 1..=4 {
+    for i in 1..=5 {
         let r = h.ready(&format!("h{i}"), i).await.report().await.unwrap();
         assert!(r.members.is_empty(), "h{i} still runs {:?}", r.members);
     }

@@ -183,3 +183,79 @@ fn a_host_cut_off_from_its_peers_holds_a_rollout_until_the_network_heals() {
         acked.len()
     );
 }
+
+#[test]
+fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
+    let f = Fleet::new("hosts_ctl_cut", 3);
+    let env = &f.env;
+    env.ok(&[
+        "create",
+        "prod",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--provider",
+        "hosts",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let before = env.store().machines("prod").unwrap();
+    // h2 drops everything from the controller (one way: the controller's packets never
+    // arrive, so it hears nothing back either); h2's peers still reach it.
+    f.net.partition(2, &[f.net.controller_ip()], true);
+    let cut = Instant::now();
+    let s = env.wait_status(
+        "prod",
+        "h2's member seen unreachable",
+        Duration::from_secs(30),
+        |s| {
+            s["machines"].as_array().is_some_and(|ms| {
+                ms.iter()
+                    .any(|m| m["problems"].as_array().is_some_and(|p| !p.is_empty()))
+            })
+        },
+    );
+    println!(
+        "seen after {:.1} s: {}",
+        cut.elapsed().as_secs_f64(),
+        s["operation"]
+    );
+    let hosts = env.ok(&["hosts"]);
+    println!("{hosts}");
+    assert!(hosts.contains("unreachable"), "{hosts}");
+    // For a while (less than remediation's 30 s), nothing changes: no machine added,
+    // none leaving, the cluster serves through the other two.
+    while cut.elapsed() < Duration::from_secs(10) {
+        let now = env.store().machines("prod").unwrap();
+        assert_eq!(
+            now.len(),
+            before.len(),
+            "a machine was added or removed: {now:?}"
+        );
+        assert!(now.iter().all(|m| !m.deleting), "{now:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let status = env.ok(&["status", "prod"]);
+    println!("{status}");
+    assert!(status.contains("prod-2"), "{status}");
+    f.net.heal(2);
+    let healed = Instant::now();
+    env.wait_status(
+        "prod",
+        "every member healthy again",
+        Duration::from_secs(60),
+        |s| {
+            s["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["kind"] == "Healthy" && c["status"] == true)
+            })
+        },
+    );
+    println!(
+        "healthy {:.1} s after the heal",
+        healed.elapsed().as_secs_f64()
+    );
+    assert_eq!(env.store().machines("prod").unwrap(), before);
+}

@@ -428,6 +428,11 @@ pub fn placed_on(m: &Machine) -> Result<String, HostsError> {
 /// answered now (else the report is the last one seen, and the member is taken to run).
 fn state_of(r: Option<&quorum_agent::proto::MemberReport>, answered: bool) -> MachineState {
     let Some(r) = r else {
+        // Reported absent: no process, no data. Never seen (a host that does not
+        // answer, asked by a process with no memory of it, such as `quorum status`):
+        // taken to run on its data, unmarked, so that only what etcd sees (an
+        // unreachable member) judges it; no marker is written without its member
+        // answering as itself.
         return MachineState {
             process: if answered {
                 ProcessState::Stopped
@@ -435,8 +440,12 @@ fn state_of(r: Option<&quorum_agent::proto::MemberReport>, answered: bool) -> Ma
                 ProcessState::Running
             },
             pid: None,
-            has_data: false,
-            data_dir: DataDirState::Missing,
+            has_data: !answered,
+            data_dir: if answered {
+                DataDirState::Missing
+            } else {
+                DataDirState::Member
+            },
             marker: None,
             starts_unix_s: Vec::new(),
             running_version: None,
