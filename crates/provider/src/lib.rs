@@ -35,6 +35,9 @@ const STOP_POLL_MS: u64 = 10;
 const SERVER_STOPPED_LOG_MARK: &str = "\"msg\":\"stopping serving peer traffic\"";
 /// How long a pause waits for every thread of the process to stop.
 const PAUSE_WAIT_MS: u64 = 2_000;
+/// How many times `delete` tries to remove a machine's directory (a last write of the
+/// reaper thread may land in it meanwhile).
+const DELETE_ATTEMPTS: u32 = 5;
 /// How many names `fence` tries for one machine within one second.
 const FENCE_NAME_ATTEMPTS: u32 = 100;
 
@@ -585,15 +588,37 @@ impl LocalProvider {
     /// machine is success.
     pub fn delete(&self, name: &str) -> Result<()> {
         self.stop(name)?;
-        match fs::remove_dir_all(self.machine_dir(name)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(ProviderError::Io {
-                machine: name.to_string(),
-                what: "remove machine directory",
-                source: e,
-            }),
+        let io_err = |what, source| ProviderError::Io {
+            machine: name.to_string(),
+            what,
+            source,
+        };
+        // Moved aside first: the thread that reaped the process may still be writing
+        // its exit into the directory, and a file made during a removal fails it
+        // ("directory not empty"). After the move such a write finds no directory.
+        let gone = self.machines_dir.join(format!(
+            ".{name}.deleting-{}-{}",
+            std::process::id(),
+            now_unix_s()
+        ));
+        match fs::rename(self.machine_dir(name), &gone) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err("move machine directory aside", e)),
         }
+        let mut last = None;
+        for attempt in 0..DELETE_ATTEMPTS {
+            match fs::remove_dir_all(&gone) {
+                Ok(()) => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => last = Some(e),
+            }
+            std::thread::sleep(Duration::from_millis(STOP_POLL_MS << attempt));
+        }
+        Err(io_err(
+            "remove machine directory",
+            last.unwrap_or_else(|| io::Error::other("gave up")),
+        ))
     }
 
     /// Fences the machine for good: stops it if needed, then moves its whole directory
@@ -650,6 +675,8 @@ impl LocalProvider {
             .flatten()
             .filter(|e| e.path().is_dir())
             .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            // Directories being deleted (and `.fenced` without a home) are no machines.
+            .filter(|n| !n.starts_with('.'))
             .collect();
         out.sort();
         out
