@@ -29,6 +29,7 @@
 //! for each live replica (its registration), and the count in force in
 //! `setting/controller-shards`.
 
+mod allocate;
 mod call;
 mod events;
 mod lease;
@@ -524,67 +525,15 @@ impl StateStore for EtcdStore {
         at: Option<&Placed>,
         is_free: &dyn Fn(Ipv4Addr) -> bool,
     ) -> Result<Machine> {
-        let subnet = self.subnet()?;
-        let cp_key = self.key(&format!("cp/{cp}"));
-        let addr_key = self.key("next-address");
-        for attempt in 0..WRITE_ATTEMPTS {
-            backoff(attempt);
-            let Some((mut rec, cp_rev)) = self.cp_record(cp)? else {
-                return Err(StoreError::NotFound(cp.to_string()));
-            };
-            let (mut next_addr, addr_cmp) = match self.get(&addr_key, "read the next address")? {
-                Some(kv) => {
-                    let n: u64 = std::str::from_utf8(&kv.value)
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(|| self.corrupt("next-address is not a number"))?;
-                    (
-                        n,
-                        Compare::mod_revision(addr_key.clone(), CompareOp::Equal, kv.mod_revision),
-                    )
-                }
-                None => (0, absent(&addr_key)),
-            };
-            // Addresses are never reused (see the embedded store).
-            let machine = new_machine(
-                cp,
-                rec.next_serial,
-                subnet,
-                &mut next_addr,
-                at,
-                is_free,
-                version,
-                bootstrap,
-                certificates_not_after_unix_s,
-                remediation.clone(),
-                // The CA files of a rotation's phase, from the record the allocation
-                // compares: a machine recorded now starts with them.
-                rec.control_plane.ca_step_now(),
-            )?;
-            rec.next_serial += 1;
-            let m_key = self.key(&format!("machine/{cp}/{}", machine.name));
-            let compares = vec![
-                Compare::mod_revision(cp_key.clone(), CompareOp::Equal, cp_rev),
-                addr_cmp,
-                absent(&m_key),
-            ];
-            let value = to_json(&machine);
-            let landed = Landed::Value {
-                key: m_key.clone(),
-                value: value.clone().into_bytes(),
-            };
-            let ops = vec![
-                TxnOp::put(m_key, value, None),
-                TxnOp::put(cp_key.clone(), to_json(&rec), None),
-                TxnOp::put(addr_key.clone(), next_addr.to_string(), None),
-            ];
-            if let Committed::Yes(_) =
-                self.commit("allocate a machine", compares, ops, Some(landed))?
-            {
-                return Ok(machine);
-            }
-        }
-        Err(self.conflict(format!("machine allocation of {cp:?}")))
+        self.allocate_at(
+            cp,
+            bootstrap,
+            version,
+            certificates_not_after_unix_s,
+            remediation,
+            at,
+            is_free,
+        )
     }
 
     fn update_machine(
