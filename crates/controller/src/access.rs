@@ -138,6 +138,11 @@ fn made_for(cp: &ControlPlane) -> (u32, Option<CaPhase>) {
     (cp.ca_generation, cp.ca_rotation.as_ref().map(|r| r.phase))
 }
 
+/// How many times `open` reads a control plane's CAs again when a CA rotation moved
+/// on between its reads (each move is one step of a rotation, so two retries cover a
+/// finish racing the first read; more would mean a store changing under us).
+const LOAD_ATTEMPTS: usize = 3;
+
 /// Loads the control plane's CAs (a CA that does not load is corruption of the store)
 /// and builds an adapter that presents a client certificate with `common_name`.
 pub fn open(
@@ -150,33 +155,48 @@ pub fn open(
         location: store.location(),
         detail,
     };
-    let Some(stored) = store.certificate_authority(cp)? else {
-        return Ok(Access {
-            etcd: Arc::new(Etcd::new(timeouts)),
-            cas: None,
-            client: None,
-            renew_at_unix_s: i64::MAX,
-            made_for: made_for(cp),
-            clients_from_next: false,
-        });
-    };
-    let current = Ca::from_pem(&cp.name, &stored.cert_pem, &stored.key_pem)
-        .map_err(|e| corrupt(e.to_string()))?;
-    let next = match &cp.ca_rotation {
-        Some(r) => {
-            let Some(n) = store.next_certificate_authority(&cp.name)? else {
-                return Err(corrupt(format!(
-                    "a CA rotation of {:?} to generation {} is recorded but its new CA is missing",
-                    cp.name, r.to
-                )));
-            };
-            Some(
-                Ca::from_pem(&cp.name, &n.cert_pem, &n.key_pem)
-                    .map_err(|e| corrupt(e.to_string()))?,
-            )
+    let mut read = cp.clone();
+    let mut attempt = 0;
+    let (current, next) = loop {
+        attempt += 1;
+        match load_cas(store, &read)? {
+            Loaded::None => {
+                return Ok(Access {
+                    etcd: Arc::new(Etcd::new(timeouts)),
+                    cas: None,
+                    client: None,
+                    renew_at_unix_s: i64::MAX,
+                    made_for: made_for(cp),
+                    clients_from_next: false,
+                })
+            }
+            Loaded::Cas(current, next) => break (current, next),
+            Loaded::NextMissing(to) => {
+                // The control plane and its CAs are separate reads: a rotation that
+                // finished between them (the controller deletes the new CA as it
+                // makes it current) looks like a missing CA. Read the control plane
+                // again; only a record that still says "rotating" is corruption.
+                let again = store.control_plane(&cp.name)?;
+                let moved = again.as_ref().map(made_for) != Some(made_for(&read));
+                match again {
+                    Some(again) if moved && attempt < LOAD_ATTEMPTS => read = again,
+                    _ => {
+                        return Err(corrupt(format!(
+                            "a CA rotation of {:?} to generation {to} is recorded but its new CA is missing",
+                            cp.name
+                        )))
+                    }
+                }
+            }
         }
-        None => None,
     };
+    let current = Ca::from_pem(&cp.name, &current.cert_pem, &current.key_pem)
+        .map_err(|e| corrupt(e.to_string()))?;
+    let next = next
+        .map(|n| Ca::from_pem(&cp.name, &n.cert_pem, &n.key_pem))
+        .transpose()
+        .map_err(|e| corrupt(e.to_string()))?;
+    let cp = &read;
     let cas = Cas { current, next };
     let clients_from_next = cp.controller_uses_next_ca();
     let issuer = cas.for_clients(clients_from_next);
@@ -199,4 +219,96 @@ pub fn open(
         made_for: made_for(cp),
         clients_from_next,
     })
+}
+
+/// What one read of a control plane's CAs found.
+enum Loaded {
+    /// The control plane has no CA (plaintext).
+    None,
+    /// Its CA, and the rotation's new CA when it is rotating.
+    Cas(quorum_store::StoredCa, Option<quorum_store::StoredCa>),
+    /// It is rotating to this generation but the new CA was not there.
+    NextMissing(u32),
+}
+
+fn load_cas(store: &Store, cp: &ControlPlane) -> Result<Loaded, StoreError> {
+    let Some(current) = store.certificate_authority(cp)? else {
+        return Ok(Loaded::None);
+    };
+    let Some(r) = &cp.ca_rotation else {
+        return Ok(Loaded::Cas(current, None));
+    };
+    Ok(match store.next_certificate_authority(&cp.name)? {
+        Some(next) => Loaded::Cas(current, Some(next)),
+        None => Loaded::NextMissing(r.to),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorum_core::{CaRotation, ControlPlaneSpec};
+    use quorum_store::StoredCa;
+
+    fn stored(ca: &Ca) -> StoredCa {
+        StoredCa {
+            cert_pem: ca.cert_pem().to_string(),
+            key_pem: ca.key_pem().to_string(),
+        }
+    }
+
+    /// A reader that read the control plane while a CA rotation was under way and its
+    /// CAs after the rotation finished (the new CA made current and deleted as "next")
+    /// gets the CAs in force now, not a report of corruption (CI saw `quorum status`
+    /// fail this way while a controller finished a rotation).
+    #[test]
+    fn a_rotation_finishing_between_the_reads_is_not_corruption() {
+        let home = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&home.path().join("home")).unwrap();
+        let spec: ControlPlaneSpec =
+            serde_json::from_value(serde_json::json!({"replicas": 3, "version": "3.5.1"})).unwrap();
+        let cp = ControlPlane {
+            name: "rot".into(),
+            spec,
+            deleting: false,
+            rebuild: None,
+            ca_generation: 0,
+            ca_rotation: None,
+        };
+        let now = now_unix_s();
+        let old = Ca::generate("rot", now, 86_400).unwrap();
+        store
+            .create_control_plane(&cp, Some(&stored(&old)), 1)
+            .unwrap();
+        let new = Ca::generate_generation("rot", 1, now, 86_400).unwrap();
+        let rotation = CaRotation {
+            from: 0,
+            to: 1,
+            phase: CaPhase::Trust,
+            since_unix_s: now,
+            started_unix_s: now,
+        };
+        assert!(store
+            .begin_ca_rotation("rot", &stored(&new), &rotation)
+            .unwrap());
+        let rotating = store.get_control_plane("rot").unwrap();
+        let during = open(&store, &rotating, "quorum-test", Timeouts::default()).unwrap();
+        assert!(during.cas.as_ref().unwrap().next.is_some());
+        assert!(during.fresh(&rotating, now));
+
+        assert!(store.finish_ca_rotation("rot", 1).unwrap());
+        let after = open(&store, &rotating, "quorum-test", Timeouts::default()).unwrap();
+        let cas = after.cas.as_ref().unwrap();
+        assert!(cas.next.is_none(), "the rotation is over");
+        assert_eq!(
+            cas.current.cert_pem(),
+            new.cert_pem(),
+            "the new CA is in force"
+        );
+        assert!(
+            !after.fresh(&rotating, now),
+            "built for the store's record, so the stale reader builds again"
+        );
+        assert!(after.fresh(&store.get_control_plane("rot").unwrap(), now));
+    }
 }
