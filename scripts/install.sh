@@ -47,6 +47,8 @@ command -v unzip >/dev/null 2>&1 || need_apt+=(unzip)
 # Test hosts as network namespaces (ip) and their partitions (nft).
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 command -v nft >/dev/null 2>&1 || need_apt+=(nftables)
+# A real sshd in a test host: `quorum host install` is tested against it.
+[ -x /usr/sbin/sshd ] || need_apt+=(openssh-server)
 # HAProxy 2.6, the load balancer quorum keeps in step (kubeadm's HA guide uses it).
 [ -x /usr/sbin/haproxy ] || need_apt+=(haproxy)
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)

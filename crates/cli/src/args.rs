@@ -375,6 +375,54 @@ pub struct HostCommands {
 pub enum HostCommand {
     /// Register a host and print the one-time token its agent joins with.
     Add(HostAddArgs),
+    /// Install the agent on a host over SSH, start it, and wait until it joined.
+    #[command(after_help = "Examples (the controller started with --join-listen):
+  quorum host install h1 --ssh root@198.18.0.11
+  quorum host install h2 --ssh admin@h2.example.net --address 198.18.0.12 --label zone=b \\
+      --key ~/.ssh/quorum_ed25519
+
+SSH is used once: to copy this quorum binary to PREFIX/bin/quorum (checked by SHA-256;
+not sent again when the same binary is there) and start `quorum agent` as the systemd unit
+quorum-agent.service where systemd runs (KillMode=process: members outlive an agent
+restart), or detached where it does not. The join token travels in the agent's
+environment, never on a command line. The host's key must be in the known-hosts file
+already: quorum never trusts a key on first sight. Running it again upgrades the binary and
+restarts the agent; its members keep running. A host not recorded yet is recorded as
+`quorum host add` would.")]
+    Install(HostInstallArgs),
+}
+
+#[derive(clap::Args)]
+pub struct HostInstallArgs {
+    /// The host's name (as for `quorum host add`).
+    pub name: String,
+    /// Where to log in: USER@HOST.
+    #[arg(long, value_name = "USER@HOST")]
+    pub ssh: String,
+    /// The SSH port.
+    #[arg(long, default_value_t = 22, value_name = "PORT")]
+    pub ssh_port: u16,
+    /// The private key to log in with (ed25519 or ECDSA, without a passphrase)
+    /// [default: ~/.ssh/id_ed25519, else ~/.ssh/id_ecdsa].
+    #[arg(long, value_name = "FILE")]
+    pub key: Option<PathBuf>,
+    /// The known-hosts file the host's key is checked against [default:
+    /// ~/.ssh/known_hosts].
+    #[arg(long, value_name = "FILE")]
+    pub known_hosts: Option<PathBuf>,
+    /// The address the agent and members listen on [default: the SSH host, when it is
+    /// an address]. Only for a host not recorded yet.
+    #[arg(long, value_name = "IP")]
+    pub address: Option<std::net::IpAddr>,
+    #[command(flatten)]
+    pub record: HostRecordArgs,
+    /// Where the binary (PREFIX/bin/quorum) and the agent's state (PREFIX/state) go on
+    /// the host.
+    #[arg(long, default_value = "/opt/quorum", value_name = "DIR")]
+    pub prefix: String,
+    /// The host's agent joined before but lost its state there: join again.
+    #[arg(long)]
+    pub rejoin: bool,
 }
 
 #[derive(clap::Args)]
@@ -385,12 +433,23 @@ pub struct HostAddArgs {
     /// The address the agent and the members listen on.
     #[arg(long, value_name = "IP")]
     pub address: std::net::IpAddr,
-    /// A label, KEY=VALUE, repeatable; `zone=...` names the failure domain.
-    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = quorum_ops::hosts::parse_label)]
-    pub labels: Vec<(String, String)>,
+    #[command(flatten)]
+    pub record: HostRecordArgs,
     /// How long the token works.
     #[arg(long, default_value = "24h", value_parser = humantime_duration, value_name = "DURATION")]
     pub token_ttl: Duration,
+    /// The host exists: issue a new token (its agent lost its state, or its certificate
+    /// ended more than 30 days ago).
+    #[arg(long)]
+    pub rejoin: bool,
+}
+
+/// What `quorum host add` and `quorum host install` both record of a host.
+#[derive(clap::Args)]
+pub struct HostRecordArgs {
+    /// A label, KEY=VALUE, repeatable; `zone=...` names the failure domain.
+    #[arg(long = "label", value_name = "KEY=VALUE", value_parser = quorum_ops::hosts::parse_label)]
+    pub labels: Vec<(String, String)>,
     /// How long each certificate of the agent lasts (renewed two thirds of the way).
     #[arg(long, default_value = "90d", value_parser = humantime_duration, value_name = "DURATION")]
     pub certificate_lifetime: Duration,
@@ -398,10 +457,6 @@ pub struct HostAddArgs {
     /// started with --join-listen recorded.
     #[arg(long, value_name = "IP:PORT")]
     pub join_endpoint: Option<std::net::SocketAddr>,
-    /// The host exists: issue a new token (its agent lost its state, or its certificate
-    /// ended more than 30 days ago).
-    #[arg(long)]
-    pub rejoin: bool,
 }
 
 fn humantime_duration(s: &str) -> Result<Duration, String> {
@@ -423,8 +478,13 @@ pub struct AgentArgs {
     #[arg(long, value_name = "DIR", env = "QUORUM_AGENT_DIR")]
     pub state_dir: Option<PathBuf>,
     /// The join token from `quorum host add` (needed once; the same token again is
-    /// harmless).
-    #[arg(long, value_name = "TOKEN")]
+    /// harmless). From the environment, it stays off the command line `ps` shows.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "QUORUM_JOIN_TOKEN",
+        hide_env_values = true
+    )]
     pub join: Option<String>,
     /// Where to serve: IP:PORT (default: the host's address, port 7390).
     #[arg(long, value_name = "IP:PORT")]

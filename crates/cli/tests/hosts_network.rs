@@ -6,103 +6,10 @@
 
 mod common;
 
-use common::network::Network;
+use common::fleet::Fleet;
 use common::workload::{assert_acked, Creds, Workload};
 use common::*;
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
-
-/// The controller and the agents of one test, killed by PID on drop (the network's
-/// own drop kills whatever else runs in the hosts).
-struct Fleet {
-    env: Env,
-    net: Network,
-    controller: Option<Child>,
-    agents: Vec<Child>,
-}
-
-impl Drop for Fleet {
-    fn drop(&mut self) {
-        for c in self.agents.iter_mut().chain(self.controller.iter_mut()) {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-impl Fleet {
-    fn new(test: &str, hosts: usize) -> Fleet {
-        let env = Env::new(test);
-        let net = Network::new(test, hosts);
-        let join = format!("{}:7391", net.controller_ip());
-        let log = std::fs::File::create(env.dir.path().join("controller.log")).unwrap();
-        let controller = env
-            .cmd(&[
-                "controller",
-                "--metrics-addr",
-                "off",
-                "--join-listen",
-                &join,
-            ])
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(&join).is_err() {
-            assert!(Instant::now() < deadline, "the join service never listened");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let mut f = Fleet {
-            env,
-            net,
-            controller: Some(controller),
-            agents: Vec::new(),
-        };
-        for i in 1..=hosts {
-            let ip = f.net.hosts[i - 1].ip.to_string();
-            let name = format!("h{i}");
-            let token = f
-                .env
-                .ok(&["host", "add", &name, "--address", &ip])
-                .trim()
-                .to_string();
-            let state = f.env.dir.path().join(format!("agent-{name}"));
-            let log =
-                std::fs::File::create(f.env.dir.path().join(format!("agent-{name}.log"))).unwrap();
-            let mut cmd = f.net.command(i, env!("CARGO_BIN_EXE_quorum"));
-            cmd.args([
-                "agent",
-                "--join",
-                &token,
-                "--state-dir",
-                state.to_str().unwrap(),
-            ])
-            .env_remove("QUORUM_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-            f.agents.push(cmd.spawn().unwrap());
-        }
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = f.env.ok(&["hosts", "-o", "json"]);
-            let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-            let ready = v
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|h| h["agent"] == "ready")
-                .count();
-            if ready == hosts {
-                break;
-            }
-            assert!(Instant::now() < deadline, "agents not ready:\n{out}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        f
-    }
-}
 
 #[test]
 fn a_host_cut_off_from_its_peers_holds_a_rollout_until_the_network_heals() {

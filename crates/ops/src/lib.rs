@@ -20,6 +20,7 @@ pub mod carotation;
 mod ctx;
 pub mod defrag;
 mod haproxy;
+pub mod hostinstall;
 pub mod hosts;
 pub mod manifest;
 pub mod rebuild;

@@ -1,6 +1,6 @@
-//! `quorum host add` and `quorum hosts`.
+//! `quorum host add`, `quorum host install` and `quorum hosts`.
 
-use crate::args::{HostAddArgs, HostCommand, HostsArgs};
+use crate::args::{HostAddArgs, HostCommand, HostInstallArgs, HostsArgs};
 use anyhow::Result;
 use quorum_agent::client::{AgentClient, AgentError};
 use quorum_ops::hosts::{self, AddHost, HostRecord};
@@ -12,10 +12,76 @@ use std::time::Duration;
 /// How long `quorum hosts` waits for all agents together.
 const REPORT_DEADLINE_MS: u64 = 5_000;
 
-pub fn run(at: &Place, c: HostCommand) -> Result<()> {
+pub async fn run(at: &Place, c: HostCommand) -> Result<()> {
     match c {
         HostCommand::Add(a) => add(at, a),
+        HostCommand::Install(a) => install(at, a).await,
     }
+}
+
+async fn install(at: &Place, a: HostInstallArgs) -> Result<()> {
+    let target = quorum_ssh::Target::parse(&a.ssh, a.ssh_port)?;
+    quorum_ssh::plan::check_prefix(&a.prefix)?;
+    let home = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .ok_or_else(|| anyhow::anyhow!("HOME is not set: give --key and --known-hosts"))?;
+    let ssh_dir = home.join(".ssh");
+    let key = match a.key {
+        Some(k) => k,
+        None => ["id_ed25519", "id_ecdsa"]
+            .iter()
+            .map(|n| ssh_dir.join(n))
+            .find(|p| p.exists())
+            .ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no SSH key at {0}/id_ed25519 or {0}/id_ecdsa: give one with --key FILE",
+                    ssh_dir.display()
+                )
+            })?,
+    };
+    if !key.is_file() {
+        anyhow::bail!("no SSH key at {}: give one with --key FILE", key.display());
+    }
+    let req = quorum_ops::hostinstall::InstallHost {
+        name: a.name.clone(),
+        target,
+        key,
+        known_hosts: a.known_hosts.unwrap_or_else(|| ssh_dir.join("known_hosts")),
+        address: a.address,
+        labels: a.record.labels.into_iter().collect(),
+        prefix: a.prefix.clone(),
+        certificate_lifetime_s: a.record.certificate_lifetime.as_secs(),
+        endpoint: a.record.join_endpoint,
+        rejoin: a.rejoin,
+        binary: std::env::current_exe()?,
+    };
+    let store = at.connect()?;
+    let done = quorum_ops::hostinstall::install(&store, &req, now_unix_s(), |s| {
+        eprintln!("{}: {s}", a.name)
+    })
+    .await?;
+    let sent = if done.uploaded_bytes == 0 {
+        "binary already there".to_string()
+    } else {
+        format!(
+            "{:.1} MB sent in {:.1}s",
+            done.uploaded_bytes as f64 / 1e6,
+            done.upload_ms as f64 / 1e3
+        )
+    };
+    println!(
+        "host {} at {}: agent {} under {} ({}), {}, sha256 {}; {} and answering {:.1}s after its start",
+        a.name,
+        done.address,
+        if done.uploaded_bytes == 0 { "restarted" } else { "installed" },
+        a.prefix,
+        done.started,
+        sent,
+        &done.sha256[..16],
+        if done.joined_now { "joined" } else { "already joined" },
+        done.join_ms as f64 / 1e3
+    );
+    Ok(())
 }
 
 fn add(at: &Place, a: HostAddArgs) -> Result<()> {
@@ -24,11 +90,11 @@ fn add(at: &Place, a: HostAddArgs) -> Result<()> {
     let req = AddHost {
         name: a.name.clone(),
         address: a.address,
-        labels: a.labels.into_iter().collect(),
+        labels: a.record.labels.into_iter().collect(),
         token_ttl_s: a.token_ttl.as_secs().max(1),
-        certificate_lifetime_s: a.certificate_lifetime.as_secs(),
+        certificate_lifetime_s: a.record.certificate_lifetime.as_secs(),
         rejoin: a.rejoin,
-        endpoint: a.join_endpoint,
+        endpoint: a.record.join_endpoint,
     };
     let token = hosts::add(&store, &req, now)?;
     let labels = if req.labels.is_empty() {

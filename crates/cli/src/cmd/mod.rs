@@ -56,7 +56,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::HaproxyConfig(a) => haproxy_config::run(at, a),
         Command::Secrets(s) => secrets::run(at, s.command),
         Command::RotateCa(a) => rotate_ca::run(at, a).await,
-        Command::Host(h) => hosts::run(at, h.command),
+        Command::Host(h) => hosts::run(at, h.command).await,
         Command::Hosts(a) => hosts::list(at, a).await,
         Command::Agent(a) => agent::run(a).await,
         Command::Versions(_) => versions::run(),
