@@ -1,5 +1,6 @@
 //! `quorum demo`: the whole product in two minutes, in a throwaway home.
 
+use crate::hosts::Hosts;
 use anyhow::{bail, Context, Result};
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use futures::FutureExt;
@@ -41,9 +42,32 @@ pub struct RolloutArgs {
     /// comparing what TLS costs, never for data that matters.
     #[arg(long)]
     pub insecure_plaintext: bool,
+    /// Run the members on this many hosts instead of as local processes: each host a
+    /// network namespace on this machine with its own address (198.18.X.0/24) and its
+    /// own `quorum agent`, one member per host (needs root and iproute2). 0: local
+    /// processes.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub hosts: usize,
 }
 
 impl RolloutArgs {
+    /// Refuses a number of hosts that cannot hold the control plane.
+    pub fn check_hosts(&self) -> Result<()> {
+        if self.hosts > 0 && (self.hosts as u64) < u64::from(self.replicas) {
+            bail!(
+                "--hosts {} cannot hold {} members: a host runs one member of a control plane",
+                self.hosts,
+                self.replicas
+            );
+        }
+        Ok(())
+    }
+
+    /// Whether there is a host for a replacement's new member beside the old ones.
+    pub fn hosts_allow_replacement(&self) -> bool {
+        self.hosts == 0 || self.hosts as u64 >= u64::from(self.replicas + self.max_surge)
+    }
+
     /// The spec the control plane is created with.
     pub fn initial_spec(&self) -> ControlPlaneSpec {
         ControlPlaneSpec {
@@ -65,7 +89,11 @@ impl RolloutArgs {
                 schedule: quorum_core::backup::SCHEDULE_OFF.into(),
                 ..Default::default()
             },
-            provider: Default::default(),
+            provider: if self.hosts > 0 {
+                quorum_core::ProviderKind::Hosts
+            } else {
+                quorum_core::ProviderKind::Local
+            },
         }
     }
 }
@@ -83,28 +111,55 @@ pub struct DemoArgs {
 }
 
 pub async fn run(args: DemoArgs) -> Result<()> {
+    args.rollout.check_hosts()?;
     let home =
         std::env::temp_dir().join(format!("quorum-demo-{}-{}", std::process::id(), now_ms()));
     println!("quorum demo: home {}", home.display());
     let stop = Arc::new(AtomicBool::new(false));
     let controller = start_controller(&home, stop.clone())?;
+    let hosts = match args.rollout.hosts {
+        0 => Ok(None),
+        n => {
+            println!("\n== 0. {n} hosts: network namespaces on a bridge, a quorum agent in each");
+            let t = Instant::now();
+            let h = Hosts::start(&home, n, &stop).await;
+            if let Ok(h) = &h {
+                for (i, host) in h.net.hosts.iter().enumerate() {
+                    println!(
+                        "h{} at {} (namespace {}): agent joined",
+                        i + 1,
+                        host.ip,
+                        host.ns
+                    );
+                }
+                println!("hosts ready in {:.1}s", t.elapsed().as_secs_f64());
+            }
+            h.map(Some)
+        }
+    };
     // Whatever ends the demo (success, error, a panic such as a closed stdout, Ctrl-C,
     // SIGTERM, SIGHUP), the cleanup below runs.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())?;
-    let result = tokio::select! {
+    let result = if let Err(e) = &hosts {
+        Err(anyhow::anyhow!("{e:#}"))
+    } else {
+        tokio::select! {
         r = std::panic::AssertUnwindSafe(body(&home, &args)).catch_unwind() => {
             r.unwrap_or_else(|_| Err(anyhow::anyhow!("the demo panicked (see above)")))
         }
         _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
         _ = term.recv() => Err(anyhow::anyhow!("terminated")),
         _ = hup.recv() => Err(anyhow::anyhow!("hung up")),
+        }
     };
     say("\ncleaning up: stopping every machine the demo started");
     // The controller stops first: the teardown acts as the home's one controller.
     stop.store(true, Ordering::Relaxed);
     let _ = controller.join();
     let cleanup = teardown(&Place::embedded(&home), NAME, None).await;
+    // The agents, then every process left in a host, then the hosts themselves.
+    drop(hosts);
     kill_leftovers(&home);
     if args.keep {
         say(&format!(
@@ -152,12 +207,21 @@ pub fn start_controller(home: &Path, stop: Arc<AtomicBool>) -> Result<std::threa
 
 async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     let mut ctx = Ctx::open(&Place::embedded(home))?;
-    let spec = args.rollout.initial_spec();
+    let mut spec = args.rollout.initial_spec();
+    if !args.rollout.hosts_allow_replacement() {
+        // One member per host: with no spare host, each member is upgraded where it is.
+        spec.rollout.strategy = quorum_core::Strategy::InPlace;
+    }
+    let on = match args.rollout.hosts {
+        0 => "as local processes".to_string(),
+        n => format!("on {n} hosts, at most one member on each"),
+    };
     println!(
-        "\n== 1. create {} members at etcd {}",
+        "\n== 1. create {} members at etcd {} {on}",
         args.rollout.replicas, args.rollout.from
     );
     let t_create = Instant::now();
+    let strategy = spec.rollout.strategy;
     create(&mut ctx, NAME, spec, false)?;
     ctx.follow(
         NAME,
@@ -185,7 +249,13 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         t_write.elapsed().as_secs_f64()
     );
 
-    println!("\n== 3. upgrade to etcd {}", args.rollout.to);
+    let how = match strategy {
+        quorum_core::Strategy::InPlace => {
+            "in place: each member restarted on the new binary with its data (no spare host for a replacement)"
+        }
+        _ => "by replacement: a new member added beside each old one, then the old one removed",
+    };
+    println!("\n== 3. upgrade to etcd {}, {how}", args.rollout.to);
     let after = ctx.store.last_event_id(NAME)?;
     let t_up = Instant::now();
     change(&mut ctx, NAME, false, |s| ControlPlaneSpec {
@@ -373,8 +443,44 @@ fn replacements(events: &[Event]) -> Vec<Replacement> {
     done
 }
 
+/// Each in-place step: the machine, and when it began and ended.
+fn in_place_steps(events: &[Event]) -> Vec<(String, i64, Option<i64>)> {
+    let mut steps: Vec<(String, i64, Option<i64>)> = Vec::new();
+    for e in events.iter().filter(|e| e.ok) {
+        let m = e.machine.clone().unwrap_or_default();
+        match e.kind.action() {
+            Some(ActionKind::BeginInPlace) => steps.push((m, e.at_ms, None)),
+            Some(ActionKind::EndInPlace) => {
+                if let Some(s) = steps.iter_mut().rev().find(|s| s.0 == m && s.2.is_none()) {
+                    s.2 = Some(e.at_ms);
+                }
+            }
+            _ => {}
+        }
+    }
+    steps
+}
+
 fn print_report(events: &[Event], total: Duration) {
     println!("\n== report");
+    let steps = in_place_steps(events);
+    if !steps.is_empty() {
+        let mut rows = vec![["IN PLACE", "MEMBER", "DRAIN+STOP+START+CATCH UP"]
+            .map(String::from)
+            .to_vec()];
+        for (i, (m, begin, end)) in steps.iter().enumerate() {
+            rows.push(vec![
+                format!("#{}", i + 1),
+                m.clone(),
+                end.map_or("-".into(), |e| {
+                    format!("{:.2}s", (e - begin) as f64 / 1000.0)
+                }),
+            ]);
+        }
+        print!("{}", status::columns(&rows));
+        println!("total upgrade time: {:.1}s", total.as_secs_f64());
+        return;
+    }
     let secs = |a: Option<i64>, b: Option<i64>| match (a, b) {
         (Some(a), Some(b)) => format!("{:.2}s", (b - a) as f64 / 1000.0),
         _ => "-".to_string(),

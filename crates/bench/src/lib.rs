@@ -9,6 +9,8 @@ mod balancer;
 pub mod demo;
 pub mod failover;
 pub mod fleet;
+pub mod hostnet;
+pub mod hosts;
 mod naive;
 mod plot;
 mod preload;

@@ -205,7 +205,7 @@ fn print_table(r: &Report) {
 
 fn workload(r: &Report) -> String {
     format!(
-        "{} ops/s from {} clients, {}, {}; {} rollout {} -> {}",
+        "{} ops/s from {} clients, {}, {}; {} rollout {} -> {}{}",
         r.rate,
         r.clients,
         match r.client_mode {
@@ -215,7 +215,11 @@ fn workload(r: &Report) -> String {
         if r.tls { "mutual TLS" } else { "plain HTTP" },
         label(r.strategy),
         r.from,
-        r.to
+        r.to,
+        match r.hosts {
+            0 => " (local processes)".to_string(),
+            n => format!(" (members on {n} hosts, through their agents)"),
+        }
     )
 }
 
@@ -368,6 +372,7 @@ pub(crate) fn summarize(
         from: args.rollout.from.to_string(),
         to: args.rollout.to.to_string(),
         replicas: args.rollout.replicas,
+        hosts: args.rollout.hosts,
         rate: args.rate,
         clients: args.clients,
         attempted: ops.len(),
@@ -408,6 +413,7 @@ mod tests {
             from: "3.4.23".into(),
             to: "3.5.1".into(),
             replicas,
+            hosts: 0,
             rate: 500,
             clients: 8,
             attempted: 4_000,

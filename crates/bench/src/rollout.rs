@@ -135,6 +135,9 @@ pub struct Report {
     pub from: String,
     pub to: String,
     pub replicas: u32,
+    /// The members ran on this many hosts (network namespaces with agents); 0: as
+    /// local processes.
+    pub hosts: usize,
     pub rate: u32,
     pub clients: u32,
     pub attempted: usize,
@@ -464,6 +467,19 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
     if args.rate == 0 || args.clients == 0 {
         bail!("--rate and --clients must be at least 1");
     }
+    args.rollout.check_hosts()?;
+    if args.rollout.hosts > 0 {
+        if args.strategy.contains(&Strategy::Naive) {
+            bail!("--strategy naive runs its own local processes: it has no --hosts form");
+        }
+        if args.strategy.contains(&Strategy::Safe) && !args.rollout.hosts_allow_replacement() {
+            bail!(
+                "--strategy safe on hosts needs --hosts {} at least: the new member of a replacement needs a host beside the {} old ones (or use --strategy in-place)",
+                args.rollout.replicas + args.rollout.max_surge,
+                args.rollout.replicas
+            );
+        }
+    }
     if args.output != "table" && args.output != "json" {
         bail!("-o must be table or json, got '{}'", args.output);
     }
@@ -487,6 +503,21 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
     }
     let home =
         std::env::temp_dir().join(format!("quorum-bench-{}-{}", std::process::id(), now_ms()));
+    // The hosts outlive every run (each run's control plane is placed on them anew);
+    // their join service stops with them.
+    let join_stop = Arc::new(AtomicBool::new(false));
+    let hosts = match args.rollout.hosts {
+        0 => None,
+        n => {
+            let t = Instant::now();
+            let h = crate::hosts::Hosts::start(&home, n, &join_stop).await?;
+            eprintln!(
+                "bench: {n} hosts ready in {:.1}s",
+                t.elapsed().as_secs_f64()
+            );
+            Some(h)
+        }
+    };
     let mut reports = Vec::new();
     let mut result = Ok(());
     'runs: for strategy in args.strategy.clone() {
@@ -517,6 +548,8 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
             }
         }
     }
+    join_stop.store(true, Ordering::Relaxed);
+    drop(hosts);
     demo::kill_leftovers(&home);
     let _ = std::fs::remove_dir_all(&home);
     // The runs that finished are reported even when a later one failed.

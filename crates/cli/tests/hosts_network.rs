@@ -46,7 +46,7 @@ fn a_host_cut_off_from_its_peers_holds_a_rollout_until_the_network_heals() {
 
     // h3 loses its peers (both ways); the controller still reaches it.
     let peers = [f.net.hosts[0].ip, f.net.hosts[1].ip];
-    f.net.partition(3, &peers, false);
+    f.net.partition(3, &peers, false).unwrap();
     let cut = Instant::now();
     env.ok(&["upgrade", "prod", "--version", NEW]);
     // While cut off, nothing is restarted: the preflight wants every voter healthy.
@@ -64,7 +64,7 @@ fn a_host_cut_off_from_its_peers_holds_a_rollout_until_the_network_heals() {
     }
     let status = env.ok(&["status", "prod"]);
     println!("during the partition:\n{status}");
-    f.net.heal(3);
+    f.net.heal(3).unwrap();
     let healed = Instant::now();
     env.ok(&[
         "upgrade",
@@ -111,7 +111,7 @@ fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
     let before = env.store().machines("prod").unwrap();
     // h2 drops everything from the controller (one way: the controller's packets never
     // arrive, so it hears nothing back either); h2's peers still reach it.
-    f.net.partition(2, &[f.net.controller_ip()], true);
+    f.net.partition(2, &[f.net.controller_ip()], true).unwrap();
     let cut = Instant::now();
     let s = env.wait_status(
         "prod",
@@ -147,7 +147,7 @@ fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
     let status = env.ok(&["status", "prod"]);
     println!("{status}");
     assert!(status.contains("prod-2"), "{status}");
-    f.net.heal(2);
+    f.net.heal(2).unwrap();
     let healed = Instant::now();
     env.wait_status(
         "prod",

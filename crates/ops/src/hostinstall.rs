@@ -239,8 +239,9 @@ pub async fn install(
     })
 }
 
-/// Waits until host `name` joined (when it was given a token) and its agent answers.
-async fn wait_ready(store: &Store, name: &str, joining: bool) -> Result<()> {
+/// Waits (up to `JOIN_DEADLINE_MS`) until host `name` joined (when it was given a
+/// token) and its agent answers.
+pub async fn wait_ready(store: &Store, name: &str, joining: bool) -> Result<()> {
     let deadline = Instant::now() + Duration::from_millis(JOIN_DEADLINE_MS);
     let mut last = String::from("it has not joined");
     loop {

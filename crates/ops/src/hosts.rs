@@ -8,7 +8,7 @@
 //! Every change of a record is a compare-and-swap on the text read, retried a bounded
 //! number of times, so two controllers serving joins never both consume one token.
 
-use anyhow::{anyhow, bail, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use quorum_agent::join::{Grant, Registry, RegistryError};
 use quorum_agent::token::JoinToken;
 pub use quorum_store::hosts::{get, list, HostRecord, PendingJoin, HOST_PREFIX};
@@ -329,6 +329,56 @@ impl Registry for StoreRegistry {
             })
         })
     }
+}
+
+/// Serves the join service on `addr` until `stop`, after recording `addr` in the store
+/// (so `quorum host add` puts it in tokens). Its own store connection: a join never
+/// waits on a reconcile.
+pub async fn serve_join(
+    at: &crate::Place,
+    addr: std::net::SocketAddr,
+    stop: &Arc<std::sync::atomic::AtomicBool>,
+) -> Result<()> {
+    if addr.ip().is_unspecified() {
+        bail!("--join-listen needs the address agents dial ({addr} is every address): its certificate names it");
+    }
+    let store = at.connect()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let text = addr.to_string();
+    let recorded = store.setting_or_init(JOIN_ENDPOINT_SETTING, &text)?;
+    if recorded != text && !store.replace_setting(JOIN_ENDPOINT_SETTING, &recorded, &text)? {
+        bail!("the join endpoint in the store changed while this controller recorded its own; start it again");
+    }
+    let ca = hosts_ca(&store, now)?;
+    let (ca_pem, id) = join_identity(&store, addr.ip(), now)?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--join-listen {addr}"))?;
+    let registry = std::sync::Arc::new(StoreRegistry::new(store));
+    let service = quorum_agent::join::JoinService::new(registry, std::sync::Arc::new(ca));
+    let stop = stop.clone();
+    let until_stop = async move {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    tokio::spawn(async move {
+        if let Err(e) = quorum_agent::join::serve(
+            listener,
+            service,
+            &ca_pem,
+            &id.cert_pem,
+            &id.key_pem,
+            until_stop,
+        )
+        .await
+        {
+            tracing::error!(error = %e, "the join service stopped");
+        }
+    });
+    Ok(())
 }
 
 #[cfg(test)]

@@ -129,6 +129,10 @@ pub struct Config {
     /// TLS members, and a person runs `quorum rotate-ca` once within the fault window
     /// (`carotation.rs`).
     pub ca_rotation: bool,
+    /// Members on hosts (`spec.provider: hosts`, `hosts.rs`): placed by the core's
+    /// placement, and a host may be lost for a while. Not with a quorum loss (a rebuild
+    /// on hosts is refused by the product for now).
+    pub hosts: bool,
 }
 
 impl Config {
@@ -146,6 +150,8 @@ impl Config {
             load_balancer: (seed / (2 * Scenario::ALL.len() as u64)).is_multiple_of(2),
             faults_anywhere: false,
             ca_rotation: (seed / (4 * Scenario::ALL.len() as u64)).is_multiple_of(2),
+            hosts: Scenario::for_seed(seed) != Scenario::QuorumLoss
+                && (seed / (8 * Scenario::ALL.len() as u64)).is_multiple_of(2),
         }
     }
 
@@ -185,4 +191,7 @@ pub struct Outcome {
     pub ca: crate::CaCounts,
     /// The run injected faults anywhere (`Config::faults_anywhere`), to replay it.
     pub faults_anywhere: bool,
+    /// Members on hosts (`Config::hosts`), and how many hosts were lost.
+    pub hosts: bool,
+    pub hosts_lost: u64,
 }

@@ -54,7 +54,10 @@ impl World {
     pub(crate) fn perform(&mut self, a: &Action, fenced: bool) -> Answer {
         let before_quorum = self.has_quorum();
         self.check_in_place_membership(a);
+        let unreachable = World::provider_target(a).is_some_and(|m| self.on_down_host(m));
         let answer = match a {
+            // The host's agent does not answer: nothing happens there.
+            _ if unreachable => Answer::Failed("the host's agent does not answer"),
             Action::AllocateMachine { .. } | Action::MarkDeleting { .. } if fenced => {
                 Answer::Fenced
             }
@@ -66,9 +69,21 @@ impl World {
                 if remediation.is_some() {
                     self.repair.replacements += 1;
                 }
-                let m = self.alloc_machine(*bootstrap, *version, remediation.clone());
-                self.note(format!("  allocated {}", m.name));
-                Answer::Done
+                match self.alloc_machine(*bootstrap, *version, remediation.clone()) {
+                    Ok(m) => {
+                        let on = m
+                            .placement
+                            .as_ref()
+                            .map(|p| format!(" on {}", p.host))
+                            .unwrap_or_default();
+                        self.note(format!("  allocated {}{on}", m.name));
+                        Answer::Done
+                    }
+                    Err(e) => {
+                        self.note(format!("  placement refused: {e}"));
+                        Answer::Failed("no host can take the machine")
+                    }
+                }
             }
             Action::StartMachine {
                 machine,

@@ -384,8 +384,13 @@ impl World {
             created_at_unix_s: Some(EPOCH_UNIX_S),
             ..Observation::default()
         };
+        let down = self.down_host();
         for mach in &self.machines {
             let p = self.procs.get(&mach.name).cloned().unwrap_or_default();
+            // On a host that does not answer, the hosts provider reports its machines as
+            // last seen, taken to run (`HostsProvider::observe`): etcd judges them.
+            let silent =
+                down.is_some() && mach.placement.as_ref().map(|pl| pl.host.as_str()) == down;
             let member = self.member_of_machine(&mach.name);
             let answers = self.responsive(&mach.name) && hidden != Some(mach.name.as_str());
             let status = match member {
@@ -426,7 +431,7 @@ impl World {
             obs.machines.insert(
                 mach.name.clone(),
                 MachineObservation {
-                    process: if p.running {
+                    process: if p.running || silent {
                         ProcessState::Running
                     } else {
                         ProcessState::Stopped
@@ -436,7 +441,7 @@ impl World {
                     marker: p.marker,
                     quorum_read,
                     starts_unix_s: p.starts_unix_s.clone(),
-                    running_version: p.binary.filter(|_| p.running),
+                    running_version: p.binary.filter(|_| p.running && !silent),
                 },
             );
         }

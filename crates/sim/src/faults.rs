@@ -5,9 +5,11 @@ use super::*;
 /// Fault kinds: 0 a process dies, 1 a partition, 2 an endpoint hidden from the
 /// controller, 3 a slow learner, 4 a leader change, 5 a machine breaks, 6 the load
 /// balancer unreachable, 7 to 12 the repair half's (`repair_fault`), 13 a new binary
-/// that fails to start (in-place runs only: `inplace.rs`).
-const FAULT_KINDS: u64 = 14;
+/// that fails to start (in-place runs only: `inplace.rs`), 14 a host lost (runs on
+/// hosts only: `hosts.rs`).
+const FAULT_KINDS: u64 = 15;
 const BAD_BINARY: u64 = 13;
+const HOST_LOST: u64 = 14;
 /// The repair fault that fills the keyspace to its quota (NOSPACE).
 const KEYSPACE_FILL: u64 = 11;
 /// The kinds that impair no member: a slow learner, a leader change, the load
@@ -36,6 +38,7 @@ impl World {
         let kinds: Vec<u64> = (0..FAULT_KINDS)
             .filter(|k| *k != 6 || self.lb.is_some())
             .filter(|k| *k != BAD_BINARY || self.in_place_strategy())
+            .filter(|k| *k != HOST_LOST || self.cfg.hosts)
             .filter(|k| !quiet_members || NOT_MEMBER_FAULTS.contains(k))
             // A rebuilt cluster is one member for a while: NOSPACE there has no quorum
             // margin to defragment into, a case held back everywhere (`faults_anywhere`).
@@ -44,6 +47,7 @@ impl World {
         let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
         match kind {
             BAD_BINARY => self.bad_binary_fault(),
+            HOST_LOST => self.host_fault(heal_at),
             7..=12 => self.repair_fault(kind, heal_at),
             6 => {
                 // The load balancer is unreachable: it keeps serving what it served, and

@@ -91,6 +91,7 @@ mod config;
 mod controller;
 mod etcd;
 mod faults;
+mod hosts;
 mod inplace;
 mod invariants;
 pub mod model;
@@ -221,6 +222,8 @@ enum Impairment {
     /// The member applies far behind its log (a slow disk): its applied index trails
     /// the leader by `LAG_ENTRIES`.
     Lagging(u64),
+    /// A host is lost (`hosts.rs`): its processes stopped, its agent silent.
+    HostDown(String),
 }
 
 /// One simulated control plane with its controller.
@@ -320,6 +323,8 @@ pub struct World {
     /// What the controller's last decision said (a converged decision takes no action).
     last_converged: bool,
     faults: u64,
+    /// Hosts lost (`hosts.rs`).
+    hosts_lost: u64,
     trace: String,
     hash: u64,
     violation: Option<String>,
@@ -363,7 +368,11 @@ impl World {
                     remediation: SIM_REMEDIATION,
                     maintenance: Default::default(),
                     backup: backups::sim_backup(),
-                    provider: Default::default(),
+                    provider: if cfg.hosts {
+                        quorum_core::ProviderKind::Hosts
+                    } else {
+                        quorum_core::ProviderKind::Local
+                    },
                 },
                 deleting: false,
                 rebuild: None,
@@ -409,6 +418,7 @@ impl World {
             decisions: 0,
             last_converged: false,
             faults: 0,
+            hosts_lost: 0,
             trace: String::new(),
             hash: 0xcbf2_9ce4_8422_2325,
             violation: None,
@@ -521,7 +531,8 @@ impl World {
         bootstrap: bool,
         version: Version,
         remediation: Option<quorum_core::Remediation>,
-    ) -> Machine {
+    ) -> Result<Machine, String> {
+        let placement = self.place_machine()?;
         let serial = self.next_serial;
         self.next_serial += 1;
         let n = self.next_address;
@@ -529,7 +540,7 @@ impl World {
         let m = Machine {
             // Recorded with the CA files of a rotation's phase, as the stores do.
             ca_step: self.cp.ca_step_now().filter(|_| self.cfg.ca_rotation),
-            placement: None,
+            placement,
             name: format!("sim-{serial}"),
             serial,
             address: Ipv4Addr::new(127, 200, (n / 250) as u8, (n % 250 + 2) as u8),
@@ -544,12 +555,15 @@ impl World {
         };
         self.machines.push(m.clone());
         self.procs.insert(m.name.clone(), Proc::default());
-        m
+        Ok(m)
     }
 
     /// A healthy running member with its machine, as the scenario's starting point.
     fn seed_member(&mut self, version: Version) {
-        let m = self.alloc_machine(true, version, None);
+        // The hosts of a run hold every seeded member (`hosts::HOSTS`).
+        let m = self
+            .alloc_machine(true, version, None)
+            .expect("a host for every seeded member");
         let id = self.new_member_id();
         self.members.push(SimMember {
             id,
@@ -669,6 +683,8 @@ impl World {
             rebuilds: self.rebuilds,
             ca: self.ca,
             faults_anywhere: self.cfg.faults_anywhere,
+            hosts: self.cfg.hosts,
+            hosts_lost: self.hosts_lost,
         }
     }
 }
@@ -754,6 +770,7 @@ pub fn replay_command(o: &Outcome) -> String {
     if o.faults_anywhere {
         c.push_str(" --faults-anywhere");
     }
+    let _ = write!(c, " --provider {}", if o.hosts { "hosts" } else { "local" });
     if o.replicas > 1 {
         let _ = write!(c, " --replicas {}", o.replicas);
         if o.lease_ttl_ms != DEFAULT_LEASE_TTL_MS {

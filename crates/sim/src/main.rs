@@ -56,6 +56,11 @@ struct Args {
     /// is leaving). Off by default; these runs show the gaps.
     #[arg(long)]
     faults_anywhere: bool,
+    /// Where the members run: local or hosts (placed by the core's placement on seven
+    /// hosts, one of them possibly lost for a while). Default: chosen by the seed
+    /// (never hosts with quorum-loss: a rebuild on hosts is refused for now).
+    #[arg(long, value_parser = ["local", "hosts"])]
+    provider: Option<String>,
     /// Worker threads for --seeds.
     #[arg(long, default_value_t = 2)]
     threads: u64,
@@ -105,6 +110,12 @@ fn main() -> std::process::ExitCode {
         c.lease_ttl_ms = args.lease_ttl_ms;
         c.shards = args.shards;
         c.faults_anywhere = args.faults_anywhere;
+        if let Some(p) = &args.provider {
+            c.hosts = p == "hosts";
+        }
+        if c.scenario == Scenario::QuorumLoss {
+            c.hosts = false;
+        }
         c
     };
     if args.model_check {
@@ -115,7 +126,7 @@ fn main() -> std::process::ExitCode {
             let t = Instant::now();
             let r = quorum_sim::model::check(v);
             println!(
-                "model check, 3-member rollout, {}, etcd strict check {}, deposed controller {}{}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
+                "model check, 3-member rollout, {}, etcd strict check {}, deposed controller {}{}{}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
                 if v.in_place {
                     "in place".to_string()
                 } else {
@@ -124,6 +135,7 @@ fn main() -> std::process::ExitCode {
                 if v.etcd_strict { "on" } else { "off" },
                 if v.deposed { "yes" } else { "no" },
                 if v.sharded { ", sharded (the shard moves between replicas)" } else { "" },
+                if v.hosts { ", members on hosts (a host lost for a while)" } else { "" },
                 if v.faults_anywhere { ", faults anywhere" } else { "" },
                 r.states,
                 r.transitions,
@@ -179,6 +191,9 @@ fn main() -> std::process::ExitCode {
         println!("repair: {}", o.repair);
         println!("in place: {}", o.in_place);
         println!("CA rotations: {}", o.ca);
+        if o.hosts {
+            println!("hosts: {} lost", o.hosts_lost);
+        }
         if o.replicas > 1 {
             println!("{} replicas: {}", o.replicas, o.lease);
         }
@@ -206,6 +221,7 @@ fn main() -> std::process::ExitCode {
                         BackupCounts::default(),
                         RebuildCounts::default(),
                         CaCounts::default(),
+                        (0u64, 0u64),
                     );
                     let mut seed = from + k;
                     while seed < from + n {
@@ -220,6 +236,8 @@ fn main() -> std::process::ExitCode {
                         out.8.add(&o.backups);
                         out.9.add(&o.rebuilds);
                         out.10.add(&o.ca);
+                        out.11 .0 += u64::from(o.hosts);
+                        out.11 .1 += o.hosts_lost;
                         if o.violation.is_some() {
                             out.3.push(o);
                         }
@@ -254,6 +272,9 @@ fn main() -> std::process::ExitCode {
         rebuilds.add(&r.9);
         ca.add(&r.10);
     }
+    let results_hosts = results
+        .iter()
+        .fold((0, 0), |a, r| (a.0 + r.11 .0, a.1 + r.11 .1));
     let failed: Vec<_> = results.into_iter().flat_map(|r| r.3).collect();
     for o in &failed {
         println!(
@@ -277,6 +298,10 @@ fn main() -> std::process::ExitCode {
     println!("backups: {backups}");
     println!("rebuilds: {rebuilds}");
     println!("CA rotations: {ca}");
+    println!(
+        "hosts: {} runs with members on hosts, {} hosts lost",
+        results_hosts.0, results_hosts.1
+    );
     if args.replicas > 1 {
         println!("{} replicas: {lease}", args.replicas);
     }

@@ -3,11 +3,15 @@
 use super::*;
 
 fn world(scenario: Scenario, strict: bool) -> World {
+    World::new(config(scenario, strict))
+}
+
+fn config(scenario: Scenario, strict: bool) -> Config {
     let mut c = Config::new(1);
     c.scenario = scenario;
     c.strict_reconfig = strict;
     c.trace = true;
-    World::new(c)
+    c
 }
 
 #[test]
@@ -982,4 +986,84 @@ fn sharded_seeds_with_every_fault_hold_every_invariant() {
             assert_eq!(o.violation, None, "{}", crate::replay_command(&o));
         }
     }
+}
+
+fn hosts_world(scenario: Scenario) -> World {
+    World::new(Config {
+        hosts: true,
+        ..config(scenario, false)
+    })
+}
+
+/// Members on hosts are placed by the core: each on a host of its own, never two in
+/// zone a (h1 and h2), which a 3-member control plane can lose only one of.
+#[test]
+fn members_on_hosts_are_placed_one_per_host_and_domain() {
+    let w = hosts_world(Scenario::ScaleDown);
+    let hosts: Vec<&str> = w
+        .machines
+        .iter()
+        .map(|m| m.placement.as_ref().expect("placed").host.as_str())
+        .collect();
+    let distinct: BTreeSet<&str> = hosts.iter().copied().collect();
+    assert_eq!(distinct.len(), hosts.len(), "{hosts:?}");
+    let zone_a = hosts.iter().filter(|h| ["h1", "h2"].contains(h)).count();
+    assert!(zone_a <= 1, "{hosts:?}");
+    assert!(w.violation.is_none(), "{:?}", w.violation);
+}
+
+/// A lost host: its processes stop, every call to its agent fails, and its machines
+/// are observed as the hosts provider reports a silent host (taken to run, no version).
+#[test]
+fn a_lost_host_answers_nothing_and_its_members_are_judged_by_etcd() {
+    let mut w = hosts_world(Scenario::Rollout);
+    w.host_fault(1_000);
+    let Some(down) = w.down_host().map(str::to_string) else {
+        panic!("a host was lost: {}", w.trace);
+    };
+    let victim = w
+        .machines
+        .iter()
+        .find(|m| m.placement.as_ref().is_some_and(|p| p.host == down))
+        .map(|m| m.name.clone())
+        .unwrap();
+    assert!(!w.procs[&victim].running);
+    let start = Action::StopMachine {
+        machine: victim.clone(),
+    };
+    assert!(matches!(w.perform(&start, false), Answer::Failed(_)));
+    let obs = w.observe();
+    let seen = &obs.machines[&victim];
+    assert_eq!(seen.process, ProcessState::Running, "as last seen");
+    assert!(seen.status.is_none(), "etcd does not hear it");
+    assert_eq!(seen.running_version, None);
+    // A new machine goes elsewhere.
+    let m = w.alloc_machine(false, NEW, None).unwrap();
+    assert_ne!(m.placement.unwrap().host, down);
+    assert!(w.violation.is_none(), "{:?}", w.violation);
+}
+
+/// Rollouts on hosts with hosts lost along the way: every invariant holds and every
+/// run converges once the faults stop.
+#[test]
+fn rollouts_on_hosts_survive_lost_hosts() {
+    let mut lost = 0;
+    for seed in 0..300 {
+        let mut c = Config::new(seed);
+        c.scenario = [
+            Scenario::Rollout,
+            Scenario::RolloutSurge0,
+            Scenario::InPlace,
+        ][seed as usize % 3];
+        c.hosts = true;
+        let o = run(c);
+        assert!(
+            o.violation.is_none(),
+            "{:?}: {}",
+            o.violation,
+            replay_command(&o)
+        );
+        lost += o.hosts_lost;
+    }
+    assert!(lost > 50, "only {lost} hosts lost in 300 runs");
 }

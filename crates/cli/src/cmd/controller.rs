@@ -47,7 +47,8 @@ pub async fn run(at: &Place, a: ControllerArgs) -> Result<()> {
         serve_metrics(&a.metrics_addr, c.metrics(), &stop).await?;
     }
     if let Some(addr) = a.join_listen {
-        serve_join(at, addr, &stop).await?;
+        quorum_ops::hosts::serve_join(at, addr, &stop).await?;
+        eprintln!("quorum controller: join service on {addr}");
     }
     tokio::spawn(stop_on_signal(stop.clone()));
     eprintln!(
@@ -122,52 +123,4 @@ async fn stop_on_signal(stop: Arc<AtomicBool>) {
         _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending::<()>().await } } => {},
     }
     stop.store(true, Ordering::Relaxed);
-}
-
-/// Serves the join service on `addr` until `stop`, after recording `addr` in the store
-/// (so `quorum host add` puts it in tokens). Its own store connection: a join never
-/// waits on a reconcile.
-async fn serve_join(at: &Place, addr: std::net::SocketAddr, stop: &Arc<AtomicBool>) -> Result<()> {
-    use quorum_ops::hosts;
-    if addr.ip().is_unspecified() {
-        bail!("--join-listen needs the address agents dial ({addr} is every address): its certificate names it");
-    }
-    let store = at.connect()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let text = addr.to_string();
-    let recorded = store.setting_or_init(hosts::JOIN_ENDPOINT_SETTING, &text)?;
-    if recorded != text && !store.replace_setting(hosts::JOIN_ENDPOINT_SETTING, &recorded, &text)? {
-        bail!("the join endpoint in the store changed while this controller recorded its own; start it again");
-    }
-    let ca = hosts::hosts_ca(&store, now)?;
-    let (ca_pem, id) = hosts::join_identity(&store, addr.ip(), now)?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("--join-listen {addr}"))?;
-    let registry = std::sync::Arc::new(hosts::StoreRegistry::new(store));
-    let service = quorum_agent::join::JoinService::new(registry, std::sync::Arc::new(ca));
-    let stop = stop.clone();
-    let until_stop = async move {
-        while !stop.load(Ordering::Relaxed) {
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-        }
-    };
-    eprintln!("quorum controller: join service on {addr}");
-    tokio::spawn(async move {
-        if let Err(e) = quorum_agent::join::serve(
-            listener,
-            service,
-            &ca_pem,
-            &id.cert_pem,
-            &id.key_pem,
-            until_stop,
-        )
-        .await
-        {
-            tracing::error!(error = %e, "the join service stopped");
-        }
-    });
-    Ok(())
 }

@@ -40,7 +40,7 @@ impl Fleet {
     /// A controller serving joins, and `hosts` hosts with nothing running on them.
     pub fn bare(test: &str, hosts: usize) -> Fleet {
         let env = Env::new(test);
-        let net = Network::new(test, hosts);
+        let net = Network::new(test, hosts).expect("a network of test hosts");
         let join = format!("{}:{JOIN_PORT}", net.controller_ip());
         let log = std::fs::File::create(env.dir.path().join("controller.log")).unwrap();
         let controller = env

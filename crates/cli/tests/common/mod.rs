@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fleet;
-pub mod network;
+pub use quorum_bench::hostnet as network;
 pub mod workload;
 
 use etcd_client::{Client, ConnectOptions, GetOptions};

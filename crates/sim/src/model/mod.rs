@@ -150,6 +150,13 @@ pub struct Variant {
     /// failure. Checked in every state: every running member trusts every other
     /// running member's certificates and quorum's own; the goal has it finished.
     pub ca_rotation: bool,
+    /// Members on hosts (`spec.provider: hosts`): the one failure is a host lost for a
+    /// while, instead of the member faults: its process stops, every call to its agent
+    /// fails (the controller's pass ends there), and the machine is observed as the
+    /// hosts provider reports a silent host (taken to run, no version: etcd judges it).
+    /// It comes back with its process stopped. One member per host (the core's
+    /// placement), so a host is its machine here.
+    pub hosts: bool,
 }
 
 impl Variant {
@@ -159,7 +166,7 @@ impl Variant {
     /// fencing and the leadership re-check of the distributed store narrow that window);
     /// and the in-place rollout with a deposed controller; and a sharded fleet, whose
     /// control plane moves between replicas.
-    pub const ALL: [Variant; 8] = [
+    pub const ALL: [Variant; 9] = [
         Variant {
             max_surge: 1,
             etcd_strict: false,
@@ -169,6 +176,7 @@ impl Variant {
             recovery: false,
             sharded: false,
             ca_rotation: false,
+            hosts: false,
         },
         Variant {
             max_surge: 0,
@@ -179,6 +187,7 @@ impl Variant {
             recovery: false,
             sharded: false,
             ca_rotation: false,
+            hosts: false,
         },
         Variant {
             max_surge: 1,
@@ -189,6 +198,7 @@ impl Variant {
             recovery: false,
             sharded: false,
             ca_rotation: false,
+            hosts: false,
         },
         Variant {
             max_surge: 0,
@@ -199,6 +209,7 @@ impl Variant {
             recovery: false,
             sharded: false,
             ca_rotation: false,
+            hosts: false,
         },
         Variant {
             max_surge: 1,
@@ -209,6 +220,7 @@ impl Variant {
             recovery: false,
             sharded: false,
             ca_rotation: false,
+            hosts: false,
         },
         Variant {
             max_surge: 1,
@@ -219,6 +231,7 @@ impl Variant {
             recovery: true,
             sharded: false,
             ca_rotation: false,
+            hosts: false,
         },
         Variant {
             max_surge: 1,
@@ -229,6 +242,7 @@ impl Variant {
             recovery: false,
             sharded: true,
             ca_rotation: false,
+            hosts: false,
         },
         // Without the deposed controller: its one stale step is an effect on etcd or a
         // machine, never a record (the rotation's are all records), and with it the
@@ -242,6 +256,18 @@ impl Variant {
             recovery: false,
             sharded: false,
             ca_rotation: true,
+            hosts: false,
+        },
+        Variant {
+            max_surge: 1,
+            etcd_strict: true,
+            deposed: true,
+            faults_anywhere: false,
+            in_place: false,
+            recovery: false,
+            sharded: false,
+            ca_rotation: false,
+            hosts: true,
         },
     ];
 }
@@ -298,6 +324,9 @@ pub struct State {
     /// person replaces it; it may happen once.
     bad_binary: Option<String>,
     bad_used: bool,
+    /// The machine whose host is lost now (hosts variant); it may happen once.
+    host_down: Option<String>,
+    host_used: bool,
 }
 
 /// What the exploration found.
@@ -433,6 +462,8 @@ fn initial_rollout(variant: Variant) -> State {
         cluster_new: false,
         bad_binary: None,
         bad_used: false,
+        host_down: None,
+        host_used: false,
     }
 }
 
@@ -472,6 +503,8 @@ impl State {
         for mach in &self.machines {
             let p = self.proc(&mach.name);
             let running = p.is_some_and(|p| p.running);
+            // A silent host's machines are reported as last seen: taken to run.
+            let silent = self.host_down.as_deref() == Some(mach.name.as_str());
             let member = self.members.iter().find(|m| m.serial == mach.serial);
             let status = match member {
                 Some(m) if running && s_partitioned_not(self, m.id) => Some(EndpointStatus {
@@ -502,7 +535,7 @@ impl State {
             obs.machines.insert(
                 mach.name.clone(),
                 MachineObservation {
-                    process: if running {
+                    process: if running || silent {
                         ProcessState::Running
                     } else {
                         ProcessState::Stopped
@@ -519,7 +552,7 @@ impl State {
                         }),
                     quorum_read,
                     starts_unix_s: vec![],
-                    running_version: p.filter(|p| p.running).map(|p| p.binary),
+                    running_version: p.filter(|p| p.running && !silent).map(|p| p.binary),
                 },
             );
         }

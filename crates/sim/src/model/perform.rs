@@ -10,6 +10,10 @@ use super::*;
 /// error for a violated property.
 pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, String> {
     s.check_membership(a)?;
+    // The host's agent does not answer: nothing happens there, and the pass ends.
+    if s.host_down.is_some() && crate::World::provider_target(a) == s.host_down.as_deref() {
+        return Ok(false);
+    }
     match a {
         Action::AllocateMachine {
             bootstrap,
@@ -386,10 +390,32 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     // failure. With two (a voter dead and the learner cut off), a deposed controller's
     // promote decided before both can lose quorum: that window is bounded by the
     // distributed store's fencing and leadership re-check, not by this core.
-    let fault_free = !s.died && !s.partition_used && !s.disk_lost;
+    let fault_free = !s.died && !s.partition_used && !s.disk_lost && !s.host_used;
     let leaving = s.machines.iter().any(|m| m.deleting);
     let disk_may_go = s.variant.faults_anywhere || !leaving;
-    if fault_free {
+    if fault_free && s.variant.hosts {
+        // A host is lost (once): its process stops, its agent goes silent; only when
+        // a majority would still run.
+        for (i, p) in s.procs.iter().enumerate() {
+            if !p.running {
+                continue;
+            }
+            let mut n = s.clone();
+            n.procs[i].running = false;
+            n.host_down = Some(p.name.clone());
+            n.host_used = true;
+            if n.has_quorum() {
+                n.forget_dead_leader();
+                out.push((format!("the host of {} is lost", p.name), n));
+            }
+        }
+    }
+    if let Some(h) = &s.host_down {
+        let mut n = s.clone();
+        n.host_down = None;
+        out.push((format!("the host of {h} is back (its process stopped)"), n));
+    }
+    if fault_free && !s.variant.hosts {
         // A member's process dies (once), or its disk is lost with it: only when a
         // majority would still run, so any quorum loss is quorum's doing, not the
         // environment's.
@@ -416,18 +442,12 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
                 if disk_may_go {
                     out.push((format!("{} loses its disk", p.name), lost));
                 }
-                let dead_leader = n
-                    .leader
-                    .and_then(|l| n.members.iter().find(|m| m.id == l))
-                    .is_some_and(|m| !n.member_running(m));
-                if dead_leader {
-                    n.leader = None;
-                }
+                n.forget_dead_leader();
                 out.push((format!("{}'s process dies", p.name), n));
             }
         }
     }
-    if fault_free {
+    if fault_free && !s.variant.hosts {
         for m in s.members.iter().filter(|m| s.member_running(m)) {
             let mut n = s.clone();
             n.partitioned = Some(m.id);
@@ -518,4 +538,17 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         n.memory.sort();
     }
     Ok(out)
+}
+
+impl State {
+    /// A leader whose process no longer runs leads no more (the rest elect later).
+    fn forget_dead_leader(&mut self) {
+        let dead = self
+            .leader
+            .and_then(|l| self.members.iter().find(|m| m.id == l))
+            .is_some_and(|m| !self.member_running(m));
+        if dead {
+            self.leader = None;
+        }
+    }
 }

@@ -339,3 +339,22 @@ fn a_forced_start_beside_a_running_old_member_is_a_violation() {
     let err = perform(&mut s, &force, false).unwrap_err();
     assert!(err.contains("two clusters"), "{err}");
 }
+
+// ---------------------------------------------------------------- members on hosts
+
+/// A host lost during the rollout (its member stopped, its agent silent, the machine
+/// taken to run as last seen), with crashes and a deposed controller: every property
+/// holds, and the rollout reaches its goal from every state once the host is back.
+#[test]
+fn a_host_lost_during_a_rollout_never_costs_quorum_and_the_rollout_finishes() {
+    let v: Vec<Variant> = Variant::ALL.into_iter().filter(|v| v.hosts).collect();
+    assert_eq!(v.len(), 1, "{v:?}");
+    let r = check(v[0]);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.goal_states > 0);
+    assert!(
+        r.remediation_states > 0,
+        "a lost host's member was remediated somewhere"
+    );
+    println!("hosts: {} states, {} transitions", r.states, r.transitions);
+}

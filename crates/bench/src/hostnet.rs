@@ -3,15 +3,21 @@
 //! joined by a bridge whose address (198.18.X.1) is the controller's, in the root
 //! namespace. Partitions are nftables rules inside a host's namespace; a host is stopped
 //! or killed through every process in its namespace (`ip netns pids`, by PID).
-//! Everything is torn down on drop, also when the test failed.
+//! Everything is torn down on drop, also when the test or the demo failed. Used by the
+//! tests on a network of hosts, by `quorum demo --hosts` and `quorum bench rollout
+//! --hosts`.
 //!
 //! Needs root, iproute2 and nftables (scripts/install.sh installs them).
 
+use anyhow::{anyhow, bail, Result};
 use std::net::Ipv4Addr;
 use std::process::Command;
 
 /// The third octets tried for a network's /24 (one per test running at once).
 const THIRD_OCTETS: std::ops::Range<u16> = 2..250;
+
+/// The most hosts a network has (each is 198.18.X.(10 + i)).
+pub const MAX_HOSTS: usize = 200;
 
 /// One host of the network.
 pub struct NetHost {
@@ -25,30 +31,36 @@ pub struct Network {
     pub hosts: Vec<NetHost>,
 }
 
-fn run(args: &[&str]) -> Result<(), String> {
+fn run(args: &[&str]) -> Result<()> {
     let out = Command::new(args[0])
         .args(&args[1..])
         .output()
-        .map_err(|e| format!("{args:?}: {e}"))?;
+        .map_err(|e| anyhow!("{}: {e}", args.join(" ")))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "{args:?}: {}",
+        bail!(
+            "{}: {}",
+            args.join(" "),
             String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
-}
-
-fn must(args: &[&str]) {
-    if let Err(e) = run(args) {
-        panic!("{e}");
+        )
     }
 }
 
 impl Network {
-    /// A network of `n` hosts for `test`.
-    pub fn new(test: &str, n: usize) -> Network {
+    /// A network of `n` hosts for `test` (a name that spreads concurrent users over
+    /// the /24s). Needs root and iproute2.
+    pub fn new(test: &str, n: usize) -> Result<Network> {
+        // SAFETY: geteuid(2) has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            bail!("a network of hosts is made of network namespaces: run as root");
+        }
+        if n == 0 || n > MAX_HOSTS {
+            bail!("a network has 1 to {MAX_HOSTS} hosts, not {n}");
+        }
+        if Command::new("ip").arg("-V").output().is_err() {
+            bail!("a network of hosts needs iproute2's ip (scripts/install.sh installs it)");
+        }
         use std::hash::{Hash, Hasher};
         let mut h = std::collections::hash_map::DefaultHasher::new();
         (test, std::process::id()).hash(&mut h);
@@ -58,32 +70,33 @@ impl Network {
         let third = (0..span)
             .map(|k| THIRD_OCTETS.start + (start + k) % span)
             .find(|x| run(&["ip", "link", "add", &format!("qb{x}"), "type", "bridge"]).is_ok())
-            .expect("a free /24 in 198.18.0.0/16 for the test network") as u8;
+            .ok_or_else(|| anyhow!("no free /24 in 198.18.0.0/16 for a network of hosts"))?
+            as u8;
         let mut net = Network {
             bridge: format!("qb{third}"),
             third,
             hosts: Vec::new(),
         };
-        must(&[
+        run(&[
             "ip",
             "addr",
             "add",
             &format!("{}/24", net.controller_ip()),
             "dev",
             &net.bridge,
-        ]);
-        must(&["ip", "link", "set", &net.bridge, "up"]);
+        ])?;
+        run(&["ip", "link", "set", &net.bridge, "up"])?;
         for i in 1..=n {
             let ns = format!("q{third}h{i}");
             let ip = Ipv4Addr::new(198, 18, third, 10 + i as u8);
-            must(&["ip", "netns", "add", &ns]);
+            run(&["ip", "netns", "add", &ns])?;
             net.hosts.push(NetHost { ns: ns.clone(), ip });
             let (outer, inner) = (format!("q{third}h{i}o"), format!("q{third}h{i}i"));
-            must(&[
+            run(&[
                 "ip", "link", "add", &outer, "type", "veth", "peer", "name", &inner, "netns", &ns,
-            ]);
-            must(&["ip", "link", "set", &outer, "master", &net.bridge, "up"]);
-            must(&[
+            ])?;
+            run(&["ip", "link", "set", &outer, "master", &net.bridge, "up"])?;
+            run(&[
                 "ip",
                 "-n",
                 &ns,
@@ -92,11 +105,11 @@ impl Network {
                 &format!("{ip}/24"),
                 "dev",
                 &inner,
-            ]);
-            must(&["ip", "-n", &ns, "link", "set", &inner, "up"]);
-            must(&["ip", "-n", &ns, "link", "set", "lo", "up"]);
+            ])?;
+            run(&["ip", "-n", &ns, "link", "set", &inner, "up"])?;
+            run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
         }
-        net
+        Ok(net)
     }
 
     /// The controller's address (on the bridge, in the root namespace).
@@ -114,7 +127,7 @@ impl Network {
 
     /// Cuts host `i` off from `peers` (their addresses), both ways, or only what it
     /// receives from them with `one_way`.
-    pub fn partition(&self, i: usize, peers: &[Ipv4Addr], one_way: bool) {
+    pub fn partition(&self, i: usize, peers: &[Ipv4Addr], one_way: bool) -> Result<()> {
         let ns = &self.hosts[i - 1].ns;
         let set = peers
             .iter()
@@ -131,13 +144,13 @@ impl Network {
         let rules = format!(
             "table inet qpart {{ chain cin {{ type filter hook input priority 0; ip saddr {{ {set} }} drop; }}; {output} }}"
         );
-        must(&["ip", "netns", "exec", ns, "nft", &rules]);
+        run(&["ip", "netns", "exec", ns, "nft", &rules])
     }
 
     /// Removes host `i`'s partition.
-    pub fn heal(&self, i: usize) {
+    pub fn heal(&self, i: usize) -> Result<()> {
         let ns = &self.hosts[i - 1].ns;
-        must(&["ip", "netns", "exec", ns, "nft", "delete table inet qpart"]);
+        run(&["ip", "netns", "exec", ns, "nft", "delete table inet qpart"])
     }
 
     /// The PIDs of every process in host `i`'s namespace.

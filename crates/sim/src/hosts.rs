@@ -1,0 +1,176 @@
+//! Members on hosts (`Config::hosts`): every machine is placed by the core's placement
+//! (`quorum_core::placement::place`, what the hosts provider runs) on one of
+//! `HOSTS` hosts, two of which share a failure domain; and a host may be lost for a
+//! while (a seeded fault): every process on it stops, its agent answers nothing, so
+//! every call to the provider about a machine there fails, and its machines are
+//! observed as the hosts provider reports a host that does not answer (taken to run,
+//! on their data, as last seen; etcd's view of the member judges them). When it comes
+//! back, its processes are still stopped (a reboot) and the controller starts them.
+//!
+//! Checked at every placement, against the ground truth: no host runs two machines of
+//! the control plane, no failure domain holds more than it can lose
+//! (`placement::max_per_domain`), no machine lands on a host that does not answer.
+
+use super::*;
+use quorum_core::placement::{self, HostView};
+use quorum_core::Placement;
+
+/// The hosts of a run: (name, zone). h1 and h2 share zone a; the rest are each their
+/// own domain, so a 3-member control plane with a surge member always has a domain
+/// free even while one host is lost.
+pub(crate) const HOSTS: [(&str, Option<&str>); 7] = [
+    ("h1", Some("a")),
+    ("h2", Some("a")),
+    ("h3", None),
+    ("h4", None),
+    ("h5", None),
+    ("h6", None),
+    ("h7", None),
+];
+/// A host gives each member its own port pair from here (as `HostsProvider` does).
+const FIRST_CLIENT_PORT: u16 = 2379;
+
+impl World {
+    fn host_views(&self) -> Vec<HostView> {
+        let down = self.down_host();
+        HOSTS
+            .iter()
+            .map(|(name, zone)| HostView {
+                name: (*name).to_string(),
+                zone: zone.map(str::to_string),
+                ready: down != Some(*name),
+                load: self
+                    .machines
+                    .iter()
+                    .filter(|m| m.placement.as_ref().is_some_and(|p| p.host == *name))
+                    .count(),
+            })
+            .collect()
+    }
+
+    /// The host lost now, if one is.
+    pub(crate) fn down_host(&self) -> Option<&str> {
+        match &self.impairment {
+            Some((Impairment::HostDown(h), _)) => Some(h.as_str()),
+            _ => None,
+        }
+    }
+
+    /// Where a new machine goes (hosts runs), with the invariants checked; `Err` is the
+    /// placement's refusal, which the allocation answers with.
+    pub(crate) fn place_machine(&mut self) -> Result<Option<Placement>, String> {
+        if !self.cfg.hosts {
+            return Ok(None);
+        }
+        let views = self.host_views();
+        let host = placement::place(&views, &self.machines, self.cp.spec.replicas)
+            .map_err(|e| e.to_string())?;
+        let view = views.iter().find(|v| v.name == host);
+        if !view.is_some_and(|v| v.ready) {
+            self.violate(format!("a machine placed on {host}, which does not answer"));
+        }
+        if self
+            .machines
+            .iter()
+            .any(|m| m.placement.as_ref().is_some_and(|p| p.host == host))
+        {
+            self.violate(format!(
+                "a second machine of the control plane placed on {host}"
+            ));
+        }
+        let zone = view.and_then(|v| v.zone.clone());
+        let in_domain = |m: &Machine| {
+            m.placement.as_ref().is_some_and(|p| {
+                let z = HOSTS
+                    .iter()
+                    .find(|(n, _)| *n == p.host)
+                    .and_then(|(_, z)| *z);
+                match (&zone, z) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => p.host == host,
+                }
+            })
+        };
+        let after = self.machines.iter().filter(|m| in_domain(m)).count() + 1;
+        if after > placement::max_per_domain(self.cp.spec.replicas) {
+            self.violate(format!(
+                "{after} machines in {host}'s failure domain, more than {} of {} replicas can lose",
+                placement::max_per_domain(self.cp.spec.replicas),
+                self.cp.spec.replicas
+            ));
+        }
+        let k = self
+            .host_views()
+            .iter()
+            .find(|v| v.name == host)
+            .map_or(0, |v| v.load) as u16;
+        Ok(Some(Placement {
+            host,
+            client_port: FIRST_CLIENT_PORT + 2 * k,
+            peer_port: FIRST_CLIENT_PORT + 1 + 2 * k,
+        }))
+    }
+
+    /// The machine is on the host lost now.
+    pub(crate) fn on_down_host(&self, machine: &str) -> bool {
+        let Some(down) = self.down_host() else {
+            return false;
+        };
+        self.machines
+            .iter()
+            .find(|m| m.name == machine)
+            .and_then(|m| m.placement.as_ref())
+            .is_some_and(|p| p.host == down)
+    }
+
+    /// The machine an action asks the provider (the host's agent) about, if any.
+    pub(crate) fn provider_target(a: &Action) -> Option<&str> {
+        match a {
+            Action::StartMachine { machine, .. }
+            | Action::StopMachine { machine }
+            | Action::DeleteMachine { machine }
+            | Action::WriteMarker { machine, .. }
+            | Action::FenceMachine { machine, .. }
+            | Action::RestoreSnapshot { machine, .. }
+            | Action::ForceNewCluster { machine, .. } => Some(machine.as_str()),
+            _ => None,
+        }
+    }
+
+    /// A host is lost (hosts runs only): every process on it stops, until it heals.
+    /// Only where the loss of its members leaves a quorum, as for any member fault.
+    pub(crate) fn host_fault(&mut self, heal_at: u64) {
+        let running: Vec<(String, String)> = self
+            .machines
+            .iter()
+            .filter(|m| self.procs.get(&m.name).is_some_and(|p| p.running))
+            .filter_map(|m| {
+                m.placement
+                    .as_ref()
+                    .map(|p| (p.host.clone(), m.name.clone()))
+            })
+            .collect();
+        let hosts: Vec<String> = running.iter().map(|(h, _)| h.clone()).collect();
+        let Some(host) = self.pick(&hosts) else {
+            return;
+        };
+        let on: Vec<String> = self
+            .machines
+            .iter()
+            .filter(|m| m.placement.as_ref().is_some_and(|p| p.host == host))
+            .map(|m| m.name.clone())
+            .collect();
+        if !on.iter().all(|n| self.safe_to_impair_machine(n)) {
+            return;
+        }
+        self.note(format!("FAULT host {host} is lost ({})", on.join(", ")));
+        for n in &on {
+            if let Some(p) = self.procs.get_mut(n) {
+                p.running = false;
+                p.exit_at_ms = None;
+            }
+        }
+        self.hosts_lost += 1;
+        self.impairment = Some((Impairment::HostDown(host), heal_at));
+    }
+}
