@@ -166,3 +166,98 @@ fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
     );
     assert_eq!(env.store().machines("prod").unwrap(), before);
 }
+
+/// A whole host dies during a replacement rollout (every process in it killed: the
+/// agent and its etcd member), as a power loss would: quorum never loses quorum, status
+/// names the member it cannot reach, nothing is done through the dead host; the host
+/// comes back (its agent started again on its state, its member not running), the
+/// member is started again, and the rollout finishes with every acknowledged write.
+#[test]
+fn a_host_killed_during_a_rollout_comes_back_and_the_rollout_finishes() {
+    let mut f = Fleet::new("hosts_kill", 4);
+    f.env.ok(&[
+        "create",
+        "prod",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--provider",
+        "hosts",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let env = &f.env;
+    let creds = Creds::fetch(env, "prod", &env.dir.path().join("creds"));
+    let work = Workload::start(env.endpoints("prod").endpoints, creds.clone());
+    let watch = QuorumWatch::start(env, "prod");
+    // The host of the last member (replaced last: its member still votes while the
+    // rollout runs).
+    let machines = env.store().machines("prod").unwrap();
+    let victim = machines.last().unwrap().clone();
+    let host = victim.placement.as_ref().unwrap().host.clone();
+    let i: usize = host.trim_start_matches('h').parse().unwrap();
+    env.ok(&["upgrade", "prod", "--version", NEW]);
+    f.net.signal_host(i, libc::SIGKILL);
+    let killed = Instant::now();
+    let s = env.wait_status(
+        "prod",
+        "the dead host's member seen unreachable",
+        Duration::from_secs(30),
+        |s| {
+            s["machines"].as_array().is_some_and(|ms| {
+                ms.iter().any(|m| {
+                    m["name"] == victim.name.as_str()
+                        && m["problems"].as_array().is_some_and(|p| !p.is_empty())
+                })
+            })
+        },
+    );
+    let seen_s = killed.elapsed().as_secs_f64();
+    println!("seen after {seen_s:.1} s: {}", s["operation"]);
+    let hosts = env.ok(&["hosts"]);
+    assert!(hosts.contains("unreachable"), "{hosts}");
+    // Down for a while (less than remediation's unhealthyAfter): nothing is done
+    // through the dead host, its machine stays recorded, clients follow the endpoints.
+    while killed.elapsed() < Duration::from_secs(8) {
+        work.follow(env.endpoints("prod").endpoints);
+        let now = env.store().machines("prod").unwrap();
+        assert!(now.iter().any(|m| m.name == victim.name && !m.deleting), "{now:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The host boots again: its agent starts on its state; its member is not running.
+    f.restart_agent(i);
+    let back = Instant::now();
+    let env = &f.env;
+    env.ok(&[
+        "upgrade",
+        "prod",
+        "--version",
+        NEW,
+        "--wait",
+        "--timeout",
+        "5m",
+    ]);
+    let converged_s = back.elapsed().as_secs_f64();
+    let (acked, failures, attempts) = work.finish();
+    let (checks, violations) = watch.finish();
+    assert!(violations.is_empty(), "quorum lost: {violations:?}");
+    assert_acked(&env.endpoints("prod").endpoints, &creds, &acked);
+    let after = env.store().machines("prod").unwrap();
+    assert!(
+        after.iter().all(|m| m.version.to_string() == NEW),
+        "{after:?}"
+    );
+    let on: std::collections::BTreeSet<_> = after
+        .iter()
+        .map(|m| m.placement.as_ref().unwrap().host.clone())
+        .collect();
+    assert_eq!(on.len(), after.len(), "one member per host: {after:?}");
+    println!(
+        "host killed: seen {seen_s:.1} s after, down {:.1} s, rollout finished {converged_s:.1} s after it came back; \
+         workload: {attempts} writes, {} acknowledged and read back, failures {failures:?}; {checks} quorum checks",
+        (back - killed).as_secs_f64(),
+        acked.len()
+    );
+}

@@ -77,21 +77,32 @@ impl Fleet {
             .ok(&["host", "add", &name, "--address", &ip])
             .trim()
             .to_string();
+        self.spawn_agent(i, Some(&token));
+    }
+
+    /// Starts host `i`'s agent again on its state (after a host was killed: a reboot).
+    pub fn restart_agent(&mut self, i: usize) {
+        self.spawn_agent(i, None);
+    }
+
+    fn spawn_agent(&mut self, i: usize, token: Option<&str>) {
+        let name = format!("h{i}");
         let dir = self.env.dir.path();
         let state = dir.join(format!("agent-{name}"));
-        let log = std::fs::File::create(dir.join(format!("agent-{name}.log"))).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(format!("agent-{name}.log")))
+            .unwrap();
         let mut cmd = self.net.command(i, env!("CARGO_BIN_EXE_quorum"));
-        cmd.args([
-            "agent",
-            "--join",
-            &token,
-            "--state-dir",
-            state.to_str().unwrap(),
-        ])
-        .env_remove("QUORUM_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
+        cmd.args(["agent", "--state-dir", state.to_str().unwrap()]);
+        if let Some(t) = token {
+            cmd.env("QUORUM_JOIN_TOKEN", t);
+        }
+        cmd.env_remove("QUORUM_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log);
         self.agents.push(cmd.spawn().unwrap());
     }
 
