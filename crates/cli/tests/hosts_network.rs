@@ -223,7 +223,10 @@ fn a_host_killed_during_a_rollout_comes_back_and_the_rollout_finishes() {
     while killed.elapsed() < Duration::from_secs(8) {
         work.follow(env.endpoints("prod").endpoints);
         let now = env.store().machines("prod").unwrap();
-        assert!(now.iter().any(|m| m.name == victim.name && !m.deleting), "{now:?}");
+        assert!(
+            now.iter().any(|m| m.name == victim.name && !m.deleting),
+            "{now:?}"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     // The host boots again: its agent starts on its state; its member is not running.
@@ -258,6 +261,118 @@ fn a_host_killed_during_a_rollout_comes_back_and_the_rollout_finishes() {
         "host killed: seen {seen_s:.1} s after, down {:.1} s, rollout finished {converged_s:.1} s after it came back; \
          workload: {attempts} writes, {} acknowledged and read back, failures {failures:?}; {checks} quorum checks",
         (back - killed).as_secs_f64(),
+        acked.len()
+    );
+}
+
+/// Follows the endpoints quorum publishes into the workload until `done` holds of the
+/// store's machines and status says converged (within `limit`).
+fn follow_until(
+    env: &Env,
+    work: &Workload,
+    what: &str,
+    limit: Duration,
+    done: impl Fn(&[quorum_core::Machine]) -> bool,
+) -> f64 {
+    let t = Instant::now();
+    loop {
+        work.follow(env.endpoints("prod").endpoints);
+        let ms = env.store().machines("prod").unwrap();
+        if done(&ms) && env.status("prod")["converged"] == true {
+            return t.elapsed().as_secs_f64();
+        }
+        assert!(t.elapsed() < limit, "{what}: not within {limit:?}: {ms:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Each machine on a host of its own: (machines, distinct hosts).
+fn spread(ms: &[quorum_core::Machine]) -> (usize, usize) {
+    let on: std::collections::BTreeSet<_> = ms.iter().filter_map(|m| m.host()).collect();
+    (ms.len(), on.len())
+}
+
+/// A control plane on five hosts, under a client workload that checks every
+/// acknowledged write: created, upgraded 3.4.23 to 3.5.1 by replacement, scaled 3 to 5
+/// (seven refused: two members would have no host of their own) and back to 3, each
+/// member on a host of its own throughout, then deleted with nothing left on the hosts.
+#[test]
+fn a_control_plane_on_hosts_is_created_upgraded_scaled_and_deleted() {
+    let f = Fleet::new("hosts_cp", 5);
+    let env = &f.env;
+    let t = Instant::now();
+    env.ok(&[
+        "create",
+        "prod",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--provider",
+        "hosts",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    let created_s = t.elapsed().as_secs_f64();
+    assert_eq!(spread(&env.store().machines("prod").unwrap()), (3, 3));
+    let creds = Creds::fetch(env, "prod", &env.dir.path().join("creds"));
+    let work = Workload::start(env.endpoints("prod").endpoints, creds.clone());
+    let watch = QuorumWatch::start(env, "prod");
+
+    env.ok(&["upgrade", "prod", "--version", NEW]);
+    let upgraded_s = follow_until(env, &work, "upgraded", Duration::from_secs(300), |ms| {
+        ms.len() == 3 && ms.iter().all(|m| m.version.to_string() == NEW)
+    });
+    assert_eq!(spread(&env.store().machines("prod").unwrap()), (3, 3));
+    env.ok(&["scale", "prod", "--replicas", "5"]);
+    let up_s = follow_until(env, &work, "scaled to 5", Duration::from_secs(180), |ms| {
+        ms.len() == 5 && ms.iter().all(|m| !m.deleting)
+    });
+    assert_eq!(spread(&env.store().machines("prod").unwrap()), (5, 5));
+    // Seven on five hosts: refused with the reason, never two members on one host.
+    env.ok(&["scale", "prod", "--replicas", "7"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let st = env.ok(&["status", "prod"]);
+        if st.contains("no host can take another member") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the refusal was never shown:\n{st}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(spread(&env.store().machines("prod").unwrap()), (5, 5));
+    env.ok(&["scale", "prod", "--replicas", "3"]);
+    let down_s = follow_until(env, &work, "scaled to 3", Duration::from_secs(180), |ms| {
+        ms.len() == 3
+    });
+    assert_eq!(spread(&env.store().machines("prod").unwrap()), (3, 3));
+    let (acked, failures, attempts) = work.finish();
+    let (checks, violations) = watch.finish();
+    assert!(violations.is_empty(), "quorum lost: {violations:?}");
+    assert_acked(&env.endpoints("prod").endpoints, &creds, &acked);
+    let listed = env.ok(&["hosts"]);
+    assert!(listed.contains("3.5.1"), "{listed}");
+    env.ok(&["delete", "prod", "--wait", "--timeout", "2m"]);
+    let left: Vec<serde_json::Value> =
+        serde_json::from_str(&env.ok(&["hosts", "-o", "json"])).unwrap();
+    assert_eq!(left.len(), 5);
+    for h in &left {
+        assert!(
+            h["agent"] == "ready"
+                && h["report"]["members"]
+                    .as_array()
+                    .is_some_and(|m| m.is_empty()),
+            "a member left on a host: {h}"
+        );
+    }
+    println!(
+        "on 5 hosts: created in {created_s:.1} s, upgraded by replacement in {upgraded_s:.1} s, \
+         scaled 3 to 5 in {up_s:.1} s, 5 to 3 in {down_s:.1} s; workload: {attempts} writes, \
+         {} acknowledged and read back, failures {failures:?}; {checks} quorum checks",
         acked.len()
     );
 }
