@@ -16,21 +16,7 @@ fn a_host_cut_off_from_its_peers_holds_a_rollout_until_the_network_heals() {
     let f = Fleet::new("hosts_partition", 3);
     let env = &f.env;
     let t = Instant::now();
-    env.ok(&[
-        "create",
-        "prod",
-        "--replicas",
-        "3",
-        "--version",
-        OLD,
-        "--provider",
-        "hosts",
-        "--strategy",
-        "InPlace",
-        "--wait",
-        "--timeout",
-        "3m",
-    ]);
+    create_on_hosts(env, Some("InPlace"));
     println!("created on 3 hosts in {:.1} s", t.elapsed().as_secs_f64());
     let machines = env.store().machines("prod").unwrap();
     for m in &machines {
@@ -95,19 +81,7 @@ fn a_host_cut_off_from_its_peers_holds_a_rollout_until_the_network_heals() {
 fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
     let f = Fleet::new("hosts_ctl_cut", 3);
     let env = &f.env;
-    env.ok(&[
-        "create",
-        "prod",
-        "--replicas",
-        "3",
-        "--version",
-        OLD,
-        "--provider",
-        "hosts",
-        "--wait",
-        "--timeout",
-        "3m",
-    ]);
+    create_on_hosts(env, None);
     let before = env.store().machines("prod").unwrap();
     // h2 drops everything from the controller (one way: the controller's packets never
     // arrive, so it hears nothing back either); h2's peers still reach it.
@@ -175,19 +149,7 @@ fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
 #[test]
 fn a_host_killed_during_a_rollout_comes_back_and_the_rollout_finishes() {
     let mut f = Fleet::new("hosts_kill", 4);
-    f.env.ok(&[
-        "create",
-        "prod",
-        "--replicas",
-        "3",
-        "--version",
-        OLD,
-        "--provider",
-        "hosts",
-        "--wait",
-        "--timeout",
-        "3m",
-    ]);
+    create_on_hosts(&f.env, None);
     let env = &f.env;
     let creds = Creds::fetch(env, "prod", &env.dir.path().join("creds"));
     let work = Workload::start(env.endpoints("prod").endpoints, creds.clone());
@@ -265,6 +227,27 @@ fn a_host_killed_during_a_rollout_comes_back_and_the_rollout_finishes() {
     );
 }
 
+/// Creates control plane `prod`, 3 members at 3.4.23 on the hosts, and waits for it.
+fn create_on_hosts(env: &Env, strategy: Option<&str>) {
+    let mut args = vec![
+        "create",
+        "prod",
+        "--replicas",
+        "3",
+        "--version",
+        OLD,
+        "--provider",
+        "hosts",
+        "--wait",
+        "--timeout",
+        "3m",
+    ];
+    if let Some(s) = strategy {
+        args.extend(["--strategy", s]);
+    }
+    env.ok(&args);
+}
+
 /// Follows the endpoints quorum publishes into the workload until `done` holds of the
 /// store's machines and status says converged (within `limit`).
 fn follow_until(
@@ -301,19 +284,7 @@ fn a_control_plane_on_hosts_is_created_upgraded_scaled_and_deleted() {
     let f = Fleet::new("hosts_cp", 5);
     let env = &f.env;
     let t = Instant::now();
-    env.ok(&[
-        "create",
-        "prod",
-        "--replicas",
-        "3",
-        "--version",
-        OLD,
-        "--provider",
-        "hosts",
-        "--wait",
-        "--timeout",
-        "3m",
-    ]);
+    create_on_hosts(env, None);
     let created_s = t.elapsed().as_secs_f64();
     assert_eq!(spread(&env.store().machines("prod").unwrap()), (3, 3));
     let creds = Creds::fetch(env, "prod", &env.dir.path().join("creds"));
