@@ -80,12 +80,37 @@ fn a_host_cut_off_from_its_peers_holds_a_rollout_until_the_network_heals() {
 #[test]
 fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
     let f = Fleet::new("hosts_ctl_cut", 3);
+    // h2 drops everything from the controller (one way: the controller's packets never
+    // arrive, so it hears nothing back either); h2's peers still reach it.
+    let cut = |f: &Fleet| f.net.partition(2, &[f.net.controller_ip()], true).unwrap();
+    let heal = |f: &Fleet| f.net.heal(2).unwrap();
+    one_host_silent_for_a_while(&f, "cut off", cut, heal);
+}
+
+/// A host hangs whole (every process in it SIGSTOPped: its agent and its member) and
+/// resumes: the same as a host cut off, and its member serves again where it was.
+#[test]
+fn a_hung_host_takes_no_step_and_serves_again_when_it_resumes() {
+    let f = Fleet::new("hosts_hung", 3);
+    let stop = |f: &Fleet| f.net.signal_host(2, libc::SIGSTOP);
+    let resume = |f: &Fleet| f.net.signal_host(2, libc::SIGCONT);
+    one_host_silent_for_a_while(&f, "hung", stop, resume);
+}
+
+/// h2 goes silent (`fault`) under a created control plane: its member is seen
+/// unreachable by status and `quorum hosts`; for 10 s (less than remediation's
+/// unhealthyAfter) no machine is added, removed or marked; after `heal` every member is
+/// healthy again, the same machines.
+fn one_host_silent_for_a_while(
+    f: &Fleet,
+    what: &str,
+    fault: impl Fn(&Fleet),
+    heal: impl Fn(&Fleet),
+) {
     let env = &f.env;
     create_on_hosts(env, None);
     let before = env.store().machines("prod").unwrap();
-    // h2 drops everything from the controller (one way: the controller's packets never
-    // arrive, so it hears nothing back either); h2's peers still reach it.
-    f.net.partition(2, &[f.net.controller_ip()], true).unwrap();
+    fault(f);
     let cut = Instant::now();
     let s = env.wait_status(
         "prod",
@@ -99,15 +124,13 @@ fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
         },
     );
     println!(
-        "seen after {:.1} s: {}",
+        "{what}: seen after {:.1} s: {}",
         cut.elapsed().as_secs_f64(),
         s["operation"]
     );
     let hosts = env.ok(&["hosts"]);
     println!("{hosts}");
     assert!(hosts.contains("unreachable"), "{hosts}");
-    // For a while (less than remediation's 30 s), nothing changes: no machine added,
-    // none leaving, the cluster serves through the other two.
     while cut.elapsed() < Duration::from_secs(10) {
         let now = env.store().machines("prod").unwrap();
         assert_eq!(
@@ -121,7 +144,7 @@ fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
     let status = env.ok(&["status", "prod"]);
     println!("{status}");
     assert!(status.contains("prod-2"), "{status}");
-    f.net.heal(2).unwrap();
+    heal(f);
     let healed = Instant::now();
     env.wait_status(
         "prod",
@@ -135,7 +158,7 @@ fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
         },
     );
     println!(
-        "healthy {:.1} s after the heal",
+        "{what}: healthy {:.1} s after the heal",
         healed.elapsed().as_secs_f64()
     );
     assert_eq!(env.store().machines("prod").unwrap(), before);
