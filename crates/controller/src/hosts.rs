@@ -34,6 +34,10 @@ pub const FIRST_CLIENT_PORT: u16 = 2379;
 pub const MAX_MEMBERS_PER_HOST: u16 = 1_000;
 /// How long one host's report may take within an observation.
 pub const REPORT_TIMEOUT_MS: u64 = 3_000;
+/// A port claim with no machine recorded at its port is taken for another replica's
+/// allocation under way for this long; older, it is stale (an allocation that crashed,
+/// or a machine deleted since) and may be taken over.
+pub const PORT_CLAIM_STALE_MS: i64 = 60_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
@@ -313,16 +317,11 @@ impl HostsProvider {
                 address: h.address,
             });
         };
-        let used: Vec<u16> = all
-            .iter()
-            .filter_map(|m| m.placement.as_ref())
-            .filter(|p| p.host == host)
-            .map(|p| p.client_port)
-            .collect();
-        let client_port = (0..MAX_MEMBERS_PER_HOST)
-            .map(|k| FIRST_CLIENT_PORT + 2 * k)
-            .find(|p| !used.contains(p))
-            .ok_or_else(|| HostsError::NoPorts(host.clone()))?;
+        let client_port = {
+            let s = store.lock().unwrap_or_else(|p| p.into_inner());
+            let claimant = format!("{} {:x}", cp.name, rand::random::<u64>());
+            claim_port(&s, &host, &all, now_ms(), &claimant)?
+        };
         let placed = Placed {
             address,
             placement: Placement {
@@ -424,6 +423,75 @@ pub fn placed_on(m: &Machine) -> Result<String, HostsError> {
         .map(str::to_string)
         .ok_or_else(|| HostsError::NotPlaced(m.name.clone()))
 }
+/// The store setting that claims port pair `client_port` of `host`.
+fn port_claim_key(host: &str, client_port: u16) -> String {
+    format!("hosts/port/{host}/{client_port}")
+}
+
+/// The ports machines on `host` are recorded at, in `machines`.
+fn ports_in_use(machines: &[Machine], host: &str) -> Vec<u16> {
+    machines
+        .iter()
+        .filter_map(|m| m.placement.as_ref())
+        .filter(|p| p.host == host)
+        .map(|p| p.client_port)
+        .collect()
+}
+
+/// Claims the first port pair of `host` that no machine is recorded at (in `machines`,
+/// every control plane's, read just before) and no live claim holds. Replicas of a
+/// sharded fleet place different control planes on one host at once: the machine
+/// records alone would give both the same ports, so each first claims its pair with a
+/// compare-and-set in the store (`hosts/port/<host>/<port>`: who, when). A claim whose
+/// port has no machine recorded is another allocation under way for
+/// `PORT_CLAIM_STALE_MS`, then stale and taken over; the records stay the truth.
+pub fn claim_port(
+    store: &Store,
+    host: &str,
+    machines: &[Machine],
+    now_ms: i64,
+    claimant: &str,
+) -> Result<u16, HostsError> {
+    let used = ports_in_use(machines, host);
+    let mine = format!("{claimant} {now_ms}");
+    for port in (0..MAX_MEMBERS_PER_HOST).map(|k| FIRST_CLIENT_PORT + 2 * k) {
+        if used.contains(&port) {
+            continue;
+        }
+        let key = port_claim_key(host, port);
+        let held = store.setting_or_init(&key, &mine)?;
+        if held == mine {
+            return Ok(port);
+        }
+        let since_ms = held
+            .rsplit(' ')
+            .next()
+            .and_then(|t| t.parse::<i64>().ok())
+            .unwrap_or(i64::MIN);
+        if now_ms.saturating_sub(since_ms) < PORT_CLAIM_STALE_MS {
+            continue;
+        }
+        // Old: taken over only if no machine was recorded at it meanwhile.
+        let mut now_recorded = Vec::new();
+        for c in store.control_planes()? {
+            now_recorded.extend(store.machines(&c.name)?);
+        }
+        if ports_in_use(&now_recorded, host).contains(&port) {
+            continue;
+        }
+        if store.replace_setting(&key, &held, &mine)? {
+            return Ok(port);
+        }
+    }
+    Err(HostsError::NoPorts(host.to_string()))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// A member's report as the local provider's `MachineState`. `answered`: the host
 /// answered now (else the report is the last one seen, and the member is taken to run).
 fn state_of(r: Option<&quorum_agent::proto::MemberReport>, answered: bool) -> MachineState {
@@ -479,4 +547,72 @@ fn now_unix_s() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorum_core::{ControlPlane, ControlPlaneSpec};
+
+    fn machines(store: &Store) -> Vec<Machine> {
+        let mut all = Vec::new();
+        for c in store.control_planes().unwrap() {
+            all.extend(store.machines(&c.name).unwrap());
+        }
+        all
+    }
+
+    /// Two replicas placing members of different control planes on one host at once
+    /// get different ports (the second sees the first's claim before its record); a
+    /// port with a machine recorded is never claimed; a claim left by an allocation that
+    /// never recorded its machine is taken over once stale.
+    #[test]
+    fn concurrent_placements_on_one_host_get_their_own_ports() {
+        let home = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&home.path().join("home")).unwrap();
+        let spec: ControlPlaneSpec = serde_json::from_value(
+            serde_json::json!({"replicas": 3, "version": "3.5.1", "insecurePlaintext": true, "provider": "hosts"}),
+        )
+        .unwrap();
+        let cp = ControlPlane {
+            name: "a".into(),
+            spec,
+            deleting: false,
+            rebuild: None,
+            ca_generation: 0,
+            ca_rotation: None,
+        };
+        store.create_control_plane(&cp, None, 1).unwrap();
+        let t0 = 1_800_000_000_000;
+        // Both read the records (none on h1), then claim.
+        let seen = machines(&store);
+        let first = claim_port(&store, "h1", &seen, t0, "a 1").unwrap();
+        let second = claim_port(&store, "h1", &seen, t0 + 5, "b 2").unwrap();
+        assert_eq!((first, second), (2379, 2381));
+        // The first records its machine at its port; a third allocator, reading the
+        // records now, skips it and the second's claim still under way.
+        let placed = Placed {
+            address: "198.18.0.11".parse().unwrap(),
+            placement: Placement {
+                host: "h1".into(),
+                client_port: first,
+                peer_port: first + 1,
+            },
+        };
+        let v: Version = "3.5.1".parse().unwrap();
+        store
+            .allocate_machine_at("a", true, v, None, None, Some(&placed), &|_| true)
+            .unwrap();
+        let third = claim_port(&store, "h1", &machines(&store), t0 + 10, "c 3").unwrap();
+        assert_eq!(third, 2383);
+        // Long after: the second never recorded a machine (it crashed): its port is
+        // taken over; the recorded one never is. Another host has ports of its own.
+        let later = t0 + PORT_CLAIM_STALE_MS + 10;
+        let fourth = claim_port(&store, "h1", &machines(&store), later, "d 4").unwrap();
+        assert_eq!(fourth, 2381);
+        assert_eq!(
+            claim_port(&store, "h2", &machines(&store), later, "e 5").unwrap(),
+            2379
+        );
+    }
 }
