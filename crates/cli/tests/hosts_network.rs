@@ -370,3 +370,64 @@ fn a_control_plane_on_hosts_is_created_upgraded_scaled_and_deleted() {
         acked.len()
     );
 }
+
+/// A member on a host whose database is damaged (its first pages overwritten, its
+/// process killed): the controller restarts it through the agent, etcd exits at each
+/// start, and the crash loop's event quotes why, from the log the agent keeps on the
+/// host.
+#[test]
+fn a_crash_loop_on_a_host_is_explained_from_the_hosts_log() {
+    let f = Fleet::new("hosts_crashloop", 3);
+    let env = &f.env;
+    create_on_hosts(env, None);
+    let victim = env
+        .store()
+        .machines("prod")
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    let host = victim.host().unwrap().to_string();
+    let i: usize = host.trim_start_matches('h').parse().unwrap();
+    let dir = env
+        .dir
+        .path()
+        .join(format!("agent-{host}"))
+        .join("machines")
+        .join(&victim.name);
+    let db = dir.join("data").join("member").join("snap").join("db");
+    {
+        use std::io::{Seek, Write};
+        let mut file = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+        file.seek(std::io::SeekFrom::Start(0)).unwrap();
+        file.write_all(&[0x5a; 16 * 1024]).unwrap();
+        file.sync_all().unwrap();
+    }
+    // Its etcd, by PID, among the host's processes.
+    for pid in f.net.pids(i) {
+        let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+        if exe.to_string_lossy().contains("etcd") {
+            // SAFETY: kill(2) with a PID read just now from the host's namespace.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+    let t = Instant::now();
+    let deadline = t + Duration::from_secs(90);
+    let event = loop {
+        let events = env.ok(&["events", "prod", "--last", "0"]);
+        if let Some(l) = events.lines().find(|l| l.contains("crash loop")) {
+            break l.to_string();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no crash loop recorded:\n{events}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    println!("after {:.1} s: {event}", t.elapsed().as_secs_f64());
+    assert!(event.contains(&victim.name), "{event}");
+    assert!(
+        event.contains("its log ends:"),
+        "the log's last words, from the host: {event}"
+    );
+}

@@ -30,7 +30,12 @@ impl Reconciler {
 
     /// One event for each member seen with a problem, each crash loop that starts and
     /// each member that recovers (the history says when a repair began and why).
-    pub(crate) fn record_health(&self, cp: &ControlPlane, t: &quorum_core::health::Tracked) {
+    pub(crate) async fn record_health(
+        &self,
+        cp: &ControlPlane,
+        machines: &[Machine],
+        t: &quorum_core::health::Tracked,
+    ) {
         for (machine, words) in &t.became_unhealthy {
             tracing::warn!(cp = %cp.name, machine = %machine, "unhealthy: {words}");
             let e = NewEvent {
@@ -40,7 +45,7 @@ impl Reconciler {
             self.event(cp, e);
         }
         for (machine, starts) in &t.crash_loops_started {
-            let tail = self.sh.provider.last_log_lines(machine, CRASH_LOG_LINES);
+            let tail = self.crash_log(cp, machines, machine).await;
             let last = why_it_exited(&tail);
             let msg = if last.is_empty() {
                 format!(
@@ -68,6 +73,35 @@ impl Reconciler {
                 ..NewEvent::new(EventKind::Recovered, StepOutcome::Ok, &msg)
             };
             self.event(cp, e);
+        }
+    }
+}
+
+impl Reconciler {
+    /// A crash-looping machine's last log lines: from this host's provider, or from
+    /// its host's agent (none if the agent does not answer: the event is recorded all
+    /// the same).
+    async fn crash_log(
+        &self,
+        cp: &ControlPlane,
+        machines: &[Machine],
+        machine: &str,
+    ) -> Vec<String> {
+        if cp.spec.provider.is_local() {
+            return self.sh.provider.last_log_lines(machine, CRASH_LOG_LINES);
+        }
+        let Some(m) = machines.iter().find(|m| m.name == machine) else {
+            return Vec::new();
+        };
+        let Ok(t) = self.target(m) else {
+            return Vec::new();
+        };
+        match self.sh.hosts.logs(&t, m, CRASH_LOG_LINES as u32).await {
+            Ok(lines) => lines,
+            Err(e) => {
+                tracing::warn!(cp = %cp.name, machine, error = %e, "no log lines from its host");
+                Vec::new()
+            }
         }
     }
 }

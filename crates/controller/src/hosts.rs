@@ -169,6 +169,26 @@ impl HostsProvider {
         })
     }
 
+    /// The last `lines` lines of machine `m`'s etcd log on its host (within
+    /// `REPORT_TIMEOUT_MS`).
+    pub async fn logs(
+        &self,
+        t: &Target,
+        m: &Machine,
+        lines: u32,
+    ) -> Result<Vec<String>, HostsError> {
+        let name = m.name.clone();
+        let ask = self.on_host(t, |mut c| async move { c.logs(&name, lines).await });
+        match tokio::time::timeout(Duration::from_millis(REPORT_TIMEOUT_MS), ask).await {
+            Ok(r) => r,
+            Err(_) => Err(HostsError::Agent(AgentError::Unreachable {
+                host: t.host.name.clone(),
+                address: SocketAddr::new(t.host.address, quorum_agent::AGENT_PORT),
+                reason: format!("no log lines within {REPORT_TIMEOUT_MS} ms"),
+            })),
+        }
+    }
+
     /// Runs `f` on the target's agent; an unreachable agent's connection is dropped.
     async fn on_host<T, F, Fut>(&self, t: &Target, f: F) -> Result<T, HostsError>
     where

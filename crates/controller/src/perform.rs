@@ -431,7 +431,7 @@ impl Reconciler {
     }
 
     /// The host of machine `m`, ready to call.
-    fn target(&self, m: &Machine) -> Result<hosts::Target, ActionError> {
+    pub(crate) fn target(&self, m: &Machine) -> Result<hosts::Target, ActionError> {
         let host = hosts::placed_on(m)?;
         Ok(self.sh.hosts.target(&self.sh.store(), &host)?)
     }
