@@ -288,12 +288,14 @@ Examples:
   quorum rotate-ca prod && quorum status prod --watch"
     )]
     RotateCa(RotateCaArgs),
-    /// Register hosts whose agents run members (see `quorum agent --help`).
+    /// Register hosts whose agents run members, or install their agents over SSH (see
+    /// `quorum agent --help`).
     #[command(
-        after_help = "Example, with the controller started with --join-listen 198.18.0.1:7391:
-  quorum host add h1 --address 198.18.0.11 --label zone=a
-  # prints a one-time token; on host h1:
-  quorum agent --join qj1.eyJob3N0Ijoi...
+        after_help = "Examples, with the controller started with --join-listen 198.18.0.1:7391:
+  quorum host install h1 --ssh root@198.18.0.11 --label zone=a   # copies, starts, joins
+  quorum host add h2 --address 198.18.0.12 --label zone=b        # by hand: prints a token
+  # then on host h2:
+  QUORUM_JOIN_TOKEN=qj1.eyJob3N0Ijoi... quorum agent
 
 A token works once, for --token-ttl (default 24h). The agent makes its own key on its host
 and exchanges the token for a certificate from the hosts CA; only the token's SHA-256 is
@@ -331,7 +333,8 @@ is refused, so a deposed controller cannot act through an agent."
     /// Print quorum's own version (as `quorum -V` does; the etcd versions are `quorum versions`).
     Version(NoState),
     /// In a fresh temporary home: create 3 members at etcd 3.4.23, write keys, upgrade to
-    /// 3.5.1 with progress, verify every key, report timings, clean up.
+    /// 3.5.1 with progress, verify every key, report timings, clean up (`--hosts 3`: the
+    /// members on three hosts made on this machine, each with its agent).
     Demo(DemoCommand),
     /// Measure what clients see.
     Bench(BenchCommands),
