@@ -179,6 +179,10 @@ fn agents_installed_over_ssh_join_run_members_and_survive_a_reinstall() {
             t.elapsed().as_secs_f64(),
             stdout.trim()
         );
+        assert!(
+            !prefix(i).join("agent.env").exists(),
+            "the spent token was left on h{i}"
+        );
         let bin = prefix(i).join("bin").join("quorum");
         assert_eq!(
             std::fs::read(&bin).unwrap().len(),

@@ -226,6 +226,17 @@ pub async fn install(
             log.trim_end()
         );
     }
+    if token.is_some() {
+        // Best effort: a token left behind is spent already.
+        let _ = ssh
+            .run(
+                "removing the spent token",
+                &plan::forget_token_script(&req.prefix),
+                None,
+                STEP_TIMEOUT_MS,
+            )
+            .await;
+    }
     ssh.close().await;
     Ok(Installed {
         address,

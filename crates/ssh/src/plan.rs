@@ -7,7 +7,7 @@
 //! Layout on the host, under `prefix` (default `/opt/quorum`):
 //! `bin/quorum` (the binary), `state/` (the agent's key, certificate, etcd versions,
 //! members' data), `agent.log`, `agent.pid` (detached only), `agent.env` (the join
-//! token, 0600, read by systemd).
+//! token, 0600, read by systemd or the detached start; removed once the agent joined).
 
 use std::fmt::Write as _;
 
@@ -211,6 +211,12 @@ pub fn start_script(prefix: &str, systemd: bool, token: Option<&str>) -> String 
     s
 }
 
+/// After the join: the token file goes (the token is spent; the agent restarts on its
+/// own key and certificate).
+pub fn forget_token_script(prefix: &str) -> String {
+    format!("rm -f {}", quote(&format!("{prefix}/agent.env")))
+}
+
 /// The last lines of the agent's log (for an error that says why it did not join).
 pub fn log_tail_script(prefix: &str, systemd: bool, lines: u32) -> String {
     if systemd {
@@ -323,6 +329,11 @@ mod tests {
         assert!(!s.contains("setsid"), "{s}");
         assert!(unit_text("/opt/quorum")
             .contains("ExecStart=/opt/quorum/bin/quorum agent --state-dir /opt/quorum/state"));
+    }
+
+    #[test]
+    fn the_spent_token_is_removed() {
+        assert_eq!(forget_token_script("/opt/q"), "rm -f '/opt/q/agent.env'");
     }
 
     #[test]
