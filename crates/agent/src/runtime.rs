@@ -63,8 +63,9 @@ type Result<T> = std::result::Result<T, RuntimeError>;
 #[derive(Clone, Debug)]
 pub struct AgentConfig {
     pub state_dir: PathBuf,
-    /// Where to serve (default: the host's address, port `AGENT_PORT`).
-    pub listen: Option<SocketAddr>,
+    /// The address to serve on (default: the host's recorded address). The port is
+    /// always `AGENT_PORT`: it is the one the controller dials.
+    pub listen: Option<IpAddr>,
     /// A join token (only needed the first time; the same token again is harmless).
     pub join: Option<String>,
     /// How long a stopping member gets between SIGTERM and SIGKILL.
@@ -226,9 +227,7 @@ pub async fn run(
             tracing::warn!(error = %e, "renewing the agent's certificate failed; retrying in the background");
         }
     }
-    let address = config
-        .listen
-        .unwrap_or_else(|| SocketAddr::new(joined.address, crate::AGENT_PORT));
+    let address = SocketAddr::new(config.listen.unwrap_or(joined.address), crate::AGENT_PORT);
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|source| RuntimeError::Bind { address, source })?;

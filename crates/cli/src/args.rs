@@ -477,8 +477,13 @@ pub struct HostsArgs {
 #[derive(clap::Args)]
 pub struct AgentArgs {
     /// The agent's own state: its key and certificate, installed etcd binaries, members'
-    /// data [env: QUORUM_AGENT_DIR; default ~/.local/share/quorum/agent]
-    #[arg(long, value_name = "DIR", env = "QUORUM_AGENT_DIR")]
+    /// data [default: ~/.local/share/quorum/agent]
+    #[arg(
+        long,
+        value_name = "DIR",
+        env = "QUORUM_AGENT_DIR",
+        hide_env_values = true
+    )]
     pub state_dir: Option<PathBuf>,
     /// The join token from `quorum host add` (needed once; the same token again is
     /// harmless). From the environment, it stays off the command line `ps` shows.
@@ -489,9 +494,11 @@ pub struct AgentArgs {
         hide_env_values = true
     )]
     pub join: Option<String>,
-    /// Where to serve: IP:PORT (default: the host's address, port 7390).
-    #[arg(long, value_name = "IP:PORT")]
-    pub listen: Option<std::net::SocketAddr>,
+    /// The address to serve on, e.g. 0.0.0.0 when the address the host was added with is
+    /// not on this host's interfaces (a NAT). Default: that address. The port is always
+    /// 7390, the one the controller dials.
+    #[arg(long, value_name = "IP")]
+    pub listen: Option<std::net::IpAddr>,
     /// How long a stopping member gets between SIGTERM and SIGKILL.
     #[arg(long, default_value = "10s", value_parser = humantime_duration, value_name = "DURATION")]
     pub stop_grace: Duration,

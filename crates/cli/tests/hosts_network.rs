@@ -215,7 +215,9 @@ fn a_host_killed_during_a_rollout_comes_back_and_the_rollout_finishes() {
         std::thread::sleep(Duration::from_millis(200));
     }
     // The host boots again: its agent starts on its state; its member is not running.
-    f.restart_agent(i);
+    // It serves every interface this time (as behind a NAT): the controller still
+    // reaches it at the address it was added with.
+    f.restart_agent(i, &["--listen", "0.0.0.0"]);
     let back = Instant::now();
     let env = &f.env;
     env.ok(&[
@@ -242,6 +244,11 @@ fn a_host_killed_during_a_rollout_comes_back_and_the_rollout_finishes() {
         .map(|m| m.placement.as_ref().unwrap().host.clone())
         .collect();
     assert_eq!(on.len(), after.len(), "one member per host: {after:?}");
+    let log = f.agent_log(i);
+    assert!(
+        log.contains("0.0.0.0:7390"),
+        "served where --listen said:\n{log}"
+    );
     println!(
         "host killed: seen {seen_s:.1} s after, down {:.1} s, rollout finished {converged_s:.1} s after it came back; \
          workload: {attempts} writes, {} acknowledged and read back, failures {failures:?}; {checks} quorum checks",

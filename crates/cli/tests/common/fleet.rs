@@ -77,15 +77,22 @@ impl Fleet {
             .ok(&["host", "add", &name, "--address", &ip])
             .trim()
             .to_string();
-        self.spawn_agent(i, Some(&token));
+        self.spawn_agent(i, Some(&token), &[]);
     }
 
-    /// Starts host `i`'s agent again on its state (after a host was killed: a reboot).
-    pub fn restart_agent(&mut self, i: usize) {
-        self.spawn_agent(i, None);
+    /// Starts host `i`'s agent again on its state (after a host was killed: a reboot),
+    /// with `extra` arguments.
+    pub fn restart_agent(&mut self, i: usize, extra: &[&str]) {
+        self.spawn_agent(i, None, extra);
     }
 
-    fn spawn_agent(&mut self, i: usize, token: Option<&str>) {
+    /// Host `i`'s agent's log.
+    pub fn agent_log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.env.dir.path().join(format!("agent-h{i}.log")))
+            .unwrap_or_default()
+    }
+
+    fn spawn_agent(&mut self, i: usize, token: Option<&str>, extra: &[&str]) {
         let name = format!("h{i}");
         let dir = self.env.dir.path();
         let state = dir.join(format!("agent-{name}"));
@@ -96,6 +103,7 @@ impl Fleet {
             .unwrap();
         let mut cmd = self.net.command(i, env!("CARGO_BIN_EXE_quorum"));
         cmd.args(["agent", "--state-dir", state.to_str().unwrap()]);
+        cmd.args(extra);
         if let Some(t) = token {
             cmd.env("QUORUM_JOIN_TOKEN", t);
         }
