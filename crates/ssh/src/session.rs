@@ -233,7 +233,7 @@ impl Session {
                     let refused = seen.lock().ok().and_then(|mut s| s.refusal.take());
                     return Err(refused.unwrap_or_else(|| SshError::Connect {
                         target: t.clone(),
-                        detail: e.to_string(),
+                        detail: describe(&e),
                     }));
                 }
             };
@@ -332,7 +332,19 @@ fn keep(buf: &mut Vec<u8>, data: &[u8]) {
 fn protocol(target: &str, e: russh::Error) -> SshError {
     SshError::Protocol {
         target: target.to_string(),
-        detail: e.to_string(),
+        detail: describe(&e),
+    }
+}
+
+/// russh's own words, except where they do not say what happened: its `Disconnected`
+/// is also what a port answered by something other than sshd (a proxy, another
+/// service that hangs up) gives.
+fn describe(e: &russh::Error) -> String {
+    match e {
+        russh::Error::Disconnect => {
+            "the connection was closed before the SSH exchange finished (is sshd listening on that port?)".into()
+        }
+        e => e.to_string(),
     }
 }
 
@@ -362,5 +374,51 @@ mod tests {
             assert!(Target::parse(bad, 22).is_err(), "{bad}");
         }
         assert!(Target::parse("root@h", 0).is_err());
+    }
+
+    /// A port where something accepts and hangs up (not sshd): the error says that, not
+    /// only russh's "Disconnected".
+    #[test]
+    fn a_port_that_hangs_up_is_named_as_not_sshd() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("id_ed25519");
+        let made = std::process::Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+            .arg(&key)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let known = dir.path().join("known_hosts");
+        std::fs::write(&known, "").unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let err = rt.block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let hang_up = tokio::spawn(async move {
+                // Hangs up cleanly (a FIN, as a proxy with nothing behind it does) and
+                // reads whatever the client sends until it closes: no unread data, so
+                // no reset.
+                let (mut sock, _) = listener.accept().await.unwrap();
+                tokio::io::AsyncWriteExt::shutdown(&mut sock).await.unwrap();
+                let mut sink = [0u8; 4096];
+                while let Ok(n) = tokio::io::AsyncReadExt::read(&mut sock, &mut sink).await {
+                    if n == 0 {
+                        break;
+                    }
+                }
+            });
+            let target = Target::parse("root@127.0.0.1", port).unwrap();
+            let err = Session::connect(&target, &key, &known).await.err().unwrap();
+            hang_up.await.unwrap();
+            err
+        });
+        let text = err.to_string();
+        assert!(
+            matches!(err, SshError::Connect { .. }) && text.contains("is sshd listening"),
+            "{text}"
+        );
     }
 }
