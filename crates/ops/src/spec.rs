@@ -18,6 +18,44 @@ pub fn version_warning(v: Version) -> Option<String> {
     v.known_bug_warning().map(|w| format!("warning: {w}"))
 }
 
+/// Said at creation when a control plane on hosts has fewer hosts registered than its
+/// members need (one member per host; a replacement rollout needs one more for the
+/// surge). It is created all the same: hosts may be added after it.
+pub fn hosts_note(name: &str, spec: &ControlPlaneSpec, registered: usize) -> Option<String> {
+    if spec.provider.is_local() {
+        return None;
+    }
+    let members = spec.replicas as usize;
+    let rollout = match spec.rollout.strategy {
+        Strategy::Replace => members + spec.rollout.max_surge as usize,
+        Strategy::InPlace => members,
+    };
+    if registered >= rollout {
+        return None;
+    }
+    let needs = if registered < members {
+        let more = if rollout > members {
+            format!(", and {rollout} for a rollout by replacement")
+        } else {
+            String::new()
+        };
+        format!(
+            "its {} go on {members} distinct hosts{more}",
+            status::plural(spec.replicas, "member")
+        )
+    } else {
+        format!("a rollout by replacement places a new member on a spare host first: {rollout} are needed")
+    };
+    let have = match registered {
+        0 => "no host is registered".to_string(),
+        1 => "1 host is registered".to_string(),
+        n => format!("{n} hosts are registered"),
+    };
+    Some(format!(
+        "note: {name} runs on hosts and {have}; {needs}. Add them with `quorum host install NAME --ssh USER@HOST` (or `quorum host add`); until then the controller says in status what it cannot place"
+    ))
+}
+
 /// How a change is made: what the user confirmed, and whether to store it at all.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ChangeOptions {
@@ -93,6 +131,12 @@ pub fn create_with(
     );
     if let Some(w) = version_warning(spec.version) {
         say!(ctx, "{w}");
+    }
+    if !spec.provider.is_local() {
+        let registered = quorum_store::hosts::list(&ctx.store)?.len();
+        if let Some(note) = hosts_note(name, &spec, registered) {
+            say!(ctx, "{note}");
+        }
     }
     if let Some(h) = spec.haproxy.as_ref().filter(|_| !ctx.quiet) {
         say!(ctx, "{}", haproxy::probe(h, &[]).confirmation(name, h));
@@ -454,5 +498,51 @@ fn say_recorded(ctx: &Ctx, name: &str, old: &ControlPlaneSpec, new: &ControlPlan
         );
     } else if new.rollout != old.rollout || new.paused != old.paused {
         say!(ctx, "{name}: rollout settings recorded");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quorum_core::ProviderKind;
+
+    fn on_hosts(replicas: u32, strategy: Strategy) -> ControlPlaneSpec {
+        let mut spec: ControlPlaneSpec =
+            serde_json::from_str(r#"{"replicas": 3, "version": "3.5.1"}"#).unwrap();
+        spec.replicas = replicas;
+        spec.provider = ProviderKind::Hosts;
+        spec.rollout.strategy = strategy;
+        spec
+    }
+
+    #[test]
+    fn too_few_hosts_for_a_control_plane_on_hosts_are_noted() {
+        use Strategy::*;
+        let cases: &[(u32, Strategy, usize, Option<&str>)] = &[
+            (3, Replace, 0, Some("no host is registered; its 3 members go on 3 distinct hosts, and 4 for a rollout by replacement.")),
+            (3, Replace, 1, Some("1 host is registered; its 3 members")),
+            (3, Replace, 3, Some("3 hosts are registered; a rollout by replacement places a new member on a spare host first: 4 are needed")),
+            (3, Replace, 4, None),
+            (3, InPlace, 2, Some("2 hosts are registered; its 3 members go on 3 distinct hosts.")),
+            (3, InPlace, 3, None),
+            (5, Replace, 9, None),
+        ];
+        for (replicas, strategy, registered, want) in cases {
+            let got = hosts_note("prod", &on_hosts(*replicas, *strategy), *registered);
+            match want {
+                None => assert_eq!(got, None, "{replicas} {strategy:?} {registered}"),
+                Some(w) => {
+                    let got = got.unwrap_or_default();
+                    assert!(
+                        got.contains(w),
+                        "{replicas} {strategy:?} {registered}: {got}"
+                    );
+                    assert!(got.contains("quorum host install"), "{got}");
+                }
+            }
+        }
+        let mut local = on_hosts(3, Replace);
+        local.provider = ProviderKind::Local;
+        assert_eq!(hosts_note("prod", &local, 0), None);
     }
 }

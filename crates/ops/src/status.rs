@@ -391,7 +391,7 @@ pub fn render_table(s: &Status) -> String {
         &mut out,
         "Spec",
         &format!(
-            "{}, etcd {}, {}{}",
+            "{}, etcd {}, {}{}{}",
             plural(s.spec.replicas, "replica"),
             s.spec.version,
             match s.spec.rollout.strategy {
@@ -403,6 +403,11 @@ pub fn render_table(s: &Status) -> String {
                     "rolled out in place (restart deadline {})",
                     s.spec.rollout.in_place.timeout
                 ),
+            },
+            if s.spec.provider.is_local() {
+                ""
+            } else {
+                ", members on hosts"
             },
             if s.spec.paused { ", paused" } else { "" }
         ),
