@@ -393,6 +393,23 @@ already: quorum never trusts a key on first sight. Running it again upgrades the
 restarts the agent; its members keep running. A host not recorded yet is recorded as
 `quorum host add` would.")]
     Install(HostInstallArgs),
+    /// Remove a host that runs no member: its record and port claims go, its agent's
+    /// certificate is no longer renewed.
+    #[command(after_help = "Example:
+  quorum host remove h4
+
+Refused, naming them, while members of any control plane are recorded on the host. The
+agent keeps running until you stop it; on the host, afterwards:
+  systemctl disable --now quorum-agent    # or kill the detached agent
+  rm -r /var/lib/quorum-agent             # its key, certificate and etcd binaries
+Added again later (quorum host add or install), it joins with a new token.")]
+    Remove(HostRemoveArgs),
+}
+
+#[derive(clap::Args)]
+pub struct HostRemoveArgs {
+    /// The host's name (as `quorum hosts` lists it).
+    pub name: String,
 }
 
 #[derive(clap::Args)]

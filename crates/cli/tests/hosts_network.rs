@@ -350,7 +350,23 @@ fn a_control_plane_on_hosts_is_created_upgraded_scaled_and_deleted() {
     let down_s = follow_until(env, &work, "scaled to 3", Duration::from_secs(180), |ms| {
         ms.len() == 3
     });
-    assert_eq!(spread(&env.store().machines("prod").unwrap()), (3, 3));
+    let ms = env.store().machines("prod").unwrap();
+    assert_eq!(spread(&ms), (3, 3));
+    // Two hosts are free now: one is removed; one with a member is refused, named.
+    let used: Vec<String> = ms
+        .iter()
+        .filter_map(|m| m.host().map(str::to_string))
+        .collect();
+    let busy = env.fails(&["host", "remove", &used[0]]);
+    assert!(busy.contains("still runs a member"), "{busy}");
+    let free = (1..=5)
+        .map(|i| format!("h{i}"))
+        .find(|h| !used.contains(h))
+        .unwrap();
+    let removed = env.ok(&["host", "remove", &free]);
+    assert!(removed.contains("removed"), "{removed}");
+    let gone = env.fails(&["host", "remove", &free]);
+    assert!(gone.contains("no host"), "{gone}");
     let (acked, failures, attempts) = work.finish();
     let (checks, violations) = watch.finish();
     assert!(violations.is_empty(), "quorum lost: {violations:?}");
@@ -360,7 +376,8 @@ fn a_control_plane_on_hosts_is_created_upgraded_scaled_and_deleted() {
     env.ok(&["delete", "prod", "--wait", "--timeout", "2m"]);
     let left: Vec<serde_json::Value> =
         serde_json::from_str(&env.ok(&["hosts", "-o", "json"])).unwrap();
-    assert_eq!(left.len(), 5);
+    assert_eq!(left.len(), 4, "{left:?}");
+    assert!(left.iter().all(|h| h["name"] != free.as_str()), "{left:?}");
     for h in &left {
         assert!(
             h["agent"] == "ready"

@@ -17,7 +17,7 @@ use quorum_agent::StartSpec;
 use quorum_core::placement::{self, HostView, PlacementError};
 use quorum_core::{DataMarker, Machine, Placement, ProcessState, Version};
 use quorum_provider::{DataDirState, MachineState};
-use quorum_store::hosts::HostRecord;
+use quorum_store::hosts::{claim_since_ms, port_claim_key, HostRecord};
 use quorum_store::{Placed, Store};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -67,6 +67,8 @@ pub enum HostsError {
     Tls(String),
     #[error("{0} is not available with the hosts provider yet")]
     Unsupported(&'static str),
+    #[error("host {0} is being removed (quorum host remove): it takes no new member")]
+    Removing(String),
 }
 
 /// The controller's TLS configuration towards agents, from the hosts CA.
@@ -320,6 +322,7 @@ impl HostsProvider {
                 name: h.name.clone(),
                 zone: h.zone().map(str::to_string),
                 ready,
+                removing: h.removing_unix_s.is_some(),
                 load: all
                     .iter()
                     .filter(|m| m.host() == Some(h.name.as_str()))
@@ -337,10 +340,18 @@ impl HostsProvider {
                 address: h.address,
             });
         };
+        let claimant = format!("{} {:x}", cp.name, rand::random::<u64>());
+        let claimed_ms = now_ms();
         let client_port = {
             let s = store.lock().unwrap_or_else(|p| p.into_inner());
-            let claimant = format!("{} {:x}", cp.name, rand::random::<u64>());
-            claim_port(&s, &host, &all, now_ms(), &claimant)?
+            let port = claim_port(&s, &host, &all, claimed_ms, &claimant)?;
+            // Read again after the claim: a `quorum host remove` that checked the
+            // claims before this one was made has marked the host by now (it marks,
+            // then checks), and one that checks later sees this claim and refuses.
+            match quorum_store::hosts::get(&s, &host)? {
+                Some(h) if h.removing_unix_s.is_none() => port,
+                _ => return Err(HostsError::Removing(host)),
+            }
         };
         let placed = Placed {
             address,
@@ -350,18 +361,23 @@ impl HostsProvider {
                 peer_port: client_port + 1,
             },
         };
-        let m = store
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .allocate_machine_at(
-                &cp.name,
-                bootstrap,
-                version,
-                not_after,
-                remediation,
-                Some(&placed),
-                &|_| true,
-            )?;
+        let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
+        let m = s.allocate_machine_at(
+            &cp.name,
+            bootstrap,
+            version,
+            not_after,
+            remediation,
+            Some(&placed),
+            &|_| true,
+        )?;
+        // The machine record holds the port now; the claim is released so that a fresh
+        // claim always means an allocation under way (`quorum host remove` waits for
+        // those). Released or not (a crash here), it is stale after PORT_CLAIM_STALE_MS.
+        let claim = port_claim_key(&placed.placement.host, client_port);
+        if let Err(e) = s.remove_setting(&claim, &claim_value(&claimant, claimed_ms)) {
+            tracing::warn!(error = %e, %claim, "releasing a port claim failed; it goes stale");
+        }
         Ok(m)
     }
 
@@ -443,10 +459,6 @@ pub fn placed_on(m: &Machine) -> Result<String, HostsError> {
         .map(str::to_string)
         .ok_or_else(|| HostsError::NotPlaced(m.name.clone()))
 }
-/// The store setting that claims port pair `client_port` of `host`.
-fn port_claim_key(host: &str, client_port: u16) -> String {
-    format!("hosts/port/{host}/{client_port}")
-}
 
 /// The ports machines on `host` are recorded at, in `machines`.
 fn ports_in_use(machines: &[Machine], host: &str) -> Vec<u16> {
@@ -473,7 +485,7 @@ pub fn claim_port(
     claimant: &str,
 ) -> Result<u16, HostsError> {
     let used = ports_in_use(machines, host);
-    let mine = format!("{claimant} {now_ms}");
+    let mine = claim_value(claimant, now_ms);
     for port in (0..MAX_MEMBERS_PER_HOST).map(|k| FIRST_CLIENT_PORT + 2 * k) {
         if used.contains(&port) {
             continue;
@@ -483,11 +495,7 @@ pub fn claim_port(
         if held == mine {
             return Ok(port);
         }
-        let since_ms = held
-            .rsplit(' ')
-            .next()
-            .and_then(|t| t.parse::<i64>().ok())
-            .unwrap_or(i64::MIN);
+        let since_ms = claim_since_ms(&held).unwrap_or(i64::MIN);
         if now_ms.saturating_sub(since_ms) < PORT_CLAIM_STALE_MS {
             continue;
         }
@@ -504,6 +512,11 @@ pub fn claim_port(
         }
     }
     Err(HostsError::NoPorts(host.to_string()))
+}
+
+/// A port claim's value: who claimed it, and when (its last word).
+fn claim_value(claimant: &str, now_ms: i64) -> String {
+    format!("{claimant} {now_ms}")
 }
 
 fn now_ms() -> i64 {

@@ -2,7 +2,8 @@
 //! registered, given the machines of the control plane already placed.
 //!
 //! Rules, in order:
-//! 1. Only hosts whose agent answers (`HostView::ready`) are candidates.
+//! 1. Only hosts whose agent answers (`HostView::ready`) and that are not being
+//!    removed (`HostView::removing`: `quorum host remove` began) are candidates.
 //! 2. A host runs at most one machine of a control plane (leaving ones included: a
 //!    replacement that surged onto its predecessor's host would put two voters on one
 //!    host, and that host's loss would cost two votes).
@@ -27,6 +28,8 @@ pub struct HostView {
     pub zone: Option<String>,
     /// Its agent answered the last look.
     pub ready: bool,
+    /// `quorum host remove` began: it takes no new machine.
+    pub removing: bool,
     /// Members of every control plane it runs (recorded machines placed there).
     pub load: usize,
 }
@@ -36,10 +39,12 @@ pub struct HostView {
 pub enum PlacementError {
     #[error("no hosts are registered: add some with `quorum host add NAME --address IP`")]
     NoHosts,
-    #[error("no host can take another member: {hosts} hosts, {ready} of them answering, {used} already run one of this control plane{zones}; add a host, or roll out in place (rollout.strategy: InPlace) so that no member needs a host of its own beside the one it replaces")]
+    #[error("no host can take another member: {hosts} hosts, {ready} of them answering{removing}, {used} already run one of this control plane{zones}; add a host, or roll out in place (rollout.strategy: InPlace) so that no member needs a host of its own beside the one it replaces")]
     NoFreeHost {
         hosts: usize,
         ready: usize,
+        /// ", N being removed" when some are, else empty.
+        removing: String,
         used: usize,
         zones: String,
     },
@@ -71,7 +76,7 @@ pub fn place(
     let cap = max_per_domain(replicas);
     let best = hosts
         .iter()
-        .filter(|h| h.ready && !used.contains(&h.name.as_str()))
+        .filter(|h| h.ready && !h.removing && !used.contains(&h.name.as_str()))
         .filter(|h| per_domain.get(&domain(h)).copied().unwrap_or(0) < cap)
         .min_by_key(|h| {
             (
@@ -87,6 +92,10 @@ pub fn place(
             Err(PlacementError::NoFreeHost {
                 hosts: hosts.len(),
                 ready: hosts.iter().filter(|h| h.ready).count(),
+                removing: match hosts.iter().filter(|h| h.removing).count() {
+                    0 => String::new(),
+                    n => format!(", {n} being removed"),
+                },
                 used: hosts
                     .iter()
                     .filter(|h| used.contains(&h.name.as_str()))
@@ -111,6 +120,7 @@ mod tests {
             name: name.into(),
             zone: zone.map(Into::into),
             ready: true,
+            removing: false,
             load: 0,
         }
     }
@@ -154,6 +164,8 @@ mod tests {
         down[0].ready = false;
         let mut loaded = abc.clone();
         loaded[0].load = 4;
+        let mut leaving = abc.clone();
+        leaving[0].removing = true;
         let zones = [
             host("a1", Some("a")),
             host("a2", Some("a")),
@@ -185,6 +197,14 @@ mod tests {
                 Err("2 of them answering"),
             ),
             (&loaded, vec![], 3, Ok("b")),
+            // A host being removed takes nothing new, though it answers.
+            (&leaving, vec![], 3, Ok("b")),
+            (
+                &leaving,
+                vec![on("b", 1), on("c", 2)],
+                3,
+                Err("3 of them answering, 1 being removed"),
+            ),
             // Zones: a second member in zone a would be two of three in one zone.
             (&zones, vec![on("a1", 1)], 3, Ok("b1")),
             (

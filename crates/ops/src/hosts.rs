@@ -172,6 +172,7 @@ pub fn add(store: &Store, req: &AddHost, now_unix_s: i64) -> Result<JoinToken> {
                 key_sha256: None,
                 joined_unix_s: None,
                 certificate_not_after_unix_s: None,
+                removing_unix_s: None,
             };
             let text = to_json(&rec);
             if store.setting_or_init(&key(&req.name), &text)? != text {
@@ -186,6 +187,91 @@ pub fn add(store: &Store, req: &AddHost, now_unix_s: i64) -> Result<JoinToken> {
         ca_sha256: quorum_pki::agents::certificate_sha256(ca.cert_pem())?,
         secret,
     })
+}
+
+/// What `quorum host remove` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Removed {
+    pub address: IpAddr,
+    /// Its agent had joined (it holds a certificate, no longer renewed).
+    pub joined: bool,
+    /// Stale port claims removed with it.
+    pub claims: usize,
+}
+
+/// Removes host `name`'s record, and the port claims on it, when no machine of any
+/// control plane is recorded there. The record is first marked (placement gives it
+/// nothing new, and an allocation that claimed a port before the mark reads it again
+/// after its claim and gives up), then the machines and claims are checked again: a
+/// fresh claim is an allocation under way, and the mark is taken back. A removal cut
+/// off after the mark leaves the host marked; running it again finishes it. Its
+/// agent's certificate is not renewed after (the join service knows no such host).
+pub fn remove(store: &Store, name: &str, now_ms: i64) -> Result<Removed> {
+    let Some((h, text)) = read(store, name)? else {
+        bail!("no host {name} is registered (`quorum hosts` lists them)");
+    };
+    refuse_if_in_use(store, name)?;
+    let marked = if h.removing_unix_s.is_some() {
+        text.clone()
+    } else {
+        let next = to_json(&HostRecord {
+            removing_unix_s: Some(now_ms / 1_000),
+            ..h.clone()
+        });
+        if !store.replace_setting(&key(name), &text, &next)? {
+            bail!("host {name} changed while it was being removed; run the command again");
+        }
+        next
+    };
+    let claims = quorum_store::hosts::port_claims(store, name)?;
+    let placing = claims.iter().any(|(_, v)| {
+        quorum_store::hosts::claim_since_ms(v).is_some_and(|since_ms| {
+            now_ms.saturating_sub(since_ms) < quorum_controller::hosts::PORT_CLAIM_STALE_MS
+        })
+    });
+    let in_use = refuse_if_in_use(store, name);
+    if placing || in_use.is_err() {
+        if marked != text {
+            // Taken back: the host stays as it was. Failing, it stays marked, which
+            // only keeps new members off it until this command runs again.
+            let _ = store.replace_setting(&key(name), &marked, &text);
+        }
+        in_use?;
+        bail!(
+            "a member is being placed on host {name} right now; run the command again in a minute"
+        );
+    }
+    for (k, v) in &claims {
+        store.remove_setting(k, v)?;
+    }
+    if !store.remove_setting(&key(name), &marked)? {
+        bail!("host {name} changed while it was being removed; run the command again");
+    }
+    Ok(Removed {
+        address: h.address,
+        joined: h.key_sha256.is_some(),
+        claims: claims.len(),
+    })
+}
+
+/// Fails, naming them, when machines of any control plane are recorded on `host`.
+fn refuse_if_in_use(store: &Store, host: &str) -> Result<()> {
+    let mut on = Vec::new();
+    for cp in store.control_planes()? {
+        for m in store.machines(&cp.name)? {
+            if m.host() == Some(host) {
+                on.push(format!("{} ({})", m.name, cp.name));
+            }
+        }
+    }
+    if on.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "host {host} still runs {}: {}. A host is removed once nothing runs there: delete those control planes, or scale them down until no member is left on it (moving a member off a host is not built yet)",
+        if on.len() == 1 { "a member".to_string() } else { format!("{} members", on.len()) },
+        on.join(", ")
+    )
 }
 
 fn to_json(h: &HostRecord) -> String {
@@ -397,6 +483,104 @@ mod tests {
             rejoin: false,
             endpoint: Some("127.0.0.1:7391".parse().unwrap()),
         }
+    }
+
+    /// A control plane `cp` with one machine recorded on `host`.
+    fn place_one(store: &mut Store, cp: &str, host: &str) {
+        let spec: quorum_core::ControlPlaneSpec =
+            serde_json::from_str(r#"{"replicas": 1, "version": "3.5.1", "provider": "hosts", "insecurePlaintext": true}"#)
+                .unwrap();
+        let c = quorum_core::ControlPlane {
+            ca_generation: 0,
+            ca_rotation: None,
+            name: cp.into(),
+            spec: spec.clone(),
+            deleting: false,
+            rebuild: None,
+        };
+        store.create_control_plane(&c, None, NOW * 1_000).unwrap();
+        let placed = quorum_store::Placed {
+            address: std::net::Ipv4Addr::new(198, 18, 0, 12),
+            placement: quorum_core::Placement {
+                host: host.into(),
+                client_port: 2379,
+                peer_port: 2380,
+            },
+        };
+        store
+            .allocate_machine_at(cp, true, spec.version, None, None, Some(&placed), &|_| true)
+            .unwrap();
+    }
+
+    #[test]
+    fn a_host_is_removed_only_when_nothing_runs_or_is_being_placed_there() {
+        let t = tempfile::tempdir().unwrap();
+        let mut store = Store::open(&t.path().join("home")).unwrap();
+        let now_ms = NOW * 1_000;
+        let fresh = |host: &str, at_ms: i64| {
+            (
+                quorum_store::hosts::port_claim_key(host, 2381),
+                format!("db 1f {at_ms}"),
+            )
+        };
+        for (n, ip) in [
+            ("h1", "198.18.0.11"),
+            ("h2", "198.18.0.12"),
+            ("h3", "198.18.0.13"),
+        ] {
+            add(&store, &add_req(n, ip), NOW).unwrap();
+        }
+        let missing = remove(&store, "h9", now_ms).unwrap_err().to_string();
+        assert!(missing.contains("no host h9 is registered"), "{missing}");
+
+        // A member on h2: refused, named, the record untouched.
+        place_one(&mut store, "prod", "h2");
+        let before = read(&store, "h2").unwrap().unwrap().1;
+        let busy = remove(&store, "h2", now_ms).unwrap_err().to_string();
+        assert!(
+            busy.contains("still runs a member: prod-1 (prod)"),
+            "{busy}"
+        );
+        assert_eq!(read(&store, "h2").unwrap().unwrap().1, before);
+
+        // A port claim on h3 made 10 s ago, with no machine yet: an allocation under
+        // way. Refused, and the mark taken back.
+        let (k, v) = fresh("h3", now_ms - 10_000);
+        store.setting_or_init(&k, &v).unwrap();
+        let placing = remove(&store, "h3", now_ms).unwrap_err().to_string();
+        assert!(placing.contains("being placed on host h3"), "{placing}");
+        assert_eq!(get(&store, "h3").unwrap().unwrap().removing_unix_s, None);
+        // The same claim two minutes later is stale: removed with the host.
+        let later_ms = now_ms + 120_000;
+        let r = remove(&store, "h3", later_ms).unwrap();
+        assert_eq!((r.claims, r.joined), (1, false));
+        assert_eq!(get(&store, "h3").unwrap(), None);
+        assert_eq!(store.setting(&k).unwrap(), None);
+        // Its agent's certificate is not renewed any more.
+        let reg = StoreRegistry::new(Store::open(&t.path().join("home")).unwrap());
+        let renew = reg.renew("h3", "k3", NOW).unwrap_err().to_string();
+        assert!(renew.contains("no host \"h3\""), "{renew}");
+
+        // A removal cut off after its mark: the host takes nothing new (the mark is
+        // what placement reads) until the command runs again and finishes.
+        let (h1, text) = read(&store, "h1").unwrap().unwrap();
+        let marked = to_json(&HostRecord {
+            removing_unix_s: Some(NOW),
+            ..h1
+        });
+        assert!(store.replace_setting(&key("h1"), &text, &marked).unwrap());
+        assert_eq!(remove(&store, "h1", later_ms).unwrap().claims, 0);
+        assert_eq!(
+            list(&store)
+                .unwrap()
+                .iter()
+                .map(|h| h.name.as_str())
+                .collect::<Vec<_>>(),
+            ["h2"]
+        );
+        // Added again, it is a new host with a new token.
+        add(&store, &add_req("h1", "198.18.0.11"), NOW + 5).unwrap();
+        assert_eq!(get(&store, "h1").unwrap().unwrap().removing_unix_s, None);
     }
 
     #[test]

@@ -194,4 +194,6 @@ pub struct Outcome {
     /// Members on hosts (`Config::hosts`), and how many hosts were lost.
     pub hosts: bool,
     pub hosts_lost: u64,
+    /// A spare host removed by an operator during the run (0 or 1).
+    pub hosts_removed: u64,
 }

@@ -7,9 +7,14 @@
 //! on their data, as last seen; etcd's view of the member judges them). When it comes
 //! back, its processes are still stopped (a reboot) and the controller starts them.
 //!
+//! An operator also removes a spare host (`quorum host remove`) in every hosts run:
+//! at a step of the seed's choosing a host with no machine is marked (placement gives
+//! it nothing new), and a few steps later it is gone from the hosts registered.
+//!
 //! Checked at every placement, against the ground truth: no host runs two machines of
 //! the control plane, no failure domain holds more than it can lose
-//! (`placement::max_per_domain`), no machine lands on a host that does not answer.
+//! (`placement::max_per_domain`), no machine lands on a host that does not answer or
+//! is being removed; and no host is removed with a machine on it.
 
 use super::*;
 use quorum_core::placement::{self, HostView};
@@ -29,16 +34,31 @@ pub(crate) const HOSTS: [(&str, Option<&str>); 7] = [
 ];
 /// A host gives each member its own port pair from here (as `HostsProvider` does).
 const FIRST_CLIENT_PORT: u16 = 2379;
+/// How many steps a removal's mark stands before the record goes (the real command
+/// marks, checks, then deletes at once; the window lets placements meet the mark).
+const REMOVAL_MARK_STEPS: u64 = 3;
+
+/// The operator's removal of a spare host.
+#[derive(Clone, Debug)]
+pub(crate) struct HostRemoval {
+    pub(crate) host: String,
+    pub(crate) marked_at_step: u64,
+    /// Its record is gone.
+    pub(crate) gone: bool,
+}
 
 impl World {
     fn host_views(&self) -> Vec<HostView> {
         let down = self.down_host();
+        let removal = self.host_removal.as_ref();
         HOSTS
             .iter()
+            .filter(|(name, _)| !removal.is_some_and(|r| r.gone && r.host == *name))
             .map(|(name, zone)| HostView {
                 name: (*name).to_string(),
                 zone: zone.map(str::to_string),
                 ready: down != Some(*name),
+                removing: removal.is_some_and(|r| r.host == *name),
                 load: self
                     .machines
                     .iter()
@@ -68,6 +88,11 @@ impl World {
         let view = views.iter().find(|v| v.name == host);
         if !view.is_some_and(|v| v.ready) {
             self.violate(format!("a machine placed on {host}, which does not answer"));
+        }
+        if self.host_removal.as_ref().is_some_and(|r| r.host == host) {
+            self.violate(format!(
+                "a machine placed on {host}, which is being removed"
+            ));
         }
         if self
             .machines
@@ -109,6 +134,54 @@ impl World {
             client_port: FIRST_CLIENT_PORT + 2 * k,
             peer_port: FIRST_CLIENT_PORT + 1 + 2 * k,
         }))
+    }
+
+    /// The operator's removal of a spare host (hosts runs): marked at a step the seed
+    /// picks, gone `REMOVAL_MARK_STEPS` later. No random draw: the runs' faults stay
+    /// what they were for each seed.
+    pub(crate) fn host_removal_step(&mut self) {
+        if !self.cfg.hosts {
+            return;
+        }
+        let at = 10 + self.cfg.seed % 40;
+        match &self.host_removal {
+            None if self.step == at => {
+                // The last spare host, as an operator retiring one would pick: no machine
+                // of the control plane on it, and answering.
+                let down = self.down_host().map(str::to_string);
+                let spare = HOSTS.iter().rev().map(|(n, _)| *n).find(|n| {
+                    down.as_deref() != Some(*n)
+                        && !self
+                            .machines
+                            .iter()
+                            .any(|m| m.placement.as_ref().is_some_and(|p| p.host == *n))
+                });
+                if let Some(host) = spare {
+                    self.note(format!("OPERATOR host {host} is being removed"));
+                    self.host_removal = Some(HostRemoval {
+                        host: host.to_string(),
+                        marked_at_step: self.step,
+                        gone: false,
+                    });
+                }
+            }
+            Some(r) if !r.gone && self.step >= r.marked_at_step + REMOVAL_MARK_STEPS => {
+                let host = r.host.clone();
+                if let Some(m) = self
+                    .machines
+                    .iter()
+                    .find(|m| m.placement.as_ref().is_some_and(|p| p.host == host))
+                {
+                    let what = format!("host {host} removed with {} on it", m.name);
+                    self.violate(what);
+                }
+                self.note(format!("OPERATOR host {host} removed"));
+                if let Some(r) = self.host_removal.as_mut() {
+                    r.gone = true;
+                }
+            }
+            _ => {}
+        }
     }
 
     /// The machine is on the host lost now.

@@ -122,6 +122,7 @@ pub use backups::BackupCounts;
 pub use carotation::CaCounts;
 pub use config::{Config, Outcome, Rng, Scenario};
 use controller::{etcd_answer, Answer};
+use hosts::HostRemoval;
 pub use inplace::{InPlaceCounts, IN_PLACE_END_STEPS, SIM_IN_PLACE_TIMEOUT};
 pub use pacing::PacingCounts;
 use pacing::SimLb;
@@ -325,6 +326,8 @@ pub struct World {
     faults: u64,
     /// Hosts lost (`hosts.rs`).
     hosts_lost: u64,
+    /// The spare host an operator removes in a hosts run (`hosts.rs`): marked, then gone.
+    host_removal: Option<HostRemoval>,
     trace: String,
     hash: u64,
     violation: Option<String>,
@@ -419,6 +422,7 @@ impl World {
             last_converged: false,
             faults: 0,
             hosts_lost: 0,
+            host_removal: None,
             trace: String::new(),
             hash: 0xcbf2_9ce4_8422_2325,
             violation: None,
@@ -616,6 +620,7 @@ impl World {
         self.step += 1;
         self.now_ms += STEP_MS;
         let faults_on = self.step <= self.cfg.fault_steps;
+        self.host_removal_step();
         if faults_on {
             self.maybe_fault();
             if self.ha() {
@@ -685,6 +690,7 @@ impl World {
             faults_anywhere: self.cfg.faults_anywhere,
             hosts: self.cfg.hosts,
             hosts_lost: self.hosts_lost,
+            hosts_removed: u64::from(self.host_removal.as_ref().is_some_and(|r| r.gone)),
         }
     }
 }

@@ -192,7 +192,7 @@ fn main() -> std::process::ExitCode {
         println!("in place: {}", o.in_place);
         println!("CA rotations: {}", o.ca);
         if o.hosts {
-            println!("hosts: {} lost", o.hosts_lost);
+            println!("hosts: {} lost, {} removed", o.hosts_lost, o.hosts_removed);
         }
         if o.replicas > 1 {
             println!("{} replicas: {}", o.replicas, o.lease);

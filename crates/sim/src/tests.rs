@@ -1045,6 +1045,27 @@ fn a_lost_host_answers_nothing_and_its_members_are_judged_by_etcd() {
 
 /// Rollouts on hosts with hosts lost along the way: every invariant holds and every
 /// run converges once the faults stop.
+/// An operator removes a spare host mid-run: it is marked, placement gives it nothing
+/// while marked, and it is gone a few steps later; the run converges on the rest.
+#[test]
+fn a_spare_host_removed_mid_run_is_never_placed_on() {
+    let mut removed = 0;
+    for seed in 0..40 {
+        let mut c = Config::new(seed);
+        c.scenario = [Scenario::Rollout, Scenario::ScaleUp][seed as usize % 2];
+        c.hosts = true;
+        let o = run(c);
+        assert!(
+            o.violation.is_none(),
+            "{:?}: {}",
+            o.violation,
+            replay_command(&o)
+        );
+        removed += o.hosts_removed;
+    }
+    assert!(removed >= 30, "only {removed} of 40 runs removed a host");
+}
+
 #[test]
 fn rollouts_on_hosts_survive_lost_hosts() {
     let mut lost = 0;

@@ -48,6 +48,10 @@ pub struct HostRecord {
     /// The end of the last certificate issued to it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub certificate_not_after_unix_s: Option<i64>,
+    /// `quorum host remove` began at this time: placement gives it nothing new (a
+    /// removal that was cut off leaves it here until run again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub removing_unix_s: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -68,6 +72,24 @@ impl HostRecord {
 
 pub fn key(name: &str) -> String {
     format!("{HOST_PREFIX}{name}")
+}
+
+/// Where the claims on a host's port pairs are kept (`<prefix><host>/<client port>`:
+/// "claimant since_ms"), made before a machine is recorded at a port.
+pub const PORT_CLAIM_PREFIX: &str = "hosts/port/";
+
+pub fn port_claim_key(host: &str, client_port: u16) -> String {
+    format!("{PORT_CLAIM_PREFIX}{host}/{client_port}")
+}
+
+/// The port claims on `host`: (setting key, value).
+pub fn port_claims(store: &Store, host: &str) -> Result<Vec<(String, String)>, HostsError> {
+    Ok(store.settings_under(&format!("{PORT_CLAIM_PREFIX}{host}/"))?)
+}
+
+/// When a port claim was made (its value's last word), if it says.
+pub fn claim_since_ms(value: &str) -> Option<i64> {
+    value.rsplit(' ').next().and_then(|t| t.parse::<i64>().ok())
 }
 
 /// Every host, by name.

@@ -236,6 +236,9 @@ pub trait StateStore: Send {
     /// Changes a setting from `expected` to `value` in one compare-and-swap; false when
     /// it held something else (nothing changed).
     fn replace_setting(&self, key: &str, expected: &str, value: &str) -> Result<bool>;
+    /// Removes a setting that holds `expected`, in one compare-and-delete; false when it
+    /// held something else (nothing changed). Already absent: true (the end sought).
+    fn remove_setting(&self, key: &str, expected: &str) -> Result<bool>;
     /// The settings whose keys begin with `prefix`, by key (host records: `host/`).
     fn settings_under(&self, prefix: &str) -> Result<Vec<(String, String)>>;
 

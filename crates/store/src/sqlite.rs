@@ -211,6 +211,28 @@ impl StateStore for SqliteStore {
         Ok(n == 1)
     }
 
+    fn remove_setting(&self, key: &str, expected: &str) -> Result<bool> {
+        let key = format!("setting.{key}");
+        let n = self
+            .conn
+            .execute(
+                "DELETE FROM meta WHERE key = ?1 AND value = ?2",
+                params![key, expected],
+            )
+            .map_err(|e| self.err(e))?;
+        if n == 1 {
+            return Ok(true);
+        }
+        let left: Option<String> = self
+            .conn
+            .query_row("SELECT value FROM meta WHERE key = ?1", params![key], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(left.is_none())
+    }
+
     fn settings_under(&self, prefix: &str) -> Result<Vec<(String, String)>> {
         let from = format!("setting.{prefix}");
         let mut stmt = self

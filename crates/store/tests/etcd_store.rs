@@ -210,6 +210,13 @@ fn behaviour(s: &mut Store) {
     assert_eq!(s.last_controller_heartbeat().unwrap(), None);
     assert_eq!(s.setting_or_init("k", "1").unwrap(), "1");
     assert_eq!(s.setting_or_init("k", "2").unwrap(), "1");
+    // Compare-and-delete: not while it holds something else; absent is the end sought.
+    assert!(!s.remove_setting("k", "2").unwrap());
+    assert_eq!(s.setting("k").unwrap().as_deref(), Some("1"));
+    assert!(s.remove_setting("k", "1").unwrap());
+    assert_eq!(s.setting("k").unwrap(), None);
+    assert!(s.remove_setting("k", "1").unwrap());
+    assert_eq!(s.setting_or_init("k", "3").unwrap(), "3");
 
     let before = s.data_version().unwrap();
     s.mark_control_plane_deleting("a").unwrap();

@@ -1,6 +1,6 @@
 //! `quorum host add`, `quorum host install` and `quorum hosts`.
 
-use crate::args::{HostAddArgs, HostCommand, HostInstallArgs, HostsArgs};
+use crate::args::{HostAddArgs, HostCommand, HostInstallArgs, HostRemoveArgs, HostsArgs};
 use anyhow::Result;
 use quorum_agent::client::{AgentClient, AgentError};
 use quorum_ops::hosts::{self, AddHost, HostRecord};
@@ -16,7 +16,24 @@ pub async fn run(at: &Place, c: HostCommand) -> Result<()> {
     match c {
         HostCommand::Add(a) => add(at, a),
         HostCommand::Install(a) => install(at, a).await,
+        HostCommand::Remove(a) => remove(at, a),
     }
+}
+
+fn remove(at: &Place, a: HostRemoveArgs) -> Result<()> {
+    let store = at.connect()?;
+    let r = hosts::remove(&store, &a.name, now_unix_s().saturating_mul(1_000))?;
+    println!(
+        "host {} ({}) removed{}",
+        a.name,
+        r.address,
+        if r.joined {
+            "; its agent's certificate is no longer renewed: stop the agent on the host and delete its state directory"
+        } else {
+            ""
+        }
+    );
+    Ok(())
 }
 
 async fn install(at: &Place, a: HostInstallArgs) -> Result<()> {
@@ -234,6 +251,11 @@ fn row(s: &Seen) -> [String; 7] {
         }
         _ => (state.to_string(), "-".into(), "-".into()),
     };
+    let agent = if h.removing_unix_s.is_some() {
+        format!("{agent}, being removed")
+    } else {
+        agent
+    };
     let ends = h
         .certificate_not_after_unix_s
         .map(quorum_pki::format_unix_s)
@@ -284,6 +306,7 @@ fn to_json(s: &Seen) -> serde_json::Value {
         "joinedAt": h.joined_unix_s.map(quorum_pki::format_rfc3339),
         "joinTokenExpires": h.join.as_ref().map(|j| quorum_pki::format_rfc3339(j.expires_unix_s)),
         "certificateNotAfter": h.certificate_not_after_unix_s.map(quorum_pki::format_rfc3339),
+        "removing": h.removing_unix_s.is_some(),
         "report": report,
     })
 }

@@ -173,6 +173,18 @@ impl StateStore for EtcdStore {
         }
     }
 
+    fn remove_setting(&self, key: &str, expected: &str) -> Result<bool> {
+        let k = self.key(&format!("setting/{key}"));
+        let same = Compare::value(k.clone(), CompareOp::Equal, expected);
+        let delete = TxnOp::delete(k.clone(), None);
+        match self.commit("remove a setting", vec![same], vec![delete], None)? {
+            Committed::Yes(_) => Ok(true),
+            // Absent is the end sought, whoever removed it (this call's own delete
+            // whose answer was lost included).
+            Committed::Conflict => Ok(self.get(&k, "read a setting")?.is_none()),
+        }
+    }
+
     fn settings_under(&self, prefix: &str) -> Result<Vec<(String, String)>> {
         let base = self.key("setting/");
         let kvs = self.list(

@@ -186,6 +186,12 @@ fn a_write_whose_answer_was_lost_is_read_back_and_never_done_twice() {
     s.update_spec("a", &spec).unwrap();
     assert_eq!(s.get_control_plane("a").unwrap().spec.replicas, 5);
 
+    // A setting removed, its answer lost: the retry finds it gone, which is success.
+    s.setting_or_init("gone", "1").unwrap();
+    s.conn.lose.after.store(1, Ordering::SeqCst);
+    assert!(s.remove_setting("gone", "1").unwrap());
+    assert_eq!(s.setting("gone").unwrap(), None);
+
     // Leadership taken, its answer lost: the key carries this store's lease, so it leads.
     s.conn.lose.after.store(1, Ordering::SeqCst);
     let Campaign::Leading { token } = s.campaign("r1", 4_000).unwrap() else {
