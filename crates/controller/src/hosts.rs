@@ -111,6 +111,9 @@ pub struct HostsProvider {
     /// One placement at a time in this process: two control planes placed at once
     /// could pick the same ports on a host.
     placing: tokio::sync::Mutex<()>,
+    /// One install at a time per host (a staged install and a start's meet here, and
+    /// the second finds the version there). One entry per host registered.
+    installing: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl HostsProvider {
@@ -121,6 +124,7 @@ impl HostsProvider {
             clients: tokio::sync::Mutex::new(HashMap::new()),
             last: std::sync::Mutex::new(HashMap::new()),
             placing: tokio::sync::Mutex::new(()),
+            installing: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -389,7 +393,24 @@ impl HostsProvider {
         fence: &Fence,
         spec: &StartSpec,
     ) -> Result<i32, HostsError> {
-        let version = spec.machine.version;
+        self.ensure_version(t, spec.machine.version).await?;
+        let (fence, spec) = (fence.clone(), spec.clone());
+        self.on_host(t, |mut c| async move { c.start(&fence, &spec).await })
+            .await
+    }
+
+    /// Installs `version` on `t`'s host from this controller's binaries, unless the
+    /// host has it already (idempotent: the agent checks every digest and renames the
+    /// version's directory into place whole).
+    pub async fn ensure_version(&self, t: &Target, version: Version) -> Result<(), HostsError> {
+        let lock = self
+            .installing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(t.host.name.clone())
+            .or_default()
+            .clone();
+        let _one = lock.lock().await;
         let has = self
             .on_host(t, |mut c| async move { c.report().await })
             .await?
@@ -402,9 +423,7 @@ impl HostsProvider {
             })
             .await?;
         }
-        let (fence, spec) = (fence.clone(), spec.clone());
-        self.on_host(t, |mut c| async move { c.start(&fence, &spec).await })
-            .await
+        Ok(())
     }
 
     fn binaries(&self, version: Version, host: &str) -> Result<Vec<(String, Vec<u8>)>, HostsError> {

@@ -314,6 +314,9 @@ impl Reconciler {
                         true
                     },
                 )?;
+                if !cp.spec.provider.is_local() {
+                    self.stage_version(machines, to);
+                }
                 Ok(None)
             }
             Action::SetInPlacePhase {
@@ -431,6 +434,34 @@ impl Reconciler {
     }
 
     /// The host of machine `m`, ready to call.
+    /// Installs `version` on every host the control plane's members run on, each in a
+    /// task of its own, when an in-place step begins: the binaries travel to all hosts
+    /// at once, while the first member drains, instead of one host after another inside
+    /// each member's restart. Best effort: a start installs what is missing anyway (and
+    /// waits for a staged install under way on its host), and says so if that fails.
+    fn stage_version(&self, machines: &[Machine], version: quorum_core::Version) {
+        let mut seen = std::collections::BTreeSet::new();
+        for m in machines.iter().filter(|m| !m.deleting) {
+            let Some(host) = m.host() else { continue };
+            if !seen.insert(host.to_string()) {
+                continue;
+            }
+            let t = match self.target(m) {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!(host, error = %e, "cannot stage etcd {version} there");
+                    continue;
+                }
+            };
+            let sh = self.sh.clone();
+            tokio::spawn(async move {
+                if let Err(e) = sh.hosts.ensure_version(&t, version).await {
+                    tracing::warn!(host = %t.host.name, %version, error = %e, "staging the new version failed; a start there installs it");
+                }
+            });
+        }
+    }
+
     pub(crate) fn target(&self, m: &Machine) -> Result<hosts::Target, ActionError> {
         let host = hosts::placed_on(m)?;
         Ok(self.sh.hosts.target(&self.sh.store(), &host)?)
