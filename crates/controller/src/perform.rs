@@ -433,7 +433,6 @@ impl Reconciler {
         }
     }
 
-    /// The host of machine `m`, ready to call.
     /// Installs `version` on every host the control plane's members run on, each in a
     /// task of its own, when an in-place step begins: the binaries travel to all hosts
     /// at once, while the first member drains, instead of one host after another inside
@@ -462,6 +461,7 @@ impl Reconciler {
         }
     }
 
+    /// The host of machine `m`, ready to call.
     pub(crate) fn target(&self, m: &Machine) -> Result<hosts::Target, ActionError> {
         let host = hosts::placed_on(m)?;
         Ok(self.sh.hosts.target(&self.sh.store(), &host)?)
