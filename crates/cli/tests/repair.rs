@@ -547,12 +547,14 @@ fn two_of_three_down_remediates_nothing_and_says_why() {
         watch,
     } = sc;
     let log = watch.finish();
-    // The majority was lost only while the fault lasted (and the election after it).
+    // The majority was lost only while the fault lasted (and the election after it): a
+    // sample outside it began after the repair or ended before the fault (one that
+    // began just before the members stopped waits for their answers into the fault).
     let recovered_in_watch = repaired_at.duration_since(fault) + fault_in_watch;
-    let outside: Vec<&(Duration, String)> = log
+    let outside: Vec<&(Duration, Duration, String)> = log
         .minority_after_settling()
         .into_iter()
-        .filter(|(at, _)| *at < fault_in_watch || *at > recovered_in_watch)
+        .filter(|(began, ended, _)| *ended < fault_in_watch || *began > recovered_in_watch)
         .collect();
     assert!(
         outside.is_empty(),

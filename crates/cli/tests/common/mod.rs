@@ -526,8 +526,21 @@ pub fn assert_no_orphans(env: &Env, cp: &str) {
         quorum_controller::access::open(&store, &control_plane, "quorum-test", Default::default())
             .unwrap()
             .etcd;
-    let view = rt().block_on(etcd.observe(&urls));
-    let members = view.members.expect("a leader answers");
+    // One observation may meet an election (a rollout just ended, a machine under
+    // load): the member list is waited for, with a deadline.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let members = loop {
+        let view = rt().block_on(etcd.observe(&urls));
+        if let Some(members) = view.members {
+            break members;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no leader answered within 30 s: {:?}",
+            view.statuses
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(
         members.len(),
         machines.len(),

@@ -631,9 +631,10 @@ pub fn read_prefix(cluster: &Cluster, prefix: &str) -> std::collections::HashMap
 #[derive(Debug, Default)]
 pub struct WatchLog {
     pub samples: u64,
-    /// Samples in which fewer voters than a quorum answered, with when (since the
-    /// watch started) and how many.
-    pub minority: Vec<(Duration, String)>,
+    /// Samples in which fewer voters than a quorum answered: when each began and when
+    /// it ended (since the watch started; a sample waits for its timeouts, so a member
+    /// stopped just after it began can still fail it), and how many answered.
+    pub minority: Vec<(Duration, Duration, String)>,
     /// When (since the watch started) the earliest sample in which every voter
     /// answered began: samples before it watched a control plane still settling after
     /// its creation (first connections made under load), not the test's subject.
@@ -645,11 +646,11 @@ pub struct WatchLog {
 impl WatchLog {
     /// The samples without a majority from the first that saw every voter on (all of
     /// them when none did).
-    pub fn minority_after_settling(&self) -> Vec<&(Duration, String)> {
+    pub fn minority_after_settling(&self) -> Vec<&(Duration, Duration, String)> {
         let settled = self.settled.unwrap_or_default();
         self.minority
             .iter()
-            .filter(|(at, _)| *at >= settled)
+            .filter(|(at, _, _)| *at >= settled)
             .collect()
     }
 }
@@ -744,6 +745,7 @@ impl MajorityWatch {
                                 .collect();
                             log.minority.push((
                                 since,
+                                started.elapsed(),
                                 format!(
                                     "{answering} of {} voters answered ({})",
                                     voters.len(),
