@@ -65,8 +65,19 @@ fn a_sharded_fleet_survives_a_replica_killed_mid_rollout_and_takes_a_joiner_in()
     assert!(in_shards.len() >= 3, "{in_shards:?}");
     // `status` and `list` name the replica that owns each: its shard's leader.
     for n in &names {
+        // A shard's lease can lapse for a moment on a loaded machine (2 s TTL): its
+        // leader is waited for, and status must name the same one, read after it.
+        let mut own = None;
+        wait_for(
+            &format!("{n}'s shard to be led"),
+            Duration::from_secs(30),
+            || {
+                own = owner(&env, n);
+                own.is_some()
+            },
+        );
+        let own = own.expect("its shard is led");
         let s = env.status(n);
-        let own = owner(&env, n).expect("its shard is led");
         assert_eq!(s["controllerLeader"]["identity"], own.as_str(), "{s:#}");
         let shard = quorum_core::shards::shard_of(n, SHARDS);
         assert_eq!(s["shard"]["index"], shard, "{s:#}");
