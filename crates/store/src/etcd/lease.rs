@@ -91,7 +91,20 @@ pub(super) fn keep_lease(
                 .call(|mut c| async move {
                     // The send time of this attempt: the one that is answered counts.
                     let sent = Instant::now();
-                    let (mut keeper, mut answers) = c.lease_keep_alive(lease_id).await?;
+                    let (mut keeper, mut answers) = match c.lease_keep_alive(lease_id).await {
+                        Ok(k) => k,
+                        // etcd answered the first keep-alive with TTL 0, which this
+                        // client (etcd-client 0.21) reports as this error, not as an
+                        // answer: the lease is gone. Taken for a retryable failure, it
+                        // was renewed forever and the replica never campaigned again
+                        // (CI: two of three management members down past the TTL).
+                        Err(etcd_client::Error::LeaseKeepAliveError(m))
+                            if m == "lease not found" =>
+                        {
+                            return Ok((sent, 0));
+                        }
+                        Err(e) => return Err(e),
+                    };
                     keeper.keep_alive().await?;
                     match answers.message().await? {
                         Some(a) => Ok((sent, a.ttl())),
