@@ -356,3 +356,39 @@ fn the_leaders_lease_outlives_an_election_of_the_management_etcd() {
     eprintln!("held about {held_ms} ms after the management leader was killed");
     assert_eq!(s.leader().unwrap().map(|l| l.token), Some(token));
 }
+
+/// A lease that etcd lets go (revoked here, as an expiry past a majority's absence
+/// would): the keeper says the term is over, and the replica leads again on a new lease
+/// with a new token. Before, this client's "lease not found" was retried forever.
+#[test]
+fn a_lease_etcd_let_go_ends_the_term_and_the_replica_campaigns_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = management("lease-gone", dir.path());
+    let mut s = store_on(&m, 0, Deadlines::default());
+    wait_serving(&s, &[]);
+    let Campaign::Leading { token } = s.campaign("r1", 2_000).unwrap() else {
+        panic!("did not lead");
+    };
+    let lease_id = s.leadership.as_ref().expect("leading").lease_id;
+    s.conn
+        .call("revoke the lease", move |mut c| async move {
+            c.lease_revoke(lease_id).await?;
+            Ok(())
+        })
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !s.lease_lost() {
+        assert!(
+            Instant::now() < deadline,
+            "the keeper never saw the lease gone"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(s.ensure_leading(None).is_err());
+    // As the controller does on `Standing::Lost`: step down, then campaign.
+    s.step_down();
+    let Campaign::Leading { token: again } = s.campaign("r1", 2_000).unwrap() else {
+        panic!("did not lead again");
+    };
+    assert_ne!(again, token);
+}
