@@ -18,3 +18,4 @@ mod report;
 pub mod rollout;
 mod serving;
 pub mod snapshot;
+pub mod sticky;

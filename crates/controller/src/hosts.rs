@@ -627,6 +627,7 @@ mod tests {
         )
         .unwrap();
         let cp = ControlPlane {
+            client_addresses: Vec::new(),
             name: "a".into(),
             spec,
             deleting: false,

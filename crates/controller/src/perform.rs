@@ -97,13 +97,20 @@ impl Reconciler {
                     (now_unix_s() + lifetime_s).min(ca.not_after_unix_s())
                 });
                 let m = if cp.spec.provider.is_local() {
+                    // Never an address a member still names (`reach::named_by`).
+                    let named = observed
+                        .observation
+                        .members
+                        .as_deref()
+                        .map(quorum_core::reach::named_by)
+                        .unwrap_or_default();
                     self.sh.store().allocate_machine(
                         &cp.name,
                         *bootstrap,
                         *version,
                         not_after,
                         remediation.clone(),
-                        &address_is_free,
+                        &|a| !named.contains(&a) && address_is_free(a),
                     )?
                 } else {
                     self.sh

@@ -946,14 +946,24 @@ impl<'a> View<'a> {
         )
     }
 
-    /// Choose the machine to remove (outdated first, followers before the leader,
-    /// oldest first) and record the intent, if removing it keeps quorum.
+    /// Choose the machine to remove (outdated first, followers before the leader, of up
+    /// to date ones the one furthest down the client addresses (`reach::rank`), oldest
+    /// first) and record
+    /// the intent, if removing it keeps quorum.
     fn mark_victim(&self, op: Operation, _members: &[Member]) -> Step {
         let spec = self.spec();
         let victim = self.seen.iter().min_by_key(|s| {
             let up_to_date = self.outdated(s.machine).is_none();
             let leads = s.member.is_some_and(|m| Some(m.id) == self.leader_id);
-            (up_to_date, leads, s.machine.serial)
+            // A scale down gives back the addresses clients were told last; a rollout
+            // replaces outdated members oldest first, as it always has.
+            let kept = &self.cp.client_addresses;
+            let rank = if up_to_date {
+                crate::reach::rank(kept, s.machine.client_address())
+            } else {
+                std::cmp::Reverse(0)
+            };
+            (up_to_date, leads, rank, s.machine.serial)
         });
         let Some(victim) = victim else {
             return Step::wait(op, "no machine to remove");

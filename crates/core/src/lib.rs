@@ -19,6 +19,7 @@ pub mod lease;
 pub mod model;
 pub mod pacing;
 pub mod placement;
+pub mod reach;
 mod rebuild;
 mod repair;
 pub mod shards;

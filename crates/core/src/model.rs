@@ -461,6 +461,10 @@ pub struct ControlPlane {
     /// Intent: a CA rotation under way (`quorum rotate-ca`), with its phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_rotation: Option<CaRotation>,
+    /// The addresses its clients are given, in order (`reach`): a new local machine
+    /// takes the first one no machine holds. Written only when a machine is recorded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub client_addresses: Vec<std::net::SocketAddrV4>,
 }
 
 /// A rotation of a control plane's CA from generation `from` (the CA in force) to `to`
@@ -821,6 +825,15 @@ impl Machine {
             .as_ref()
             .map_or(CLIENT_PORT, |p| p.client_port);
         format!("{}://{}:{}", self.scheme(), self.address, port)
+    }
+
+    /// Its client address (IP and port), as `client_url` names it.
+    pub fn client_address(&self) -> std::net::SocketAddrV4 {
+        let port = self
+            .placement
+            .as_ref()
+            .map_or(CLIENT_PORT, |p| p.client_port);
+        std::net::SocketAddrV4::new(self.address, port)
     }
 
     /// The host it runs on (`hosts` provider).

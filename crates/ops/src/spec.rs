@@ -101,6 +101,7 @@ pub fn create_with(
         return Ok(());
     }
     let cp = ControlPlane {
+        client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,
         name: name.to_string(),
@@ -218,6 +219,9 @@ pub async fn change_with(
         for line in plan(name, &cp.spec, &new, &machines) {
             say!(ctx, "{line}");
         }
+        if let Some(w) = reach_warning(name, &cp, &new, &machines) {
+            say!(ctx, "{w}");
+        }
         if snapshot_first {
             say!(
                 ctx,
@@ -240,6 +244,9 @@ pub async fn change_with(
     }
     ctx.store.update_spec(name, &new)?;
     say_recorded(ctx, name, &cp.spec, &new);
+    if let Some(w) = reach_warning(name, &cp, &new, &machines) {
+        say!(ctx, "{w}");
+    }
     if needs_snapshot(&cp.spec, &new, &machines) && no_snapshot {
         say!(ctx, "{NO_SNAPSHOT_NOTE}");
     }
@@ -451,6 +458,43 @@ async fn haproxy_change(
         tokio::task::spawn_blocking(move || haproxy::probe(&h, &[]).confirmation(&name, &h))
             .await?,
     )
+}
+
+/// A warning when a rollout by replacement would leave a client configured with
+/// today's member addresses (and nothing else) without a live one before it could
+/// learn another (`quorum_core::reach::strands`), with what to do instead.
+fn reach_warning(
+    name: &str,
+    cp: &ControlPlane,
+    new: &ControlPlaneSpec,
+    machines: &[quorum_core::Machine],
+) -> Option<String> {
+    if new.version == cp.spec.version || new.rollout.strategy != Strategy::Replace {
+        return None;
+    }
+    let today: Vec<std::net::SocketAddrV4> = machines
+        .iter()
+        .filter(|m| !m.deleting)
+        .map(quorum_core::Machine::client_address)
+        .collect();
+    let local = cp.spec.provider.is_local();
+    let step = quorum_core::reach::strands(&today, &today, &cp.client_addresses, local)?;
+    let urls: Vec<String> = machines
+        .iter()
+        .filter(|m| !m.deleting)
+        .map(quorum_core::Machine::client_url)
+        .collect();
+    let knows = urls.join(",");
+    Some(if local {
+        let all = quorum_core::reach::client_urls(cp, machines).join(",");
+        format!(
+            "warning: a client that knows only {knows} (the members' addresses today) is left without a live address at replacement {step}; give clients all of {all} (`quorum credentials {name}` prints them), which always name a member"
+        )
+    } else {
+        format!(
+            "warning: members on hosts move to the addresses of other hosts: a client that knows only {knows} is left without a live address at replacement {step} unless it re-reads the member list first; have clients follow `quorum status {name} -o json` (endpoints), or roll out in place (--strategy InPlace), which keeps every address"
+        )
+    })
 }
 
 /// Says what a recorded change will do.

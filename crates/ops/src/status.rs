@@ -42,6 +42,9 @@ pub struct Status {
     pub leader: Option<String>,
     /// Client URLs to use: voting, healthy, not leaving.
     pub endpoints: Vec<String>,
+    /// The client URLs to configure a client with, all of them (`quorum_core::reach`):
+    /// one of them names a voter through every replacement, remediation and scale down.
+    pub client_addresses: Vec<String>,
     pub machines: Vec<MachineRow>,
     pub conditions: Vec<Condition>,
     /// A read-only look at the control plane's HAProxy, when its spec names one (also
@@ -293,6 +296,7 @@ pub async fn live(
         converged: decision.converged,
         leader: leader_name,
         endpoints: decision.endpoints.clone(),
+        client_addresses: quorum_core::reach::client_urls(cp, &machines),
         machines: rows,
         conditions,
         haproxy,
@@ -562,6 +566,16 @@ pub fn render_table(s: &Status) -> String {
             s.endpoints.join(",")
         },
     );
+    if !s.client_addresses.is_empty() {
+        push(
+            &mut out,
+            "Clients",
+            &format!(
+                "{} (give clients all of them)",
+                s.client_addresses.join(",")
+            ),
+        );
+    }
     out.push('\n');
     let header = [
         "MACHINE",

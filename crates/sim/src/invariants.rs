@@ -40,12 +40,48 @@ impl World {
                 self.acked
             ));
         }
+        self.check_client_reach();
         self.check_nospace_bound();
         self.check_ca_trust();
         self.check_in_place();
         self.check_lease();
         if self.ha() {
             self.check_store_liveness();
+        }
+    }
+
+    /// A client given the control plane's client addresses once its first voters
+    /// served always finds a voter at one of them (`quorum_core::reach`): replacements,
+    /// remediations and scaling take the addresses their predecessors freed. A rebuild
+    /// (restore, recovery) is a person's choice to start over and is not held to it;
+    /// members on hosts follow their hosts.
+    fn check_client_reach(&mut self) {
+        if self.cfg.hosts || self.cp.rebuild.is_some() {
+            return;
+        }
+        let voters: Vec<Ipv4Addr> = self
+            .voters()
+            .filter_map(|m| self.machine_of_member(m))
+            .map(|m| m.address)
+            .collect();
+        if voters.is_empty() {
+            return;
+        }
+        let replicas = self.cp.spec.replicas;
+        let wanted = quorum_core::reach::wanted_len(replicas);
+        // Told the whole list once it is as long as the replica count wants, and again
+        // after a scale up has grown it (as the README asks of operators); a scale down
+        // tells nothing: the list a client has stays good.
+        if replicas > self.client_given.0 && self.cp.client_addresses.len() >= wanted {
+            let told = self.cp.client_addresses.iter().map(|a| *a.ip()).collect();
+            self.client_given = (replicas, told);
+            return;
+        }
+        let given = &self.client_given.1;
+        if !given.is_empty() && !voters.iter().any(|a| given.contains(a)) {
+            self.violate(format!(
+                "a client given {given:?} finds no voter: voters at {voters:?}"
+            ));
         }
     }
 

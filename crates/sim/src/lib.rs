@@ -258,6 +258,10 @@ pub struct World {
     machines: Vec<Machine>,
     next_serial: u64,
     next_address: u32,
+    /// The client addresses a client was given once the first voters served, and told
+    /// again after a change of the replica count (with it): one of them must always
+    /// name a voter (`reach`).
+    client_given: (u32, Vec<Ipv4Addr>),
     // -- controller replicas (one leads) and the store's leader key (two replicas only)
     replicas: Vec<Replica>,
     /// The client endpoints last published (for clients to follow), and when each one
@@ -357,6 +361,7 @@ impl World {
             impairment: None,
             procs: BTreeMap::new(),
             cp: ControlPlane {
+                client_addresses: Vec::new(),
                 ca_generation: 0,
                 ca_rotation: None,
                 name: "sim".into(),
@@ -383,6 +388,7 @@ impl World {
             machines: vec![],
             next_serial: 1,
             next_address: 1,
+            client_given: (0, vec![]),
             replicas: vec![],
             published: BTreeSet::new(),
             unpublished_at_ms: BTreeMap::new(),
@@ -444,6 +450,9 @@ impl World {
             }
             _ => (OLD, version),
         };
+        // Created with as many replicas as it starts with (the stores reserve the client
+        // addresses for them); the spec's count below is a person's later change.
+        w.cp.spec.replicas = start;
         for _ in 0..start {
             w.seed_member(from);
         }
@@ -539,15 +548,18 @@ impl World {
         let placement = self.place_machine()?;
         let serial = self.next_serial;
         self.next_serial += 1;
-        let n = self.next_address;
-        self.next_address += 1;
+        let address = match &placement {
+            // Members on hosts go where placement puts them (`reach` keeps no list).
+            Some(_) => self.fresh_address(),
+            None => self.take_address()?,
+        };
         let m = Machine {
             // Recorded with the CA files of a rotation's phase, as the stores do.
             ca_step: self.cp.ca_step_now().filter(|_| self.cfg.ca_rotation),
             placement,
             name: format!("sim-{serial}"),
             serial,
-            address: Ipv4Addr::new(127, 200, (n / 250) as u8, (n % 250 + 2) as u8),
+            address,
             version,
             bootstrap,
             deleting: false,
@@ -560,6 +572,45 @@ impl World {
         self.machines.push(m.clone());
         self.procs.insert(m.name.clone(), Proc::default());
         Ok(m)
+    }
+
+    /// An address no machine ever had.
+    fn fresh_address(&mut self) -> Ipv4Addr {
+        let n = self.next_address;
+        self.next_address += 1;
+        Ipv4Addr::new(127, 200, (n / 250) as u8, (n % 250 + 2) as u8)
+    }
+
+    /// A local machine's address, as the stores choose it (`reach::take`): one of the
+    /// control plane's client addresses no machine holds and no member names (the
+    /// controller's observation is fresh when it allocates; here it is the truth).
+    fn take_address(&mut self) -> Result<Ipv4Addr, String> {
+        use std::net::SocketAddrV4;
+        let held: Vec<SocketAddrV4> = self.machines.iter().map(Machine::client_address).collect();
+        let named: Vec<Ipv4Addr> = self
+            .members
+            .iter()
+            .filter_map(|m| {
+                m.peer_url
+                    .split("://")
+                    .nth(1)?
+                    .split(':')
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        let usable = |a: SocketAddrV4| !named.contains(a.ip());
+        let kept = self.cp.client_addresses.clone();
+        let replicas = self.cp.spec.replicas;
+        let mut fresh = || {
+            let a = self.fresh_address();
+            Some(SocketAddrV4::new(a, quorum_core::model::CLIENT_PORT))
+        };
+        let t = quorum_core::reach::take(&kept, &held, replicas, &usable, &mut fresh)
+            .ok_or("no address left")?;
+        self.cp.client_addresses = t.addresses;
+        Ok(*t.address.ip())
     }
 
     /// A healthy running member with its machine, as the scenario's starting point.

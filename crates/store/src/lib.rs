@@ -9,12 +9,14 @@
 //! `quorum-core` types as JSON and checks them on the way back in (a record that does
 //! not parse is reported as corruption, never skipped).
 
+use quorum_core::model::CLIENT_PORT;
+use quorum_core::reach;
 use quorum_core::{
     CaRotation, CaStep, ControlPlane, ControlPlaneSpec, Machine, Rebuild, Remediation,
     SnapshotRecord, Verification, Version,
 };
 use serde::{Deserialize, Serialize};
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -739,10 +741,6 @@ fn parse_subnet(s: &str) -> Option<(u8, u8)> {
     (a != 0).then_some((a, b))
 }
 
-/// A new machine record (both backends): serial `serial` of control plane `cp`, at the
-/// first address of `subnet` from `*next_addr` on that `is_free` accepts. `*next_addr`
-/// moves past the address taken, so addresses are never reused.
-#[allow(clippy::too_many_arguments)]
 /// A machine's place on a host (`StateStore::allocate_machine_at`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Placed {
@@ -750,33 +748,68 @@ pub struct Placed {
     pub placement: quorum_core::Placement,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn new_machine(
-    cp: &str,
-    serial: u64,
+/// The address of a new machine of `cp` (both backends): on a host, the host's; a
+/// local one takes the first of the control plane's client addresses no machine holds
+/// (`quorum_core::reach`), which `cp.client_addresses` records; a fresh address is the
+/// first of `subnet` from `*next_addr` on that `is_free` accepts, and `*next_addr` moves
+/// past it, so a fresh address was never used by another control plane.
+fn choose_address(
+    cp: &mut ControlPlane,
+    held: &[Machine],
     subnet: (u8, u8),
     next_addr: &mut u64,
     at: Option<&Placed>,
     is_free: &dyn Fn(Ipv4Addr) -> bool,
+) -> Result<Ipv4Addr> {
+    if let Some(p) = at {
+        return Ok(p.address);
+    }
+    let held: Vec<SocketAddrV4> = held.iter().map(Machine::client_address).collect();
+    let mut exhausted = false;
+    let mut fresh = || loop {
+        let Some(a) = address_at(subnet, *next_addr) else {
+            exhausted = true;
+            return None;
+        };
+        *next_addr += 1;
+        if is_free(a) {
+            return Some(SocketAddrV4::new(a, CLIENT_PORT));
+        }
+    };
+    let usable = |a: SocketAddrV4| is_free(*a.ip());
+    let taken = reach::take(
+        &cp.client_addresses,
+        &held,
+        cp.spec.replicas,
+        &usable,
+        &mut fresh,
+    );
+    match taken {
+        Some(t) => {
+            cp.client_addresses = t.addresses;
+            Ok(*t.address.ip())
+        }
+        None => {
+            debug_assert!(exhausted, "take fails only when no fresh address is left");
+            Err(StoreError::AddressesExhausted(format!("127.{}", subnet.0)))
+        }
+    }
+}
+
+/// A new machine record (both backends): serial `serial` of control plane `cp`, at
+/// `address` (`choose_address`).
+#[allow(clippy::too_many_arguments)]
+fn new_machine(
+    cp: &str,
+    serial: u64,
+    address: Ipv4Addr,
+    at: Option<&Placed>,
     version: Version,
     bootstrap: bool,
     certificates_not_after_unix_s: Option<i64>,
     remediation: Option<Remediation>,
     ca_step: Option<CaStep>,
 ) -> Result<Machine> {
-    let address = if let Some(p) = at {
-        p.address
-    } else {
-        loop {
-            let Some(a) = address_at(subnet, *next_addr) else {
-                return Err(StoreError::AddressesExhausted(format!("127.{}", subnet.0)));
-            };
-            *next_addr += 1;
-            if is_free(a) {
-                break a;
-            }
-        }
-    };
     Ok(Machine {
         ca_step: ca_step.filter(|_| certificates_not_after_unix_s.is_some()),
         placement: at.map(|p| p.placement.clone()),

@@ -595,8 +595,9 @@ impl StateStore for SqliteStore {
         Ok(out)
     }
 
-    /// Records a new machine: the next serial of the control plane and the next free
-    /// loopback address of this state directory (`is_free` says whether an address can
+    /// Records a new machine: the next serial of the control plane and its address
+    /// (`choose_address`: one of its client addresses no machine holds, or the next free
+    /// loopback address of this state directory; `is_free` says whether an address can
     /// be used, for example because nothing listens on it).
     fn allocate_machine_at(
         &mut self,
@@ -626,14 +627,15 @@ impl StateStore for SqliteStore {
         let Some((serial, doc)) = row else {
             return Err(StoreError::NotFound(cp.to_string()));
         };
-        // The CA files of a rotation's phase, read in the same transaction as the
-        // allocation: a machine recorded now starts with them.
-        let ca_step = serde_json::from_str::<ControlPlane>(&doc)
-            .map_err(|e| StoreError::Corrupt {
+        let mut record =
+            serde_json::from_str::<ControlPlane>(&doc).map_err(|e| StoreError::Corrupt {
                 location: path.display().to_string(),
                 detail: format!("control plane '{cp}': {e}"),
-            })?
-            .ca_step_now();
+            })?;
+        // The CA files of a rotation's phase, read in the same transaction as the
+        // allocation: a machine recorded now starts with them.
+        let ca_step = record.ca_step_now();
+        let held = machines_in(&tx, cp, &path)?;
         let next_addr: i64 = tx
             .query_row(
                 "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'next_address'",
@@ -643,17 +645,16 @@ impl StateStore for SqliteStore {
             .optional()
             .map_err(sql)?
             .unwrap_or(0);
-        // Addresses are never reused within a state directory: a removed member's process
-        // may linger for a moment, and a stale status from it must not be mistaken for
-        // a new machine's.
+        // A fresh address was never used by another control plane; one of this control
+        // plane's own is taken again only once no machine of it holds it and nothing
+        // listens there (`quorum_core::reach`).
         let mut next = next_addr as u64;
+        let address = choose_address(&mut record, &held, subnet, &mut next, at, is_free)?;
         let machine = new_machine(
             cp,
             serial as u64,
-            subnet,
-            &mut next,
+            address,
             at,
-            is_free,
             version,
             bootstrap,
             certificates_not_after_unix_s,
@@ -667,8 +668,8 @@ impl StateStore for SqliteStore {
         )
         .and_then(|_| {
             tx.execute(
-                "UPDATE control_planes SET next_serial = ?2 WHERE name = ?1",
-                params![cp, serial + 1],
+                "UPDATE control_planes SET next_serial = ?2, doc = ?3 WHERE name = ?1",
+                params![cp, serial + 1, to_json(&record)],
             )
         })
         .and_then(|_| {
@@ -837,6 +838,33 @@ impl StateStore for SqliteStore {
 }
 
 /// Maps SQLite errors of the file at `path` (for use while `self.conn` is borrowed).
+/// The machines of `cp` as `tx` sees them (inside an allocation's transaction).
+fn machines_in(tx: &rusqlite::Connection, cp: &str, path: &Path) -> Result<Vec<Machine>> {
+    let sql = sql_error(path);
+    let mut stmt = tx
+        .prepare("SELECT name, doc FROM machines WHERE control_plane = ?1")
+        .map_err(sql)?;
+    let rows = stmt
+        .query_map(params![cp], |r| {
+            Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?))
+        })
+        .map_err(sql)?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (name, doc) = row.map_err(sql)?;
+        let m: Machine = serde_json::from_str(&doc)
+            .map_err(|e| format!("machine '{name}' of '{cp}': {e}"))
+            .and_then(|m| check_machine_filed(cp, &name, &m).map(|()| m))
+            .map_err(|detail| StoreError::Corrupt {
+                location: path.display().to_string(),
+                detail,
+            })?;
+        out.push(m);
+    }
+    out.sort_by_key(|m| m.serial);
+    Ok(out)
+}
+
 fn sql_error(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
     move |source| StoreError::Sqlite {
         path: path.to_path_buf(),

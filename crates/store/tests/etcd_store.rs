@@ -62,6 +62,7 @@ fn beat(identity: &str, at_ms: i64) -> Heartbeat {
 
 fn cp(name: &str) -> ControlPlane {
     ControlPlane {
+        client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,
         name: name.into(),
@@ -491,12 +492,71 @@ fn ca_rotation_behaviour(s: &mut Store) {
     s.forget_control_plane("rot").unwrap();
 }
 
+/// A machine takes one of its control plane's client addresses again once no machine
+/// holds it (`quorum_core::reach`); the list is kept with the control plane, through
+/// spec changes, and another control plane's machines never get one of them.
+fn client_address_behaviour(s: &mut Store) {
+    let v: Version = "3.4.23".parse().unwrap();
+    s.create_control_plane(&cp("ca"), None, 1).unwrap();
+    s.create_control_plane(&cp("cb"), None, 1).unwrap();
+    let free = |_| true;
+    let first: Vec<Machine> = (0..3)
+        .map(|_| {
+            s.allocate_machine("ca", true, v, None, None, &free)
+                .unwrap()
+        })
+        .collect();
+    let kept = s.get_control_plane("ca").unwrap().client_addresses;
+    assert_eq!(kept.len(), 4, "three members and a spare");
+    let held: Vec<_> = first.iter().map(Machine::client_address).collect();
+    assert_eq!(&kept[..3], &held[..]);
+    let other = s
+        .allocate_machine("cb", true, v, None, None, &free)
+        .unwrap();
+    assert!(!kept.contains(&other.client_address()), "never another's");
+    // A spec change keeps the list.
+    let mut spec = cp("ca").spec;
+    spec.version = "3.5.1".parse().unwrap();
+    s.update_spec("ca", &spec).unwrap();
+    let spare = s
+        .allocate_machine("ca", false, v, None, None, &free)
+        .unwrap();
+    assert_eq!(
+        spare.client_address(),
+        kept[3],
+        "the first replacement takes the spare"
+    );
+    s.delete_machine("ca", &first[0].name).unwrap();
+    let second = s
+        .allocate_machine("ca", false, v, None, None, &free)
+        .unwrap();
+    assert_eq!(
+        second.address, first[0].address,
+        "then the address it freed"
+    );
+    // Something still listening there: passed over for a fresh one, kept at the end.
+    s.delete_machine("ca", &first[1].name).unwrap();
+    let busy = first[1].address;
+    let third = s
+        .allocate_machine("ca", false, v, None, None, &|a| a != busy)
+        .unwrap();
+    assert!(third.address != busy && !kept.contains(&third.client_address()));
+    let now = s.get_control_plane("ca").unwrap().client_addresses;
+    assert_eq!(
+        (&now[..4], now.get(4)),
+        (&kept[..], Some(&third.client_address()))
+    );
+    s.forget_control_plane("ca").unwrap();
+    s.forget_control_plane("cb").unwrap();
+}
+
 #[test]
 fn both_backends_behave_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
     let mut embedded = Store::open(&home).unwrap();
     behaviour(&mut embedded);
+    client_address_behaviour(&mut embedded);
     remediation_behaviour(&mut embedded);
     update_behaviour(&mut embedded);
     snapshot_behaviour(&mut embedded);
@@ -504,6 +564,7 @@ fn both_backends_behave_the_same() {
     let m = management("same", dir.path());
     let mut distributed = etcd_store(&m, "same");
     behaviour(&mut distributed);
+    client_address_behaviour(&mut distributed);
     remediation_behaviour(&mut distributed);
     update_behaviour(&mut distributed);
     snapshot_behaviour(&mut distributed);

@@ -40,15 +40,10 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
         quorum_pki::write_private(&path, pem.as_bytes())
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    // Every member's endpoint, so etcdctl (which moves to another endpoint when one
-    // fails) keeps working while one of them is down.
-    let endpoints: Vec<String> = ctx
-        .store
-        .machines(name)?
-        .iter()
-        .filter(|m| !m.deleting)
-        .map(|m| m.client_url())
-        .collect();
+    // The control plane's client addresses (`quorum_core::reach`): a member stays on
+    // one of them through every replacement, so a client given all of them is never
+    // left with only dead addresses, whether or not it ever re-reads the member list.
+    let endpoints = quorum_core::reach::client_urls(&cp, &ctx.store.machines(name)?);
     let d = out.display();
     println!(
         "{name}: wrote {d}/ca.crt, {d}/client.crt and {d}/client.key (CN {cn:?}, valid until {})",
@@ -57,9 +52,7 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
     println!();
     println!("  {}", etcdctl_command(&endpoints, out));
     println!();
-    println!(
-        "Clients should follow `quorum status {name} -o json` (endpoints) as members are replaced."
-    );
+    println!("{}", client_advice(name, cp.spec.provider.is_local()));
     if let Some(r) = &cp.ca_rotation {
         eprintln!("{}", rotation_warning(name, r));
     }
@@ -77,6 +70,15 @@ fn rotation_warning(name: &str, r: &quorum_core::CaRotation) -> String {
         CaPhase::Reissue | CaPhase::Drop => format!(
             "note: {name}'s CA is being rotated ({phase}): this certificate comes from the new CA and stays valid after it. ca.crt holds both CAs; after the rotation the new CA alone suffices."
         ),
+    }
+}
+
+/// How a client should be configured (printed under the etcdctl line).
+fn client_advice(name: &str, local: bool) -> String {
+    if local {
+        format!("Give clients every one of these addresses: a member of {name} stays on one of them through every replacement, remediation and scale down, so a client that never re-reads the member list is never stranded. After a scale up, `quorum credentials` or `quorum status {name} -o json` (clientAddresses) lists the new ones.")
+    } else {
+        format!("Members on hosts take the addresses of the hosts they are placed on: clients should follow `quorum status {name} -o json` (endpoints) or re-read the member list as members are replaced.")
     }
 }
 

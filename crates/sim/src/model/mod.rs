@@ -391,6 +391,7 @@ fn initial_rollout(variant: Variant) -> State {
     State {
         variant,
         cp: ControlPlane {
+            client_addresses: Vec::new(),
             ca_generation: 0,
             ca_rotation: variant.ca_rotation.then_some(CaRotation {
                 from: 0,

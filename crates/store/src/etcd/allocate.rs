@@ -1,5 +1,5 @@
 //! Recording a new machine in the management etcd: the next serial of its control
-//! plane and, for a local machine, the next free loopback address, in one transaction.
+//! plane and, for a local machine, its address (`choose_address`), in one transaction.
 
 use super::*;
 
@@ -37,14 +37,23 @@ impl EtcdStore {
                 }
                 None => (0, absent(&addr_key)),
             };
-            // Addresses are never reused (see the embedded store).
-            let machine = new_machine(
-                cp,
-                rec.next_serial,
+            // A fresh address was never used by another control plane; one of this
+            // control plane's own only once no machine holds it (see the embedded
+            // store). A machine recorded meanwhile changes the record compared below.
+            let held = self.machines(cp)?;
+            let address = choose_address(
+                &mut rec.control_plane,
+                &held,
                 subnet,
                 &mut next_addr,
                 at,
                 is_free,
+            )?;
+            let machine = new_machine(
+                cp,
+                rec.next_serial,
+                address,
+                at,
                 version,
                 bootstrap,
                 certificates_not_after_unix_s,
