@@ -191,6 +191,9 @@ fn print_table(r: &Report) {
     if let Some(line) = haproxy_backend(r) {
         rows.push(vec!["haproxy backend".into(), line]);
     }
+    if let Some(p) = &r.patterns {
+        rows.extend(pattern_rows(p));
+    }
     print!("{}", status::columns(&rows));
     for (kind, msg) in &r.error_samples {
         println!("  first '{kind}' failure: {msg}");
@@ -201,6 +204,34 @@ fn print_table(r: &Report) {
     if let Some(p) = &r.plot {
         println!("  picture: {}", p.display());
     }
+}
+
+/// The watch and lease patterns' rows.
+fn pattern_rows(p: &crate::patterns::PatternFigures) -> Vec<Vec<String>> {
+    let behind = if p.behind { ", NEVER CAUGHT UP" } else { "" };
+    vec![
+        vec![
+            "watch".into(),
+            format!(
+                "{} events of {} writes: {} missed, {} duplicated, {} out of order{behind}; \
+                 {} streams broken, longest resume {} ms",
+                p.events,
+                p.acknowledged,
+                p.missed,
+                p.duplicated,
+                p.out_of_order,
+                p.streams_broken,
+                p.longest_resume_ms
+            ),
+        ],
+        vec![
+            "lease".into(),
+            format!(
+                "{} expired, longest keep-alive gap {} ms; stranded {} times",
+                p.leases_expired, p.longest_keepalive_gap_ms, p.stranded
+            ),
+        ],
+    ]
 }
 
 fn workload(r: &Report) -> String {
@@ -396,6 +427,7 @@ pub(crate) fn summarize(
         plot: None,
         tls: !args.rollout.insecure_plaintext,
         haproxy_backend: None,
+        patterns: None,
         preload: None,
         goals: Vec::new(),
     }
@@ -437,6 +469,7 @@ mod tests {
             plot: None,
             tls: true,
             haproxy_backend: None,
+            patterns: None,
             preload: None,
             goals: Vec::new(),
         }

@@ -16,6 +16,7 @@
 use crate::balancer::{place_balancer, start_balancer, wait_backend, Balancer};
 use crate::demo;
 use crate::naive;
+use crate::patterns::{connect_options, PatternFigures, Patterns};
 use crate::plot::{latency_svg, PlotOp, PlotStep, StepKind as PlotStepKind};
 use crate::preload::{self, Preload};
 use crate::report::{self, GoalCheck};
@@ -182,6 +183,10 @@ pub struct Report {
     /// Through HAProxy: how its calls reached the members.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub haproxy_backend: Option<BackendCalls>,
+    /// What a watcher and a lease holder on the addresses a client is given saw
+    /// (`patterns`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patterns: Option<PatternFigures>,
 }
 
 /// HAProxy's backend counters at the end of a run (`show stat`).
@@ -600,6 +605,16 @@ async fn run_one(
         eprintln!("bench {name}: preloading {} MiB", args.preload_mib);
         preloaded = Some(preload::preload(&endpoints, tls.as_ref(), args.preload_mib).await?);
     }
+    // The watch and lease patterns, on the addresses such a client is given: the
+    // control plane's client addresses, the naive script's list, or HAProxy's.
+    let pattern_urls = match (&source, strategy) {
+        (Source::File(_), Strategy::Safe | Strategy::InPlace) => {
+            let cp = ctx.store.get_control_plane(name)?;
+            quorum_core::reach::client_urls(&cp, &ctx.store.machines(name)?)
+        }
+        (s, _) => s.endpoints(),
+    };
+    let patterns = Patterns::start(&pattern_urls, &connect_options(tls.as_ref()), name);
     let workload = Workload::start(args, &source, &tls, home, name).await;
     let t0 = now_ms();
     eprintln!(
@@ -661,6 +676,7 @@ async fn run_one(
     let rollout_ms = now_ms() - up_start;
     tokio::time::sleep(args.settle).await;
     let (ops, acked, began) = workload.finish().await;
+    let patterns = patterns.finish().await;
     // The counters only describe the run; without them the report (and its lost-write
     // check) still stands.
     let haproxy_backend = balancer.and_then(|b| backend_calls(b, name));
@@ -687,6 +703,7 @@ async fn run_one(
         steps,
     );
     report.new_members = new_members;
+    report.patterns = Some(patterns);
     report.haproxy_backend = haproxy_backend;
     report.preload = preloaded;
     report.goals = report::goals(&report);

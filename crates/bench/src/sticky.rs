@@ -114,7 +114,8 @@ struct Conn {
     report: Arc<Mutex<StickyReport>>,
 }
 
-async fn timed<T, E: std::fmt::Display>(
+/// `f` within `CALL_TIMEOUT_MS`, its error in words (the patterns' clients share it).
+pub(crate) async fn timed<T, E: std::fmt::Display>(
     f: impl std::future::Future<Output = Result<T, E>>,
 ) -> Result<T, String> {
     match tokio::time::timeout(Duration::from_millis(CALL_TIMEOUT_MS), f).await {
@@ -164,6 +165,9 @@ impl Conn {
                 }
             }
         }
+        // A gap still open when it stops counts too.
+        let open_ms = last_alive.elapsed().as_millis() as u64;
+        self.note(|r| r.longest_keepalive_gap_ms = r.longest_keepalive_gap_ms.max(open_ms));
     }
 
     /// One keep-alive (a grant and a put first, or again after the lease expired).

@@ -108,14 +108,10 @@ pub fn take(
 /// still in the member list) would otherwise be matched to the new machine by its peer
 /// URL, and an empty data directory would start as that member.
 pub fn named_by(members: &[crate::Member]) -> Vec<std::net::Ipv4Addr> {
-    let host = |url: &str| -> Option<std::net::Ipv4Addr> {
-        let rest = url.split_once("://").map_or(url, |(_, r)| r);
-        rest.split(['/', ':']).next()?.parse().ok()
-    };
     let mut out: Vec<std::net::Ipv4Addr> = members
         .iter()
         .flat_map(|m| m.peer_urls.iter().chain(m.client_urls.iter()))
-        .filter_map(|u| host(u))
+        .filter_map(|u| address_of_url(u))
         .collect();
     out.sort();
     out.dedup();
@@ -138,6 +134,12 @@ pub fn client_urls(cp: &crate::ControlPlane, machines: &[crate::Machine]) -> Vec
         .iter()
         .map(|a| format!("{scheme}://{a}"))
         .collect()
+}
+
+/// The IPv4 address a URL names (`https://127.1.0.2:2380` -> `127.1.0.2`), if any.
+pub fn address_of_url(url: &str) -> Option<std::net::Ipv4Addr> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split(['/', ':']).next()?.parse().ok()
 }
 
 /// A member's place in the list for a scale down: members further down go first

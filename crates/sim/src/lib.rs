@@ -574,43 +574,26 @@ impl World {
         Ok(m)
     }
 
-    /// An address no machine ever had.
+    /// An address no machine ever had (members on hosts).
     fn fresh_address(&mut self) -> Ipv4Addr {
         let n = self.next_address;
         self.next_address += 1;
         Ipv4Addr::new(127, 200, (n / 250) as u8, (n % 250 + 2) as u8)
     }
 
-    /// A local machine's address, as the stores choose it (`reach::take`): one of the
-    /// control plane's client addresses no machine holds and no member names (the
+    /// A local machine's address, as the stores choose it (`take_address`; the
     /// controller's observation is fresh when it allocates; here it is the truth).
     fn take_address(&mut self) -> Result<Ipv4Addr, String> {
-        use std::net::SocketAddrV4;
-        let held: Vec<SocketAddrV4> = self.machines.iter().map(Machine::client_address).collect();
-        let named: Vec<Ipv4Addr> = self
-            .members
-            .iter()
-            .filter_map(|m| {
-                m.peer_url
-                    .split("://")
-                    .nth(1)?
-                    .split(':')
-                    .next()?
-                    .parse()
-                    .ok()
-            })
-            .collect();
-        let usable = |a: SocketAddrV4| !named.contains(a.ip());
-        let kept = self.cp.client_addresses.clone();
-        let replicas = self.cp.spec.replicas;
-        let mut fresh = || {
-            let a = self.fresh_address();
-            Some(SocketAddrV4::new(a, quorum_core::model::CLIENT_PORT))
+        let peer_urls: Vec<String> = self.members.iter().map(|m| m.peer_url.clone()).collect();
+        let mut next = self.next_address;
+        let fresh = || {
+            let n = next;
+            next += 1;
+            Ipv4Addr::new(127, 200, (n / 250) as u8, (n % 250 + 2) as u8)
         };
-        let t = quorum_core::reach::take(&kept, &held, replicas, &usable, &mut fresh)
-            .ok_or("no address left")?;
-        self.cp.client_addresses = t.addresses;
-        Ok(*t.address.ip())
+        let a = take_address(&mut self.cp, &self.machines, &peer_urls, fresh);
+        self.next_address = next;
+        a.ok_or_else(|| "no address left".to_string())
     }
 
     /// A healthy running member with its machine, as the scenario's starting point.
@@ -842,3 +825,28 @@ pub fn replay_command(o: &Outcome) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// A new local machine's address, as the stores choose it (`quorum_core::reach::take`):
+/// one of `cp`'s client addresses no machine of `machines` holds and no member's peer
+/// URL (`peer_urls`) names, else `fresh()`. The simulator and the model check share it.
+pub(crate) fn take_address(
+    cp: &mut ControlPlane,
+    machines: &[Machine],
+    peer_urls: &[String],
+    mut fresh: impl FnMut() -> Ipv4Addr,
+) -> Option<Ipv4Addr> {
+    use quorum_core::reach;
+    use std::net::SocketAddrV4;
+    let held: Vec<SocketAddrV4> = machines.iter().map(Machine::client_address).collect();
+    let named: Vec<Ipv4Addr> = peer_urls
+        .iter()
+        .filter_map(|u| reach::address_of_url(u))
+        .collect();
+    let usable = |a: SocketAddrV4| !named.contains(a.ip());
+    let port = quorum_core::model::CLIENT_PORT;
+    let mut fresh = || Some(SocketAddrV4::new(fresh(), port));
+    let kept = cp.client_addresses.clone();
+    let t = reach::take(&kept, &held, cp.spec.replicas, &usable, &mut fresh)?;
+    cp.client_addresses = t.addresses;
+    Some(*t.address.ip())
+}

@@ -391,7 +391,7 @@ fn initial_rollout(variant: Variant) -> State {
     State {
         variant,
         cp: ControlPlane {
-            client_addresses: Vec::new(),
+            client_addresses: given_addresses(),
             ca_generation: 0,
             ca_rotation: variant.ca_rotation.then_some(CaRotation {
                 from: 0,
@@ -731,6 +731,7 @@ impl State {
             return Err("an add and a removal in flight together".into());
         }
         self.check_ca_trust()?;
+        self.check_client_reach()?;
         self.check_in_place()
     }
 
@@ -751,6 +752,50 @@ impl State {
         match quorum_core::first_distrust(&self.cp, &running) {
             Some(why) => Err(why),
             None => Ok(()),
+        }
+    }
+}
+
+/// The client addresses of the model's control plane: its three members' and a spare.
+fn given_addresses() -> Vec<std::net::SocketAddrV4> {
+    (1..=4)
+        .map(|i| {
+            std::net::SocketAddrV4::new(
+                Ipv4Addr::new(127, 1, 0, i),
+                quorum_core::model::CLIENT_PORT,
+            )
+        })
+        .collect()
+}
+
+impl State {
+    /// A new machine's address, as the stores choose it (`crate::take_address`); a
+    /// fresh one is in `127.1.1.0/24`, by serial.
+    pub(super) fn take_address(&mut self) -> Ipv4Addr {
+        let peer_urls: Vec<String> = self.members.iter().map(|m| m.peer_url.clone()).collect();
+        let serial = self.next_serial as u8;
+        crate::take_address(&mut self.cp, &self.machines, &peer_urls, || {
+            Ipv4Addr::new(127, 1, 1, serial)
+        })
+        .expect("a fresh address is always there")
+    }
+
+    /// A client given the client addresses finds a voter on one of them (`reach`),
+    /// except during a rebuild a person confirmed.
+    fn check_client_reach(&self) -> Result<(), String> {
+        if self.cp.rebuild.is_some() || self.variant.recovery {
+            return Ok(());
+        }
+        let given = given_addresses();
+        let on_given = self.voters().any(|m| {
+            self.machines
+                .iter()
+                .any(|x| x.serial == m.serial && given.contains(&x.client_address()))
+        });
+        if on_given {
+            Ok(())
+        } else {
+            Err("a client given the client addresses finds no voter on them".into())
         }
     }
 }

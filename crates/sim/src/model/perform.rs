@@ -29,6 +29,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
                     // The stores record a rotation's phase with the allocation.
                     ca_step: s.cp.ca_step_now().filter(|_| tls),
                     placement: None,
+                    address: s.take_address(),
                     ..machine(s.next_serial, *version)
                 };
                 s.next_serial += 1;
@@ -145,7 +146,13 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             s.members.push(MMember {
                 id,
                 peer_url: peer_url.clone(),
-                serial: serial_of_url(peer_url),
+                // The machine recorded at that URL now (addresses are taken again,
+                // `reach`, but never while a record holds them).
+                serial: s
+                    .machines
+                    .iter()
+                    .find(|m| m.peer_url() == *peer_url)
+                    .map_or_else(|| serial_of_url(peer_url), |m| m.serial),
                 named: false,
                 is_learner: true,
                 caught_up: false,
