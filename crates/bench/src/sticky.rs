@@ -63,9 +63,24 @@ impl Sticky {
     /// Starts a client configured with `configured` (client URLs) that holds `key`
     /// under its lease, on the current tokio runtime.
     pub fn start(configured: Vec<String>, opts: ConnectOptions, key: String) -> Sticky {
+        Sticky::start_at(configured, 0, opts, key)
+    }
+
+    /// `start`, using the configured address `first` first: which member a client
+    /// happens to use decides whether it fails (and so learns) early or late.
+    pub fn start_at(
+        configured: Vec<String>,
+        first: usize,
+        opts: ConnectOptions,
+        key: String,
+    ) -> Sticky {
         assert!(
             !configured.is_empty(),
             "a client is configured with an address"
+        );
+        assert!(
+            first < configured.len(),
+            "the first address is one of the list"
         );
         let stop = Arc::new(AtomicBool::new(false));
         let report = Arc::new(Mutex::new(StickyReport {
@@ -75,7 +90,7 @@ impl Sticky {
         let mut c = Conn {
             configured: configured.clone(),
             known: configured,
-            at: 0,
+            at: first,
             client: None,
             opts,
             report: report.clone(),
