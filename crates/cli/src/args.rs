@@ -547,6 +547,10 @@ pub struct ApplyArgs {
     /// do (from -> to, how many machines, a downgrade or not), and change nothing.
     #[arg(long, conflicts_with = "wait")]
     pub dry_run: bool,
+    /// Apply a manifest whose metadata.resourceVersion is older than the control
+    /// plane's (someone changed it since `quorum get`): its spec replaces theirs.
+    #[arg(long)]
+    pub force_conflicts: bool,
     #[command(flatten)]
     pub wait: WaitArgs,
 }

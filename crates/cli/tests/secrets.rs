@@ -17,6 +17,7 @@ use std::time::Duration;
 fn tls_cp(name: &str) -> ControlPlane {
     let version: Version = OLD.parse().unwrap();
     ControlPlane {
+        spec_version: 0,
         client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,

@@ -268,6 +268,7 @@ mod tests {
         let spec: ControlPlaneSpec =
             serde_json::from_value(serde_json::json!({"replicas": 3, "version": "3.5.1"})).unwrap();
         let cp = ControlPlane {
+            spec_version: 0,
             client_addresses: Vec::new(),
             name: "rot".into(),
             spec,

@@ -627,6 +627,7 @@ mod tests {
         )
         .unwrap();
         let cp = ControlPlane {
+            spec_version: 0,
             client_addresses: Vec::new(),
             name: "a".into(),
             spec,

@@ -442,6 +442,10 @@ fn default_haproxy_backend() -> String {
     DEFAULT_HAPROXY_BACKEND.to_string()
 }
 
+fn is_zero_u64(n: &u64) -> bool {
+    *n == 0
+}
+
 /// A control plane as stored: the spec plus the teardown intent.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ControlPlane {
@@ -461,6 +465,12 @@ pub struct ControlPlane {
     /// Intent: a CA rotation under way (`quorum rotate-ca`), with its phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_rotation: Option<CaRotation>,
+    /// The spec's version: every write of the spec moves it on by one, and a command's
+    /// change is written only if it is still the version the command read (a
+    /// compare-and-swap), so two changes made at once never undo each other. Shown as
+    /// `metadata.resourceVersion` in manifests.
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub spec_version: u64,
     /// The addresses its clients are given, in order (`reach`): a new local machine
     /// takes the first one no machine holds. Written only when a machine is recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -391,6 +391,7 @@ impl Sit {
 
     fn build(&self) -> (ControlPlane, Vec<Machine>, Observation) {
         let cp = ControlPlane {
+            spec_version: 0,
             client_addresses: Vec::new(),
             ca_generation: self.ca_generation,
             ca_rotation: self.ca_rotation.map(|phase| CaRotation {

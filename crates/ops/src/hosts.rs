@@ -491,6 +491,7 @@ mod tests {
             serde_json::from_str(r#"{"replicas": 1, "version": "3.5.1", "provider": "hosts", "insecurePlaintext": true}"#)
                 .unwrap();
         let c = quorum_core::ControlPlane {
+            spec_version: 0,
             client_addresses: Vec::new(),
             ca_generation: 0,
             ca_rotation: None,

@@ -35,6 +35,7 @@ pub use ctx::{list_versions, Ctx, Place};
 pub use haproxy::{haproxy_frontend_tls, HaproxyState, LbServer};
 pub use spec::{
     change, change_with, create, create_with, plan, retry_rollout, version_warning, ChangeOptions,
+    SPEC_WRITE_ATTEMPTS,
 };
 pub use teardown::teardown;
 

@@ -23,9 +23,28 @@ pub struct Manifest {
 }
 
 #[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Metadata {
     pub name: String,
+    /// The spec's version when `quorum get` printed it (`ControlPlane::spec_version`):
+    /// `apply` refuses the manifest if the spec changed since, unless
+    /// `--force-conflicts`. A manifest written by hand has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_version: Option<String>,
+}
+
+impl Metadata {
+    /// The version named, if any; a text quorum never writes is an error naming it.
+    pub fn version(&self, source: &str) -> Result<Option<u64>> {
+        match &self.resource_version {
+            None => Ok(None),
+            Some(v) => v.trim().parse().map(Some).map_err(|_| {
+                anyhow::anyhow!(
+                    "{source}: metadata.resourceVersion: {v:?} is not a version quorum wrote (a whole number, as `quorum get -o yaml` prints it)"
+                )
+            }),
+        }
+    }
 }
 
 /// Parses and checks a manifest; `source` names it in errors. `spec.version` is

@@ -67,6 +67,9 @@ pub struct ChangeOptions {
     pub dry_run: bool,
     /// Record a change that starts a rollout without the snapshot taken before it.
     pub no_snapshot: bool,
+    /// Change only the spec of this version (`metadata.resourceVersion` of a manifest
+    /// `apply` was given): a spec changed since is a conflict, never overwritten.
+    pub expect_version: Option<u64>,
 }
 
 /// Checks and stores a new control plane.
@@ -101,6 +104,7 @@ pub fn create_with(
         return Ok(());
     }
     let cp = ControlPlane {
+        spec_version: 0,
         client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,
@@ -153,7 +157,7 @@ pub async fn change(
     ctx: &mut Ctx,
     name: &str,
     force: bool,
-    f: impl FnOnce(&ControlPlaneSpec) -> ControlPlaneSpec,
+    f: impl Fn(&ControlPlaneSpec) -> ControlPlaneSpec,
 ) -> Result<()> {
     let opts = ChangeOptions {
         force,
@@ -162,21 +166,81 @@ pub async fn change(
     change_with(ctx, name, opts, f).await
 }
 
+/// How many times a change is applied again after someone else changed the spec
+/// between its read and its write (each time to the spec as it is then).
+pub const SPEC_WRITE_ATTEMPTS: u32 = 8;
+
+/// What the first attempt of a change established, so a repeat after a conflict does
+/// not take another snapshot for the same version.
+#[derive(Default)]
+struct Established {
+    snapshot_for: Option<quorum_core::Version>,
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Done,
+    /// The spec changed under it: nothing was written.
+    Conflict {
+        version: u64,
+    },
+}
+
 /// `change` with options: a confirmed downgrade, or a dry run that prints the plan
 /// (after every check a real change passes) and stores nothing.
+///
+/// The change is `f`, applied to the spec as it is read; it is written only if the
+/// spec is still the one read (`StateStore::replace_spec`). When someone else changed it
+/// in between (another command, `apply`), `f` is applied again to the new spec and every
+/// rule checked again, up to `SPEC_WRITE_ATTEMPTS` times: a change never writes back
+/// fields it did not mean to change.
 pub async fn change_with(
     ctx: &mut Ctx,
     name: &str,
     opts: ChangeOptions,
-    f: impl FnOnce(&ControlPlaneSpec) -> ControlPlaneSpec,
+    f: impl Fn(&ControlPlaneSpec) -> ControlPlaneSpec,
 ) -> Result<()> {
+    let mut done = Established::default();
+    let mut seen = Vec::new();
+    for _ in 0..SPEC_WRITE_ATTEMPTS {
+        match attempt_change(ctx, name, opts, &f, &mut done).await? {
+            Attempt::Done => return Ok(()),
+            Attempt::Conflict { version } => {
+                seen.push(version);
+                say!(
+                    ctx,
+                    "{name}: its spec changed while this change was being checked (version {version}); applying this change again to the spec as it is now"
+                );
+            }
+        }
+    }
+    bail!(
+        "{name}: the spec kept changing while this change was being checked ({} times: versions {}); nothing of this change was recorded: run it again",
+        seen.len(),
+        seen.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// One attempt of `change_with`: read, apply `f`, check, write if the spec is still
+/// the one read.
+async fn attempt_change(
+    ctx: &mut Ctx,
+    name: &str,
+    opts: ChangeOptions,
+    f: &impl Fn(&ControlPlaneSpec) -> ControlPlaneSpec,
+    done: &mut Established,
+) -> Result<Attempt> {
     let ChangeOptions {
         force,
         allow_downgrade,
         dry_run,
         no_snapshot,
+        expect_version,
     } = opts;
     let cp = ctx.store.get_control_plane(name)?;
+    if let Some(v) = expect_version.filter(|v| *v != cp.spec_version) {
+        bail!("{}", conflict(name, v, &cp, &f(&cp.spec)));
+    }
     if cp.deleting {
         bail!("{name} is being deleted; create it again once `quorum list` no longer shows it");
     }
@@ -188,7 +252,7 @@ pub async fn change_with(
             status::plural(new.replicas, "replica"),
             new.version
         );
-        return Ok(());
+        return Ok(Attempt::Done);
     }
     validate_spec(&new, force)?;
     let machines = ctx.store.machines(name)?;
@@ -229,11 +293,11 @@ pub async fn change_with(
             );
         }
         say!(ctx, "dry run: nothing was changed");
-        return Ok(());
+        return Ok(Attempt::Done);
     }
     // The rollout starts when the spec changes: the snapshot comes before, or nothing
     // is recorded.
-    if snapshot_first {
+    if snapshot_first && done.snapshot_for != Some(new.version) {
         crate::snapshot::take(ctx, &cp, SnapshotReason::BeforeRollout, Some(new.version), false)
             .await
             .map_err(|e| {
@@ -241,8 +305,14 @@ pub async fn change_with(
                     "{name}: the change was not recorded: no rollout starts without a snapshot first (pass --no-snapshot to record it without one)"
                 ))
             })?;
+        done.snapshot_for = Some(new.version);
     }
-    ctx.store.update_spec(name, &new)?;
+    if !ctx.store.replace_spec(name, cp.spec_version, &new)? {
+        let now = ctx.store.get_control_plane(name)?;
+        return Ok(Attempt::Conflict {
+            version: now.spec_version,
+        });
+    }
     say_recorded(ctx, name, &cp.spec, &new);
     if let Some(w) = reach_warning(name, &cp, &new, &machines) {
         say!(ctx, "{w}");
@@ -257,7 +327,56 @@ pub async fn change_with(
             haproxy_change(name, cp.spec.haproxy, new.haproxy).await?
         );
     }
-    Ok(())
+    Ok(Attempt::Done)
+}
+
+/// The refusal of a manifest read at spec version `read`: what changed since, and
+/// what applying it anyway (`--force-conflicts`) would set back.
+fn conflict(name: &str, read: u64, cp: &ControlPlane, theirs: &ControlPlaneSpec) -> String {
+    let differs = spec_differences(&cp.spec, theirs);
+    let what = if differs.is_empty() {
+        "nothing this manifest sets differs".to_string()
+    } else {
+        format!("applying it would set {}", differs.join(", "))
+    };
+    format!(
+        "{name}: conflict: the spec changed since this manifest was read (resourceVersion {read}, now {}); {what}; read it again with `quorum get {name} -o yaml`, or apply with --force-conflicts to replace the spec with this one",
+        cp.spec_version
+    )
+}
+
+/// The fields (manifest paths) where `theirs` differs from `now`, as "path: now -> theirs".
+pub fn spec_differences(now: &ControlPlaneSpec, theirs: &ControlPlaneSpec) -> Vec<String> {
+    fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value, out: &mut Vec<String>) {
+        use serde_json::Value::Object;
+        match (a, b) {
+            (Object(x), Object(y)) => {
+                let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for k in keys {
+                    let null = serde_json::Value::Null;
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(
+                        &p,
+                        x.get(k).unwrap_or(&null),
+                        y.get(k).unwrap_or(&null),
+                        out,
+                    );
+                }
+            }
+            _ if a != b => out.push(format!("spec.{path}: {a} -> {b}")),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    match (serde_json::to_value(now), serde_json::to_value(theirs)) {
+        (Ok(a), Ok(b)) => walk("", &a, &b, &mut out),
+        _ => out.push("spec".to_string()),
+    }
+    out
 }
 
 /// What makes a rollout under way, if anything: a machine on another version than the

@@ -361,6 +361,7 @@ impl World {
             impairment: None,
             procs: BTreeMap::new(),
             cp: ControlPlane {
+                spec_version: 0,
                 client_addresses: Vec::new(),
                 ca_generation: 0,
                 ca_rotation: None,

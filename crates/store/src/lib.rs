@@ -288,6 +288,11 @@ pub trait StateStore: Send {
     fn created_at_ms(&self, name: &str) -> Result<Option<i64>>;
     /// Replaces the spec of an existing control plane.
     fn update_spec(&mut self, name: &str, spec: &ControlPlaneSpec) -> Result<()>;
+    /// Replaces the spec only if its version is still `expected` (the one the caller
+    /// read; `ControlPlane::spec_version`), and moves the version on by one, in one
+    /// compare-and-swap write. `false`: someone changed the spec since, and nothing was
+    /// written (read it again and decide again).
+    fn replace_spec(&mut self, name: &str, expected: u64, spec: &ControlPlaneSpec) -> Result<bool>;
     /// Records the intent to tear the control plane down.
     fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()>;
     /// Records a rebuild (a confirmed restore or recovery), its next phase, or (`None`)

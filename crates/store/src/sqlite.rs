@@ -455,7 +455,22 @@ impl StateStore for SqliteStore {
 
     /// Replaces the spec of an existing control plane.
     fn update_spec(&mut self, name: &str, spec: &ControlPlaneSpec) -> Result<()> {
-        self.modify_control_plane(name, |cp| cp.spec = spec.clone())
+        self.modify_control_plane(name, |cp| {
+            cp.spec = spec.clone();
+            cp.spec_version += 1;
+        })
+    }
+
+    fn replace_spec(&mut self, name: &str, expected: u64, spec: &ControlPlaneSpec) -> Result<bool> {
+        // One immediate transaction: the version read is the version replaced.
+        self.change_control_plane(name, |_, cp| {
+            if cp.spec_version != expected {
+                return Ok(false);
+            }
+            cp.spec = spec.clone();
+            cp.spec_version += 1;
+            Ok(true)
+        })
     }
 
     fn set_rebuild(&mut self, name: &str, rebuild: Option<&Rebuild>) -> Result<()> {

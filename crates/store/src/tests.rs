@@ -27,6 +27,7 @@ fn opening_for_reading_creates_no_home() {
 
 fn cp(name: &str) -> ControlPlane {
     ControlPlane {
+        spec_version: 0,
         client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,

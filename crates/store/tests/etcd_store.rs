@@ -62,6 +62,7 @@ fn beat(identity: &str, at_ms: i64) -> Heartbeat {
 
 fn cp(name: &str) -> ControlPlane {
     ControlPlane {
+        spec_version: 0,
         client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,

@@ -31,6 +31,7 @@ fn populated() -> (tempfile::TempDir, PathBuf) {
     let mut s = Store::open(&home).unwrap();
     for i in 0..CONTROL_PLANES {
         let cp = ControlPlane {
+            spec_version: 0,
             client_addresses: Vec::new(),
             ca_generation: 0,
             ca_rotation: None,

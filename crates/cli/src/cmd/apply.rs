@@ -21,11 +21,16 @@ pub async fn run(at: &Place, a: ApplyArgs) -> Result<()> {
     let m = manifest::parse(&text, &source, &ctx.installed())?;
     let name = m.metadata.name.clone();
     let after = ctx.store.last_event_id(&name)?;
+    let expect_version = match m.metadata.version(&source)? {
+        Some(_) if a.force_conflicts => None,
+        v => v,
+    };
     let opts = ChangeOptions {
         force: a.force,
         allow_downgrade: a.allow_downgrade || m.allow_downgrade,
         dry_run: a.dry_run,
         no_snapshot: a.no_snapshot,
+        expect_version,
     };
     if ctx.store.control_plane(&name)?.is_some() {
         change_with(&mut ctx, &name, opts, |_| m.spec.clone()).await?;

@@ -19,7 +19,10 @@ pub fn run(at: &Place, a: GetArgs) -> Result<()> {
     let m = Manifest {
         api_version: API_VERSION.to_string(),
         kind: KIND.to_string(),
-        metadata: Metadata { name: cp.name },
+        metadata: Metadata {
+            name: cp.name,
+            resource_version: Some(cp.spec_version.to_string()),
+        },
         spec: cp.spec,
         // A confirmation of one apply, never stored: nothing to print.
         allow_downgrade: false,

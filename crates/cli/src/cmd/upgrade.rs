@@ -23,6 +23,7 @@ pub async fn run(at: &Place, a: UpgradeArgs) -> Result<()> {
         allow_downgrade: a.allow_downgrade,
         dry_run: a.dry_run,
         no_snapshot: a.no_snapshot,
+        expect_version: None,
     };
     if a.version.is_some() || a.strategy.is_some() {
         change_with(&mut ctx, &a.name, opts, |s| ControlPlaneSpec {

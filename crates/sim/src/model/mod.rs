@@ -391,6 +391,7 @@ fn initial_rollout(variant: Variant) -> State {
     State {
         variant,
         cp: ControlPlane {
+            spec_version: 0,
             client_addresses: given_addresses(),
             ca_generation: 0,
             ca_rotation: variant.ca_rotation.then_some(CaRotation {

@@ -408,7 +408,28 @@ impl StateStore for EtcdStore {
     }
 
     fn update_spec(&mut self, name: &str, spec: &ControlPlaneSpec) -> Result<()> {
-        self.modify_control_plane(name, &|cp| cp.spec = spec.clone())
+        self.modify_control_plane(name, &|cp| {
+            cp.spec = spec.clone();
+            cp.spec_version += 1;
+        })
+    }
+
+    fn replace_spec(&mut self, name: &str, expected: u64, spec: &ControlPlaneSpec) -> Result<bool> {
+        // The record's revision is compared by the write, so the version checked here
+        // is the one replaced.
+        self.change_control_plane(
+            name,
+            "replace a spec",
+            &|cp| {
+                if cp.spec_version != expected {
+                    return false;
+                }
+                cp.spec = spec.clone();
+                cp.spec_version += 1;
+                true
+            },
+            &Vec::new,
+        )
     }
 
     fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()> {

@@ -82,6 +82,7 @@ fn store_on(m: &ManagementEtcd, first: usize, deadlines: Deadlines) -> EtcdStore
 
 fn cp(name: &str) -> ControlPlane {
     ControlPlane {
+        spec_version: 0,
         client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,

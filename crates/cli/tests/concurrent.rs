@@ -1,0 +1,173 @@
+//! Two commands changing one control plane at once (issue 29): every change that was
+//! reported recorded (exit 0) is in the spec afterwards, on both store backends, with
+//! and without a running controller; `apply` of a manifest read before another change
+//! is refused, naming what it would set back, unless `--force-conflicts`.
+//!
+//! Trials: `QUORUM_CONCURRENT_TRIALS` (default 10 per backend; the issue's figure is 50).
+
+mod common;
+
+use common::*;
+use quorum_provider::management::ManagementEtcd;
+use std::net::Ipv4Addr;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const CP: &str = "r";
+/// The version the trials alternate with (`NEW` is the other).
+const OTHER: &str = "3.5.0";
+
+fn trials() -> usize {
+    std::env::var("QUORUM_CONCURRENT_TRIALS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(10)
+}
+
+fn wait_out(c: &mut Command) -> std::process::Child {
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn quorum")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// `upgrade` and `scale` started at the same moment, `trials()` times, each pair
+/// changing both fields; both must be in the spec after every pair that exited 0.
+fn upgrade_and_scale_at_once(env: &Env, force: bool) {
+    let mut recorded = 0;
+    for t in 0..trials() {
+        let (version, replicas) = if t % 2 == 0 { (OTHER, "5") } else { (NEW, "3") };
+        let mut up = vec![
+            "upgrade",
+            CP,
+            "--version",
+            version,
+            "--allow-downgrade",
+            "--no-snapshot",
+        ];
+        let mut sc = vec!["scale", CP, "--replicas", replicas];
+        if force {
+            up.push("--force");
+            sc.push("--force");
+        }
+        let a = wait_out(&mut env.cmd(&up));
+        let b = wait_out(&mut env.cmd(&sc));
+        let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+        let spec = env.store().get_control_plane(CP).unwrap().spec;
+        for (o, what, kept) in [
+            (&a, "upgrade", spec.version.to_string() == version),
+            (&b, "scale", spec.replicas.to_string() == replicas),
+        ] {
+            if o.status.success() {
+                recorded += 1;
+                assert!(
+                    kept,
+                    "trial {t}: {what} said it was recorded and is gone: {spec:?}\n{}",
+                    text(o)
+                );
+            } else {
+                panic!("trial {t}: {what} was refused:\n{}", text(o));
+            }
+        }
+    }
+    assert_eq!(recorded, 2 * trials());
+}
+
+fn created(env: &mut Env) {
+    env.start_controller();
+    env.create_and_wait(CP, 3, NEW);
+}
+
+#[test]
+fn concurrent_changes_are_all_kept_on_the_embedded_store() {
+    let mut env = Env::new("concurrent-embedded");
+    created(&mut env);
+    env.kill_controller();
+    upgrade_and_scale_at_once(&env, false);
+}
+
+#[test]
+fn concurrent_changes_are_all_kept_while_the_controller_acts_on_them() {
+    let mut env = Env::new("concurrent-controller");
+    created(&mut env);
+    // The controller replaces and scales as the trials change the spec: changes are
+    // made while members come and go (--force: an unreachable member is no refusal).
+    upgrade_and_scale_at_once(&env, true);
+}
+
+#[test]
+fn concurrent_changes_are_all_kept_on_a_management_etcd() {
+    let mut env = Env::new("concurrent-etcd");
+    let (a, b) = env.subnet().split_once('.').unwrap();
+    let (a, b): (u8, u8) = (a.parse().unwrap(), b.parse().unwrap());
+    let addrs: Vec<Ipv4Addr> = (252..=254).map(|d| Ipv4Addr::new(127, a, b, d)).collect();
+    let mgmt = ManagementEtcd::start(
+        &env.dir.path().join("mgmt"),
+        &quorum_provider::default_etcd_dir(),
+        NEW.parse().unwrap(),
+        &addrs,
+    )
+    .expect("start the management etcd");
+    env.store_url = Some(mgmt.store_url("quorum"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while quorum_store::Store::connect(&env.store_location(), &env.home).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the management etcd never answered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    created(&mut env);
+    env.kill_controller();
+    upgrade_and_scale_at_once(&env, false);
+    drop(env);
+    drop(mgmt);
+}
+
+/// `get -o yaml` carries the spec's version; a manifest read before another change is
+/// refused, naming what it would set back, and `--force-conflicts` applies it anyway.
+#[test]
+fn a_stale_manifest_is_a_conflict_unless_forced() {
+    let mut env = Env::new("concurrent-apply");
+    created(&mut env);
+    env.kill_controller();
+    let yaml = env.ok(&["get", CP, "-o", "yaml"]);
+    assert!(yaml.contains("resourceVersion:"), "{yaml}");
+    let path = env.dir.path().join("r.yaml");
+    std::fs::write(&path, &yaml).unwrap();
+    let file = path.to_str().unwrap();
+    // Applied unchanged, it changes nothing.
+    let out = env.ok(&["apply", "-f", file]);
+    assert!(out.contains("unchanged"), "{out}");
+    env.ok(&["scale", CP, "--replicas", "5"]);
+    let err = env.fails(&["apply", "-f", file]);
+    assert!(
+        err.contains("conflict")
+            && err.contains("spec.replicas: 5 -> 3")
+            && err.contains("--force-conflicts"),
+        "{err}"
+    );
+    assert_eq!(
+        env.store().get_control_plane(CP).unwrap().spec.replicas,
+        5,
+        "nothing written"
+    );
+    env.ok(&["apply", "-f", file, "--force-conflicts"]);
+    assert_eq!(env.store().get_control_plane(CP).unwrap().spec.replicas, 3);
+    // A version no quorum wrote is named.
+    std::fs::write(
+        &path,
+        yaml.replace("resourceVersion: '", "resourceVersion: 'x"),
+    )
+    .unwrap();
+    let bad = env.fails(&["apply", "-f", file]);
+    assert!(bad.contains("metadata.resourceVersion"), "{bad}");
+}
