@@ -26,10 +26,7 @@ const OTHER: &str = "3.5.0";
 const ROLLOUT_TIMEOUT: &str = "5m";
 
 fn rounds() -> usize {
-    std::env::var("QUORUM_CLIENT_ROUNDS")
-        .ok()
-        .and_then(|r| r.parse().ok())
-        .unwrap_or(2)
+    count_from_env("QUORUM_CLIENT_ROUNDS", 2)
 }
 
 fn urls(v: &Value) -> Vec<String> {

@@ -8,20 +8,14 @@
 mod common;
 
 use common::*;
-use quorum_provider::management::ManagementEtcd;
-use std::net::Ipv4Addr;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 const CP: &str = "r";
 /// The version the trials alternate with (`NEW` is the other).
 const OTHER: &str = "3.5.0";
 
 fn trials() -> usize {
-    std::env::var("QUORUM_CONCURRENT_TRIALS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(10)
+    count_from_env("QUORUM_CONCURRENT_TRIALS", 10)
 }
 
 fn wait_out(c: &mut Command) -> std::process::Child {
@@ -105,26 +99,7 @@ fn concurrent_changes_are_all_kept_while_the_controller_acts_on_them() {
 
 #[test]
 fn concurrent_changes_are_all_kept_on_a_management_etcd() {
-    let mut env = Env::new("concurrent-etcd");
-    let (a, b) = env.subnet().split_once('.').unwrap();
-    let (a, b): (u8, u8) = (a.parse().unwrap(), b.parse().unwrap());
-    let addrs: Vec<Ipv4Addr> = (252..=254).map(|d| Ipv4Addr::new(127, a, b, d)).collect();
-    let mgmt = ManagementEtcd::start(
-        &env.dir.path().join("mgmt"),
-        &quorum_provider::default_etcd_dir(),
-        NEW.parse().unwrap(),
-        &addrs,
-    )
-    .expect("start the management etcd");
-    env.store_url = Some(mgmt.store_url("quorum"));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while quorum_store::Store::connect(&env.store_location(), &env.home).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the management etcd never answered"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let (mut env, mgmt) = env_on_management_etcd("concurrent-etcd");
     created(&mut env);
     env.kill_controller();
     upgrade_and_scale_at_once(&env, false);

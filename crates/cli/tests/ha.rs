@@ -22,7 +22,6 @@ use common::*;
 use quorum_core::ActionKind;
 use quorum_provider::management::ManagementEtcd;
 use quorum_store::EventKind;
-use std::net::Ipv4Addr;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -131,27 +130,8 @@ impl Drop for Replica {
     }
 }
 
-/// An env whose commands use a fresh 3-member management etcd on its own addresses
-/// (`127.A.B.252..254`; machines use `.2` and up).
 fn ha_env(test: &str) -> (Env, ManagementEtcd) {
-    let mut env = Env::new(test);
-    let (a, b) = env.subnet().split_once('.').unwrap();
-    let (a, b): (u8, u8) = (a.parse().unwrap(), b.parse().unwrap());
-    let addrs: Vec<Ipv4Addr> = (252..=254).map(|d| Ipv4Addr::new(127, a, b, d)).collect();
-    let mgmt = ManagementEtcd::start(
-        &env.dir.path().join("mgmt"),
-        &quorum_provider::default_etcd_dir(),
-        NEW.parse().unwrap(),
-        &addrs,
-    )
-    .expect("start the management etcd");
-    env.store_url = Some(mgmt.store_url("quorum"));
-    // Wait until the management cluster answers.
-    let location = env.store_location();
-    wait_for("the management etcd", Duration::from_secs(30), || {
-        quorum_store::Store::connect(&location, &env.home).is_ok()
-    });
-    (env, mgmt)
+    env_on_management_etcd(test)
 }
 
 fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {

@@ -333,6 +333,44 @@ impl Cluster {
     }
 }
 
+/// An env whose commands use a fresh 3-member management etcd on its own addresses
+/// (`127.A.B.252..254`; machines use `.2` and up), once it answers.
+pub fn env_on_management_etcd(test: &str) -> (Env, quorum_provider::management::ManagementEtcd) {
+    let mut env = Env::new(test);
+    let (a, b) = env.subnet().split_once('.').unwrap();
+    let (a, b): (u8, u8) = (a.parse().unwrap(), b.parse().unwrap());
+    let addrs: Vec<std::net::Ipv4Addr> = (252..=254)
+        .map(|d| std::net::Ipv4Addr::new(127, a, b, d))
+        .collect();
+    let mgmt = quorum_provider::management::ManagementEtcd::start(
+        &env.dir.path().join("mgmt"),
+        &quorum_provider::default_etcd_dir(),
+        NEW.parse().unwrap(),
+        &addrs,
+    )
+    .expect("start the management etcd");
+    env.store_url = Some(mgmt.store_url("quorum"));
+    let location = env.store_location();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while quorum_store::Store::connect(&location, &env.home).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the management etcd never answered"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (env, mgmt)
+}
+
+/// A count from the environment variable `name` (a test's rounds or trials), else
+/// `default`.
+pub fn count_from_env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 pub fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
