@@ -231,6 +231,19 @@ fn restore_from_a_snapshot_keeps_every_write_up_to_it_and_none_after() {
     for kind in ["fence-machine", "restore-snapshot", "finish-rebuild"] {
         assert!(ok_steps(&env, cp, kind) >= 1, "no {kind} in the history");
     }
+    // Each step's machine field names a machine (issue 29: a fence's and a restore's
+    // whole message stood there), and its message says what happened.
+    let events = env.store().events_after(cp, 0, 100_000).unwrap();
+    for e in events.iter().filter(|e| e.ok) {
+        if let Some(m) = &e.machine {
+            let serial = m.strip_prefix(&format!("{cp}-")).unwrap_or_default();
+            assert!(
+                serial.parse::<u64>().is_ok(),
+                "{:?} names no machine: {e:?}",
+                m
+            );
+        }
+    }
     println!(
         "restore of 3 members from {id}: {:.1}s until 3 members served again (RTO); {} writes after revision {revision} lost by choice, {} kept",
         rto.as_secs_f64(),

@@ -282,7 +282,12 @@ impl Reconciler {
                     self.event(
                         cp,
                         NewEvent {
-                            machine: allocated.as_deref().or(machine),
+                            // An allocation names the machine it recorded; other
+                            // steps' answers (a fence's, a restore's) are their message.
+                            machine: match action {
+                                Action::AllocateMachine { .. } => allocated.as_deref(),
+                                _ => machine,
+                            },
                             waited_ms,
                             took_ms: Some(took_ms),
                             ..NewEvent::new(action.kind(), StepOutcome::Ok, &message)
