@@ -453,6 +453,7 @@ pub enum BenchCommand {
 #[derive(clap::Args)]
 pub struct CreateArgs {
     /// Name of the new control plane: lowercase letters, digits and '-'.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Number of etcd members: 1, 3, 5 or 7 (2, 4 or 6 with --force).
     #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = usage::replicas, value_name = "N")]
@@ -515,6 +516,7 @@ fn parse_provider(s: &str) -> Result<quorum_core::ProviderKind, String> {
 #[derive(clap::Args)]
 pub struct CredentialsArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Directory for ca.crt, client.crt and client.key (created owner-only).
     #[arg(long, value_name = "DIR")]
@@ -558,6 +560,7 @@ pub struct ApplyArgs {
 #[derive(clap::Args)]
 pub struct UpgradeArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// The etcd version to roll to (installed; 3.5 means the newest installed 3.5.x).
     #[arg(long, value_parser = usage::version_text, required_unless_present_any = ["retry", "strategy"])]
@@ -594,6 +597,7 @@ pub struct UpgradeArgs {
 #[derive(clap::Args)]
 pub struct ScaleArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// The new number of etcd members: 1, 3, 5 or 7 (2, 4 or 6 with --force).
     #[arg(long, allow_negative_numbers = true, value_parser = usage::replicas, value_name = "N")]
@@ -612,6 +616,7 @@ pub struct ScaleArgs {
 #[derive(clap::Args)]
 pub struct StatusArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
@@ -652,6 +657,7 @@ pub enum ManifestOutput {
 #[derive(clap::Args)]
 pub struct GetArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "yaml")]
@@ -661,6 +667,7 @@ pub struct GetArgs {
 #[derive(clap::Args)]
 pub struct EtcdctlArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// etcdctl's command and flags, after `--`.
     #[arg(required = true, last = true, value_name = "ETCDCTL ARGS")]
@@ -670,6 +677,7 @@ pub struct EtcdctlArgs {
 #[derive(clap::Args)]
 pub struct DefragArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Only this machine (as `quorum status` names it).
     #[arg(long, value_name = "MACHINE")]
@@ -679,6 +687,7 @@ pub struct DefragArgs {
 #[derive(clap::Args)]
 pub struct SnapshotArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Skip the test restore that verifies the new snapshot (it stays unverified).
     #[arg(long)]
@@ -688,6 +697,7 @@ pub struct SnapshotArgs {
 #[derive(clap::Args)]
 pub struct SnapshotsArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
@@ -737,6 +747,7 @@ none of etcd, Kubernetes' kubeadm, Cluster API or etcd-druid automates it either
 #[derive(clap::Args)]
 pub struct RestoreArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// The snapshot to restore: its id (`quorum snapshots NAME`), or `newest`.
     #[arg(long, value_name = "SNAPSHOT")]
@@ -752,6 +763,7 @@ pub struct RestoreArgs {
 #[group(id = "source", required = true, multiple = false, args = ["from_member", "from_snapshot"])]
 pub struct RecoverArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Recover from this surviving member (as `quorum status` names it).
     #[arg(long, value_name = "MACHINE")]
@@ -777,6 +789,7 @@ pub struct CompletionArgs {
 #[derive(clap::Args)]
 pub struct EventsArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// How many of the newest steps to show; 0 shows every one kept.
     #[arg(
@@ -797,6 +810,7 @@ pub struct EventsArgs {
 #[derive(clap::Args)]
 pub struct DeleteArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     #[command(flatten)]
     pub wait: WaitArgs,
@@ -869,6 +883,7 @@ fn parse_max_open(s: &str) -> Result<usize, String> {
 #[derive(clap::Args)]
 pub struct RotateCaArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     #[command(flatten)]
     pub wait: WaitArgs,
@@ -877,6 +892,7 @@ pub struct RotateCaArgs {
 #[derive(clap::Args)]
 pub struct PauseArgs {
     /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Resume instead of pausing.
     #[arg(long)]
@@ -886,6 +902,7 @@ pub struct PauseArgs {
 #[derive(clap::Args)]
 pub struct HaproxyConfigArgs {
     /// The control plane (created with --haproxy-runtime-api, or a manifest's spec.haproxy).
+    #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// Address the frontend listens on for etcd clients: IP:PORT.
     #[arg(long, value_name = "ADDR")]

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::try_parse().unwrap_or_else(|e| usage_error(e));
     init_logging(&cli.command);
     match quorum_controller::failpoints::init_from_env() {
         Ok(set) if !set.is_empty() => eprintln!("failpoints armed: {}", set.join(", ")),
@@ -110,4 +110,35 @@ fn home(cli_home: Option<PathBuf>) -> PathBuf {
                 .map(PathBuf::from)
         })
         .unwrap_or_else(|| quorum_provider::data_home().join("quorum").join("state"))
+}
+
+/// Exits on a malformed command line as clap does (exit 2, help and version on stdout
+/// with 0), with a hint where one is known: etcdctl's arguments come after `--`, as with
+/// `kubectl exec` (`quorum etcdctl prod put k v` would otherwise only say "unexpected
+/// argument 'put'").
+fn usage_error(e: clap::Error) -> ! {
+    use clap::error::ErrorKind;
+    let args: Vec<String> = std::env::args().collect();
+    let etcdctl = args
+        .iter()
+        .skip(1)
+        .find(|a| !a.starts_with('-'))
+        .map(String::as_str)
+        == Some("etcdctl");
+    if e.kind() == ErrorKind::UnknownArgument && etcdctl && !args.iter().any(|a| a == "--") {
+        let rest: Vec<&str> = args
+            .iter()
+            .skip_while(|a| *a != "etcdctl")
+            .skip(1)
+            .map(String::as_str)
+            .collect();
+        let (name, tail) = rest.split_first().unwrap_or((&"NAME", &[]));
+        let _ = e.print();
+        eprintln!(
+            "hint: etcdctl's arguments come after `--`: quorum etcdctl {name} -- {}",
+            tail.join(" ")
+        );
+        std::process::exit(2);
+    }
+    e.exit()
 }

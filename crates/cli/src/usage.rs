@@ -66,6 +66,14 @@ pub fn strategy(s: &str) -> Result<quorum_core::Strategy, String> {
     s.trim().parse()
 }
 
+/// A control plane's name, checked as `create` checks it (lowercase letters, digits
+/// and '-'), so a malformed one is a usage error (exit 2) everywhere.
+pub fn cp_name(s: &str) -> Result<String, String> {
+    quorum_core::validate_name(s)
+        .map(|()| s.to_string())
+        .map_err(|e| e.to_string())
+}
+
 /// `--version V`: a version text in the one grammar (`3.5.1`, `v3.5.1`, or `3.5` for the
 /// newest installed 3.5.x); whether it is installed is checked by the command.
 pub fn version_text(s: &str) -> Result<String, String> {

@@ -48,8 +48,9 @@ fn offline_refusals_change_nothing() {
     assert!(e.contains("use 3 or 5, or pass --force"), "{e}");
     let e = env.fails(&["create", "c", "--version", "3.9.9"]);
     assert!(one_line(&e).contains("not installed"), "{e}");
-    let e = env.fails(&["create", "Bad_Name", "--version", OLD]);
-    assert!(one_line(&e).contains("invalid name"), "{e}");
+    // A malformed name is a usage error (exit 2), as every other malformed value.
+    let e = usage(&env, &["create", "Bad_Name", "--version", OLD]);
+    assert!(e.contains("invalid name"), "{e}");
     let e = env.fails(&["create", "d", "--version", "banana"]);
     assert!(e.contains("not an etcd version"), "{e}");
     let e = env.fails(&["upgrade", "a", "--version", "3.6.0"]);

@@ -78,6 +78,20 @@ fn each_new_command_teaches_with_an_example() {
         assert!(help.contains(example), "{cmd:?}:\n{help}");
     }
     // A malformed command line: exit 2.
+    // etcdctl's arguments without `--`: the hint shows the command with it.
+    let out = env.run(&["etcdctl", "prod", "put", "foo", "bar"]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("quorum etcdctl prod -- put foo bar"), "{err}");
+    // A malformed control plane name is a usage error, in every command.
+    for cmd in ["status", "get", "delete", "upgrade", "snapshots"] {
+        let out = env.run(&[cmd, "Bad_Name"]);
+        assert_eq!(out.status.code(), Some(2), "{cmd}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("invalid name"),
+            "{cmd}"
+        );
+    }
     for args in [
         vec!["list", "-o", "tall"],
         vec!["get"],
