@@ -128,9 +128,17 @@ fn add(at: &Place, a: HostAddArgs) -> Result<()> {
         a.address,
         token.endpoint
     );
-    eprintln!("On {}, run:  quorum agent --join <token>", a.name);
+    eprintln!("{}", join_hint(&a.name));
     println!("{}", token.encode());
     Ok(())
+}
+
+/// How to start the agent on the new host: the token in the environment (off the
+/// command line `ps` shows, as `quorum agent --help` says), the state directory named.
+fn join_hint(host: &str) -> String {
+    format!(
+        "On {host}, run:  QUORUM_JOIN_TOKEN='<token>' quorum agent --state-dir /var/lib/quorum-agent\n(or `quorum host install {host} ...` does it over SSH)"
+    )
 }
 
 /// One host as `quorum hosts` shows it.
@@ -315,4 +323,17 @@ fn now_unix_s() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_join_hint_keeps_the_token_off_the_command_line() {
+        let h = super::join_hint("h1");
+        assert!(
+            h.contains("QUORUM_JOIN_TOKEN='<token>' quorum agent --state-dir"),
+            "{h}"
+        );
+        assert!(!h.contains("--join"), "{h}");
+    }
 }
