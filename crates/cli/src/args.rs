@@ -234,7 +234,12 @@ it can be restored from.")]
   quorum completion zsh > \"${fpath[1]}/_quorum\"           # then start a new zsh
   quorum completion fish > ~/.config/fish/completions/quorum.fish")]
     Completion(CompletionArgs),
-    /// Delete a control plane: stop and remove every machine and its data.
+    /// Delete a control plane: stop and remove every machine and its data. Says what
+    /// goes and asks for the name (--yes without a terminal)
+    #[command(after_help = "\
+Examples:
+  quorum delete prod                     # says what goes, asks you to type prod
+  quorum delete prod --yes --wait        # in a script: no question, follow it to the end")]
     Delete(DeleteArgs),
     /// Run the reconcile loop in the foreground for every control plane (Ctrl-C stops it;
     /// the machines keep running).
@@ -812,6 +817,10 @@ pub struct DeleteArgs {
     /// The control plane.
     #[arg(value_parser = usage::cp_name)]
     pub name: String,
+    /// Go ahead without asking (without a terminal, required: nothing is deleted
+    /// otherwise).
+    #[arg(long)]
+    pub yes: bool,
     #[command(flatten)]
     pub wait: WaitArgs,
 }

@@ -48,6 +48,20 @@ fn offline_refusals_change_nothing() {
     assert!(e.contains("use 3 or 5, or pass --force"), "{e}");
     let e = env.fails(&["create", "c", "--version", "3.9.9"]);
     assert!(one_line(&e).contains("not installed"), "{e}");
+    // delete says what it removes and, without a terminal to ask on, needs --yes
+    // (issue 29: it asked nothing); nothing changes.
+    let out = env.run(&["delete", "a"]);
+    let (said, err) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(!out.status.success());
+    assert!(said.contains("deleting stops and removes"), "{said}");
+    assert!(
+        one_line(&err).contains("not confirmed") && err.contains("--yes"),
+        "{err}"
+    );
+    assert!(!env.store().get_control_plane("a").unwrap().deleting);
     // A malformed name is a usage error (exit 2), as every other malformed value.
     let e = usage(&env, &["create", "Bad_Name", "--version", OLD]);
     assert!(e.contains("invalid name"), "{e}");
@@ -316,7 +330,7 @@ fn haproxy_attachment_and_configuration() {
     haproxy.stop();
 
     // The deletion takes HAProxy's key with it.
-    env.ok(&["delete", "h"]);
+    env.ok(&["delete", "h", "--yes"]);
     assert!(
         !env.home.join("haproxy/h").exists(),
         "delete left HAProxy's directory (and its private key) behind"
@@ -424,7 +438,7 @@ fn reading_a_home_that_does_not_exist_creates_nothing() {
         vec!["status", "a"],
         vec!["events", "a"],
         vec!["upgrade", "a", "--version", NEW],
-        vec!["delete", "a"],
+        vec!["delete", "a", "--yes"],
     ] {
         let mut full = vec!["--home", home.as_str()];
         full.extend(args.iter().copied());
@@ -553,7 +567,7 @@ fn usage_errors_exit_2_and_name_the_flag() {
     for args in [
         &["upgrade", "a", "--version", NEW, "--timeout", "1m"][..],
         &["scale", "a", "--replicas", "3", "--timeout", "1m"],
-        &["delete", "a", "--timeout", "1m"],
+        &["delete", "a", "--yes", "--timeout", "1m"],
         &["create", "b", "--version", OLD, "--haproxy-backend", "etcd"],
     ] {
         usage(&env, args);
@@ -668,7 +682,7 @@ fn a_deletion_the_controller_finishes_removes_haproxys_key() {
     env.wait_status("f", "a controller active", Duration::from_secs(30), |s| {
         s["controller"]["active"] == true
     });
-    let out = env.ok(&["delete", "f"]);
+    let out = env.ok(&["delete", "f", "--yes"]);
     assert!(out.contains("the running controller removes"), "{out}");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     while env.run(&["status", "f"]).status.success() {

@@ -20,7 +20,7 @@ fn a_stopped_controller_is_known_stopped_at_once() {
     assert_eq!(s["controller"]["active"], false, "{s}");
     let text = env.ok(&["status", "ls"]);
     assert!(text.contains("none active"), "{text}");
-    env.ok(&["delete", "ls", "--wait", "--timeout", "60s"]);
+    env.ok(&["delete", "ls", "--yes", "--wait", "--timeout", "60s"]);
 }
 
 /// The walkthrough's failure: during a step of several seconds, `delete --wait` decided
@@ -38,7 +38,7 @@ fn a_long_step_keeps_the_controller_alive_for_readers() {
     )]);
     env.create_and_wait("ll", 1, OLD);
     let mut delete = env
-        .cmd(&["delete", "ll", "--wait", "--timeout", "120s"])
+        .cmd(&["delete", "ll", "--yes", "--wait", "--timeout", "120s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -647,7 +647,7 @@ fn teardown_scenario(point: &str) -> String {
     // With no live controller (its heartbeat gone stale), `delete` tears down itself.
     env.wait_controller_heartbeat_stale();
     let out = env
-        .cmd(&["delete", "td"])
+        .cmd(&["delete", "td", "--yes"])
         .env("FAILPOINTS", format!("{point}=return"))
         .output()
         .unwrap();
@@ -658,10 +658,10 @@ fn teardown_scenario(point: &str) -> String {
     );
     if point == "crash-after-forget-control-plane" {
         // It crashed after forgetting the control plane: it is gone, and saying so is right.
-        let e = env.fails(&["delete", "td"]);
+        let e = env.fails(&["delete", "td", "--yes"]);
         assert!(e.contains("does not exist"), "{e}");
     } else {
-        env.ok(&["delete", "td", "--wait", "--timeout", "60s"]);
+        env.ok(&["delete", "td", "--yes", "--wait", "--timeout", "60s"]);
     }
     let list = env.ok(&["list"]);
     assert!(list.contains("No control planes"), "{list}");

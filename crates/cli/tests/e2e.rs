@@ -107,7 +107,7 @@ fn rollout_3_4_23_to_3_5_1_keeps_every_key() {
         "{err}"
     );
     assert_eq!(env.status("r")["spec"]["version"], NEW);
-    env.ok(&["delete", "r", "--wait", "--timeout", "60s"]);
+    env.ok(&["delete", "r", "--yes", "--wait", "--timeout", "60s"]);
     // The history outlives the control plane. Its last step is recorded once the record
     // is gone, so it may land just after `delete --wait` returns: wait for it.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);

@@ -85,7 +85,7 @@ fn hung_control_planes_do_not_slow_a_rollout_beside_them() {
     env.start_controller();
     env.create_and_wait("alone", 3, OLD);
     let alone = timed_rollout(&env, "alone");
-    env.ok(&["delete", "alone", "--wait", "--timeout", "60s"]);
+    env.ok(&["delete", "alone", "--yes", "--wait", "--timeout", "60s"]);
 
     let mut stopped = Stopped(Vec::new());
     for name in ["hung-a", "hung-b", "hung-c"] {

@@ -252,7 +252,7 @@ fn agents_installed_over_ssh_join_run_members_and_survive_a_reinstall() {
         "--keys-only",
     ]);
     assert_eq!(got.lines().filter(|l| !l.is_empty()).count(), 20, "{got}");
-    env.ok(&["delete", "app", "--wait", "--timeout", "2m"]);
+    env.ok(&["delete", "app", "--yes", "--wait", "--timeout", "2m"]);
 }
 
 /// The PIDs of the etcd members on the hosts, by host.

@@ -305,7 +305,7 @@ fn data_of_another_cluster_is_never_started_and_is_replaced() {
         sc.env.status("donor")
     );
     sc.env
-        .ok(&["delete", "donor", "--wait", "--timeout", "60s"]);
+        .ok(&["delete", "donor", "--yes", "--wait", "--timeout", "60s"]);
     let Scene {
         env,
         cp,

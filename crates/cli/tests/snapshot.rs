@@ -144,7 +144,7 @@ fn snapshots_are_taken_on_demand_and_before_every_upgrade() {
     ]);
     assert_eq!(snapshots(&env, "s").len(), 2);
     // A deleted control plane's snapshots stay listed, as their files stay.
-    env.ok(&["delete", "s", "--wait", "--timeout", TIMEOUT]);
+    env.ok(&["delete", "s", "--yes", "--wait", "--timeout", TIMEOUT]);
     assert_eq!(snapshots(&env, "s").len(), 2);
     assert!(file.exists());
     let e = env.fails(&["snapshots", "nope"]);

@@ -115,7 +115,7 @@ fn only_clients_with_a_certificate_from_the_control_planes_ca_get_in() {
     ]);
     let e = env.fails(&["credentials", "p", "--out", out.to_str().unwrap()]);
     assert!(e.contains("--insecure-plaintext"), "{e}");
-    env.ok(&["delete", "p", "--wait", "--timeout", "60s"]);
+    env.ok(&["delete", "p", "--yes", "--wait", "--timeout", "60s"]);
 }
 
 #[test]

@@ -12,7 +12,14 @@ const DELETE_POLL_MS: u64 = 200;
 pub async fn run(at: &Place, a: DeleteArgs) -> Result<()> {
     let name = a.name;
     let mut ctx = Ctx::open_existing(at)?;
-    ctx.store.get_control_plane(&name)?;
+    let cp = ctx.store.get_control_plane(&name)?;
+    // Asked once: a deletion already marked goes on without asking again.
+    if !cp.deleting {
+        println!("{}", plan(&ctx, &name)?);
+        if !a.yes {
+            crate::cmd::confirm(&name)?;
+        }
+    }
     let after = ctx.store.last_event_id(&name)?;
     ctx.store.mark_control_plane_deleting(&name)?;
     if wait::controller_active(&ctx.store) {
@@ -33,6 +40,22 @@ pub async fn run(at: &Place, a: DeleteArgs) -> Result<()> {
         println!("{name}: deleted");
     }
     Ok(())
+}
+
+/// What a deletion does, said before it is confirmed.
+fn plan(ctx: &Ctx, name: &str) -> Result<String> {
+    let machines: Vec<String> = ctx
+        .store
+        .machines(name)?
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
+    let snapshots = ctx.store.snapshots(name)?.len();
+    Ok(format!(
+        "{name}: deleting stops and removes its {} ({}) with their data, and forgets its spec and its CA; its {snapshots} snapshot(s) stay (`quorum snapshots {name}`)",
+        if machines.len() == 1 { "machine".to_string() } else { format!("{} machines", machines.len()) },
+        if machines.is_empty() { "none yet".to_string() } else { machines.join(", ") },
+    ))
 }
 
 /// Follows the controller's deletion of `name`, printing its steps; should the

@@ -123,3 +123,19 @@ async fn run_events(at: &Place, a: EventsArgs) -> Result<()> {
     };
     events::run(&ctx.store, &a.name, a.last, a.follow, format).await
 }
+
+/// Asks the person at the terminal to type the control plane's name.
+pub(crate) fn confirm(name: &str) -> Result<()> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        anyhow::bail!("not confirmed: there is no terminal to ask on; read the plan above and run the command again with --yes");
+    }
+    print!("type the control plane's name ({name}) to go ahead, anything else to stop: ");
+    std::io::stdout().flush()?;
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line)?;
+    if line.trim() != name {
+        anyhow::bail!("not confirmed: nothing was changed");
+    }
+    Ok(())
+}

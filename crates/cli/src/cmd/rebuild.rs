@@ -1,12 +1,11 @@
 //! `quorum restore` and `quorum recover`: print the plan (`quorum_ops::rebuild`), get a
 //! person's confirmation, record it; the controller performs it.
 
-use super::wait_for;
+use super::{confirm, wait_for};
 use crate::args::{RecoverArgs, RestoreArgs, WaitArgs};
 use anyhow::{bail, Result};
 use quorum_ops::rebuild::{self, From};
 use quorum_ops::{wait, Ctx, Place};
-use std::io::{BufRead, IsTerminal, Write};
 
 pub async fn restore(at: &Place, a: RestoreArgs) -> Result<()> {
     run(at, &a.name, From::Snapshot(a.from), a.yes, &a.wait).await
@@ -35,19 +34,4 @@ async fn run(at: &Place, name: &str, from: From, yes: bool, w: &WaitArgs) -> Res
     rebuild::confirm(&mut ctx, name, &plan)?;
     println!("{name}: confirmed and recorded; the controller performs it (`quorum status {name}` shows the phase)");
     wait_for(&ctx, name, wait::Goal::Converged, w, after).await
-}
-
-/// Asks the person at the terminal to type the control plane's name.
-fn confirm(name: &str) -> Result<()> {
-    if !std::io::stdin().is_terminal() {
-        bail!("not confirmed: there is no terminal to ask on; read the plan above and run the command again with --yes");
-    }
-    print!("type the control plane's name ({name}) to go ahead, anything else to stop: ");
-    std::io::stdout().flush()?;
-    let mut line = String::new();
-    std::io::stdin().lock().read_line(&mut line)?;
-    if line.trim() != name {
-        bail!("not confirmed: nothing was changed");
-    }
-    Ok(())
 }

@@ -178,7 +178,7 @@ fn a_sharded_fleet_survives_a_replica_killed_mid_rollout_and_takes_a_joiner_in()
         joined.elapsed().as_millis()
     );
     // A deletion is finished by the control plane's shard's replica.
-    env.ok(&["delete", "s0", "--wait", "--timeout", "60s"]);
+    env.ok(&["delete", "s0", "--yes", "--wait", "--timeout", "60s"]);
     assert!(env.store().control_plane("s0").unwrap().is_none());
     let left: Vec<&str> = replicas
         .iter()
