@@ -223,11 +223,15 @@ fn scheduled_snapshots_are_taken_verified_pruned_and_wait_out_a_hung_member() {
             took >= 3 && pruned >= 1 && ok_steps(&env, "b", "verify-snapshot") >= 1
         },
     );
-    let (recs, ids, _) = files_and_records(&env);
-    assert!(
-        recs.len() <= 3,
-        "retention keeps 2 (and the newest verified): {ids:?}"
+    // Retention keeps 2 (and the newest verified). Pruning comes after a due snapshot
+    // in the rule order, so on a loaded machine, where taking and test-restoring one
+    // takes as long as the 2 s schedule, a few passes may go by before it catches up.
+    wait_until(
+        "retention keeps 2 (and the newest verified)",
+        Duration::from_secs(30),
+        || files_and_records(&env).0.len() <= 3,
     );
+    let (recs, _, _) = files_and_records(&env);
     assert!(
         recs.iter()
             .all(|r| r.reason.as_str() == "scheduled" && r.verified()),
