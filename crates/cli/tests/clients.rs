@@ -54,11 +54,7 @@ fn roll(env: &Env, version: &str) -> String {
         "--timeout",
         ROLLOUT_TIMEOUT,
     ]);
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = printed(&out);
     assert!(
         out.status.success(),
         "the rollout to {version} failed:\n{text}"
@@ -452,11 +448,7 @@ fn restore(
             "--timeout",
             "5m",
         ]);
-        said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        said = printed(&out);
         assert!(out.status.success(), "restore failed:\n{said}");
     });
     (rows, said)

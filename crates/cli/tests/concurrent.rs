@@ -8,7 +8,7 @@
 mod common;
 
 use common::*;
-use std::process::{Command, Output};
+use std::process::Command;
 
 const CP: &str = "r";
 /// The version the trials alternate with (`NEW` is the other).
@@ -23,14 +23,6 @@ fn wait_out(c: &mut Command) -> std::process::Child {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("spawn quorum")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 /// `upgrade` and `scale` started at the same moment, `trials()` times, each pair
@@ -65,10 +57,10 @@ fn upgrade_and_scale_at_once(env: &Env, force: bool) {
                 assert!(
                     kept,
                     "trial {t}: {what} said it was recorded and is gone: {spec:?}\n{}",
-                    text(o)
+                    printed(o)
                 );
             } else {
-                panic!("trial {t}: {what} was refused:\n{}", text(o));
+                panic!("trial {t}: {what} was refused:\n{}", printed(o));
             }
         }
     }

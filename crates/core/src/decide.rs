@@ -955,14 +955,8 @@ impl<'a> View<'a> {
         let victim = self.seen.iter().min_by_key(|s| {
             let up_to_date = self.outdated(s.machine).is_none();
             let leads = s.member.is_some_and(|m| Some(m.id) == self.leader_id);
-            // A scale down gives back the addresses clients were told last; a rollout
-            // replaces outdated members oldest first, as it always has.
             let kept = &self.cp.client_addresses;
-            let rank = if up_to_date {
-                crate::reach::rank(kept, s.machine.client_address())
-            } else {
-                std::cmp::Reverse(0)
-            };
+            let rank = crate::reach::victim_rank(kept, s.machine, up_to_date);
             (up_to_date, leads, rank, s.machine.serial)
         });
         let Some(victim) = victim else {

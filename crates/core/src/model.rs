@@ -442,10 +442,6 @@ fn default_haproxy_backend() -> String {
     DEFAULT_HAPROXY_BACKEND.to_string()
 }
 
-fn is_zero_u64(n: &u64) -> bool {
-    *n == 0
-}
-
 /// A control plane as stored: the spec plus the teardown intent.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ControlPlane {
@@ -465,11 +461,9 @@ pub struct ControlPlane {
     /// Intent: a CA rotation under way (`quorum rotate-ca`), with its phase.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_rotation: Option<CaRotation>,
-    /// The spec's version: every write of the spec moves it on by one, and a command's
-    /// change is written only if it is still the version the command read (a
-    /// compare-and-swap), so two changes made at once never undo each other. Shown as
-    /// `metadata.resourceVersion` in manifests.
-    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    /// The spec's version, moved on by every spec write; a command's change is a
+    /// compare-and-swap on it (`metadata.resourceVersion` in manifests).
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub spec_version: u64,
     /// The addresses its clients are given, in order (`reach`): a new local machine
     /// takes the first one no machine holds. Written only when a machine is recorded.
@@ -816,36 +810,6 @@ impl Machine {
             .is_some_and(|ip| ip.phase.out_of_service())
     }
 
-    fn scheme(&self) -> &'static str {
-        if self.tls {
-            "https"
-        } else {
-            "http"
-        }
-    }
-
-    pub fn peer_url(&self) -> String {
-        let port = self.placement.as_ref().map_or(PEER_PORT, |p| p.peer_port);
-        format!("{}://{}:{}", self.scheme(), self.address, port)
-    }
-
-    pub fn client_url(&self) -> String {
-        let port = self
-            .placement
-            .as_ref()
-            .map_or(CLIENT_PORT, |p| p.client_port);
-        format!("{}://{}:{}", self.scheme(), self.address, port)
-    }
-
-    /// Its client address (IP and port), as `client_url` names it.
-    pub fn client_address(&self) -> std::net::SocketAddrV4 {
-        let port = self
-            .placement
-            .as_ref()
-            .map_or(CLIENT_PORT, |p| p.client_port);
-        std::net::SocketAddrV4::new(self.address, port)
-    }
-
     /// The host it runs on (`hosts` provider).
     pub fn host(&self) -> Option<&str> {
         self.placement.as_ref().map(|p| p.host.as_str())
@@ -986,8 +950,8 @@ pub struct Observation {
     pub created_at_unix_s: Option<i64>,
 }
 
-fn is_zero(n: &u32) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 /// The leader as the members see it: the leader id reported with the highest term (a

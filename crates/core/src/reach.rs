@@ -152,6 +152,21 @@ pub fn rank(kept: &[SocketAddrV4], address: SocketAddrV4) -> std::cmp::Reverse<u
     )
 }
 
+/// `rank` as the choice of a machine to remove uses it: a scale down (of up-to-date
+/// machines) gives back the addresses clients were told last; a rollout replaces
+/// outdated machines oldest first, as it always has (every one ranks the same).
+pub fn victim_rank(
+    kept: &[SocketAddrV4],
+    m: &crate::Machine,
+    up_to_date: bool,
+) -> std::cmp::Reverse<usize> {
+    if up_to_date {
+        rank(kept, m.client_address())
+    } else {
+        std::cmp::Reverse(0)
+    }
+}
+
 /// Whether a client given `given` would be left without a voter during a replacement
 /// of every member (`voters`, in the order they are replaced) when each replacement
 /// takes the first free address of `kept` (or a fresh one, outside `given`): the
@@ -176,6 +191,38 @@ pub fn strands(
         }
     }
     None
+}
+
+/// How a machine is reached: its URLs and its client address.
+impl crate::Machine {
+    fn scheme(&self) -> &'static str {
+        if self.tls {
+            "https"
+        } else {
+            "http"
+        }
+    }
+
+    pub fn peer_url(&self) -> String {
+        let port = self
+            .placement
+            .as_ref()
+            .map_or(crate::model::PEER_PORT, |p| p.peer_port);
+        format!("{}://{}:{}", self.scheme(), self.address, port)
+    }
+
+    pub fn client_url(&self) -> String {
+        format!("{}://{}", self.scheme(), self.client_address())
+    }
+
+    /// Its client address (IP and port), as `client_url` names it.
+    pub fn client_address(&self) -> std::net::SocketAddrV4 {
+        let port = self
+            .placement
+            .as_ref()
+            .map_or(crate::model::CLIENT_PORT, |p| p.client_port);
+        std::net::SocketAddrV4::new(self.address, port)
+    }
 }
 
 #[cfg(test)]
@@ -291,6 +338,24 @@ mod tests {
         assert!(
             rank(&kept, a(50)) < rank(&kept, a(4)),
             "an unknown address first"
+        );
+    }
+
+    #[test]
+    fn only_a_scale_down_ranks_by_the_list() {
+        let kept = [a(1), a(2), a(3), a(4)];
+        let at = |n: u8| crate::Machine {
+            address: *a(n).ip(),
+            ..serde_json::from_value(serde_json::json!({
+                "name": "m-1", "serial": 1, "address": "127.9.0.1", "version": "3.5.1",
+                "bootstrap": false, "deleting": false, "tls": false
+            }))
+            .expect("a machine record")
+        };
+        assert!(victim_rank(&kept, &at(4), true) < victim_rank(&kept, &at(1), true));
+        assert_eq!(
+            victim_rank(&kept, &at(4), false),
+            victim_rank(&kept, &at(1), false)
         );
     }
 

@@ -362,6 +362,15 @@ pub fn env_on_management_etcd(test: &str) -> (Env, quorum_provider::management::
     (env, mgmt)
 }
 
+/// What a command printed, stdout then stderr.
+pub fn printed(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
 /// A count from the environment variable `name` (a test's rounds or trials), else
 /// `default`.
 pub fn count_from_env(name: &str, default: usize) -> usize {
