@@ -112,6 +112,7 @@ pub async fn take(
         .map(|n| snapshot_id(req.control_plane, req.now_unix_s, facts.revision, n));
     let id = partial.commit(ids)?;
     let record = SnapshotRecord {
+        recreate: None,
         id,
         control_plane: req.control_plane.to_string(),
         taken_at_unix_s: req.now_unix_s,

@@ -101,12 +101,12 @@ pub struct WaitArgs {
 #[derive(Subcommand)]
 pub enum Command {
     /// Create a control plane.
-    #[command(
-        after_help = "Example: quorum create prod --replicas 3 --version 3.4.23 --wait\n\n\
+    #[command(after_help = "Examples:\n  \
+quorum create prod --replicas 3 --version 3.4.23 --wait\n  \
+quorum create prod --from-snapshot newest --wait   # bring back a deleted one\n\n\
 Members speak mutual TLS on the client and peer ports, with certificates from a CA that\n\
 quorum creates for this control plane and keeps in its state. To reach the members,\n\
-get a client certificate: quorum credentials NAME --out DIR."
-    )]
+get a client certificate: quorum credentials NAME --out DIR.")]
     Create(CreateArgs),
     /// Write a client certificate, its key and the CA bundle for a control plane, and
     /// print the etcdctl flags that use them.
@@ -211,13 +211,15 @@ quorum also takes one before every change of the etcd version (upgrade, apply): 
 change is not recorded without it, unless --no-snapshot is given.")]
     Snapshot(SnapshotArgs),
     /// List a control plane's snapshots: time, revision, keys, size, why, verified.
-    #[command(after_help = "Example:
+    /// Without a name: every name that has snapshots, deleted control planes included.
+    #[command(after_help = "Examples:
+  quorum snapshots                       # which control planes have snapshots, deleted ones too
   quorum snapshots prod
   quorum snapshots prod -o json          # every recorded fact, the sha256 included
   quorum snapshots prod --verify newest  # test-restore one again (or give its id)
 
-The snapshots of a deleted control plane stay listed, as their files stay: they are what
-it can be restored from.")]
+The snapshots of a deleted control plane stay, listed and under the same retention:
+`quorum create NAME --from-snapshot ID` brings it back (its spec, its CA, every key).")]
     Snapshots(SnapshotsArgs),
     /// Rebuild a control plane from a snapshot: every write after it is lost. Asks for
     /// confirmation.
@@ -239,7 +241,10 @@ it can be restored from.")]
     #[command(after_help = "\
 Examples:
   quorum delete prod                     # says what goes, asks you to type prod
-  quorum delete prod --yes --wait        # in a script: no question, follow it to the end")]
+  quorum delete prod --yes --wait        # in a script: no question, follow it to the end
+
+Its snapshots stay: `quorum create prod --from-snapshot newest` brings it back. A control
+plane with deletion protection (`quorum protect prod`) is not deleted until it is off.")]
     Delete(DeleteArgs),
     /// Run the reconcile loop in the foreground for every control plane (Ctrl-C stops it;
     /// the machines keep running).
@@ -250,6 +255,14 @@ clients should use (voting, healthy, not leaving), replaced before a leaving mem
     Controller(ControllerArgs),
     /// Pause or resume the reconciliation of one control plane.
     Pause(PauseArgs),
+    /// Turn deletion protection on (or --off): `quorum delete` refuses a protected
+    /// control plane.
+    #[command(after_help = "Examples:
+  quorum protect prod          # `quorum delete prod` is refused from now on
+  quorum protect prod --off    # before deleting it on purpose
+
+In a manifest: spec.deletionProtection: true. `quorum get prod` shows it.")]
+    Protect(ProtectArgs),
     /// Print an HAProxy configuration for a control plane: an HTTP/2 frontend for its
     /// clients, the admin socket quorum drives, and a backend with its current members.
     #[command(after_help = "Example:\n  \
@@ -464,8 +477,20 @@ pub struct CreateArgs {
     #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = usage::replicas, value_name = "N")]
     pub replicas: u32,
     /// etcd version, installed (see `quorum versions`); 3.4 means the newest installed 3.4.x.
-    #[arg(long, value_parser = usage::version_text)]
-    pub version: String,
+    #[arg(long, value_parser = usage::version_text, required_unless_present = "from_snapshot")]
+    pub version: Option<String>,
+    /// Bring back a deleted control plane from one of its snapshots (an id from
+    /// `quorum snapshots`, or `newest`): its spec and CA as they were when the snapshot
+    /// was taken (client certificates it issued work again), and every key.
+    #[arg(long, value_name = "ID", conflicts_with_all = [
+        "version", "replicas", "max_surge", "strategy", "force", "haproxy_runtime_api",
+        "certificate_lifetime", "renew_before", "insecure_plaintext", "provider",
+        "deletion_protection",
+    ])]
+    pub from_snapshot: Option<String>,
+    /// Refuse `quorum delete` until it is turned off (`quorum protect NAME --off`).
+    #[arg(long)]
+    pub deletion_protection: bool,
     /// 1: add each new member before removing an old one; 0: remove first (3+ replicas).
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = usage::max_surge, value_name = "N")]
     pub max_surge: u32,
@@ -701,9 +726,9 @@ pub struct SnapshotArgs {
 
 #[derive(clap::Args)]
 pub struct SnapshotsArgs {
-    /// The control plane.
+    /// The control plane (deleted ones too); none: every name that has snapshots.
     #[arg(value_parser = usage::cp_name)]
-    pub name: String,
+    pub name: Option<String>,
     /// Output format.
     #[arg(short = 'o', long, value_enum, default_value = "table")]
     pub output: Output,
@@ -896,6 +921,16 @@ pub struct RotateCaArgs {
     pub name: String,
     #[command(flatten)]
     pub wait: WaitArgs,
+}
+
+#[derive(clap::Args)]
+pub struct ProtectArgs {
+    /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
+    pub name: String,
+    /// Turn deletion protection off.
+    #[arg(long)]
+    pub off: bool,
 }
 
 #[derive(clap::Args)]

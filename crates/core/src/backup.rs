@@ -356,6 +356,38 @@ pub struct SnapshotRecord {
     /// one succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<Verification>,
+    /// What brings the control plane back from this snapshot once it is deleted
+    /// (`quorum create NAME --from-snapshot ID`): its spec and its CA when the snapshot
+    /// was recorded. `None` in records of earlier releases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recreate: Option<Recreate>,
+}
+
+/// A control plane's spec and CA as a snapshot record keeps them (`SnapshotRecord::recreate`).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Recreate {
+    pub spec: ControlPlaneSpec,
+    /// The CA's generation (how many rotations it has been through).
+    #[serde(default)]
+    pub ca_generation: u32,
+    /// The CA certificate (PEM); `None` for a plaintext control plane.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert_pem: Option<String>,
+    /// The CA's key as the store keeps it: sealed for this snapshot record alone
+    /// (`quorum_store` seals it before a backend sees it and opens it on request).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_key: Option<String>,
+}
+
+impl std::fmt::Debug for Recreate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recreate")
+            .field("spec", &self.spec)
+            .field("ca_generation", &self.ca_generation)
+            .field("ca", &self.ca_cert_pem.as_ref().map(|_| "<kept>"))
+            .finish()
+    }
 }
 
 impl SnapshotRecord {
@@ -690,6 +722,7 @@ mod tests {
     #[test]
     fn a_record_that_does_not_match_its_id_is_refused() {
         let r = SnapshotRecord {
+            recreate: None,
             id: snapshot_id("prod", 1_796_327_101, 9, 0),
             control_plane: "prod".into(),
             taken_at_unix_s: 1_796_327_101,

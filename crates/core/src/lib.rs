@@ -29,8 +29,8 @@ pub mod validate;
 pub mod version;
 
 pub use backup::{
-    BackupSpec, RetentionSpec, SnapshotFacts, SnapshotReason, SnapshotRecord, SnapshotSeen,
-    Verification,
+    BackupSpec, Recreate, RetentionSpec, SnapshotFacts, SnapshotReason, SnapshotRecord,
+    SnapshotSeen, Verification,
 };
 pub use carotation::{first_distrust, CaGenerations};
 pub use classify::{classify, ClientErrorKind, EtcdAnswer, EtcdCall, GrpcCode, Refusal, Verdict};

@@ -160,6 +160,10 @@ pub struct ControlPlaneSpec {
     pub rollout: RolloutStrategy,
     #[serde(default)]
     pub paused: bool,
+    /// `quorum delete` is refused while it is on (turn it off with `quorum protect
+    /// NAME --off` or a manifest): a control plane that must not go by a slip.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub deletion_protection: bool,
     /// An HAProxy whose backend quorum keeps in step with the client endpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub haproxy: Option<HaproxySpec>,
@@ -361,6 +365,7 @@ impl ControlPlaneSpec {
     /// (mutual TLS, maxSurge 1, no load balancer, the default schedules).
     pub fn new(replicas: u32, version: Version) -> ControlPlaneSpec {
         ControlPlaneSpec {
+            deletion_protection: false,
             replicas,
             version,
             rollout: Default::default(),

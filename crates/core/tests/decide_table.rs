@@ -403,6 +403,7 @@ impl Sit {
             }),
             name: "cp".into(),
             spec: ControlPlaneSpec {
+                deletion_protection: false,
                 replicas: self.replicas,
                 version: self.version.parse().unwrap(),
                 rollout: RolloutStrategy {

@@ -24,6 +24,7 @@ pub mod hostinstall;
 pub mod hosts;
 pub mod manifest;
 pub mod rebuild;
+pub mod recreate;
 pub mod secrets;
 pub mod snapshot;
 mod spec;

@@ -208,6 +208,7 @@ spec:
       last: 24         # keep the newest 24, plus the newest of each of the last 7 days
       days: 7          #   (the newest verified snapshot is always kept)
   paused: false
+  deletionProtection: false  # true: `quorum delete` is refused until it is turned off
   # insecurePlaintext: true  # DANGEROUS: plain HTTP, no certificates (only at creation)
   # haproxy:           # optional: an HAProxy quorum keeps in step (see `quorum haproxy-config`)
   #   runtimeApi: /run/haproxy/admin.sock

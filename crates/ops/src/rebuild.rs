@@ -221,7 +221,7 @@ pub fn confirm(ctx: &mut Ctx, name: &str, plan: &Plan) -> Result<()> {
 }
 
 /// A snapshot whose last test restore failed is no ground to rebuild on.
-fn refuse_failed(name: &str, rec: &SnapshotRecord) -> Result<()> {
+pub(crate) fn refuse_failed(name: &str, rec: &SnapshotRecord) -> Result<()> {
     match &rec.verification {
         Some(v) if !v.ok => bail!(
             "snapshot {} failed its test restore ({}): restore from another (`quorum snapshots {name}`), or test it again with `quorum snapshots {name} --verify {}`",
@@ -233,7 +233,7 @@ fn refuse_failed(name: &str, rec: &SnapshotRecord) -> Result<()> {
     }
 }
 
-fn verified_words(rec: &SnapshotRecord) -> String {
+pub(crate) fn verified_words(rec: &SnapshotRecord) -> String {
     match &rec.verification {
         Some(v) if v.ok => format!("verified by a test restore: {} keys read back", v.keys),
         Some(_) => "its test restore failed".into(),
@@ -242,7 +242,7 @@ fn verified_words(rec: &SnapshotRecord) -> String {
 }
 
 /// `45s`, `12m`, `3h`, `2d`.
-fn age(s: i64) -> String {
+pub(crate) fn age(s: i64) -> String {
     match s {
         0..=119 => format!("{s}s"),
         120..=7_199 => format!("{}m", s / 60),
@@ -252,7 +252,7 @@ fn age(s: i64) -> String {
 }
 
 /// A cluster token no cluster had before: the name and 64 random bits.
-fn fresh_token(name: &str) -> String {
+pub(crate) fn fresh_token(name: &str) -> String {
     format!("{name}-{:016x}", rand::random::<u64>())
 }
 

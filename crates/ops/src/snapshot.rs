@@ -164,6 +164,62 @@ pub fn list(ctx: &Ctx, name: &str) -> Result<Vec<SnapshotRecord>> {
     Ok(recs)
 }
 
+/// A name that has snapshots (`quorum snapshots` without a name).
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Owner {
+    pub name: String,
+    /// False: the control plane was deleted; its snapshots are what brings it back.
+    pub exists: bool,
+    pub snapshots: usize,
+    pub newest: String,
+    pub newest_taken_at_unix_s: i64,
+}
+
+/// Every name that has snapshots, by name, deleted control planes included.
+pub fn owners(ctx: &Ctx) -> Result<Vec<Owner>> {
+    let mut out = Vec::new();
+    for name in ctx.store.snapshotted_control_planes()? {
+        let recs = ctx.store.snapshots(&name)?;
+        let Some(newest) = recs.last() else {
+            continue; // pruned meanwhile
+        };
+        out.push(Owner {
+            exists: ctx.store.control_plane(&name)?.is_some(),
+            snapshots: recs.len(),
+            newest: newest.id.clone(),
+            newest_taken_at_unix_s: newest.taken_at_unix_s,
+            name,
+        });
+    }
+    Ok(out)
+}
+
+/// One row per name that has snapshots, for people.
+pub fn owners_table(owners: &[Owner]) -> String {
+    let mut rows = vec![vec![
+        "NAME".to_string(),
+        "STATE".into(),
+        "SNAPSHOTS".into(),
+        "NEWEST (UTC)".into(),
+        "NEWEST".into(),
+    ]];
+    for o in owners {
+        rows.push(vec![
+            o.name.clone(),
+            if o.exists { "exists" } else { "deleted" }.into(),
+            o.snapshots.to_string(),
+            quorum_pki::format_rfc3339(o.newest_taken_at_unix_s),
+            o.newest.clone(),
+        ]);
+    }
+    let mut text = status::columns(&rows);
+    if owners.iter().any(|o| !o.exists) {
+        text.push_str("a deleted one comes back with `quorum create NAME --from-snapshot newest`");
+    }
+    text.trim_end().to_string()
+}
+
 /// One row per snapshot, for people.
 pub fn table(recs: &[SnapshotRecord]) -> String {
     let mut rows = vec![[

@@ -367,6 +367,7 @@ impl World {
                 ca_rotation: None,
                 name: "sim".into(),
                 spec: ControlPlaneSpec {
+                    deletion_protection: false,
                     replicas: 3,
                     version: OLD,
                     rollout: RolloutStrategy::default(),

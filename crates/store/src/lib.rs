@@ -22,6 +22,9 @@ use std::time::Duration;
 
 mod etcd;
 mod event;
+mod heartbeat;
+mod kept;
+pub use heartbeat::{Heartbeat, HeartbeatWriter, StepInProgress};
 pub mod hosts;
 mod sealed;
 pub mod secrets;
@@ -121,6 +124,8 @@ pub enum StoreError {
     // stays on one line and visible.
     #[error("control plane {0:?} does not exist (see `quorum list`)")]
     NotFound(String),
+    #[error("{0} has deletion protection on: nothing was deleted. Turn it off first (`quorum protect {0} --off`, or deletionProtection: false in its manifest)")]
+    DeletionProtected(String),
     #[error("control plane {0:?} already exists: change it with `quorum apply`, `quorum scale` or `quorum upgrade`, or remove it with `quorum delete {0}`")]
     AlreadyExists(String),
     #[error("snapshot {id:?} of control plane {cp:?} is recorded already (an id is written once)")]
@@ -293,7 +298,9 @@ pub trait StateStore: Send {
     /// compare-and-swap write. `false`: someone changed the spec since, and nothing was
     /// written (read it again and decide again).
     fn replace_spec(&mut self, name: &str, expected: u64, spec: &ControlPlaneSpec) -> Result<bool>;
-    /// Records the intent to tear the control plane down.
+    /// Records the intent to tear the control plane down; refused
+    /// (`StoreError::DeletionProtected`, nothing written) while its spec has
+    /// `deletion_protection`, checked in the same write. Marked already is success.
     fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()>;
     /// Records a rebuild (a confirmed restore or recovery), its next phase, or (`None`)
     /// its end.
@@ -396,7 +403,26 @@ pub trait StateStore: Send {
     fn record_snapshot(&self, rec: &SnapshotRecord) -> Result<()>;
     /// Records the outcome of a test restore of a recorded snapshot (the last one is
     /// kept; a newer one replaces it). A snapshot not recorded is an error.
-    fn record_verification(&self, cp: &str, id: &str, v: &Verification) -> Result<()>;
+    fn record_verification(&self, cp: &str, id: &str, v: &Verification) -> Result<()> {
+        let what = "record a snapshot's verification";
+        self.update_snapshot(cp, id, what, &|r| {
+            r.verification = Some(v.clone());
+            true
+        })
+    }
+    /// Changes a snapshot record in one compare-and-swap write: `change` edits the
+    /// record read and says whether it changed anything (nothing is success without a
+    /// write). `what` names the change in errors. A snapshot not recorded is an error.
+    fn update_snapshot(
+        &self,
+        cp: &str,
+        id: &str,
+        what: &'static str,
+        change: &dyn Fn(&mut SnapshotRecord) -> bool,
+    ) -> Result<()>;
+    /// The names that have snapshot records, by name: control planes that exist and
+    /// those deleted (their snapshots outlive them).
+    fn snapshotted_control_planes(&self) -> Result<Vec<String>>;
     /// Forgets a snapshot record (after its file was removed). A record not there is
     /// success: the removal is retried after a crash.
     fn delete_snapshot(&self, cp: &str, id: &str) -> Result<()>;
@@ -676,54 +702,6 @@ impl std::ops::DerefMut for Store {
     }
 }
 
-/// A controller's sign of life: who, when (ms since the Unix epoch), and the step it is
-/// in the middle of, if any (so a reader can tell "busy for 8 s" from "dead").
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Heartbeat {
-    pub identity: String,
-    pub at_ms: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub step: Option<StepInProgress>,
-}
-
-/// A step a controller has started and not finished.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct StepInProgress {
-    pub control_plane: String,
-    /// The step as the controller describes it (`remove member 3a1f… (prod-2)`).
-    pub description: String,
-    /// When it started, in ms since the Unix epoch.
-    pub since_ms: i64,
-}
-
-impl Heartbeat {
-    /// The stored form: JSON.
-    pub(crate) fn encode(&self) -> String {
-        // A struct of strings and integers always serialises.
-        serde_json::to_string(self).unwrap_or_default()
-    }
-
-    /// Reads the stored form: JSON, or `"<at_ms> <identity>"` as quorum wrote it before
-    /// heartbeats said which step was in progress.
-    pub(crate) fn decode(text: &str) -> Option<Heartbeat> {
-        if let Ok(beat) = serde_json::from_str::<Heartbeat>(text) {
-            return Some(beat);
-        }
-        let (at, identity) = text.split_once(' ')?;
-        Some(Heartbeat {
-            identity: identity.to_string(),
-            at_ms: at.parse().ok()?,
-            step: None,
-        })
-    }
-}
-
-/// Records heartbeats from a thread of the controller's own (see
-/// `StateStore::heartbeat_writer`). Each call is bounded like every store call.
-pub trait HeartbeatWriter: Send {
-    fn beat(&mut self, beat: &Heartbeat) -> Result<()>;
-}
-
 /// Milliseconds since the Unix epoch (for records only; no decision reads it).
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -835,6 +813,24 @@ fn new_machine(
 /// plane `cp`): the name must be the one it is filed under, and `<cp>-<serial>`, so a
 /// record filed under another control plane is corruption, never a machine of this one.
 /// Returns what is wrong, for the backend's corruption error.
+/// Marks `cp` deleting unless it is protected (both backends, inside their
+/// read-modify-write of the record).
+fn mark_deleting(cp: &mut ControlPlane) {
+    if !cp.spec.deletion_protection {
+        cp.deleting = true;
+    }
+}
+
+/// After `mark_deleting` was written: a protected control plane not marked before is
+/// refused.
+fn deleting_or_protected(name: &str, now: Option<ControlPlane>) -> Result<()> {
+    match now {
+        None => Err(StoreError::NotFound(name.to_string())),
+        Some(cp) if !cp.deleting => Err(StoreError::DeletionProtected(name.to_string())),
+        Some(_) => Ok(()),
+    }
+}
+
 /// A snapshot record read back under `cp` is one of `cp`'s, whole.
 fn check_snapshot_filed(cp: &str, id: &str, r: &SnapshotRecord) -> Result<(), String> {
     if r.control_plane != cp || r.id != id {

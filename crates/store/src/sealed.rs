@@ -40,7 +40,7 @@ impl Store {
     /// The key new secrets are sealed with: the one the store names, which this
     /// process's key provider must hold; or, for a store that has none yet, the
     /// provider's (a key file made now), recorded in the store.
-    fn sealing_key(&self) -> Result<String> {
+    pub(crate) fn sealing_key(&self) -> Result<String> {
         if let Some(id) = self.inner.setting(secrets::KEY_ID_SETTING)? {
             if !self.keys.holds(&id)? {
                 return Err(self.missing_key(&id));
@@ -55,7 +55,7 @@ impl Store {
         Ok(id)
     }
 
-    fn missing_key(&self, id: &str) -> StoreError {
+    pub(crate) fn missing_key(&self, id: &str) -> StoreError {
         self.keys
             .missing(&format!("the secrets in {}", self.inner.location()), id)
     }
@@ -318,10 +318,14 @@ impl Store {
                 break;
             }
         }
-        if changes.len() < max && self.rewrap_hosts_ca(new_key)? {
-            return Ok(1 + self.inner.replace_ca_keys(&changes)?);
+        let hosts = usize::from(changes.len() < max && self.rewrap_hosts_ca(new_key)?);
+        let left = max - changes.len() - hosts;
+        let mut done = hosts + self.inner.replace_ca_keys(&changes)?;
+        // Then the CA keys snapshots keep (`kept.rs`).
+        if left > 0 {
+            done += self.rewrap_kept(new_key, left)?;
         }
-        self.inner.replace_ca_keys(&changes)
+        Ok(done)
     }
 
     /// The key ids the store's secrets are wrapped with now, and how many with each.
@@ -342,6 +346,7 @@ impl Store {
             };
             *ids.entry(id).or_default() += 1;
         }
+        self.count_kept(&mut ids)?;
         Ok(ids)
     }
 }

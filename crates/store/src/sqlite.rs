@@ -1,7 +1,6 @@
 //! The embedded backend: one SQLite file (WAL mode) in the state directory.
 
 use super::*;
-use quorum_core::Verification;
 
 mod events;
 mod open;
@@ -542,9 +541,9 @@ impl StateStore for SqliteStore {
         })
     }
 
-    /// Records the intent to tear the control plane down.
     fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()> {
-        self.modify_control_plane(name, |cp| cp.deleting = true)
+        self.modify_control_plane(name, mark_deleting)?;
+        deleting_or_protected(name, self.control_plane(name)?)
     }
 
     /// Forgets a control plane, its machines and its published status (its events stay
@@ -831,8 +830,19 @@ impl StateStore for SqliteStore {
         self.record_snapshot_sql(rec)
     }
 
-    fn record_verification(&self, cp: &str, id: &str, v: &Verification) -> Result<()> {
-        self.record_verification_sql(cp, id, v)
+    fn update_snapshot(
+        &self,
+        cp: &str,
+        id: &str,
+        what: &'static str,
+        change: &dyn Fn(&mut SnapshotRecord) -> bool,
+    ) -> Result<()> {
+        let _ = what; // one SQLite transaction: no retry to name
+        self.update_snapshot_sql(cp, id, change)
+    }
+
+    fn snapshotted_control_planes(&self) -> Result<Vec<String>> {
+        self.snapshotted_control_planes_sql()
     }
 
     fn delete_snapshot(&self, cp: &str, id: &str) -> Result<()> {

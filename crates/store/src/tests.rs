@@ -33,6 +33,7 @@ fn cp(name: &str) -> ControlPlane {
         ca_rotation: None,
         name: name.into(),
         spec: ControlPlaneSpec {
+            deletion_protection: false,
             replicas: 3,
             version: "3.4.23".parse().unwrap(),
             rollout: RolloutStrategy::default(),
@@ -289,28 +290,7 @@ fn a_snapshot_record_moved_elsewhere_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let home = private(&dir);
     let s = Store::open(&home).unwrap();
-    let at = 1_800_000_000;
-    let rec = quorum_core::SnapshotRecord {
-        id: quorum_core::backup::snapshot_id("a", at, 3, 0),
-        control_plane: "a".into(),
-        taken_at_unix_s: at,
-        reason: quorum_core::SnapshotReason::OnDemand,
-        from_machine: "a-1".into(),
-        etcd_version: "3.5.1".parse().unwrap(),
-        spec_version: "3.5.1".parse().unwrap(),
-        rollout_to: None,
-        location: "/b".into(),
-        sha256: "0".repeat(64),
-        size_bytes: 20_512,
-        facts: quorum_core::SnapshotFacts {
-            hash: 1,
-            revision: 3,
-            total_keys: 7,
-            total_size_bytes: 20_480,
-        },
-        took_ms: 1,
-        verification: None,
-    };
+    let rec = snapshot_of("a", 1_800_000_000);
     s.record_snapshot(&rec).unwrap();
     let conn = rusqlite::Connection::open(home.join(STATE_FILE)).unwrap();
     conn.execute("UPDATE snapshots SET control_plane = 'b'", [])
@@ -432,4 +412,72 @@ mod concurrency_tests {
             }
         }
     }
+}
+
+fn snapshot_of(cp: &str, at: i64) -> quorum_core::SnapshotRecord {
+    quorum_core::SnapshotRecord {
+        recreate: None,
+        id: quorum_core::backup::snapshot_id(cp, at, 3, 0),
+        control_plane: cp.into(),
+        taken_at_unix_s: at,
+        reason: quorum_core::SnapshotReason::OnDemand,
+        from_machine: format!("{cp}-1"),
+        etcd_version: "3.5.1".parse().unwrap(),
+        spec_version: "3.5.1".parse().unwrap(),
+        rollout_to: None,
+        location: "/b".into(),
+        sha256: "0".repeat(64),
+        size_bytes: 20_512,
+        facts: quorum_core::SnapshotFacts {
+            hash: 1,
+            revision: 3,
+            total_keys: 7,
+            total_size_bytes: 20_480,
+        },
+        took_ms: 1,
+        verification: None,
+    }
+}
+
+/// A snapshot keeps its control plane's spec and CA (`kept.rs`): the key sealed for
+/// that record alone (never plaintext in the file; copied to another record it does
+/// not open), opened on request, and re-wrapped with the store's other secrets when
+/// the key-encryption key is rotated.
+#[test]
+fn a_snapshot_keeps_its_ca_sealed_for_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = private(&dir);
+    let mut s = Store::open(&home).unwrap();
+    let mut tls = cp("k");
+    tls.spec.insecure_plaintext = false;
+    let ca = StoredCa {
+        cert_pem: "CERT-OF-K".into(),
+        key_pem: "PRIVATE-KEY-OF-K".into(),
+    };
+    s.create_control_plane(&tls, Some(&ca), 1).unwrap();
+    s.record_snapshot(&snapshot_of("k", 1_800_000_000)).unwrap();
+    let rec = s.snapshots("k").unwrap().remove(0);
+    assert_eq!(rec.recreate.as_ref().unwrap().spec, tls.spec);
+    assert_eq!(s.snapshot_ca(&rec).unwrap(), Some(ca.clone()));
+    let file = std::fs::read(home.join(STATE_FILE)).unwrap();
+    let plain = file.windows(16).any(|w| w == b"PRIVATE-KEY-OF-K");
+    assert!(!plain, "a CA key in plaintext in the state file");
+    // Copied into another snapshot's record, it does not open.
+    let moved = quorum_core::SnapshotRecord {
+        id: quorum_core::backup::snapshot_id("k", 1_800_000_000, 3, 1),
+        ..rec.clone()
+    };
+    let e = s.snapshot_ca(&moved).unwrap_err();
+    assert!(matches!(e, StoreError::Secrets(_)), "{e}");
+    // A new key-encryption key: the CA and the snapshot's copy are both re-wrapped.
+    let old = s.setting(secrets::KEY_ID_SETTING).unwrap().unwrap();
+    let new = secrets::KeyFile::resolve(&home, None).add_key().unwrap();
+    assert!(s
+        .replace_setting(secrets::KEY_ID_SETTING, &old, &new)
+        .unwrap());
+    assert_eq!(s.rewrap_secrets(&new).unwrap(), 2);
+    let ids = s.secrets_key_ids().unwrap();
+    assert_eq!(ids.into_iter().collect::<Vec<_>>(), [(new, 2)]);
+    let rec = s.snapshots("k").unwrap().remove(0);
+    assert_eq!(s.snapshot_ca(&rec).unwrap(), Some(ca));
 }

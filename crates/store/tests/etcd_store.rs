@@ -68,6 +68,7 @@ fn cp(name: &str) -> ControlPlane {
         ca_rotation: None,
         name: name.into(),
         spec: ControlPlaneSpec {
+            deletion_protection: false,
             replicas: 3,
             version: "3.4.23".parse().unwrap(),
             rollout: RolloutStrategy::default(),
@@ -331,6 +332,7 @@ fn update_behaviour(s: &mut Store) {
 /// A snapshot record as `quorum_backup::take` makes one.
 fn snapshot(cp: &str, at_unix_s: i64, revision: i64) -> SnapshotRecord {
     SnapshotRecord {
+        recreate: None,
         id: snapshot_id(cp, at_unix_s, revision, 0),
         control_plane: cp.into(),
         taken_at_unix_s: at_unix_s,
@@ -371,6 +373,20 @@ fn snapshot_behaviour(s: &mut Store) {
         ..newer.clone()
     };
     s.record_snapshot(&twin).unwrap();
+    // Each keeps the spec (and CA: none here) of its control plane when recorded; one
+    // of a control plane that does not exist keeps none.
+    let kept = |r: &SnapshotRecord| SnapshotRecord {
+        recreate: Some(quorum_core::Recreate {
+            spec: cp("s").spec,
+            ca_generation: 0,
+            ca_cert_pem: None,
+            ca_key: None,
+        }),
+        ..r.clone()
+    };
+    let (older, newer, twin) = (kept(&older), kept(&newer), kept(&twin));
+    assert_eq!(s.snapshots("other").unwrap()[0].recreate, None);
+    assert_eq!(s.snapshotted_control_planes().unwrap(), ["other", "s"]);
     let all = vec![older.clone(), newer.clone(), twin.clone()];
     assert_eq!(s.snapshots("s").unwrap(), all);
     let again = s.record_snapshot(&older).unwrap_err();
@@ -408,8 +424,16 @@ fn snapshot_behaviour(s: &mut Store) {
     s.delete_snapshot("s", &older.id).unwrap();
     let all: Vec<SnapshotRecord> = s.snapshots("s").unwrap();
     assert_eq!(all, read[1..].to_vec());
+    // Protected: not marked deleting, nothing written.
+    let mut spec = cp("s").spec;
+    spec.deletion_protection = true;
+    s.update_spec("s", &spec).unwrap();
+    let e = s.mark_control_plane_deleting("s").unwrap_err();
+    assert!(matches!(e, StoreError::DeletionProtected(_)), "{e}");
+    assert!(!s.get_control_plane("s").unwrap().deleting);
     s.forget_control_plane("s").unwrap();
     assert_eq!(s.snapshots("s").unwrap(), all, "they outlive it");
+    assert_eq!(s.snapshotted_control_planes().unwrap(), ["other", "s"]);
 }
 
 /// A CA rotation's records: begun once with its new CA, its phase moved only while it

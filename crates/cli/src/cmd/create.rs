@@ -1,6 +1,6 @@
 //! `quorum create`: a new control plane from flags.
 
-use crate::args::CreateArgs;
+use crate::args::{CreateArgs, WaitArgs};
 use crate::cmd::wait_for;
 use crate::usage;
 use anyhow::Result;
@@ -10,9 +10,14 @@ use quorum_core::{
 use quorum_ops::{create, wait, Ctx, Place};
 
 pub async fn run(at: &Place, a: CreateArgs) -> Result<()> {
+    if let Some(which) = &a.from_snapshot {
+        return recreate(at, &a.name, which, &a.wait).await;
+    }
     let mut ctx = Ctx::open(at)?;
-    let version = ctx.version(&a.version)?;
+    // clap requires --version unless --from-snapshot is given.
+    let version = ctx.version(a.version.as_deref().unwrap_or_default())?;
     let spec = ControlPlaneSpec {
+        deletion_protection: false,
         replicas: a.replicas,
         version,
         rollout: RolloutStrategy {
@@ -43,4 +48,18 @@ pub async fn run(at: &Place, a: CreateArgs) -> Result<()> {
     // The spec came from flags: the core's refusals of it name the flags (exit 2).
     create(&mut ctx, &a.name, spec, a.force).map_err(usage::create_flag_error)?;
     wait_for(&ctx, &a.name, wait::Goal::Converged, &a.wait, 0).await
+}
+
+/// Brings back the deleted control plane `name` from its snapshot `which`
+/// (`quorum_ops::recreate`): says what it does, records it, follows it with --wait.
+pub async fn recreate(at: &Place, name: &str, which: &str, w: &WaitArgs) -> Result<()> {
+    let mut ctx = Ctx::open_existing(at)?;
+    let now = quorum_controller::access::now_unix_s();
+    let (cp, text) = quorum_ops::recreate::plan(&ctx, name, which, now)?;
+    println!("{text}");
+    quorum_ops::recreate::record(&mut ctx, &cp)?;
+    println!(
+        "{name}: recorded; the controller restores it (`quorum status {name}` shows the phase)"
+    );
+    wait_for(&ctx, name, wait::Goal::Converged, w, 0).await
 }

@@ -13,6 +13,9 @@ pub async fn run(at: &Place, a: DeleteArgs) -> Result<()> {
     let name = a.name;
     let mut ctx = Ctx::open_existing(at)?;
     let cp = ctx.store.get_control_plane(&name)?;
+    if cp.spec.deletion_protection && !cp.deleting {
+        return Err(quorum_store::StoreError::DeletionProtected(name).into());
+    }
     // Asked once: a deletion already marked goes on without asking again.
     if !cp.deleting {
         println!("{}", plan(&ctx, &name)?);
@@ -52,9 +55,13 @@ fn plan(ctx: &Ctx, name: &str) -> Result<String> {
         .collect();
     let snapshots = ctx.store.snapshots(name)?.len();
     Ok(format!(
-        "{name}: deleting stops and removes its {} ({}) with their data, and forgets its spec and its CA; its {snapshots} snapshot(s) stay (`quorum snapshots {name}`)",
+        "{name}: deleting stops and removes its {} ({}) with their data, and forgets its spec and its CA; {}",
         if machines.len() == 1 { "machine".to_string() } else { format!("{} machines", machines.len()) },
         if machines.is_empty() { "none yet".to_string() } else { machines.join(", ") },
+        match snapshots {
+            0 => format!("it has no snapshot, so it cannot be brought back (`quorum snapshot {name}` takes one first)"),
+            n => format!("its {} stay, with its spec and CA: `quorum create {name} --from-snapshot newest` brings it back", quorum_ops::status::plural(n as u32, "snapshot")),
+        }
     ))
 }
 

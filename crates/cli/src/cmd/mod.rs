@@ -39,6 +39,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Upgrade(a) => upgrade::run(at, a).await,
         Command::Scale(a) => scale::run(at, a).await,
         Command::Pause(a) => pause::run(at, a),
+        Command::Protect(a) => pause::protect(at, a),
         Command::Status(a) => status::run(at, a).await,
         Command::Events(a) => run_events(at, a).await,
         Command::List(a) => list::run(at, a).await,

@@ -8,6 +8,11 @@ use quorum_ops::rebuild::{self, From};
 use quorum_ops::{wait, Ctx, Place};
 
 pub async fn restore(at: &Place, a: RestoreArgs) -> Result<()> {
+    // Into a name that no longer exists: nothing is lost, so nothing to confirm.
+    let ctx = Ctx::open_existing(at)?;
+    if ctx.store.control_plane(&a.name)?.is_none() && !ctx.store.snapshots(&a.name)?.is_empty() {
+        return crate::cmd::create::recreate(at, &a.name, &a.from, &a.wait).await;
+    }
     run(at, &a.name, From::Snapshot(a.from), a.yes, &a.wait).await
 }
 

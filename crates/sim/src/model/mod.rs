@@ -403,6 +403,7 @@ fn initial_rollout(variant: Variant) -> State {
             }),
             name: "m".into(),
             spec: ControlPlaneSpec {
+                deletion_protection: false,
                 replicas: 3,
                 version: NEW,
                 rollout: RolloutStrategy {

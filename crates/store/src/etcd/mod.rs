@@ -30,6 +30,7 @@
 //! `setting/controller-shards`.
 
 mod allocate;
+mod cakeys;
 mod call;
 mod events;
 mod lease;
@@ -263,46 +264,8 @@ impl StateStore for EtcdStore {
         Ok(out)
     }
 
-    /// A transaction per record, each comparing the record's revision; after replacing
-    /// plaintext keys, the history is compacted to now, so no earlier revision still
-    /// holds one (a defragmentation of the management etcd then drops the bytes).
     fn replace_ca_keys(&mut self, changes: &[(String, String, String)]) -> Result<usize> {
-        let mut replaced = 0;
-        let mut last_revision = 0;
-        for (cp, old, new) in changes {
-            let key = self.key(&format!("ca/{cp}"));
-            let Some(kv) = self.get(&key, "read a CA")? else {
-                continue;
-            };
-            let mut r: CaRecord = self.parse(&kv)?;
-            if r.key_pem != *old {
-                continue;
-            }
-            r.key_pem = new.clone();
-            let value = to_json(&r);
-            let put = TxnOp::put(key.clone(), value.clone(), None);
-            let unchanged = Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision);
-            let landed = Landed::Value {
-                key,
-                value: value.into_bytes(),
-            };
-            if let Committed::Yes(rev) =
-                self.commit("seal a CA key", vec![unchanged], vec![put], Some(landed))?
-            {
-                replaced += 1;
-                last_revision = last_revision.max(rev);
-            }
-        }
-        let any_plaintext = changes
-            .iter()
-            .any(|(_, old, _)| crate::secrets::Sealed::parse(old).is_none());
-        if any_plaintext && last_revision > 0 {
-            self.call(
-                "compact the history of the plaintext keys",
-                move |mut c| async move { c.compact(last_revision, None).await.map(drop) },
-            )?;
-        }
-        Ok(replaced)
+        self.replace_ca_keys_kv(changes)
     }
 
     fn certificate_authority(&self, cp: &ControlPlane) -> Result<Option<StoredCa>> {
@@ -433,7 +396,8 @@ impl StateStore for EtcdStore {
     }
 
     fn mark_control_plane_deleting(&mut self, name: &str) -> Result<()> {
-        self.modify_control_plane(name, &|cp| cp.deleting = true)
+        self.modify_control_plane(name, &mark_deleting)?;
+        deleting_or_protected(name, self.control_plane(name)?)
     }
 
     fn set_rebuild(&mut self, name: &str, rebuild: Option<&Rebuild>) -> Result<()> {
@@ -683,8 +647,18 @@ impl StateStore for EtcdStore {
         self.record_snapshot_kv(rec)
     }
 
-    fn record_verification(&self, cp: &str, id: &str, v: &Verification) -> Result<()> {
-        self.record_verification_kv(cp, id, v)
+    fn update_snapshot(
+        &self,
+        cp: &str,
+        id: &str,
+        what: &'static str,
+        change: &dyn Fn(&mut SnapshotRecord) -> bool,
+    ) -> Result<()> {
+        self.update_snapshot_kv(cp, id, what, change)
+    }
+
+    fn snapshotted_control_planes(&self) -> Result<Vec<String>> {
+        self.snapshotted_control_planes_kv()
     }
 
     fn delete_snapshot(&self, cp: &str, id: &str) -> Result<()> {

@@ -27,11 +27,12 @@ impl EtcdStore {
         }
     }
 
-    pub(super) fn record_verification_kv(
+    pub(super) fn update_snapshot_kv(
         &self,
         cp: &str,
         id: &str,
-        v: &Verification,
+        what: &'static str,
+        change: &dyn Fn(&mut SnapshotRecord) -> bool,
     ) -> Result<()> {
         let key = self.key(&format!("snapshot/{cp}/{id}"));
         for attempt in 0..WRITE_ATTEMPTS {
@@ -44,7 +45,11 @@ impl EtcdStore {
             };
             let mut rec: SnapshotRecord = self.parse(&kv)?;
             check_snapshot_filed(cp, id, &rec).map_err(|e| self.corrupt(e))?;
-            rec.verification = Some(v.clone());
+            if !change(&mut rec) {
+                return Ok(());
+            }
+            // The change may not move the record to another id or control plane.
+            check_snapshot_filed(cp, id, &rec).map_err(|e| self.corrupt(e))?;
             let same = Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision);
             let value = to_json(&rec);
             let put = TxnOp::put(key.clone(), value.clone(), None);
@@ -52,12 +57,31 @@ impl EtcdStore {
                 key: key.clone(),
                 value: value.into_bytes(),
             };
-            let what = "record a snapshot's verification";
             if let Committed::Yes(_) = self.commit(what, vec![same], vec![put], Some(landed))? {
                 return Ok(());
             }
         }
         Err(self.conflict(format!("snapshot {id:?}")))
+    }
+
+    /// Names under `snapshot/`, each once (keys only: the records are not read).
+    pub(super) fn snapshotted_control_planes_kv(&self) -> Result<Vec<String>> {
+        let prefix = self.key("snapshot/");
+        let keys = self.list(
+            &prefix,
+            GetOptions::new().with_keys_only(),
+            "list snapshots",
+        )?;
+        let mut names: Vec<String> = keys
+            .iter()
+            .filter_map(|kv| {
+                kv.key[prefix.len()..]
+                    .split_once('/')
+                    .map(|(cp, _)| cp.to_string())
+            })
+            .collect();
+        names.dedup();
+        Ok(names)
     }
 
     pub(super) fn delete_snapshot_kv(&self, cp: &str, id: &str) -> Result<()> {

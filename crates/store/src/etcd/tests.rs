@@ -88,6 +88,7 @@ fn cp(name: &str) -> ControlPlane {
         ca_rotation: None,
         name: name.into(),
         spec: ControlPlaneSpec {
+            deletion_protection: false,
             replicas: 3,
             version: "3.4.23".parse().unwrap(),
             rollout: quorum_core::RolloutStrategy::default(),

@@ -22,11 +22,11 @@ impl SqliteStore {
         Ok(())
     }
 
-    pub(super) fn record_verification_sql(
+    pub(super) fn update_snapshot_sql(
         &self,
         cp: &str,
         id: &str,
-        v: &Verification,
+        change: &dyn Fn(&mut SnapshotRecord) -> bool,
     ) -> Result<()> {
         let tx = self.conn.unchecked_transaction().map_err(|e| self.err(e))?;
         let doc: Option<String> = tx
@@ -46,13 +46,29 @@ impl SqliteStore {
         let mut rec: SnapshotRecord = serde_json::from_str(&doc)
             .map_err(|e| self.corrupt(format!("snapshot record '{id}' of '{cp}': {e}")))?;
         check_snapshot_filed(cp, id, &rec).map_err(|e| self.corrupt(e))?;
-        rec.verification = Some(v.clone());
+        if !change(&mut rec) {
+            return Ok(());
+        }
+        // The change may not move the record to another id or control plane.
+        check_snapshot_filed(cp, id, &rec).map_err(|e| self.corrupt(e))?;
         tx.execute(
             "UPDATE snapshots SET doc = ?3 WHERE control_plane = ?1 AND id = ?2",
             params![cp, id, to_json(&rec)],
         )
         .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))
+    }
+
+    pub(super) fn snapshotted_control_planes_sql(&self) -> Result<Vec<String>> {
+        let mut stmt = self
+            .conn
+            .prepare("SELECT DISTINCT control_plane FROM snapshots ORDER BY 1")
+            .map_err(|e| self.err(e))?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .and_then(|rows| rows.collect::<std::result::Result<Vec<_>, _>>())
+            .map_err(|e| self.err(e));
+        rows
     }
 
     pub(super) fn delete_snapshot_sql(&self, cp: &str, id: &str) -> Result<()> {
