@@ -143,3 +143,50 @@ fn bringing_back_refuses_what_it_cannot_do() {
     let e = env.fails(&["create", "x"]);
     assert!(e.contains("--version"), "{e}");
 }
+
+/// A deleted control plane's snapshots stay under the retention they were kept with:
+/// a controller removes what it no longer keeps (file and record), and nothing else.
+#[test]
+fn a_deleted_control_planes_snapshots_stay_under_their_retention() {
+    let mut env = Env::new("undelete-retention");
+    let manifest = scheduled_backup_manifest(&env, "o", "off", 2);
+    env.start_controller();
+    env.ok(&[
+        "apply",
+        "-f",
+        manifest.to_str().unwrap(),
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    // No controller while the three are taken and the control plane deleted: one
+    // would apply the retention to a live control plane at once.
+    assert_eq!(env.terminate_controller(), Some(0));
+    for _ in 0..3 {
+        env.ok(&["snapshot", "o", "--no-verify"]);
+    }
+    env.ok(&["delete", "o", "--yes"]);
+    let (recs, ids, files) = snapshot_records_and_files(&env, "o");
+    assert_eq!((recs.len(), &ids), (3, &files), "all three stay at first");
+    env.start_controller();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let kept = loop {
+        let (recs, ids, files) = snapshot_records_and_files(&env, "o");
+        if recs.len() == 2 && ids == files {
+            break recs;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "retention never applied: {ids:?}, files {files:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let taken: Vec<&str> = recs.iter().map(|r| r.id.as_str()).collect();
+    let stayed: Vec<&str> = kept.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(stayed, taken[1..], "the newest two stay");
+    let history = history(&env.store().events_after("o", 0, 1_000).unwrap());
+    assert!(
+        history.contains("retention no longer keeps it"),
+        "{history}"
+    );
+}

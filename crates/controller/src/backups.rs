@@ -143,37 +143,38 @@ impl Reconciler {
         Ok(v)
     }
 
-    /// Removes a snapshot's file (wherever its record says it is kept, and any local
-    /// copy), then its record; either already gone is success.
+    /// Removes a snapshot's file and then its record (`remove_snapshot`).
     pub(crate) async fn prune_snapshot(
         &self,
         cp: &ControlPlane,
         id: &str,
     ) -> Result<(), ActionError> {
-        let dir = LocalDir::for_control_plane(&self.sh.cfg.home, &cp.name);
-        let rec = self
-            .sh
-            .store()
-            .snapshots(&cp.name)?
-            .into_iter()
-            .find(|r| r.id == id);
-        match rec {
-            Some(rec) => quorum_backup::remove_kept(&dir, &rec).await?,
-            None => {
-                let path = dir.path(id);
-                match std::fs::remove_file(&path) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => {
-                        return Err(ActionError::Backup(quorum_backup::BackupError::Store {
-                            location: path.display().to_string(),
-                            message: e.to_string(),
-                        }))
-                    }
+        remove_snapshot(&self.sh, &cp.name, id).await
+    }
+}
+
+/// Removes a snapshot's file (wherever its record says it is kept, and any local copy),
+/// then its record; either already gone is success. Also for snapshots of a deleted
+/// control plane (`orphans.rs`).
+pub(crate) async fn remove_snapshot(sh: &Shared, cp: &str, id: &str) -> Result<(), ActionError> {
+    let dir = LocalDir::for_control_plane(&sh.cfg.home, cp);
+    let rec = sh.store().snapshots(cp)?.into_iter().find(|r| r.id == id);
+    match rec {
+        Some(rec) => quorum_backup::remove_kept(&dir, &rec).await?,
+        None => {
+            let path = dir.path(id);
+            match std::fs::remove_file(&path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(ActionError::Backup(quorum_backup::BackupError::Store {
+                        location: path.display().to_string(),
+                        message: e.to_string(),
+                    }))
                 }
             }
         }
-        self.sh.store().delete_snapshot(&cp.name, id)?;
-        Ok(())
     }
+    sh.store().delete_snapshot(cp, id)?;
+    Ok(())
 }

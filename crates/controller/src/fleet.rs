@@ -196,6 +196,10 @@ pub(crate) struct Fleet {
     in_flight: Arc<AtomicUsize>,
     last_data_version: Option<i64>,
     listed_at: Option<Instant>,
+    /// The pass over deleted control planes' snapshots (`orphans.rs`): when it last
+    /// started, and the task while it runs.
+    orphans_at: Option<Instant>,
+    orphan_task: Option<JoinHandle<()>>,
 }
 
 /// The permits of `--concurrency N`, bounded.
@@ -213,6 +217,8 @@ impl Fleet {
             in_flight: Arc::new(AtomicUsize::new(0)),
             last_data_version: None,
             listed_at: None,
+            orphans_at: None,
+            orphan_task: None,
         }
     }
 
@@ -220,6 +226,7 @@ impl Fleet {
     /// when the store changed, or `idle_poll_ms` after the last listing.
     pub(crate) fn tend(&mut self, sh: &Arc<Shared>) -> Result<(), StoreError> {
         self.reap(sh);
+        self.tend_orphans(sh);
         let version = sh.data_version.read(|| sh.store().data_version())?;
         let due = self
             .listed_at
@@ -265,6 +272,28 @@ impl Fleet {
         Ok(())
     }
 
+    /// Starts the pass over deleted control planes' snapshots (`orphans.rs`) when it is
+    /// due and none runs.
+    fn tend_orphans(&mut self, sh: &Arc<Shared>) {
+        let every = Duration::from_millis(crate::orphans::ORPHAN_PASS_EVERY_MS);
+        let due = self.orphans_at.is_none_or(|t| t.elapsed() >= every);
+        let running = self.orphan_task.as_ref().is_some_and(|h| !h.is_finished());
+        if !due || running {
+            return;
+        }
+        self.orphans_at = Some(Instant::now());
+        let sh = sh.clone();
+        self.orphan_task = Some(tokio::spawn(async move {
+            match crate::orphans::pass(&sh).await {
+                Ok(0) => {}
+                Ok(n) => tracing::info!("removed {n} snapshot(s) of deleted control planes"),
+                Err(e) => {
+                    tracing::warn!("the pass over deleted control planes' snapshots failed: {e}")
+                }
+            }
+        }));
+    }
+
     /// Removes the tasks that ended (their control plane is gone), with what they held.
     fn reap(&mut self, sh: &Shared) {
         let ended: Vec<String> = self
@@ -300,8 +329,13 @@ impl Fleet {
             sh.access.remove(&name);
             ended.push(t.handle);
         }
+        if let Some(h) = self.orphan_task.take() {
+            h.abort();
+            ended.push(h);
+        }
         self.last_data_version = None;
         self.listed_at = None;
+        self.orphans_at = None;
         sh.metrics.fleet(&sh.cfg.scope(), 0, 0, sh.access.len());
         ended
     }

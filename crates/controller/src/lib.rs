@@ -22,6 +22,7 @@ pub mod heartbeat;
 mod history;
 pub mod hosts;
 pub mod metrics;
+mod orphans;
 pub mod pacing;
 mod perform;
 mod rebuild;

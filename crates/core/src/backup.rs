@@ -278,6 +278,21 @@ pub fn retention_plan(
     out
 }
 
+/// The snapshots of a deleted control plane that retention removes, oldest first: its
+/// spec is gone, so the retention its newest record kept (`Recreate`) holds, or the
+/// default for records that keep none. Nothing new is taken, so the newest `last` stay
+/// for good, and those kept only as a day's newest go once their day is past `days`.
+pub fn orphan_prunes(records: &[SnapshotRecord], now_unix_s: i64) -> Vec<String> {
+    let retention = records
+        .iter()
+        .max_by_key(|r| r.taken_at_unix_s)
+        .and_then(|r| r.recreate.as_ref())
+        .map(|k| k.spec.backup.retention)
+        .unwrap_or_default();
+    let seen: Vec<SnapshotSeen> = records.iter().map(SnapshotRecord::seen).collect();
+    retention_plan(&seen, retention, now_unix_s)
+}
+
 /// What etcd's own tool (`etcdutl snapshot status`) reads out of a snapshot file: the
 /// facts a restore is later checked against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -717,6 +732,80 @@ mod tests {
             change(&mut new);
             assert_eq!(needs_snapshot(&old, &new, machines), want, "{what}");
         }
+    }
+
+    fn record(at: i64) -> SnapshotRecord {
+        SnapshotRecord {
+            recreate: None,
+            id: snapshot_id("prod", at, 9, 0),
+            control_plane: "prod".into(),
+            taken_at_unix_s: at,
+            reason: SnapshotReason::OnDemand,
+            from_machine: "prod-1".into(),
+            etcd_version: "3.5.1".parse().unwrap(),
+            spec_version: "3.5.1".parse().unwrap(),
+            rollout_to: None,
+            location: "/b".into(),
+            sha256: "0".repeat(64),
+            size_bytes: 20_512,
+            facts: SnapshotFacts {
+                hash: 1,
+                revision: 9,
+                total_keys: 7,
+                total_size_bytes: 20_480,
+            },
+            took_ms: 3,
+            verification: None,
+        }
+    }
+
+    #[test]
+    fn a_deleted_control_planes_snapshots_keep_the_retention_they_were_kept_with() {
+        // Four daily snapshots, the newest yesterday; none verified.
+        let recs: Vec<SnapshotRecord> = (1..=4).map(|d| record(NOW - d * DAY)).collect();
+        let with = |last, days| {
+            let mut spec = crate::ControlPlaneSpec {
+                deletion_protection: false,
+                replicas: 3,
+                version: "3.5.1".parse().unwrap(),
+                rollout: Default::default(),
+                paused: false,
+                haproxy: None,
+                certificates: Default::default(),
+                insecure_plaintext: false,
+                remediation: Default::default(),
+                maintenance: Default::default(),
+                backup: Default::default(),
+                provider: Default::default(),
+            };
+            spec.backup.retention = RetentionSpec { last, days };
+            let mut out = recs.clone();
+            for r in &mut out {
+                r.recreate = Some(Recreate {
+                    spec: spec.clone(),
+                    ca_generation: 0,
+                    ca_cert_pem: None,
+                    ca_key: None,
+                });
+            }
+            out
+        };
+        let id = |d: i64| record(NOW - d * DAY).id;
+        let table: [(&str, Vec<SnapshotRecord>, Vec<String>); 4] = [
+            (
+                "last 1, 3 days: the day before yesterday's stays",
+                with(1, 3),
+                vec![id(4), id(3)],
+            ),
+            ("last 2, no days", with(2, 0), vec![id(4), id(3)]),
+            ("last 10: all stay", with(10, 0), vec![]),
+            // Records that keep no spec: the default (24 and 7 days) keeps them all.
+            ("no spec kept: the default", recs.clone(), vec![]),
+        ];
+        for (what, records, want) in table {
+            assert_eq!(orphan_prunes(&records, NOW), want, "{what}");
+        }
+        assert_eq!(orphan_prunes(&[], NOW), Vec::<String>::new());
     }
 
     #[test]

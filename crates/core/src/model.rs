@@ -70,6 +70,7 @@ impl Default for RolloutStrategy {
 /// How a machine that runs another version (or whose certificates expire soon) is
 /// brought up to date.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String")]
 pub enum Strategy {
     /// A new machine joins and the old one leaves: right where machines are immutable
     /// (new hosts, new images). Each replacement copies the whole database and waits
@@ -99,6 +100,15 @@ impl Strategy {
 impl fmt::Display for Strategy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// A manifest reads a strategy as `--strategy` does (`inplace`, `in-place`, any case).
+impl TryFrom<String> for Strategy {
+    type Error = String;
+
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        s.parse()
     }
 }
 

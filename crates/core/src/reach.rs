@@ -55,6 +55,10 @@ pub struct Taken {
 /// address never used before (`None`: none left). A list recorded before this rule
 /// (empty) starts from the addresses the members hold, so clients configured with them
 /// keep working.
+/// The most fresh addresses one allocation asks its source for (a source that keeps
+/// answering addresses already held or listed gives out: the search ends).
+const FRESH_ATTEMPTS: usize = 4 * MAX_CLIENT_ADDRESSES;
+
 pub fn take(
     kept: &[SocketAddrV4],
     held: &[SocketAddrV4],
@@ -64,11 +68,12 @@ pub fn take(
 ) -> Option<Taken> {
     // A fresh address some machine holds was read before that machine was recorded
     // (a store retries such an allocation on its compare); never hand it out.
-    let mut fresh = || loop {
-        let a = fresh()?;
-        if !held.contains(&a) {
-            return Some(a);
-        }
+    // Bounded: a source that keeps answering held addresses ends the search.
+    let mut fresh = || {
+        (0..FRESH_ATTEMPTS)
+            .map(|_| fresh())
+            .find(|a| a.is_none_or(|a| !held.contains(&a)))
+            .flatten()
     };
     let mut addresses: Vec<SocketAddrV4> = Vec::new();
     let seed = if kept.is_empty() { held } else { kept };
@@ -93,7 +98,10 @@ pub fn take(
     };
     // Reserve the spare now, so the addresses clients are given at creation already
     // name the one the first replacement will take.
-    while addresses.len() < wanted_len(replicas) {
+    for _ in 0..FRESH_ATTEMPTS {
+        if addresses.len() >= wanted_len(replicas) {
+            break;
+        }
         let Some(a) = fresh() else { break };
         if !addresses.contains(&a) {
             addresses.push(a);

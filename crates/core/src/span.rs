@@ -112,6 +112,13 @@ impl<'de> Deserialize<'de> for Span {
     }
 }
 
+/// A bare number where a span is wanted: which unit to add, in the words people use.
+fn no_unit(n: &str) -> String {
+    format!(
+        "{n} has no unit: write {n}s for seconds (or {n}m, {n}h, {n}d; units: ms, s, m, h, d, w)"
+    )
+}
+
 /// Reads a span from text; a bare number (YAML's `365`) gets the same message as any
 /// other text without a unit, not serde's "expected a string".
 struct SpanVisitor;
@@ -128,11 +135,11 @@ impl serde::de::Visitor<'_> for SpanVisitor {
     }
 
     fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Span, E> {
-        Err(E::custom(SpanError(v.to_string())))
+        Err(E::custom(no_unit(&v.to_string())))
     }
 
     fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Span, E> {
-        Err(E::custom(SpanError(v.to_string())))
+        Err(E::custom(no_unit(&v.to_string())))
     }
 
     fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Span, E> {

@@ -87,8 +87,16 @@ pub fn parse(text: &str, source: &str, installed: &[Version]) -> Result<Manifest
     let mut value = value;
     let allow_downgrade = take_allow_downgrade(&mut value, source)?;
     resolve_version(&mut value, source, installed)?;
-    let mut m: Manifest = serde_yaml::from_value(value).map_err(|e| {
-        anyhow::anyhow!("{source}: not a valid ControlPlane manifest: {} (see `quorum apply --help` for an example)", humane(&e.to_string()))
+    // The path to what is wrong (`spec.remediation.unhealthyAfter`) comes first.
+    let mut m: Manifest = serde_path_to_error::deserialize(value).map_err(|e| {
+        let at = match e.path().to_string() {
+            p if p == "." => "the manifest".to_string(),
+            p => p,
+        };
+        anyhow::anyhow!(
+            "{source}: {at}: {} (see `quorum apply --help` for an example)",
+            humane(&e.inner().to_string())
+        )
     })?;
     m.allow_downgrade = allow_downgrade;
     validate_name(&m.metadata.name).with_context(|| format!("{source}: metadata.name"))?;
@@ -298,6 +306,19 @@ mod tests {
     }
 
     #[test]
+    fn a_strategy_reads_as_the_flag_reads_it() {
+        for text in ["inplace", "InPlace", "in-place", "INPLACE"] {
+            let doc = format!("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: a}}\nspec: {{replicas: 3, version: 3.4.23, rollout: {{strategy: {text}}}}}\n");
+            let m = parse(&doc, "t").unwrap();
+            assert_eq!(
+                m.spec.rollout.strategy,
+                quorum_core::Strategy::InPlace,
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn defaults_apply() {
         let m = parse(
             "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23}\n",
@@ -315,15 +336,18 @@ mod tests {
             ("{", "not valid YAML"),
             ("hello", "a manifest is a YAML mapping"),
             ("apiVersion: v1\nkind: Pod\nmetadata: {name: a}", "apiVersion is 'v1'"),
-            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: three, version: 3.4.23}", "expected a whole number"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: three, version: 3.4.23}", "t: spec.replicas: invalid type: string \"three\", expected a whole number"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: -3, version: 3.4.23}", "t: spec.replicas: invalid value: integer `-3`, expected a whole number"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 3, version: 3.4.23, remediation: {unhealthyAfter: 30}}", "t: spec.remediation.unhealthyAfter: 30 has no unit: write 30s"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 3, version: 3.4.23, rollout: {strategy: sideways}}", "t: spec.rollout.strategy: \"sideways\" is not a rollout strategy"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23}\n---\napiVersion: x", "several YAML documents"),
             ("apiVersion: v1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23}", "apiVersion"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: Pod\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23}", "kind"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: A}\nspec: {replicas: 1, version: 3.4.23}", "metadata.name"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: banana}", "not an etcd version"),
-            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replica: 1, version: 3.4.23}", "not a valid"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replica: 1, version: 3.4.23}", "t: spec.replica: unknown field `replica`, expected one of `replicas`"),
             ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23, certificates: {lifetime: 1y}}", "is not a duration"),
-            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23, certificates: {lifetime: 365}}", "is not a duration"),
+            ("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {name: a}\nspec: {replicas: 1, version: 3.4.23, certificates: {lifetime: 365}}", "spec.certificates.lifetime: 365 has no unit: write 365s"),
         ];
         for (text, want) in cases {
             let e = format!("{:#}", parse(text, "t").unwrap_err());

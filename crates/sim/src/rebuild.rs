@@ -19,6 +19,9 @@ pub struct RebuildCounts {
     /// Rebuilds a person confirmed, by source.
     pub from_member: u64,
     pub from_snapshot: u64,
+    /// Of those restores, the ones a person made by deleting the control plane and
+    /// bringing it back from the snapshot.
+    pub recreated: u64,
     pub fenced: u64,
     pub finished: u64,
     /// Acknowledged entries the chosen source did not hold: the recovery's data loss,
@@ -31,6 +34,7 @@ impl RebuildCounts {
         self.quorum_losses += o.quorum_losses;
         self.from_member += o.from_member;
         self.from_snapshot += o.from_snapshot;
+        self.recreated += o.recreated;
         self.fenced += o.fenced;
         self.finished += o.finished;
         self.entries_lost += o.entries_lost;
@@ -41,10 +45,11 @@ impl std::fmt::Display for RebuildCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} majorities lost with their data; a person confirmed {} recoveries from the survivor and {} restores of a snapshot; {} machines fenced, {} rebuilds finished; {} acknowledged entries given up by those choices",
+            "{} majorities lost with their data; a person confirmed {} recoveries from the survivor and {} restores of a snapshot ({} by deleting it and bringing it back); {} machines fenced, {} rebuilds finished; {} acknowledged entries given up by those choices",
             self.quorum_losses,
             self.from_member,
             self.from_snapshot,
+            self.recreated,
             self.fenced,
             self.finished,
             self.entries_lost
@@ -92,13 +97,43 @@ impl World {
             RebuildSource::Member { .. } => self.rebuilds.from_member += 1,
             RebuildSource::Snapshot { .. } => self.rebuilds.from_snapshot += 1,
         }
-        self.note(format!("OPERATOR confirms a rebuild from {from}"));
+        // Half the restores go the long way: the person deletes the control plane and
+        // brings it back from the snapshot (`quorum create NAME --from-snapshot`).
+        if matches!(from, RebuildSource::Snapshot { .. }) && self.rng.chance(500) {
+            self.delete_for_recreate();
+            self.note(format!("OPERATOR brings it back from {from}"));
+        } else {
+            self.note(format!("OPERATOR confirms a rebuild from {from}"));
+        }
         self.cp.rebuild = Some(Rebuild {
             from,
             token: format!("sim-{}", self.step),
             phase: RebuildPhase::Fencing,
             requested_at_unix_s: self.now_unix_s(),
         });
+    }
+
+    /// `quorum delete` to its end, as the teardown does it (every process stopped and its
+    /// data removed, every record forgotten): what `create --from-snapshot` then finds is
+    /// a name with snapshots and nothing else. The control plane comes back new, with
+    /// no client addresses yet (clients are given the new ones).
+    fn delete_for_recreate(&mut self) {
+        let names: Vec<String> = self.machines.iter().map(|m| m.name.clone()).collect();
+        self.note(format!(
+            "OPERATOR deletes the control plane: {} stopped, data removed",
+            if names.is_empty() {
+                "nothing".into()
+            } else {
+                names.join(", ")
+            }
+        ));
+        for n in &names {
+            self.procs.remove(n);
+        }
+        self.machines.clear();
+        self.cp.client_addresses.clear();
+        self.client_given = (0, Vec::new());
+        self.rebuilds.recreated += 1;
     }
 
     /// Kills a majority of the voters (all but `n - quorum`) and wipes their data, once

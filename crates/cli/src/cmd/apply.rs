@@ -32,10 +32,18 @@ pub async fn run(at: &Place, a: ApplyArgs) -> Result<()> {
         no_snapshot: a.no_snapshot,
         expect_version,
     };
+    // A spec the rules refuse is this file's fault: its errors begin with the file's
+    // name, as the parser's do.
+    let named = |e: anyhow::Error| match e.downcast_ref::<quorum_core::SpecError>() {
+        Some(_) => e.context(source.clone()),
+        None => e,
+    };
     if ctx.store.control_plane(&name)?.is_some() {
-        change_with(&mut ctx, &name, opts, |_| m.spec.clone()).await?;
+        change_with(&mut ctx, &name, opts, |_| m.spec.clone())
+            .await
+            .map_err(named)?;
     } else {
-        create_with(&mut ctx, &name, m.spec, opts)?;
+        create_with(&mut ctx, &name, m.spec, opts).map_err(named)?;
     }
     wait_for(&ctx, &name, wait::Goal::Converged, &a.wait, after).await
 }

@@ -137,6 +137,13 @@ pub struct Variant {
     /// controller fences, forces the survivor and grows the cluster back, with its
     /// crashes and a deposed controller's stale step.
     pub recovery: bool,
+    /// A deleted control plane brought back from a snapshot (`quorum create NAME
+    /// --from-snapshot ID`, `recreate.rs` in `quorum_ops`): the run begins with no
+    /// machine and no member, and the restore from the snapshot recorded; the
+    /// controller allocates the seed, restores the snapshot into it, starts it as a new
+    /// cluster and grows it back to three through learners, with its crashes, a
+    /// deposed controller's stale step and one failure.
+    pub recreate: bool,
     /// A sharded fleet (`controller --shards N`): the control plane's shard may move to
     /// another replica at any moment between two passes (`MAX_SHARD_MOVES` times), as
     /// when a replica joins or dies. The new holder starts with no memory (drain clock,
@@ -166,7 +173,7 @@ impl Variant {
     /// fencing and the leadership re-check of the distributed store narrow that window);
     /// and the in-place rollout with a deposed controller; and a sharded fleet, whose
     /// control plane moves between replicas.
-    pub const ALL: [Variant; 9] = [
+    pub const ALL: [Variant; 10] = [
         Variant {
             max_surge: 1,
             etcd_strict: false,
@@ -174,6 +181,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            recreate: false,
             sharded: false,
             ca_rotation: false,
             hosts: false,
@@ -185,6 +193,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            recreate: false,
             sharded: false,
             ca_rotation: false,
             hosts: false,
@@ -196,6 +205,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            recreate: false,
             sharded: false,
             ca_rotation: false,
             hosts: false,
@@ -207,6 +217,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            recreate: false,
             sharded: false,
             ca_rotation: false,
             hosts: false,
@@ -218,6 +229,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: true,
             recovery: false,
+            recreate: false,
             sharded: false,
             ca_rotation: false,
             hosts: false,
@@ -229,6 +241,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: true,
+            recreate: false,
             sharded: false,
             ca_rotation: false,
             hosts: false,
@@ -240,6 +253,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            recreate: false,
             sharded: true,
             ca_rotation: false,
             hosts: false,
@@ -254,6 +268,7 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            recreate: false,
             sharded: false,
             ca_rotation: true,
             hosts: false,
@@ -265,9 +280,22 @@ impl Variant {
             faults_anywhere: false,
             in_place: false,
             recovery: false,
+            recreate: false,
             sharded: false,
             ca_rotation: false,
             hosts: true,
+        },
+        Variant {
+            max_surge: 1,
+            etcd_strict: true,
+            deposed: true,
+            faults_anywhere: false,
+            in_place: false,
+            recovery: false,
+            recreate: true,
+            sharded: false,
+            ca_rotation: false,
+            hosts: false,
         },
     ];
 }
@@ -374,6 +402,9 @@ fn machine(serial: u64, version: Version) -> Machine {
 pub fn initial(variant: Variant) -> State {
     if variant.recovery {
         return rebuild::initial_recovery(variant);
+    }
+    if variant.recreate {
+        return rebuild::initial_recreate(variant);
     }
     initial_rollout(variant)
 }
@@ -546,9 +577,10 @@ impl State {
                     has_data: p.is_some_and(|p| p.has_data),
                     status,
                     // Written with the data at its first start (the simulator covers the
-                    // marker's own step); gone with it.
+                    // marker's own step; data restored from a snapshot has none until
+                    // then); gone with it.
                     marker: member
-                        .filter(|_| p.is_some_and(|p| p.has_data))
+                        .filter(|m| m.named && p.is_some_and(|p| p.has_data))
                         .map(|m| DataMarker {
                             cluster_id: CLUSTER_ID,
                             member_id: m.id,
@@ -772,12 +804,16 @@ fn given_addresses() -> Vec<std::net::SocketAddrV4> {
 
 impl State {
     /// A new machine's address, as the stores choose it (`crate::take_address`); a
-    /// fresh one is in `127.1.1.0/24`, by serial.
+    /// fresh one is `127.1.k.<serial>`, k counting the fresh addresses of the
+    /// allocation.
     pub(super) fn take_address(&mut self) -> Ipv4Addr {
         let peer_urls: Vec<String> = self.members.iter().map(|m| m.peer_url.clone()).collect();
         let serial = self.next_serial as u8;
+        // Each fresh address another: the machine's first, then the spares.
+        let mut k = 0u8;
         crate::take_address(&mut self.cp, &self.machines, &peer_urls, || {
-            Ipv4Addr::new(127, 1, 1, serial)
+            k += 1;
+            Ipv4Addr::new(127, 1, k, serial)
         })
         .expect("a fresh address is always there")
     }
@@ -785,7 +821,8 @@ impl State {
     /// A client given the client addresses finds a voter on one of them (`reach`),
     /// except during a rebuild a person confirmed.
     fn check_client_reach(&self) -> Result<(), String> {
-        if self.cp.rebuild.is_some() || self.variant.recovery {
+        // A control plane brought back has new addresses: its clients are given them.
+        if self.cp.rebuild.is_some() || self.variant.recovery || self.variant.recreate {
             return Ok(());
         }
         let given = given_addresses();

@@ -102,10 +102,15 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             if s.proc(machine).is_some_and(|p| p.running) {
                 return Ok(true);
             }
-            if *state == quorum_core::ClusterState::New {
-                return Err(format!(
-                    "{machine} started with `new` after the cluster formed"
-                ));
+            // etcd ignores `new` where a member's data is (a deposed controller's stale
+            // start of a seed that served already is a restart); otherwise only a
+            // restore's fresh seed starts `new` (`rebuild.rs`).
+            let restart = s.variant.recreate
+                && s.proc(machine).is_some_and(|p| p.has_data)
+                && s.members.iter().any(|m| m.serial == serial && m.named);
+            if *state == quorum_core::ClusterState::New && !restart {
+                s.start_seed(machine)?;
+                return Ok(true);
             }
             let lost = s.members.iter().any(|m| m.serial == serial && m.named)
                 && s.proc(machine).is_some_and(|p| !p.has_data && !p.running);
@@ -397,7 +402,12 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     // failure. With two (a voter dead and the learner cut off), a deposed controller's
     // promote decided before both can lose quorum: that window is bounded by the
     // distributed store's fencing and leadership re-check, not by this core.
-    let fault_free = !s.died && !s.partition_used && !s.disk_lost && !s.host_used;
+    // A control plane brought back from a snapshot grows from one voter: a learner that
+    // dies there, with a deposed controller's promote decided before, makes two voters
+    // with one running, the same window as above. Its one failure comes once it has
+    // three voters again.
+    let growing = s.variant.recreate && s.voters().count() < 3;
+    let fault_free = !growing && !s.died && !s.partition_used && !s.disk_lost && !s.host_used;
     let leaving = s.machines.iter().any(|m| m.deleting);
     let disk_may_go = s.variant.faults_anywhere || !leaving;
     if fault_free && s.variant.hosts {

@@ -33,6 +33,31 @@ pub(super) fn initial_recovery(variant: Variant) -> State {
     s
 }
 
+/// A control plane deleted and brought back from a snapshot: no machine, no member, no
+/// process, new client addresses to come, and the restore from snapshot `snap` (of
+/// revision 100) recorded, as `quorum create m --from-snapshot snap` records it.
+pub(super) fn initial_recreate(variant: Variant) -> State {
+    let mut s = initial_rollout(variant);
+    s.machines.clear();
+    s.procs.clear();
+    s.members.clear();
+    s.leader = None;
+    s.cp.client_addresses.clear();
+    s.cp.rebuild = Some(Rebuild {
+        from: RebuildSource::Snapshot {
+            id: SNAPSHOT.into(),
+            revision: 100,
+        },
+        token: "m-recreated".into(),
+        phase: RebuildPhase::Fencing,
+        requested_at_unix_s: NOW_UNIX_S,
+    });
+    s
+}
+
+/// The snapshot the recreate variant restores.
+const SNAPSHOT: &str = "snap";
+
 impl State {
     /// Performs a rebuild action. `fenced`: the deposed controller (store writes fail,
     /// and its stale force finds the store's rebuild ended or moved on).
@@ -60,13 +85,103 @@ impl State {
                 }
             }
             Action::ForceNewCluster { machine, .. } => self.force(machine)?,
-            // The model recovers from a member only (the simulator covers snapshots).
-            Action::RestoreSnapshot { .. } => {
-                return Err("a snapshot restore decided in a recovery from a member".into())
-            }
+            Action::RestoreSnapshot { machine, id } => self.restore(machine, id)?,
             _ => unreachable!("not a rebuild action: {a}"),
         }
         Ok(())
+    }
+
+    /// The snapshot into the seed's empty data directory, as a new cluster of one (a
+    /// fresh member ID, not yet named). The controller re-reads the store right before:
+    /// a stale restore finds no rebuild in its seeding phase; and it never writes into a
+    /// directory that holds data.
+    fn restore(&mut self, machine: &str, id: &str) -> Result<(), String> {
+        if !self.variant.recreate {
+            return Err("a snapshot restore decided in a recovery from a member".into());
+        }
+        if id != SNAPSHOT {
+            return Err(format!("restored {id}, not the snapshot recorded"));
+        }
+        if !self.seeding() {
+            return Ok(());
+        }
+        let Some(serial) = self
+            .machines
+            .iter()
+            .find(|m| m.name == machine)
+            .map(|m| m.serial)
+        else {
+            return Ok(());
+        };
+        let Some(p) = self.proc_mut(machine) else {
+            return Ok(());
+        };
+        if p.has_data {
+            return Ok(());
+        }
+        if p.running {
+            return Err(format!("{machine} restored into while its process runs"));
+        }
+        p.has_data = true;
+        let id = self.next_member_id;
+        self.next_member_id += 1;
+        let peer_url = self
+            .machines
+            .iter()
+            .find(|m| m.serial == serial)
+            .map(|m| m.peer_url())
+            .unwrap_or_default();
+        self.members = vec![MMember {
+            id,
+            peer_url,
+            serial,
+            named: false,
+            is_learner: false,
+            caught_up: true,
+        }];
+        self.leader = None;
+        Ok(())
+    }
+
+    /// The seed of a restore starts as a new cluster: only while the rebuild seeds,
+    /// only on the data restored into it, and only with no other process running.
+    pub(super) fn start_seed(&mut self, machine: &str) -> Result<(), String> {
+        let serial = self
+            .machines
+            .iter()
+            .find(|m| m.name == machine)
+            .map(|m| m.serial);
+        let alone = self.members.len() == 1 && self.members[0].serial == serial.unwrap_or(0);
+        let fresh = alone && !self.members[0].named;
+        if !self.variant.recreate || !fresh {
+            return Err(format!(
+                "{machine} started with `new` after the cluster formed"
+            ));
+        }
+        if !self.proc(machine).is_some_and(|p| p.has_data) {
+            return Err(format!(
+                "{machine} started as a new cluster with no data restored"
+            ));
+        }
+        if let Some(other) = self.procs.iter().find(|p| p.running && p.name != machine) {
+            return Err(format!(
+                "{machine} started as a new cluster while {} runs: two clusters",
+                other.name
+            ));
+        }
+        if let Some(p) = self.proc_mut(machine) {
+            p.running = true;
+        }
+        self.members[0].named = true;
+        self.leader = Some(self.members[0].id);
+        Ok(())
+    }
+
+    fn seeding(&self) -> bool {
+        self.cp
+            .rebuild
+            .as_ref()
+            .is_some_and(|rb| rb.phase == RebuildPhase::Seeding)
     }
 
     fn force(&mut self, machine: &str) -> Result<(), String> {

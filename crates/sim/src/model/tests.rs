@@ -323,6 +323,54 @@ fn a_recovery_from_the_survivor_always_grows_back_safely() {
     assert!(r.goal_states > 0 && r.states > 100, "{} states", r.states);
 }
 
+/// A deleted control plane brought back from a snapshot, with crashes, a deposed
+/// controller's stale step and one failure: every state safe (the seed starts `new`
+/// only on the restored data and alone), and three members at NEW reached from every
+/// state.
+#[test]
+fn a_control_plane_brought_back_from_a_snapshot_always_grows_back_safely() {
+    let v: Vec<Variant> = Variant::ALL.into_iter().filter(|v| v.recreate).collect();
+    assert_eq!(v.len(), 1, "{v:?}");
+    let r = check(v[0]);
+    println!(
+        "recreate: {} states, {} transitions, depth {}, {} goal states",
+        r.states, r.transitions, r.max_depth, r.goal_states
+    );
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.goal_states > 0 && r.states > 100, "{} states", r.states);
+}
+
+/// A seed started `new` while another process runs is two clusters: a violation.
+#[test]
+fn a_seed_started_beside_another_process_is_a_violation() {
+    let v = Variant::ALL.into_iter().find(|v| v.recreate).unwrap();
+    let mut s = initial(v);
+    if let Some(rb) = s.cp.rebuild.as_mut() {
+        rb.phase = quorum_core::RebuildPhase::Seeding;
+    }
+    let alloc = Action::AllocateMachine {
+        bootstrap: true,
+        version: NEW,
+        remediation: None,
+    };
+    perform(&mut s, &alloc, false).unwrap();
+    perform(&mut s, &alloc, false).unwrap();
+    let restore = Action::RestoreSnapshot {
+        machine: "m-4".into(),
+        id: "snap".into(),
+    };
+    perform(&mut s, &restore, false).unwrap();
+    s.procs[1].running = true;
+    let start = Action::StartMachine {
+        machine: "m-4".into(),
+        state: quorum_core::ClusterState::New,
+        initial_cluster: vec![],
+        expect: None,
+    };
+    let err = perform(&mut s, &start, false).unwrap_err();
+    assert!(err.contains("two clusters"), "{err}");
+}
+
 #[test]
 fn a_forced_start_beside_a_running_old_member_is_a_violation() {
     let v = Variant::ALL.into_iter().find(|v| v.recovery).unwrap();
