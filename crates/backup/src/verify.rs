@@ -132,7 +132,9 @@ async fn restore_and_read(
     }
     let log = std::fs::File::create(scratch.path().join("etcd.log"))
         .map_err(|e| scratch_error(scratch.path(), e))?;
-    let child = Command::new(etcd)
+    let mut cmd = Command::new(etcd);
+    die_with_parent(&mut cmd);
+    let child = cmd
         .arg(format!("--data-dir={}", data.display()))
         .arg("--name=verify")
         .arg(format!("--listen-peer-urls={peer}"))
@@ -159,6 +161,28 @@ async fn restore_and_read(
         )));
     }
     Ok((revision, keys))
+}
+
+/// The throwaway member dies with the process that started it: a controller killed
+/// in the middle of a test restore leaves no etcd behind (`Throwaway` covers every
+/// other way out, by drop).
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid before the fork; in the child only prctl, getppid and _exit, which
+    // are async-signal-safe.
+    let parent = unsafe { libc::getpid() };
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent died between the fork and the prctl: nobody would stop it.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
 }
 
 /// The restored member's revision and key count, once it serves (within

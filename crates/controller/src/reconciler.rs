@@ -243,6 +243,8 @@ impl Reconciler {
                 break;
             }
             let t0 = Instant::now();
+            // Read before the start: a start clears what it says.
+            let stopped = self.why_it_stopped(cp, action);
             let res = match self
                 .perform(cp, &access, &machines, &observed, action)
                 .await
@@ -278,7 +280,10 @@ impl Reconciler {
                     tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
                     let st = &mut self.st;
                     st.last_error = None;
-                    let message = perform::done_message(action, allocated.as_deref());
+                    let mut message = perform::done_message(action, allocated.as_deref());
+                    if let Some(why) = &stopped {
+                        message.push_str(&format!(" (its process had ended: {why})"));
+                    }
                     self.event(
                         cp,
                         NewEvent {
@@ -453,6 +458,18 @@ impl Reconciler {
         self.st
             .pacer
             .get_or_insert_with(|| pacing::Pacer::new(drain_ms))
+    }
+
+    /// For a start of a machine whose process ran before: how that process ended
+    /// (`killed by signal 9`), from the file the provider keeps beside its data. On
+    /// hosts the agent keeps it (`quorum host list -o json`).
+    fn why_it_stopped(&self, cp: &ControlPlane, action: &Action) -> Option<String> {
+        match action {
+            Action::StartMachine { machine, .. } if cp.spec.provider.is_local() => {
+                self.sh.provider.last_exit(machine)
+            }
+            _ => None,
+        }
     }
 
     /// Records `e` as written by this controller. A failure is logged, not returned:

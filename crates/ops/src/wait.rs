@@ -25,11 +25,21 @@ pub enum Goal {
 /// accepted yet and retried, ✗ failed and retried), what happened.
 pub fn format_event(e: &Event, since_ms: i64) -> String {
     let t = (e.at_ms - since_ms).max(0) as f64 / 1000.0;
-    format!("[{t:>6.1}s] {} {}", mark(e), e.message)
+    // A health event's words do not name the machine ("unreachable"): the line does.
+    match &e.machine {
+        Some(m) if !e.message.contains(m.as_str()) => {
+            format!("[{t:>6.1}s] {} {m}: {}", mark(e), e.message)
+        }
+        _ => format!("[{t:>6.1}s] {} {}", mark(e), e.message),
+    }
 }
 
-/// ✓ done, … not accepted by etcd yet (retried), ✗ failed (retried).
+/// ✓ done, … not accepted by etcd yet (retried), ✗ failed (retried) or a problem seen
+/// (a member unhealthy, a crash loop: recorded as seen, never a success).
 pub fn mark(e: &Event) -> &'static str {
+    if matches!(e.kind, EventKind::Unhealthy | EventKind::CrashLoop) {
+        return "✗";
+    }
     match e.outcome {
         StepOutcome::Ok => "✓",
         StepOutcome::Refused => "…",
@@ -154,6 +164,9 @@ pub async fn wait(
         let s = live(store, provider, &adapter, &cp).await?;
         if goal == Goal::Converged && s.converged {
             clear();
+            // The steps recorded while the status was read (the last promotion, the
+            // endpoints it published) come before the line that says it is done.
+            print_events(store, name, &mut last_event, since_ms, false, None)?;
             let n = s.machines.len();
             println!(
                 "[{:>6.1}s] ✓ {name}: {n} machine{} at etcd {}, every member healthy; client endpoints: {}",
@@ -244,6 +257,22 @@ mod tests {
             took_ms: None,
             by: None,
         }
+    }
+
+    #[test]
+    fn a_health_line_names_its_machine_and_never_ticks_a_problem() {
+        let health = |kind, message: &str| Event {
+            kind,
+            message: message.into(),
+            ..event(ActionKind::Promote, StepOutcome::Ok, "a-2")
+        };
+        let seen = format_event(&health(EventKind::Unhealthy, "unreachable"), 0);
+        assert_eq!(seen, "[   0.0s] ✗ a-2: unreachable");
+        let back = format_event(&health(EventKind::Recovered, "recovered after 7s"), 0);
+        assert_eq!(back, "[   0.0s] ✓ a-2: recovered after 7s");
+        // A step's words name their machine already: not twice.
+        let step = format_event(&event(ActionKind::Promote, StepOutcome::Ok, "a-2"), 0);
+        assert_eq!(step, "[   0.0s] ✓ promote a-2");
     }
 
     fn next(action: Action) -> Decision {

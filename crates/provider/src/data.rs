@@ -183,6 +183,14 @@ pub fn record_exit(machine_dir: &Path, status: std::process::ExitStatus) -> io::
     write_atomically(machine_dir, EXIT_FILE, text.as_bytes())
 }
 
+/// Forgets the last exit (before a start). None recorded is success.
+pub fn clear_exit(machine_dir: &Path) -> io::Result<()> {
+    match fs::remove_file(machine_dir.join(EXIT_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 /// How the machine's last process ended, if its starter saw it.
 pub fn read_exit(machine_dir: &Path) -> Option<String> {
     let text = fs::read_to_string(machine_dir.join(EXIT_FILE)).ok()?;

@@ -481,6 +481,9 @@ impl LocalProvider {
                 Ok(())
             });
         }
+        // The last exit describes the process started now once it ends, never an
+        // earlier one (a process that outlives this one ends unseen: no file).
+        data::clear_exit(&dir).map_err(|e| io_err("clear the last exit", e))?;
         let mut child = cmd.spawn().map_err(|e| io_err("spawn etcd", e))?;
         let pid = child.id() as i32;
         // Write the pid file atomically: a reader never sees a partial pid.

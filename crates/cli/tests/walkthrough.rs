@@ -1,0 +1,92 @@
+//! The faults a new user met in issue 29's walkthrough, each on real members through
+//! the `quorum` binary: each test failed before its fix.
+
+mod common;
+#[path = "repair/support.rs"]
+mod support;
+
+use common::*;
+use std::time::Duration;
+use support::*;
+
+/// Fault 5: after `kill -9` of a member, the history said only `start x-1`. The start
+/// now says how the process had ended, and `--wait`'s lines name the machine of a
+/// health event and never tick a problem (fault 8).
+#[test]
+fn a_killed_member_is_restarted_and_the_history_says_why_it_stopped() {
+    let mut env = Env::new("walkthrough-kill");
+    env.start_controller();
+    env.create_and_wait("k", 1, NEW);
+    let s = env.status("k");
+    let pid = pid_of(&s, "k-1");
+    signal_etcd(&env, "k-1", pid, libc::SIGKILL);
+    let restarted = "start k-1 (its process had ended: killed by signal 9)";
+    env.wait_status("k", "the restart", Duration::from_secs(60), |_| {
+        history(&env.store().events_after("k", 0, 1_000).unwrap()).contains(restarted)
+    });
+    let events = env.store().events_after("k", 0, 1_000).unwrap();
+    // The first start of a machine has nothing to say about an earlier process.
+    let first = events
+        .iter()
+        .find(|e| e.kind.as_str() == "start-machine")
+        .expect("a first start");
+    assert!(!first.message.contains("had ended"), "{}", first.message);
+}
+
+/// The pids of the throwaway members (`--name=verify`, serving: not the restore tool)
+/// whose data is under `dir`.
+fn verify_members(dir: &std::path::Path) -> Vec<i32> {
+    let want = format!("--data-dir={}", dir.display());
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let args = cmdline(*pid);
+            args.iter().any(|a| a == "--name=verify")
+                && args.iter().any(|a| a.starts_with("--listen-client-urls="))
+                && args.iter().any(|a| a.starts_with(&want))
+        })
+        .collect()
+}
+
+/// Fault 11: a snapshot's test restore starts a throwaway etcd, which outlived a
+/// controller killed in the middle of the verification. It dies with it now.
+#[test]
+fn a_controller_killed_mid_verification_leaves_no_etcd_behind() {
+    let mut env = Env::new("walkthrough-verify");
+    env.start_controller();
+    let manifest = scheduled_backup_manifest(&env, "v", "* * * * * *", 3);
+    env.ok(&[
+        "apply",
+        "-f",
+        manifest.to_str().unwrap(),
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    let scratch = quorum_backup::scratch_dir(&env.home);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let caught = loop {
+        let pids = verify_members(&scratch);
+        if !pids.is_empty() {
+            break pids;
+        }
+        assert!(std::time::Instant::now() < deadline, "no test restore seen");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    env.kill_controller();
+    let killed = std::time::Instant::now();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while caught
+        .iter()
+        .any(|pid| verify_members(&scratch).contains(pid))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the throwaway etcd {caught:?} outlived the controller"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    println!("gone {:?} after the kill", killed.elapsed());
+}
