@@ -93,6 +93,17 @@ impl LocalDir {
         out
     }
 
+    /// Removes the file of snapshot `id`, which will never be recorded (what came after
+    /// its commit failed). Best effort: a file left is removed later as unrecorded.
+    pub fn discard(&self, id: &str) {
+        match fs::remove_file(self.path(id)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(file = %self.path(id).display(), "cannot remove an unrecorded snapshot: {e}");
+            }
+            _ => {}
+        }
+    }
+
     /// Removes snapshot files no record names (`recorded`: the ids the store holds)
     /// that are older than any snapshot can take: a crash between a file's commit and
     /// its record left them, and nothing else would. Younger ones may be about to be

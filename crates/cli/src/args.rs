@@ -302,11 +302,13 @@ Client certificates from the old CA keep working until phase 3, and are refused 
 member from its restart in phase 3. Get new ones in phase 2: `quorum credentials NAME
 --out DIR` (its ca.crt holds both CAs; in phase 1 it still issues from the old CA, and
 says so). `quorum status NAME` shows the phase. Running it again during a rotation
-changes nothing.
+changes nothing. It says what it will do and asks for the name (--yes skips that;
+without a terminal, --yes is required).
 
 Examples:
+  quorum rotate-ca prod --dry-run      # what it would do, nothing changed
   quorum rotate-ca prod --wait
-  quorum rotate-ca prod && quorum status prod --watch"
+  quorum rotate-ca prod --yes && quorum status prod --watch"
     )]
     RotateCa(RotateCaArgs),
     /// Register hosts whose agents run members, or install their agents over SSH (see
@@ -919,6 +921,12 @@ pub struct RotateCaArgs {
     /// The control plane.
     #[arg(value_parser = usage::cp_name)]
     pub name: String,
+    /// Say what the rotation would do, and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Go ahead without asking (needed without a terminal).
+    #[arg(long)]
+    pub yes: bool,
     #[command(flatten)]
     pub wait: WaitArgs,
 }

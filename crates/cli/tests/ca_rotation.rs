@@ -83,7 +83,7 @@ fn rotate_under_load(test: &str, create_args: &[&str]) -> String {
     let watch = QuorumWatch::start(&env, name);
     let work = Workload::start(eps.clone(), old.clone());
     let t = Instant::now();
-    let out = env.ok(&["rotate-ca", name]);
+    let out = env.ok(&["rotate-ca", name, "--yes"]);
     assert!(out.contains("phase 1 of 3"), "{out}");
     // Both CAs' keys are stored sealed: no private key in the state's bytes.
     assert!(
@@ -93,7 +93,7 @@ fn rotate_under_load(test: &str, create_args: &[&str]) -> String {
         "a private key in the state files during the rotation"
     );
     // Again: nothing changes.
-    let again = env.ok(&["rotate-ca", name]);
+    let again = env.ok(&["rotate-ca", name, "--yes"]);
     assert!(again.contains("already under way"), "{again}");
 
     let mut seen: Vec<(String, f64)> = vec![];
@@ -289,6 +289,21 @@ fn rotate_ca_refuses_what_it_cannot_rotate_and_changes_nothing() {
     assert_eq!((cp.ca_generation, cp.ca_rotation), (0, None));
     let e = env.fails(&["rotate-ca"]);
     assert!(e.to_lowercase().contains("usage"), "{e}");
+    // Issue 29 fault 7: it says what it will do, and starts nothing unasked.
+    env.ok(&["create", "t", "--replicas", "1", "--version", NEW]);
+    let said = env.ok(&["rotate-ca", "t", "--dry-run"]);
+    assert!(
+        said.contains("generation 0") && said.contains("dry run"),
+        "{said}"
+    );
+    let e = env.fails(&["rotate-ca", "t"]);
+    assert!(e.contains("--yes"), "{e}");
+    let cp = env.store().get_control_plane("t").unwrap();
+    assert_eq!(
+        (cp.ca_generation, cp.ca_rotation),
+        (0, None),
+        "nothing begun"
+    );
 }
 
 /// etcd fails too: a member killed (SIGKILL) in the middle of a rotation is started
@@ -313,7 +328,7 @@ fn a_member_killed_mid_rotation_comes_back_and_the_rotation_finishes() {
     ]);
     let keys = write_keys(&env.endpoints(name), "k/", 200);
     let watch = QuorumWatch::start(&env, name);
-    env.ok(&["rotate-ca", name]);
+    env.ok(&["rotate-ca", name, "--yes"]);
     // In phase 2, kill a member that runs and is not being restarted.
     let victim = env.wait_status(
         name,

@@ -404,7 +404,7 @@ fn ca_rotation(
         }
     };
     let before = start(creds, "rotation-before");
-    env.ok(&["rotate-ca", CP]);
+    env.ok(&["rotate-ca", CP, "--yes"]);
     let limit = Duration::from_secs(180);
     env.wait_status(CP, "phase 2", limit, |s| phase(s) != "trust");
     let fresh = Creds::fetch(env, CP, &env.dir.path().join("creds-rotated"));

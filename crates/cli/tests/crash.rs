@@ -450,7 +450,7 @@ fn ca_rotation_scenario(point: &str) -> String {
     let before = inplace::identity(&env, name);
     env.kill_controller();
     let from = inplace::last_event_id(&env, name);
-    env.ok(&["rotate-ca", name]);
+    env.ok(&["rotate-ca", name, "--yes"]);
     env.start_controller_with(&[("FAILPOINTS", &format!("{point}=return"))]);
     let watch = QuorumWatch::start(&env, name);
     let t = Instant::now();

@@ -537,6 +537,15 @@ fn snapshots_kept_in_s3_restore_every_key_up_to_them_and_gate_rollouts() {
         "{text}"
     );
     assert_eq!(env.status(cp)["spec"]["version"], OLD, "nothing recorded");
+    // Issue 29 fault 16: a snapshot the store did not keep is never said taken, and
+    // leaves no local file without a record.
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(!said.contains(" taken from "), "{said}");
+    let (_, ids, files) = snapshot_records_and_files(&env, cp);
+    assert!(
+        files.iter().all(|f| ids.contains(f)),
+        "unrecorded: {files:?} (records {ids:?})"
+    );
     let out = ok_with(
         &env,
         &vars,

@@ -81,11 +81,20 @@ impl Reconciler {
             now_unix_s: access::now_unix_s(),
         };
         let mut rec = quorum_backup::take(&access.etcd, &dir, &tool, &req).await?;
-        // Restored before it is recorded: one write, and no one sees it unverified.
-        rec.verification = Some(self.restore(cp, &rec).await?);
-        // Into the bucket, if the spec names one, before the record says it is there.
-        quorum_backup::keep(cp.spec.backup.store.as_deref(), &dir, &mut rec).await?;
-        self.sh.store().record_snapshot(&rec)?;
+        let recorded = async {
+            // Restored before it is recorded: one write, and no one sees it unverified.
+            rec.verification = Some(self.restore(cp, &rec).await?);
+            // Into the bucket, if the spec names one, before the record says it is there.
+            quorum_backup::keep(cp.spec.backup.store.as_deref(), &dir, &mut rec).await?;
+            self.sh.store().record_snapshot(&rec)?;
+            Ok::<(), ActionError>(())
+        }
+        .await;
+        if let Err(e) = recorded {
+            // Never recorded: its file goes now, not at the next snapshot's clean-up.
+            dir.discard(&rec.id);
+            return Err(e);
+        }
         quorum_backup::drop_local_copy(&dir, &rec);
         Ok(())
     }

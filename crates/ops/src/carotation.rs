@@ -49,6 +49,41 @@ pub fn begin(ctx: &mut Ctx, name: &str) -> Result<Begun> {
     Ok(Begun::Now(rotation))
 }
 
+/// What `rotate-ca` says before it asks: the CA in force (its generation, when it was
+/// issued, until when it is valid), what a rotation does to the members and to clients.
+/// `None` when a rotation is under way already (running it again changes nothing).
+/// Refuses what `begin` refuses.
+pub fn plan(ctx: &Ctx, name: &str) -> Result<Option<String>> {
+    let cp = ctx.store.get_control_plane(name)?;
+    if cp.ca_rotation.is_some() {
+        return Ok(None);
+    }
+    refuse_unless_rotatable(ctx, &cp)?;
+    let ca = ctx.store.certificate_authority(&cp)?;
+    let issued = ca
+        .as_ref()
+        .and_then(|c| quorum_pki::agents::validity(&c.cert_pem).ok())
+        .map(|(from, until, _)| {
+            format!(
+                ", issued {}, valid until {}",
+                quorum_pki::format_unix_s(from),
+                quorum_pki::format_unix_s(until)
+            )
+        })
+        .unwrap_or_default();
+    let members = ctx.store.machines(name)?.len();
+    Ok(Some(format!(
+        "{name}: rotating its CA replaces generation {g}{issued} by a new CA (generation {n}), in 3 phases: each of its {members} members is restarted with new files in each phase ({way}), one at a time;\n\
+         client certificates from the CA in force stop working in phase 3: get new ones in phase 2 (`quorum credentials {name} --out DIR`)",
+        g = cp.ca_generation,
+        n = cp.ca_generation + 1,
+        way = match cp.spec.rollout.strategy {
+            quorum_core::Strategy::InPlace => "in place",
+            quorum_core::Strategy::Replace => "each replaced by a new machine",
+        },
+    )))
+}
+
 fn refuse_unless_rotatable(ctx: &Ctx, cp: &ControlPlane) -> Result<()> {
     let name = &cp.name;
     if cp.deleting {

@@ -57,20 +57,49 @@ pub async fn take(
     let mut rec = quorum_backup::take(&access.etcd, &dir, &tool, &req)
         .await
         .with_context(|| format!("{}: snapshot from {}", cp.name, leader.name))?;
-    say!(ctx, "{}", taken_line(&rec));
-    if verify {
-        rec.verification = Some(restore(ctx, &rec).await?);
+    // Said once it is recorded where it is kept: a snapshot that fails on the way
+    // (its test restore's tool, the bucket) leaves no file and is never said taken.
+    if let Err(e) = verify_keep_record(ctx, cp, &dir, &mut rec, verify).await {
+        dir.discard(&rec.id);
+        return Err(e);
     }
-    // Into the bucket, if the spec names one, before the record says it is there.
-    quorum_backup::keep(cp.spec.backup.store.as_deref(), &dir, &mut rec)
-        .await
-        .with_context(|| format!("{}: keeping snapshot {}", cp.name, rec.id))?;
-    ctx.store.record_snapshot(&rec)?;
+    say!(ctx, "{}", taken_line(&rec));
     quorum_backup::drop_local_copy(&dir, &rec);
     if let Some(v) = &rec.verification {
         say_verified(ctx, &rec, v)?;
     }
     Ok(rec)
+}
+
+/// The steps between a snapshot's file and its record: the test restore (with
+/// `verify`), the copy into the bucket the spec names, and the record.
+async fn verify_keep_record(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    dir: &LocalDir,
+    rec: &mut SnapshotRecord,
+    verify: bool,
+) -> Result<()> {
+    if verify {
+        rec.verification = Some(restore(ctx, rec).await?);
+    }
+    // Into the bucket, if the spec names one, before the record says it is there.
+    quorum_backup::keep(cp.spec.backup.store.as_deref(), dir, rec)
+        .await
+        .with_context(|| {
+            format!(
+                "{}: keeping snapshot {} in {} (nothing was recorded, no file is left)",
+                cp.name,
+                rec.id,
+                cp.spec
+                    .backup
+                    .store
+                    .as_deref()
+                    .unwrap_or("the local directory")
+            )
+        })?;
+    ctx.store.record_snapshot(rec)?;
+    Ok(())
 }
 
 /// A test restore of `rec`'s file (restored with etcd's tool, started as a throwaway

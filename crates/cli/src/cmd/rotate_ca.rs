@@ -1,15 +1,28 @@
 //! `quorum rotate-ca`: begin a rotation of a control plane's CA, and follow it.
 
 use crate::args::RotateCaArgs;
+use crate::cmd::confirm;
 use crate::cmd::wait_for;
 use anyhow::Result;
-use quorum_ops::carotation::{begin, describe, Begun};
+use quorum_ops::carotation::{begin, describe, plan, Begun};
 use quorum_ops::{wait, Ctx, Place};
 
 pub async fn run(at: &Place, a: RotateCaArgs) -> Result<()> {
     let mut ctx = Ctx::open_existing(at)?;
     let name = &a.name;
     let after = ctx.store.last_event_id(name)?;
+    // Said and confirmed first: a rotation restarts every member three times, and a
+    // rotation finished a minute ago is no reason to start another unasked.
+    if let Some(text) = plan(&ctx, name)? {
+        println!("{text}");
+        if a.dry_run {
+            println!("dry run: nothing was changed");
+            return Ok(());
+        }
+        if !a.yes {
+            confirm(name)?;
+        }
+    }
     match begin(&mut ctx, name)? {
         Begun::Now(r) => {
             println!(

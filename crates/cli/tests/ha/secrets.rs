@@ -156,7 +156,7 @@ fn a_ca_rotation_survives_its_leader_and_the_management_leader_killed() {
     let ids = member_ids(&env, cp);
     let watch = QuorumWatch::start(&env, cp);
     let after = env.store().last_event_id(cp).unwrap();
-    env.ok(&["rotate-ca", cp]);
+    env.ok(&["rotate-ca", cp, "--yes"]);
     wait_event(
         &env,
         cp,
