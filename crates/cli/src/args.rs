@@ -803,6 +803,10 @@ pub struct RecoverArgs {
     /// Recover from this snapshot instead: its id, or `newest`.
     #[arg(long, value_name = "SNAPSHOT")]
     pub from_snapshot: Option<String>,
+    /// Recover from the member named even where another survivor, or the newest
+    /// verified snapshot, holds more (a learner, a member far behind).
+    #[arg(long, requires = "from_member")]
+    pub accept_data_loss: bool,
     /// Go ahead without asking.
     #[arg(long)]
     pub yes: bool,

@@ -90,3 +90,65 @@ fn a_controller_killed_mid_verification_leaves_no_etcd_behind() {
     }
     println!("gone {:?} after the kill", killed.elapsed());
 }
+
+/// Writes `n` values of `bytes` each under `big/`.
+fn write_big(cluster: &Cluster, n: usize, bytes: usize) {
+    rt().block_on(async {
+        let mut c = cluster.connect().await.expect("connect");
+        for i in 0..n {
+            c.put(format!("big/{i}"), vec![b'x'; bytes], None)
+                .await
+                .expect("put");
+        }
+    });
+}
+
+/// Fault 12: `recover --from-member` took any member named. One that holds less than
+/// the newest verified snapshot (it was frozen while the others took more writes than
+/// its socket buffers hold, and the others then died with their data) is now refused,
+/// naming the better way back, unless `--accept-data-loss`.
+#[test]
+fn a_recovery_from_a_survivor_behind_the_snapshot_is_refused() {
+    let mut env = Env::new("walkthrough-recover");
+    env.start_controller();
+    env.create_and_wait("r", 3, NEW);
+    // No remediation meanwhile: the faults below are the test's.
+    env.ok(&["pause", "r"]);
+    let s = env.status("r");
+    let behind = follower(&s);
+    let pid = pid_of(&s, &behind);
+    signal_etcd(&env, &behind, pid, libc::SIGSTOP);
+    write_big(&env.endpoints("r"), 400, 64 * 1024);
+    env.ok(&["snapshot", "r"]);
+    for m in names(&s).into_iter().filter(|m| *m != behind) {
+        disk_loss(&env, &m, pid_of(&s, &m));
+    }
+    signal_etcd(&env, &behind, pid, libc::SIGCONT);
+    let recover = ["recover", "r", "--from-member", behind.as_str(), "--yes"];
+    let e = env.fails(&recover);
+    assert!(
+        e.contains("holds more")
+            && e.contains("--from-snapshot")
+            && e.contains("--accept-data-loss"),
+        "{e}"
+    );
+    assert!(
+        env.store()
+            .get_control_plane("r")
+            .unwrap()
+            .rebuild
+            .is_none(),
+        "nothing recorded"
+    );
+    let said = env.ok(&[&recover[..], &["--accept-data-loss"]].concat());
+    assert!(
+        said.contains("warning:") && said.contains("holds more"),
+        "{said}"
+    );
+    assert!(env
+        .store()
+        .get_control_plane("r")
+        .unwrap()
+        .rebuild
+        .is_some());
+}

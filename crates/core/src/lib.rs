@@ -24,6 +24,7 @@ mod rebuild;
 mod repair;
 pub mod shards;
 pub mod span;
+pub mod survivor;
 pub mod upkeep;
 pub mod validate;
 pub mod version;

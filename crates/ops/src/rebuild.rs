@@ -27,7 +27,13 @@ pub struct Plan {
 /// Works out the rebuild of `cp` from `from` and says what it does and loses, or
 /// refuses with the reason (a rebuild under way, a member recovery while a leader
 /// answers, a snapshot whose test restore failed, a survivor without data).
-pub async fn plan(ctx: &Ctx, cp: &ControlPlane, from: &From, now_unix_s: i64) -> Result<Plan> {
+pub async fn plan(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    from: &From,
+    now_unix_s: i64,
+    accept_data_loss: bool,
+) -> Result<Plan> {
     let name = &cp.name;
     if cp.deleting {
         bail!("{name} is being deleted: there is nothing to rebuild");
@@ -81,10 +87,12 @@ pub async fn plan(ctx: &Ctx, cp: &ControlPlane, from: &From, now_unix_s: i64) ->
                     .and_then(|s| s.status.as_ref())
                     .map(|st| st.raft_applied_index.max(st.raft_index))
             };
-            let best = machines
-                .iter()
-                .filter_map(|x| applied(&x.name).map(|a| (x.name.clone(), a)))
-                .max_by_key(|(_, a)| *a);
+            let refusal = worse_choice(ctx, cp, m, &machines, obs)?;
+            if let (Some(why), false) = (&refusal, accept_data_loss) {
+                bail!(
+                    "{name}: not recovering from {m}: {why}. To recover from {m} all the same, give --accept-data-loss"
+                );
+            }
             let mine = applied(m);
             let _ = writeln!(
                 text,
@@ -114,13 +122,8 @@ pub async fn plan(ctx: &Ctx, cp: &ControlPlane, from: &From, now_unix_s: i64) ->
                 text,
                 "what is lost: writes the lost members acknowledged that {m} never applied, if any"
             );
-            if let (Some((b, ba)), Some(a)) = (&best, mine) {
-                if b != m && *ba > a {
-                    let _ = writeln!(
-                        text,
-                        "warning: {b} applied more (index {ba} > {a}): `quorum recover {name} --from-member {b}` would keep more"
-                    );
-                }
+            if let Some(why) = &refusal {
+                let _ = writeln!(text, "warning: {why} (accepted with --accept-data-loss)");
             }
             RebuildSource::Member { machine: m.clone() }
         }
@@ -205,6 +208,40 @@ pub async fn plan(ctx: &Ctx, cp: &ControlPlane, from: &From, now_unix_s: i64) ->
         },
         text,
     })
+}
+
+/// Whether recovering `cp` from its member `m` keeps less than another way back
+/// (`quorum_core::survivor`): another survivor that answers, or the newest verified
+/// snapshot.
+fn worse_choice(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    m: &str,
+    machines: &[quorum_core::Machine],
+    obs: &quorum_core::Observation,
+) -> Result<Option<String>> {
+    use quorum_core::survivor::{worse_than_another, Survivor};
+    let survivors: Vec<Survivor<'_>> = machines
+        .iter()
+        .map(|x| {
+            let st = obs.machines.get(&x.name).and_then(|s| s.status.as_ref());
+            Survivor {
+                machine: &x.name,
+                revision: st.map(|st| st.revision),
+                is_learner: st.is_some_and(|st| st.is_learner),
+            }
+        })
+        .collect();
+    let Some(chosen) = survivors.iter().find(|s| s.machine == m) else {
+        return Ok(None);
+    };
+    let snapshots = ctx.store.snapshots(&cp.name)?;
+    let verified = snapshots
+        .iter()
+        .rev()
+        .find(|r| r.verified())
+        .map(|r| (r.id.as_str(), r.facts.revision));
+    Ok(worse_than_another(chosen, &survivors, verified))
 }
 
 /// Records the confirmed rebuild, unless one was recorded since the plan was made.

@@ -13,7 +13,7 @@ pub async fn restore(at: &Place, a: RestoreArgs) -> Result<()> {
     if ctx.store.control_plane(&a.name)?.is_none() && !ctx.store.snapshots(&a.name)?.is_empty() {
         return crate::cmd::create::recreate(at, &a.name, &a.from, &a.wait).await;
     }
-    run(at, &a.name, From::Snapshot(a.from), a.yes, &a.wait).await
+    run(at, &a.name, From::Snapshot(a.from), a.yes, false, &a.wait).await
 }
 
 pub async fn recover(at: &Place, a: RecoverArgs) -> Result<()> {
@@ -23,14 +23,21 @@ pub async fn recover(at: &Place, a: RecoverArgs) -> Result<()> {
         // clap's group requires exactly one.
         _ => bail!("give one of --from-member and --from-snapshot"),
     };
-    run(at, &a.name, from, a.yes, &a.wait).await
+    run(at, &a.name, from, a.yes, a.accept_data_loss, &a.wait).await
 }
 
-async fn run(at: &Place, name: &str, from: From, yes: bool, w: &WaitArgs) -> Result<()> {
+async fn run(
+    at: &Place,
+    name: &str,
+    from: From,
+    yes: bool,
+    accept_data_loss: bool,
+    w: &WaitArgs,
+) -> Result<()> {
     let mut ctx = Ctx::open_existing(at)?;
     let cp = ctx.store.get_control_plane(name)?;
     let now = quorum_controller::access::now_unix_s();
-    let plan = rebuild::plan(&ctx, &cp, &from, now).await?;
+    let plan = rebuild::plan(&ctx, &cp, &from, now, accept_data_loss).await?;
     println!("{}", plan.text);
     if !yes {
         confirm(name)?;

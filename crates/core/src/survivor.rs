@@ -1,0 +1,141 @@
+//! Which survivor a recovery may start from (`quorum recover --from-member M`).
+//!
+//! Invariant: a recovery never starts from a member that holds less than another way
+//! back that a person could take instead, unless they say they accept the loss
+//! (`--accept-data-loss`): not a learner (it may not hold every committed write), not
+//! one behind another survivor that answers, not one behind the newest snapshot that a
+//! test restore verified. What each holds is its revision: a member's as it answers
+//! (serializable: no quorum needed), a snapshot's as its facts say.
+
+/// A survivor as the recovery's plan sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Survivor<'a> {
+    pub machine: &'a str,
+    /// Its revision, when it answers (`None`: it does not: it is started from its data,
+    /// and what it holds is known only then).
+    pub revision: Option<i64>,
+    pub is_learner: bool,
+}
+
+/// Why recovering from `chosen` would keep less than another way back, in the words
+/// of the refusal (naming the better way); `None` when it is the best known.
+/// `snapshot`: the newest verified snapshot's id and revision.
+pub fn worse_than_another(
+    chosen: &Survivor<'_>,
+    others: &[Survivor<'_>],
+    snapshot: Option<(&str, i64)>,
+) -> Option<String> {
+    let name = chosen.machine;
+    if chosen.is_learner {
+        return Some(format!(
+            "{name} was still a learner: it may not hold every write the cluster acknowledged"
+        ));
+    }
+    let mine = chosen.revision?;
+    let best = others
+        .iter()
+        .filter(|o| o.machine != name && !o.is_learner)
+        .filter_map(|o| o.revision.map(|r| (o.machine, r)))
+        .max_by_key(|(_, r)| *r);
+    if let Some((other, r)) = best.filter(|(_, r)| *r > mine) {
+        return Some(format!(
+            "{other} holds more (revision {r}, {name} {mine}): `--from-member {other}` keeps {} more revision(s)",
+            r - mine
+        ));
+    }
+    match snapshot {
+        Some((id, r)) if r > mine => Some(format!(
+            "the verified snapshot {id} holds more (revision {r}, {name} {mine}): `--from-snapshot {id}` keeps {} more revision(s)",
+            r - mine
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(machine: &str, revision: Option<i64>, is_learner: bool) -> Survivor<'_> {
+        Survivor {
+            machine,
+            revision,
+            is_learner,
+        }
+    }
+
+    #[test]
+    fn the_worse_choice_is_named_with_the_better_one() {
+        let a = s("a", Some(100), false);
+        let b = s("b", Some(120), false);
+        let quiet = s("c", None, false);
+        let learner = s("l", Some(500), true);
+        let table: [(
+            &str,
+            Survivor,
+            Vec<Survivor>,
+            Option<(&str, i64)>,
+            Option<&str>,
+        ); 7] = [
+            (
+                "the best survivor",
+                b.clone(),
+                vec![a.clone(), b.clone()],
+                None,
+                None,
+            ),
+            (
+                "behind another survivor",
+                a.clone(),
+                vec![a.clone(), b.clone()],
+                None,
+                Some("b holds more (revision 120, a 100): `--from-member b` keeps 20"),
+            ),
+            (
+                "behind the verified snapshot",
+                b.clone(),
+                vec![b.clone()],
+                Some(("s1", 130)),
+                Some("the verified snapshot s1 holds more"),
+            ),
+            (
+                "ahead of the snapshot",
+                b.clone(),
+                vec![a.clone()],
+                Some(("s1", 110)),
+                None,
+            ),
+            (
+                "a learner, whatever it says",
+                learner.clone(),
+                vec![a.clone()],
+                None,
+                Some("l was still a learner"),
+            ),
+            (
+                "a learner ahead is no better way back",
+                a.clone(),
+                vec![learner.clone()],
+                None,
+                None,
+            ),
+            (
+                "one that does not answer: nothing known to compare",
+                quiet.clone(),
+                vec![a.clone()],
+                Some(("s1", 900)),
+                None,
+            ),
+        ];
+        for (what, chosen, others, snap, want) in table {
+            let got = worse_than_another(&chosen, &others, snap);
+            match want {
+                None => assert_eq!(got, None, "{what}"),
+                Some(w) => assert!(
+                    got.as_deref().is_some_and(|g| g.contains(w)),
+                    "{what}: {got:?}"
+                ),
+            }
+        }
+    }
+}
