@@ -124,6 +124,15 @@ fn a_recovery_from_a_survivor_behind_the_snapshot_is_refused() {
         disk_loss(&env, &m, pid_of(&s, &m));
     }
     signal_etcd(&env, &behind, pid, libc::SIGCONT);
+    // Fault 1: the health says the data is gone (the advice, a rebuild rather than a
+    // start that cannot help, is the decision table's: paused, it is not shown here).
+    let lost: Vec<String> = names(&s).into_iter().filter(|m| *m != behind).collect();
+    env.wait_status("r", "the losses seen", Duration::from_secs(60), |s| {
+        lost.iter()
+            .all(|m| row(s, m).is_some_and(|r| r["problems"].to_string().contains("lost its data")))
+    });
+    let text = env.ok(&["status", "r"]);
+    assert!(text.contains("lost its data"), "{text}");
     let recover = ["recover", "r", "--from-member", behind.as_str(), "--yes"];
     let e = env.fails(&recover);
     assert!(

@@ -1,5 +1,7 @@
-//! Rebuilding a cluster a person asked for (`quorum restore`, `quorum recover`), and the
-//! `QuorumLost` condition that tells them when and how.
+//! Rebuilding a cluster a person asked for (`quorum restore`, `quorum recover`), the
+//! step with no leader (restart what can be restarted, wait for an election, or say
+//! that quorum is lost and which way back is left), and the `QuorumLost` condition
+//! that tells a person when and how.
 //!
 //! A rebuild is the one operation that gives up the cluster as it is, so it never
 //! starts on quorum's own judgement: a person confirms it, which writes
@@ -24,6 +26,86 @@ use crate::decide::*;
 use crate::model::*;
 
 impl View<'_> {
+    /// No leader answered: membership cannot change. Restart members that were started
+    /// before (their data makes `--initial-cluster` irrelevant) once their backoff has
+    /// passed; otherwise wait for an election, or say quorum is lost and nothing can be
+    /// repaired without it.
+    pub(crate) fn without_leader(&self) -> Step {
+        let stopped: Vec<&Seen> = self
+            .seen
+            .iter()
+            .filter(|s| !s.running() && s.has_data() && !s.machine.deleting)
+            .collect();
+        let actions: Vec<Action> = stopped
+            .iter()
+            .filter(|s| self.restart_wait_s(s) == 0 && !self.foreign_without_leader(s))
+            .map(|s| Action::StartMachine {
+                machine: s.machine.name.clone(),
+                state: ClusterState::Existing,
+                initial_cluster: vec![],
+                expect: s.obs.and_then(|o| o.marker),
+            })
+            .collect();
+        if !actions.is_empty() {
+            return Step::many(Operation::Repairing, actions);
+        }
+        if self.seen.is_empty() {
+            return Step::wait(
+                Operation::WaitingForQuorum,
+                "no machine and no reachable member: nothing to bootstrap from",
+            );
+        }
+        let answering = self.seen.iter().filter(|s| s.status().is_some()).count();
+        let down: Vec<String> = self
+            .seen
+            .iter()
+            .filter(|s| !s.machine.deleting && s.status().is_none())
+            .map(|s| {
+                let wait = self.restart_wait_s(s);
+                let name = &s.machine.name;
+                if s.running() {
+                    format!("{name} unreachable")
+                } else if !s.has_data() {
+                    format!("{name} down without data")
+                } else {
+                    format!("{name} down (next start in {wait}s)")
+                }
+            })
+            .collect();
+        let all_running = self.seen.iter().all(|s| s.running() || s.machine.deleting);
+        let n = self.seen.iter().filter(|s| !s.machine.deleting).count();
+        if down.is_empty() || (answering == 0 && all_running) || answering >= quorum_size(n) {
+            // An election (a quorum answers, knowing no leader yet), or processes just
+            // started: nothing says quorum is gone yet.
+            return Step::wait(
+                Operation::WaitingForQuorum,
+                "no member answered as leader: waiting for a quorum of members",
+            );
+        }
+        // Only machines that still have their data can bring quorum back by starting.
+        let with_data = self
+            .seen
+            .iter()
+            .filter(|s| !s.machine.deleting && (s.has_data() || s.status().is_some()))
+            .count();
+        let way_back = if with_data >= quorum_size(n) {
+            "Bring back a member (start its host or process) and the rest is repaired".to_string()
+        } else {
+            format!(
+                "only {with_data} of {n} still have their data, so starting members cannot bring it back: rebuild it from a survivor or a snapshot (`quorum recover {} --from-member M` or `--from-snapshot ID`; the QuorumLost condition names which)",
+                self.cp.name
+            )
+        };
+        Step::refuse(
+            Operation::WaitingForQuorum,
+            format!(
+                "quorum is lost: {answering} of {n} members answer ({}), below the quorum of {}; quorum replaces no member without a quorum (removing one needs a leader, and a replacement could not join). {way_back}",
+                down.join(", "),
+                quorum_size(n)
+            ),
+        )
+    }
+
     /// The rebuild's next step, while one is recorded.
     pub(crate) fn rebuild(&self) -> Option<Step> {
         let rb = self.cp.rebuild.as_ref()?;

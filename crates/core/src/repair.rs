@@ -123,6 +123,11 @@ impl<'a> View<'a> {
             return vec![];
         }
         if !s.running() {
+            // Its data gone: what stops it from coming back (a start would not bring
+            // it into the cluster), so the health says that, not "not running".
+            if !obs.has_data {
+                return vec![Problem::DataLost];
+            }
             let recent = health::recent_starts(&obs.starts_unix_s, self.now_unix_s);
             return vec![if recent >= health::CRASH_LOOP_STARTS {
                 Problem::CrashLoop {

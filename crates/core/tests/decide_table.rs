@@ -1909,6 +1909,16 @@ fn repair_table() {
             "refuse: quorum is lost: 0 of 3 members answer",
         ),
         (
+            "no leader, two of three lost their data: starting cannot help, rebuilding can",
+            sit(
+                3,
+                OLD,
+                vec![m(1, OLD).unreachable(), m(2, OLD).lost_data(), m(3, OLD).lost_data()],
+            )
+            .no_leader(),
+            "refuse: quorum is lost: 0 of 3 members answer (cp-1 unreachable, cp-2 down without data, cp-3 down without data), below the quorum of 2; quorum replaces no member without a quorum (removing one needs a leader, and a replacement could not join). only 1 of 3 still have their data, so starting members cannot bring it back: rebuild it",
+        ),
+        (
             "no leader, restarts wait their backoff",
             sit(
                 3,
