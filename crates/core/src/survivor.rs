@@ -64,19 +64,23 @@ mod tests {
         }
     }
 
+    /// What, the survivor chosen, the others, the newest verified snapshot, and the
+    /// refusal expected (a part of it).
+    type Case<'a> = (
+        &'a str,
+        Survivor<'a>,
+        Vec<Survivor<'a>>,
+        Option<(&'a str, i64)>,
+        Option<&'a str>,
+    );
+
     #[test]
     fn the_worse_choice_is_named_with_the_better_one() {
         let a = s("a", Some(100), false);
         let b = s("b", Some(120), false);
         let quiet = s("c", None, false);
         let learner = s("l", Some(500), true);
-        let table: [(
-            &str,
-            Survivor,
-            Vec<Survivor>,
-            Option<(&str, i64)>,
-            Option<&str>,
-        ); 7] = [
+        let table: [Case; 7] = [
             (
                 "the best survivor",
                 b.clone(),
