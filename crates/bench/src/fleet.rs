@@ -275,6 +275,7 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
         home: home.clone(),
         store: location.clone(),
         secrets_key_file: None,
+        origins: Default::default(),
     };
     let mut ctx = connect(&at, &started.stop)?;
     ctx.quiet = true;

@@ -353,6 +353,16 @@ is refused, so a deposed controller cannot act through an agent."
     Agent(AgentArgs),
     /// List the installed etcd versions.
     Versions(NoState),
+    /// Where this command line works: the home, the store, the key file, where
+    /// snapshots go and where etcd comes from, and where each setting came from.
+    #[command(after_help = "Examples:
+  quorum config view                     # the effective settings and their origin
+  QUORUM_STORE=etcd://10.0.0.5:2379 quorum --home /srv/q config view -o json
+
+Each setting comes from a flag (--home, --store, --secrets-key-file), else the
+environment (QUORUM_HOME, QUORUM_STORE, QUORUM_SECRETS_KEY_FILE, QUORUM_ETCD_DIR, the
+AWS_* variables), else the default. It opens nothing, so it answers with the store down.")]
+    Config(ConfigArgs),
     /// Print quorum's own version (as `quorum -V` does; the etcd versions are `quorum versions`).
     Version(NoState),
     /// In a fresh temporary home: create 3 members at etcd 3.4.23, write keys, upgrade to
@@ -933,6 +943,22 @@ pub struct RotateCaArgs {
     pub yes: bool,
     #[command(flatten)]
     pub wait: WaitArgs,
+}
+
+#[derive(clap::Args)]
+pub struct ConfigArgs {
+    #[command(subcommand)]
+    pub what: ConfigCommand,
+}
+
+#[derive(Subcommand)]
+pub enum ConfigCommand {
+    /// The effective settings and where each came from.
+    View {
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+    },
 }
 
 #[derive(clap::Args)]

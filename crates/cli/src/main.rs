@@ -9,7 +9,7 @@ mod usage;
 use anyhow::{anyhow, Context, Result};
 use args::{Cli, Command};
 use clap::Parser;
-use quorum_ops::Place;
+use quorum_ops::{Origin, Origins, Place};
 use quorum_store::StoreLocation;
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -37,7 +37,14 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(run(cli)) {
+    let at = match place(&cli) {
+        Ok(at) => at,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match rt.block_on(cmd::run(&at, cli.command)) {
         Ok(()) => ExitCode::SUCCESS,
         // A usage error a command found after parsing: as clap prints its own, exit 2.
         Err(e) => match e.downcast::<clap::Error>() {
@@ -47,10 +54,36 @@ fn main() -> ExitCode {
             }
             Err(e) => {
                 eprintln!("error: {e:#}");
+                if let Some(note) = store_note(&e, &at) {
+                    eprintln!("{note}");
+                }
                 ExitCode::FAILURE
             }
         },
     }
+}
+
+/// For an error whose meaning depends on the store (a control plane that does not
+/// exist, a home that does not, a key that does not open): which store it was, and
+/// where that choice came from (`QUORUM_STORE` exported and `--home` given reads the
+/// management etcd, not the home's file). Only for a store chosen by a flag or the
+/// environment.
+fn store_note(e: &anyhow::Error, at: &Place) -> Option<String> {
+    use quorum_store::StoreError;
+    let depends = e.chain().any(|c| {
+        matches!(
+            c.downcast_ref::<StoreError>(),
+            Some(StoreError::NotFound(_) | StoreError::NoHome { .. } | StoreError::Secrets(_))
+        )
+    });
+    // The default store (the home's file) surprises nobody: the error stays one line.
+    let chosen = at.origins.store != Origin::Default;
+    (depends && chosen).then(|| {
+        format!(
+            "note: the store is {}; `quorum config view` shows where each setting came from",
+            at.store_words()
+        )
+    })
 }
 
 /// Logs go to stderr, filtered by QUORUM_LOG; the controller logs its steps by default.
@@ -69,13 +102,28 @@ fn init_logging(command: &Command) {
         .init();
 }
 
-async fn run(cli: Cli) -> Result<()> {
-    let at = Place {
-        store: store_location(&cli)?,
-        secrets_key_file: cli.secrets_key_file.clone(),
-        home: home(cli.home),
+/// Where this command works, and where each part of that came from.
+fn place(cli: &Cli) -> Result<Place> {
+    let env_set = |var: &str| std::env::var_os(var).is_some_and(|v| !v.is_empty());
+    let origin = |flag: bool, flag_name, var: &'static str| match (flag, env_set(var)) {
+        (true, _) => Origin::Flag(flag_name),
+        (false, true) => Origin::Env(var),
+        (false, false) => Origin::Default,
     };
-    cmd::run(&at, cli.command).await
+    Ok(Place {
+        store: store_location(cli)?,
+        secrets_key_file: cli.secrets_key_file.clone(),
+        home: home(cli.home.clone()),
+        origins: Origins {
+            home: origin(cli.home.is_some(), "--home", "QUORUM_HOME"),
+            store: origin(cli.store.is_some(), "--store", "QUORUM_STORE"),
+            key_file: origin(
+                cli.secrets_key_file.is_some(),
+                "--secrets-key-file",
+                quorum_store::secrets::KEY_FILE_ENV,
+            ),
+        },
+    })
 }
 
 /// `--store` (else `QUORUM_STORE`, else embedded) with its TLS files.

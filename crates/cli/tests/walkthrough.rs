@@ -161,3 +161,53 @@ fn a_recovery_from_a_survivor_behind_the_snapshot_is_refused() {
         .rebuild
         .is_some());
 }
+
+/// Fault 15: with `QUORUM_STORE` exported, `quorum --home DIR ...` used the management
+/// etcd and said nothing of it. `config view` says where each setting came from, and
+/// an error that depends on the store names it.
+#[test]
+fn config_view_says_where_each_setting_came_from() {
+    let env = Env::new("walkthrough-config");
+    let other = env.dir.path().join("other-home");
+    let view = env
+        .cmd(&[
+            "--home",
+            other.to_str().unwrap(),
+            "config",
+            "view",
+            "-o",
+            "json",
+        ])
+        .env("QUORUM_STORE", "etcd://127.0.0.1:1/quorum")
+        .output()
+        .unwrap();
+    let settings: serde_json::Value = serde_json::from_slice(&view.stdout).expect("json");
+    let find = |name: &str| {
+        settings
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name}: {settings:#}"))
+    };
+    assert_eq!(find("home")["from"], "from the flag --home");
+    assert_eq!(find("store")["value"], "etcd://127.0.0.1:1/quorum");
+    assert_eq!(find("store")["from"], "from the environment: QUORUM_STORE");
+    assert!(!other.exists(), "config view opens nothing");
+    // An error that depends on a store chosen by a flag or the environment says which
+    // store it was, and where that came from.
+    env.ok(&["create", "here", "--replicas", "1", "--version", NEW]);
+    let out = env
+        .cmd(&["pause", "elsewhere"])
+        .env("QUORUM_STORE", "embedded")
+        .output()
+        .unwrap();
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        e.contains("does not exist")
+            && e.contains("note: the store is the state file in")
+            && e.contains("(from the environment: QUORUM_STORE)"),
+        "{e}"
+    );
+}

@@ -22,6 +22,38 @@ pub struct Place {
     /// The key file of the store's secrets (`--secrets-key-file`); `None`:
     /// `QUORUM_SECRETS_KEY_FILE`, else `<home>/secrets.key`.
     pub secrets_key_file: Option<PathBuf>,
+    /// Where the home, the store and the key file came from (`quorum config view`,
+    /// and errors that depend on the store).
+    pub origins: Origins,
+}
+
+/// Where a setting came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Origin {
+    /// A command-line flag (`--home`).
+    Flag(&'static str),
+    /// An environment variable (`QUORUM_STORE`).
+    Env(&'static str),
+    #[default]
+    Default,
+}
+
+impl std::fmt::Display for Origin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Origin::Flag(flag) => write!(f, "from the flag {flag}"),
+            Origin::Env(var) => write!(f, "from the environment: {var}"),
+            Origin::Default => f.write_str("the default"),
+        }
+    }
+}
+
+/// Where each part of a `Place` came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Origins {
+    pub home: Origin,
+    pub store: Origin,
+    pub key_file: Origin,
 }
 
 impl Place {
@@ -30,7 +62,21 @@ impl Place {
             home: home.to_path_buf(),
             store: StoreLocation::Embedded,
             secrets_key_file: None,
+            origins: Origins::default(),
         }
+    }
+
+    /// The store, in words, and where it came from: what an error that depends on
+    /// the store adds (`control plane "x" does not exist` in which store?).
+    pub fn store_words(&self) -> String {
+        let what = match &self.store {
+            StoreLocation::Embedded => format!(
+                "the state file in {}",
+                self.home.join(quorum_store::STATE_FILE).display()
+            ),
+            StoreLocation::Etcd(l) => format!("the management etcd {}", l.url()),
+        };
+        format!("{what} ({})", self.origins.store)
     }
 
     /// Opens the store of this place, with its key file.

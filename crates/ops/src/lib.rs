@@ -32,7 +32,7 @@ pub mod status;
 mod teardown;
 pub mod wait;
 
-pub use ctx::{list_versions, Ctx, Place};
+pub use ctx::{list_versions, Ctx, Origin, Origins, Place};
 pub use haproxy::{haproxy_frontend_tls, HaproxyState, LbServer};
 pub use spec::{
     change, change_with, create, create_with, plan, retry_rollout, version_warning, ChangeOptions,

@@ -4,6 +4,7 @@
 mod agent;
 mod apply;
 mod completion;
+mod config;
 mod controller;
 mod create;
 mod credentials;
@@ -61,6 +62,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Hosts(a) => hosts::list(at, a).await,
         Command::Agent(a) => agent::run(a).await,
         Command::Versions(_) => versions::run(),
+        Command::Config(a) => config::run(at, a),
         Command::Version(_) => {
             use clap::CommandFactory;
             print!("{}", crate::args::Cli::command().render_version());
