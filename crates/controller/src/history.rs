@@ -36,6 +36,10 @@ impl Reconciler {
         machines: &[Machine],
         t: &quorum_core::health::Tracked,
     ) {
+        // A teardown stops every member on purpose: nothing it does is a problem.
+        if cp.deleting {
+            return;
+        }
         for (machine, words) in &t.became_unhealthy {
             tracing::warn!(cp = %cp.name, machine = %machine, "unhealthy: {words}");
             let e = NewEvent {

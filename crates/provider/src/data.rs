@@ -135,16 +135,32 @@ pub fn data_dir_state(data_dir: &Path) -> DataDirState {
     }
 }
 
-/// The recorded process starts in `machine_dir`, oldest first. A missing or garbled
-/// history is an empty one.
+/// The recorded process starts in `machine_dir` that were not planned (not after a
+/// stop quorum asked for: an in-place step's, a CA rotation's), oldest first: what a
+/// crash loop and the restart backoff count. A missing or garbled history is an empty
+/// one.
 pub fn read_starts(machine_dir: &Path) -> Vec<i64> {
+    read_start_lines(machine_dir)
+        .into_iter()
+        .filter(|(_, planned)| !planned)
+        .map(|(at, _)| at)
+        .collect()
+}
+
+/// Every recorded start, with whether it was planned (`<unix s>` or `<unix s> planned`
+/// per line), the last `STARTS_KEPT`.
+fn read_start_lines(machine_dir: &Path) -> Vec<(i64, bool)> {
     let Ok(text) = fs::read_to_string(machine_dir.join(STARTS_FILE)) else {
         return Vec::new();
     };
-    let parsed: Option<Vec<i64>> = text
+    let parsed: Option<Vec<(i64, bool)>> = text
         .lines()
         .filter(|l| !l.trim().is_empty())
-        .map(|l| l.trim().parse().ok())
+        .map(|l| match l.trim().split_once(' ') {
+            None => l.trim().parse().ok().map(|at| (at, false)),
+            Some((at, PLANNED)) => at.parse().ok().map(|at| (at, true)),
+            Some(_) => None,
+        })
         .collect();
     let mut starts = parsed.unwrap_or_default();
     // Bounded whatever wrote the file.
@@ -153,14 +169,42 @@ pub fn read_starts(machine_dir: &Path) -> Vec<i64> {
     starts
 }
 
-/// Adds a start at `at_unix_s` to the history in `machine_dir`, keeping the last
-/// `STARTS_KEPT`, rewritten atomically.
-pub fn record_start(machine_dir: &Path, at_unix_s: i64) -> io::Result<()> {
-    let mut starts = read_starts(machine_dir);
-    starts.push(at_unix_s);
+/// How a planned start is marked in the history.
+const PLANNED: &str = "planned";
+/// Written by a stop quorum asks for; the next start takes it and is planned.
+pub const STOP_REQUESTED_FILE: &str = "stop-requested";
+
+/// Notes that quorum stopped the machine on purpose, so its next start is planned.
+pub fn request_stop(machine_dir: &Path) -> io::Result<()> {
+    if !machine_dir.is_dir() {
+        return Ok(());
+    }
+    write_atomically(machine_dir, STOP_REQUESTED_FILE, b"")
+}
+
+/// Whether the start about to happen follows a stop quorum asked for (and forgets it).
+pub fn take_stop_request(machine_dir: &Path) -> io::Result<bool> {
+    match fs::remove_file(machine_dir.join(STOP_REQUESTED_FILE)) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Adds a start at `at_unix_s` (`planned`: after a stop quorum asked for) to the
+/// history in `machine_dir`, keeping the last `STARTS_KEPT`, rewritten atomically.
+pub fn record_start(machine_dir: &Path, at_unix_s: i64, planned: bool) -> io::Result<()> {
+    let mut starts = read_start_lines(machine_dir);
+    starts.push((at_unix_s, planned));
     let excess = starts.len().saturating_sub(STARTS_KEPT);
     starts.drain(..excess);
-    let text: String = starts.iter().map(|s| format!("{s}\n")).collect();
+    let text: String = starts
+        .iter()
+        .map(|(at, planned)| match planned {
+            true => format!("{at} {PLANNED}\n"),
+            false => format!("{at}\n"),
+        })
+        .collect();
     write_atomically(machine_dir, STARTS_FILE, text.as_bytes())
 }
 
@@ -285,7 +329,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         assert!(read_starts(d.path()).is_empty());
         for t in 0..(STARTS_KEPT as i64 + 5) {
-            record_start(d.path(), 1_000 + t).unwrap();
+            record_start(d.path(), 1_000 + t, false).unwrap();
         }
         let starts = read_starts(d.path());
         assert_eq!(starts.len(), STARTS_KEPT);
@@ -294,8 +338,16 @@ mod tests {
         // Garbled: empty, and the next start begins a new history.
         fs::write(d.path().join(STARTS_FILE), "12\nbanana\n").unwrap();
         assert!(read_starts(d.path()).is_empty());
-        record_start(d.path(), 7).unwrap();
+        record_start(d.path(), 7, false).unwrap();
         assert_eq!(read_starts(d.path()), [7]);
+        // A planned start (after a stop quorum asked for) is kept, and not counted.
+        record_start(d.path(), 8, true).unwrap();
+        record_start(d.path(), 9, false).unwrap();
+        assert_eq!(read_starts(d.path()), [7, 9]);
+        assert!(!take_stop_request(d.path()).unwrap());
+        request_stop(d.path()).unwrap();
+        assert!(take_stop_request(d.path()).unwrap());
+        assert!(!take_stop_request(d.path()).unwrap(), "taken once");
         // A file longer than the limit (written by hand) reads bounded.
         let long: String = (0..100).map(|i| format!("{i}\n")).collect();
         fs::write(d.path().join(STARTS_FILE), long).unwrap();

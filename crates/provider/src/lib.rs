@@ -484,6 +484,10 @@ impl LocalProvider {
         // The last exit describes the process started now once it ends, never an
         // earlier one (a process that outlives this one ends unseen: no file).
         data::clear_exit(&dir).map_err(|e| io_err("clear the last exit", e))?;
+        // A start after a stop quorum asked for (an in-place step's, a CA rotation's)
+        // is planned: no crash loop or restart backoff counts it.
+        let planned =
+            data::take_stop_request(&dir).map_err(|e| io_err("read the stop request", e))?;
         let mut child = cmd.spawn().map_err(|e| io_err("spawn etcd", e))?;
         let pid = child.id() as i32;
         // Write the pid file atomically: a reader never sees a partial pid.
@@ -505,7 +509,8 @@ impl LocalProvider {
             .map_err(|e| io_err("spawn reaper thread", e))?;
         // Every start is counted (a crash loop is seen from these); the process runs
         // either way, so a failure here is reported after the reaper is in place.
-        data::record_start(&dir, now_unix_s()).map_err(|e| io_err("record the start", e))?;
+        data::record_start(&dir, now_unix_s(), planned)
+            .map_err(|e| io_err("record the start", e))?;
         Ok(pid)
     }
 
@@ -518,6 +523,9 @@ impl LocalProvider {
             return Ok(());
         };
         let data_dir = self.data_dir(name);
+        // Asked for: the next start is planned (best effort: a start counted as a crash
+        // restart is the worst that a failure here does).
+        let _ = data::request_stop(&self.machine_dir(name));
         // Only what etcd logs after the signal counts.
         let log = self.log_path(name);
         let log_from = fs::metadata(&log).map_or(0, |m| m.len());

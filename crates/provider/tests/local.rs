@@ -155,9 +155,26 @@ fn start_observe_stop_restart_delete() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let st = p.observe("p-1");
+    // Restarted after a stop quorum asked for: planned, so no crash loop or restart
+    // backoff counts it (issue 29: an in-place upgrade and two CA rotations read as a
+    // crash loop).
+    assert_eq!(st.starts_unix_s.len(), 1);
+    assert_eq!(st.marker, Some(marker));
+    // Killed, not stopped: the next start counts.
+    // SAFETY: kill(2) on the pid this provider just started and observes running.
+    assert_eq!(unsafe { libc::kill(pid2, libc::SIGKILL) }, 0);
+    wait_for("the killed process gone", Duration::from_secs(10), || {
+        p.observe("p-1").process == ProcessState::Stopped
+    });
+    let pid2 = p.start(&again).unwrap();
+    wait_for(
+        "health after the crash restart",
+        Duration::from_secs(20),
+        || healthy(addr),
+    );
+    let st = p.observe("p-1");
     assert_eq!(st.starts_unix_s.len(), 2);
     assert!(st.starts_unix_s[0] <= st.starts_unix_s[1]);
-    assert_eq!(st.marker, Some(marker));
 
     // Wiping: refused while running; then the data and its marker go, the history
     // stays; again is success.
