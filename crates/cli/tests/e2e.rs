@@ -592,6 +592,12 @@ fn a_second_controller_on_the_same_home_stands_by_until_the_first_dies() {
         after.iter().all(|e| e.by.as_deref() == Some("second")),
         "{after:?}"
     );
+    // The history says so (issue 29 fault 17: only the BY column changed).
+    assert!(
+        after.iter().any(|e| e.kind == EventKind::Takeover
+            && e.message.starts_with("controller second took over from ")),
+        "{after:?}"
+    );
     // Every machine was started once: no step was taken twice.
     let all = store.events_after("t", 0, 10_000).unwrap();
     for m in ["t-1", "t-2", "t-3"] {

@@ -466,9 +466,14 @@ impl Controller {
                 self.forget_all();
                 self.leading = true;
                 self.last_standby = None;
+                // Whose heartbeat this one replaces: another's is a takeover.
+                let before = self.sh.store().last_controller_heartbeat()?;
                 let now = now_ms();
                 self.sh.store().controller_heartbeat(&self.beat(now))?;
                 self.last_heartbeat_ms = now;
+                if let Some(b) = before.filter(|b| b.identity != self.sh.cfg.identity) {
+                    self.record_takeover(&b, now);
+                }
                 if let Some(h) = &self.heartbeats {
                     h.lead(self.sh.store().heartbeat_writer()?);
                 }
@@ -489,6 +494,31 @@ impl Controller {
                     self.last_standby = who.clone();
                 }
                 Ok(Lead::Standby(who))
+            }
+        }
+    }
+
+    /// Says in the history of every control plane this replica acts on that it took
+    /// over, from whom, and how long that one had been silent: without it, only the BY
+    /// column changes, and `--wait` shows seconds of silence. Best effort.
+    fn record_takeover(&self, from: &quorum_store::Heartbeat, now: i64) {
+        let silent_s = (now - from.at_ms).max(0) as f64 / 1000.0;
+        let msg = format!(
+            "controller {} took over from {} (its last heartbeat {silent_s:.1}s ago)",
+            self.sh.cfg.identity, from.identity
+        );
+        tracing::info!("{msg}");
+        let cps = match self.sh.store().control_planes() {
+            Ok(cps) => cps,
+            Err(e) => return tracing::warn!("recording the takeover failed: {e}"),
+        };
+        for cp in cps.iter().filter(|c| self.sh.cfg.owns(&c.name)) {
+            let e = NewEvent {
+                by: Some(&self.sh.cfg.identity),
+                ..NewEvent::new(EventKind::Takeover, StepOutcome::Ok, &msg)
+            };
+            if let Err(err) = self.sh.store().record_event(&cp.name, now, &e) {
+                tracing::warn!(cp = %cp.name, "recording the takeover failed: {err}");
             }
         }
     }

@@ -43,6 +43,9 @@ pub enum EventKind {
     /// A step etcd refused for now, as written before schema version 3, which records
     /// the step's own kind with the outcome `refused` instead.
     Refused,
+    /// A controller replica took the lead from another (a failover, or a controller
+    /// started again after it died): who, from whom.
+    Takeover,
     /// A kind written by a newer release, kept as written.
     Other(UnknownKind),
 }
@@ -74,6 +77,7 @@ impl EventKind {
             EventKind::Blocked => "blocked",
             EventKind::Error => "error",
             EventKind::Refused => "refused",
+            EventKind::Takeover => "takeover",
             EventKind::Other(u) => u.as_str(),
         }
     }
@@ -95,6 +99,7 @@ impl EventKind {
             "blocked" => EventKind::Blocked,
             "error" => EventKind::Error,
             "refused" => EventKind::Refused,
+            "takeover" => EventKind::Takeover,
             other => EventKind::Other(UnknownKind(other.to_string())),
         }
     }
@@ -259,6 +264,7 @@ mod tests {
             "lb-delete",
             "error",
             "refused",
+            "takeover",
         ]);
         for name in names {
             let k = EventKind::parse(name);
