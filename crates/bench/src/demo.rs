@@ -71,6 +71,7 @@ impl RolloutArgs {
     /// The spec the control plane is created with.
     pub fn initial_spec(&self) -> ControlPlaneSpec {
         ControlPlaneSpec {
+            recovery: Default::default(),
             deletion_protection: false,
             replicas: self.replicas,
             version: self.from,

@@ -221,6 +221,18 @@ change is not recorded without it, unless --no-snapshot is given.")]
 The snapshots of a deleted control plane stay, listed and under the same retention:
 `quorum create NAME --from-snapshot ID` brings it back (its spec, its CA, every key).")]
     Snapshots(SnapshotsArgs),
+    /// The directories a restore or recovery moved out of reach (old members' data),
+    /// and removing them.
+    #[command(after_help = "Examples:
+  quorum fenced                     # every fenced directory: whose, when, how big
+  quorum fenced prod -o json
+  quorum fenced prod --prune        # remove prod's now (asks for the name; --yes)
+
+A restore or a recovery fences each old member: stops it and moves its machine
+directory (its data included) under <home>/fenced/, so nothing starts it again. They are
+kept for you to look at or copy from, and removed by the controller once
+spec.recovery.keepFenced has passed (7d by default), or by `quorum delete`.")]
+    Fenced(FencedArgs),
     /// Rebuild a control plane from a snapshot: every write after it is lost. Asks for
     /// confirmation.
     #[command(after_help = RESTORE_HELP)]
@@ -959,6 +971,28 @@ pub enum ConfigCommand {
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: Output,
     },
+}
+
+#[derive(clap::Args)]
+pub struct FencedArgs {
+    /// The control plane (deleted ones too); none: every fenced directory.
+    #[arg(value_parser = usage::cp_name)]
+    pub name: Option<String>,
+    /// Remove them now (asks for the name, or `all`; --yes without a terminal).
+    #[arg(long)]
+    pub prune: bool,
+    /// Go ahead without asking.
+    #[arg(long, requires = "prune")]
+    pub yes: bool,
+    /// Output format.
+    #[arg(
+        short = 'o',
+        long,
+        value_enum,
+        default_value = "table",
+        conflicts_with = "prune"
+    )]
+    pub output: Output,
 }
 
 #[derive(clap::Args)]

@@ -116,6 +116,54 @@ fn snapshot_scenario(point: &str) -> String {
     }
 }
 
+/// A failpoint of removing fenced directories (`prune-fenced`).
+fn is_fenced_point(p: &str) -> bool {
+    p.ends_with("-prune-fenced")
+}
+
+/// Crashes the controller at `point` while it removes the fenced directory a restore
+/// left (`spec.recovery.keepFenced: 1s`); the next controller goes on: the control
+/// plane serves, and no fenced directory is left.
+fn fenced_scenario(point: &str) -> String {
+    let mut env = Env::new(&format!("crash-{point}"));
+    let name = "fe";
+    let manifest = env.dir.path().join("fe.yaml");
+    std::fs::write(
+        &manifest,
+        format!("apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata: {{name: {name}}}\nspec:\n  replicas: 1\n  version: \"{NEW}\"\n  recovery: {{keepFenced: 1s}}\n"),
+    )
+    .unwrap();
+    env.start_controller_with(&[("FAILPOINTS", &format!("{point}=return"))]);
+    env.ok(&[
+        "apply",
+        "-f",
+        manifest.to_str().unwrap(),
+        "--wait",
+        "--timeout",
+        TIMEOUT,
+    ]);
+    env.ok(&["snapshot", name]);
+    env.ok(&["restore", name, "--from", "newest", "--yes"]);
+    expect_crash(&mut env, point);
+    env.start_controller();
+    let provider =
+        quorum_provider::LocalProvider::new(&env.home, quorum_provider::default_etcd_dir());
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let s = env.status(name);
+        if s["converged"] == true && provider.list_fenced(Some(name)).is_empty() {
+            return format!("{point}: crashed, the next controller removed the fenced directory");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{point}: after 90 s: fenced {:?}\n{}",
+            provider.list_fenced(Some(name)),
+            history(&env.store().events_after(name, 0, 10_000).unwrap())
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn is_upkeep_point(p: &str) -> bool {
     p.ends_with("-compact") || p.ends_with("-defragment") || p.ends_with("-disarm-alarm")
 }
@@ -713,6 +761,8 @@ fn every_failpoint_crashes_and_the_next_controller_finishes() {
                         nospace_scenario(&p)
                     } else if is_snapshot_point(&p) {
                         snapshot_scenario(&p)
+                    } else if is_fenced_point(&p) {
+                        fenced_scenario(&p)
                     } else {
                         rollout_scenario(&p)
                     }

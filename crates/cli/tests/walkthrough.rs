@@ -211,3 +211,51 @@ fn config_view_says_where_each_setting_came_from() {
         "{e}"
     );
 }
+
+/// Fault 9: fenced directories piled up under the home, survived `delete`, and no
+/// command listed or removed them.
+#[test]
+fn fenced_directories_are_listed_pruned_and_go_with_their_control_plane() {
+    let mut env = Env::new("walkthrough-fenced");
+    env.start_controller();
+    env.create_and_wait("f", 1, NEW);
+    let restore = |env: &Env| {
+        env.ok(&["snapshot", "f", "--no-verify"]);
+        env.ok(&[
+            "restore",
+            "f",
+            "--from",
+            "newest",
+            "--yes",
+            "--wait",
+            "--timeout",
+            "120s",
+        ]);
+    };
+    restore(&env);
+    let listed: serde_json::Value =
+        serde_json::from_str(&env.ok(&["fenced", "f", "-o", "json"])).unwrap();
+    let rows = listed.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{listed:#}");
+    assert_eq!(rows[0]["controlPlane"], "f");
+    assert_eq!(rows[0]["machine"], "f-1");
+    assert!(rows[0]["sizeBytes"].as_u64().unwrap() > 0);
+    assert!(env.ok(&["fenced"]).contains("f-1"));
+    // --prune asks (no terminal here: refused, nothing removed), --yes removes.
+    let e = env.fails(&["fenced", "f", "--prune"]);
+    assert!(e.contains("--yes"), "{e}");
+    assert_eq!(
+        env.ok(&["fenced", "f", "-o", "json"])
+            .matches("\"name\"")
+            .count(),
+        1
+    );
+    let out = env.ok(&["fenced", "f", "--prune", "--yes"]);
+    assert!(out.contains("removed"), "{out}");
+    assert!(env.ok(&["fenced", "f"]).contains("no fenced directories"));
+    // Another restore fences again; delete says so and removes it with the rest.
+    restore(&env);
+    let said = env.ok(&["delete", "f", "--yes", "--wait", "--timeout", "120s"]);
+    assert!(said.contains("its fenced directory"), "{said}");
+    assert!(env.ok(&["fenced"]).contains("no fenced directories"));
+}

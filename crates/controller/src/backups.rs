@@ -24,6 +24,18 @@ pub fn snapshots_into(
     Ok(())
 }
 
+/// What the decision needs for `spec.recovery`: the control plane's fenced
+/// directories on this host (members on hosts keep none here).
+pub fn fenced_into(
+    provider: &LocalProvider,
+    cp: &ControlPlane,
+    obs: &mut quorum_core::Observation,
+) {
+    if cp.spec.provider.is_local() {
+        obs.fenced = provider.list_fenced(Some(&cp.name));
+    }
+}
+
 /// The machine a snapshot streams from (the one at the leader's client URL `url`) and
 /// the etcd version it runs (as observed, else its record's).
 pub fn snapshot_source<'a>(

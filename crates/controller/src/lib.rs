@@ -14,7 +14,7 @@
 
 pub mod access;
 mod backups;
-pub use backups::{snapshot_source, snapshots_into};
+pub use backups::{fenced_into, snapshot_source, snapshots_into};
 pub mod balancer;
 pub mod failpoints;
 pub mod fleet;
@@ -760,10 +760,16 @@ pub fn haproxy_dir(home: &Path, cp: &str) -> PathBuf {
 pub fn remove_local_files(home: &Path, cp: &str) -> std::io::Result<()> {
     let endpoints = endpoints_path(home, cp);
     let haproxy = haproxy_dir(home, cp);
-    let results = [
+    let mut results = vec![
         (std::fs::remove_file(&endpoints), endpoints),
         (std::fs::remove_dir_all(&haproxy), haproxy),
     ];
+    // Its fenced directories (`quorum fenced`): old members' data a rebuild set aside.
+    let provider = LocalProvider::new(home, quorum_provider::default_etcd_dir());
+    for f in provider.list_fenced(Some(cp)) {
+        let path = provider.fenced_dir().join(&f.name);
+        results.push((std::fs::remove_dir_all(&path), path));
+    }
     for (res, path) in results {
         match res {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {

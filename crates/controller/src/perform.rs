@@ -255,6 +255,11 @@ impl Reconciler {
                 self.verify_snapshot(cp, id).await?;
                 Ok(None)
             }
+            Action::PruneFenced { name } => {
+                // Decided only from this host's own fenced directories (`fenced_into`).
+                self.sh.provider.remove_fenced(name)?;
+                Ok(None)
+            }
             Action::FenceMachine { machine } if !cp.spec.provider.is_local() => {
                 let _ = machine;
                 Err(

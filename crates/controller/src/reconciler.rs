@@ -171,6 +171,7 @@ impl Reconciler {
         observed.observation.defragmented = tracked.defragmented.clone();
         observed.observation.nospace_recurrences = tracked.nospace_recurrences;
         snapshots_into(&self.sh.store(), cp, &mut observed.observation)?;
+        fenced_into(&self.sh.provider, cp, &mut observed.observation);
         self.record_health(cp, &machines, &tracked).await;
         self.sh.metrics.health(
             &cp.name,

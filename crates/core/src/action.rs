@@ -138,6 +138,8 @@ pub enum Action {
     PruneSnapshot { id: String },
     /// Test-restore a recorded snapshot again (`backup.verifyEvery`) and record it.
     VerifySnapshot { id: String },
+    /// Remove a fenced directory `spec.recovery.keepFenced` no longer keeps (`fenced`).
+    PruneFenced { name: String },
     /// Record that the machine begins an in-place step toward `to` (phase `Draining`):
     /// it leaves the endpoints before anything else happens to it.
     BeginInPlace {
@@ -246,6 +248,7 @@ impl Action {
             | Action::TakeSnapshot
             | Action::PruneSnapshot { .. }
             | Action::VerifySnapshot { .. }
+            | Action::PruneFenced { .. }
             | Action::SetRebuildPhase { .. }
             | Action::SetCaPhase { .. }
             | Action::FinishCaRotation { .. } => None,
@@ -271,6 +274,7 @@ impl Action {
             Action::DisarmAlarm { .. } => ActionKind::DisarmAlarm,
             Action::TakeSnapshot => ActionKind::TakeSnapshot,
             Action::PruneSnapshot { .. } => ActionKind::PruneSnapshot,
+            Action::PruneFenced { .. } => ActionKind::PruneFenced,
             Action::VerifySnapshot { .. } => ActionKind::VerifySnapshot,
             Action::BeginInPlace { .. } => ActionKind::BeginInPlace,
             Action::SetInPlacePhase { .. } => ActionKind::SetInPlacePhase,
@@ -333,6 +337,7 @@ action_kinds! {
     TakeSnapshot = "take-snapshot",
     PruneSnapshot = "prune-snapshot",
     VerifySnapshot = "verify-snapshot",
+    PruneFenced = "prune-fenced",
     FenceMachine = "fence-machine",
     SetRebuildPhase = "set-rebuild-phase",
     RestoreSnapshot = "restore-snapshot",
@@ -425,6 +430,9 @@ impl fmt::Display for Action {
                 write!(f, "remove snapshot {id} (retention keeps it no longer)")
             }
             Action::VerifySnapshot { id } => write!(f, "test-restore snapshot {id}"),
+            Action::PruneFenced { name } => {
+                write!(f, "remove the fenced directory {name} (kept long enough)")
+            }
             Action::BeginInPlace {
                 machine,
                 to,

@@ -765,6 +765,7 @@ mod tests {
         let recs: Vec<SnapshotRecord> = (1..=4).map(|d| record(NOW - d * DAY)).collect();
         let with = |last, days| {
             let mut spec = crate::ControlPlaneSpec {
+                recovery: Default::default(),
                 deletion_protection: false,
                 replicas: 3,
                 version: "3.5.1".parse().unwrap(),

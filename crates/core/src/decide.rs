@@ -29,7 +29,8 @@
 //!     place under `strategy: InPlace`); with nothing else to do, defragment a member
 //!     past the spec's threshold, else take a snapshot `spec.backup.schedule` asks for,
 //!     else test-restore the newest snapshot once `verifyEvery` passed, else remove one
-//!     snapshot retention no longer keeps (`backup`). A CA rotation (`carotation`)
+//!     snapshot retention no longer keeps (`backup`), else one fenced directory kept
+//!     past `spec.recovery.keepFenced` (`fenced`). A CA rotation (`carotation`)
 //!     makes machines outdated whose CA files are not its phase's, and with none left
 //!     and every member healthy, moves to its next phase (or finishes) before any of
 //!     the upkeep.
@@ -161,6 +162,8 @@ pub(crate) struct View<'a> {
     /// The recorded snapshots and the control plane's creation (`Observation`).
     pub(crate) snapshots: &'a [crate::SnapshotSeen],
     pub(crate) created_at_unix_s: Option<i64>,
+    /// The control plane's fenced directories (`fenced`).
+    pub(crate) fenced: &'a [crate::fenced::FencedSeen],
     /// The cluster version the leader reported (`None`: unknown).
     pub(crate) cluster_version: Option<Version>,
 }
@@ -211,6 +214,7 @@ impl<'a> View<'a> {
             alarms: &observed.alarms,
             snapshots: &observed.snapshots,
             created_at_unix_s: observed.created_at_unix_s,
+            fenced: &observed.fenced,
             cluster_version: observed.cluster_version,
         }
     }
@@ -864,6 +868,18 @@ impl<'a> View<'a> {
         plan.into_iter()
             .next()
             .map(|id| Step::act(Operation::Maintaining, Action::PruneSnapshot { id }))
+            .or_else(|| self.fenced_upkeep())
+    }
+
+    /// A fenced directory kept past `spec.recovery.keepFenced` goes, oldest first.
+    fn fenced_upkeep(&self) -> Option<Step> {
+        let keep = self.spec().recovery.keep_fenced;
+        let old = crate::fenced::prunable(self.fenced, keep, self.now_unix_s)?;
+        let name = old.name.clone();
+        Some(Step::act(
+            Operation::Maintaining,
+            Action::PruneFenced { name },
+        ))
     }
 
     fn allocate(&self, op: Operation) -> Step {

@@ -13,6 +13,7 @@ mod conditions;
 pub mod decide;
 mod decision;
 pub mod failover;
+pub mod fenced;
 pub mod health;
 pub mod inplace;
 pub mod lease;

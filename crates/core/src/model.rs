@@ -2,6 +2,7 @@
 //! records, the durable intent) and what it saw (observation).
 
 use crate::action::DeleteReason;
+pub use crate::placement::ProviderKind;
 use crate::span::Span;
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
@@ -193,33 +194,17 @@ pub struct ControlPlaneSpec {
     /// Scheduled snapshots and how many are kept.
     #[serde(default, skip_serializing_if = "crate::BackupSpec::is_default")]
     pub backup: crate::BackupSpec,
+    /// What is kept after a rebuild (fenced directories), and for how long.
+    #[serde(
+        default,
+        skip_serializing_if = "crate::fenced::RecoverySpec::is_default"
+    )]
+    pub recovery: crate::fenced::RecoverySpec,
     /// Where the members run: `local` (processes on the controller's host, the
     /// default) or `hosts` (on hosts registered with `quorum host add`, through their
     /// agents, each member on its own host or failure domain). Chosen at creation.
     #[serde(default, skip_serializing_if = "ProviderKind::is_local")]
     pub provider: ProviderKind,
-}
-
-/// Which machine provider runs a control plane's members.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderKind {
-    #[default]
-    Local,
-    Hosts,
-}
-
-impl ProviderKind {
-    pub fn is_local(&self) -> bool {
-        *self == ProviderKind::Local
-    }
-
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            ProviderKind::Local => "local",
-            ProviderKind::Hosts => "hosts",
-        }
-    }
 }
 
 /// How quorum repairs failed members: by replacement, one at a time, within limits
@@ -375,6 +360,7 @@ impl ControlPlaneSpec {
     /// (mutual TLS, maxSurge 1, no load balancer, the default schedules).
     pub fn new(replicas: u32, version: Version) -> ControlPlaneSpec {
         ControlPlaneSpec {
+            recovery: Default::default(),
             deletion_protection: false,
             replicas,
             version,
@@ -963,6 +949,9 @@ pub struct Observation {
     /// snapshot and no pruning is decided.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_at_unix_s: Option<i64>,
+    /// The control plane's fenced directories (`fenced`), for `spec.recovery`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fenced: Vec<crate::fenced::FencedSeen>,
 }
 
 fn is_zero<T: Default + PartialEq>(n: &T) -> bool {

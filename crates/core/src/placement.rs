@@ -15,6 +15,7 @@
 //!    host with the fewest members of any control plane, then the name.
 
 use crate::Machine;
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 /// The label that names a host's failure domain.
@@ -106,6 +107,28 @@ pub fn place(
                     String::new()
                 },
             })
+        }
+    }
+}
+
+/// Which machine provider runs a control plane's members.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProviderKind {
+    #[default]
+    Local,
+    Hosts,
+}
+
+impl ProviderKind {
+    pub fn is_local(&self) -> bool {
+        *self == ProviderKind::Local
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            ProviderKind::Local => "local",
+            ProviderKind::Hosts => "hosts",
         }
     }
 }

@@ -264,6 +264,8 @@ struct Sit {
     backup: BackupSpec,
     /// Recorded snapshots: (id, seconds before now, verified).
     snapshots: Vec<(&'static str, i64, bool)>,
+    /// Fenced directories: (name, seconds before now it was fenced).
+    fenced: Vec<(&'static str, i64)>,
     /// Seconds before now the control plane was created (`None`: unknown).
     created_ago_s: Option<i64>,
     /// When a snapshot (by id) was last restored, if not when it was taken (`None`:
@@ -306,6 +308,7 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         cluster_version: None,
         backup: BackupSpec::default(),
         snapshots: vec![],
+        fenced: vec![],
         created_ago_s: None,
         restored_ago_s: BTreeMap::new(),
         rebuild: None,
@@ -403,6 +406,7 @@ impl Sit {
             }),
             name: "cp".into(),
             spec: ControlPlaneSpec {
+                recovery: Default::default(),
                 deletion_protection: false,
                 replicas: self.replicas,
                 version: self.version.parse().unwrap(),
@@ -549,6 +553,14 @@ impl Sit {
                 })
                 .collect(),
             created_at_unix_s: self.created_ago_s.map(|ago| NOW_UNIX_S - ago),
+            fenced: self
+                .fenced
+                .iter()
+                .map(|(name, ago)| quorum_core::fenced::FencedSeen {
+                    name: name.to_string(),
+                    fenced_at_unix_s: NOW_UNIX_S - ago,
+                })
+                .collect(),
         };
         (cp, machines, observed)
     }
@@ -567,6 +579,7 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
                     machine: None,
                 } => Some(format!("{member_id:x}")),
                 Action::PruneSnapshot { id } | Action::VerifySnapshot { id } => Some(id.clone()),
+                Action::PruneFenced { name } => Some(name.clone()),
                 _ => a.machine().map(str::to_string),
             };
             match target {
@@ -1533,6 +1546,9 @@ fn action_kinds_lists_every_variant() {
         Action::TakeSnapshot,
         Action::PruneSnapshot { id: "s.db".into() },
         Action::VerifySnapshot { id: "s.db".into() },
+        Action::PruneFenced {
+            name: "cp-1@1800000000".into(),
+        },
         Action::FenceMachine { machine: m() },
         Action::SetRebuildPhase {
             phase: RebuildPhase::Seeding,
@@ -1573,6 +1589,7 @@ fn action_kinds_lists_every_variant() {
             | Action::TakeSnapshot
             | Action::PruneSnapshot { .. }
             | Action::VerifySnapshot { .. }
+            | Action::PruneFenced { .. }
             | Action::FenceMachine { .. }
             | Action::SetRebuildPhase { .. }
             | Action::RestoreSnapshot { .. }
@@ -1614,6 +1631,7 @@ fn action_kind_names_are_stable() {
             "take-snapshot",
             "prune-snapshot",
             "verify-snapshot",
+            "prune-fenced",
             "fence-machine",
             "set-rebuild-phase",
             "restore-snapshot",

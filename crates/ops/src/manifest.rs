@@ -215,6 +215,9 @@ spec:
     retention:
       last: 24         # keep the newest 24, plus the newest of each of the last 7 days
       days: 7          #   (the newest verified snapshot is always kept)
+  recovery:
+    keepFenced: 7d     # a restore or recovery sets old members' data aside (`quorum
+                       #   fenced`); removed this long after
   paused: false
   deletionProtection: false  # true: `quorum delete` is refused until it is turned off
   # insecurePlaintext: true  # DANGEROUS: plain HTTP, no certificates (only at creation)

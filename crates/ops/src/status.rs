@@ -197,6 +197,7 @@ pub async fn decision(
         .filter(|(m, _)| now_problems.contains_key(m))
         .collect();
     quorum_controller::snapshots_into(store, cp, &mut observed.observation)?;
+    quorum_controller::fenced_into(provider, cp, &mut observed.observation);
     let decision = decide(cp, &machines, &observed.observation);
     Ok((machines, observed, decision))
 }

@@ -655,10 +655,7 @@ impl LocalProvider {
         // A second fence of the same name within a second gets its own place.
         let stamp = now_unix_s();
         let to = (0..FENCE_NAME_ATTEMPTS)
-            .map(|i| match i {
-                0 => fenced.join(format!("{name}-{stamp}")),
-                _ => fenced.join(format!("{name}-{stamp}-{i}")),
-            })
+            .map(|i| fenced.join(quorum_core::fenced::fenced_name(name, stamp, i)))
             .find(|p| !p.exists())
             .ok_or_else(|| {
                 io_err(
@@ -678,6 +675,75 @@ impl LocalProvider {
         }
     }
 
+    /// The fenced directories of control plane `cp` (all with `None`), by name, with
+    /// when each was fenced. Names that are no fence's are left out.
+    pub fn list_fenced(&self, cp: Option<&str>) -> Vec<quorum_core::fenced::FencedSeen> {
+        use quorum_core::fenced::{control_plane_of, parse_fenced, FencedSeen};
+        let mut out: Vec<FencedSeen> = fs::read_dir(self.fenced_dir())
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().is_dir())
+            .filter_map(|e| e.file_name().to_str().map(str::to_string))
+            .filter_map(|name| {
+                let (machine, at) = parse_fenced(&name)?;
+                let mine = cp.is_none_or(|cp| control_plane_of(machine) == Some(cp));
+                mine.then(|| FencedSeen {
+                    fenced_at_unix_s: at,
+                    name: name.clone(),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (a.fenced_at_unix_s, &a.name).cmp(&(b.fenced_at_unix_s, &b.name)));
+        out
+    }
+
+    /// Removes the fenced directory `name` (a name `list_fenced` gave); gone already is
+    /// success. A name that is no fence's, or that leaves the fenced directory, is
+    /// refused.
+    pub fn remove_fenced(&self, name: &str) -> Result<()> {
+        let ok = quorum_core::fenced::parse_fenced(name).is_some()
+            && !name.contains('/')
+            && !name.starts_with('.');
+        if !ok {
+            return Err(ProviderError::Io {
+                machine: name.to_string(),
+                what: "remove a fenced directory (not a fenced directory's name)",
+                source: io::Error::from(io::ErrorKind::InvalidInput),
+            });
+        }
+        match fs::remove_dir_all(self.fenced_dir().join(name)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(ProviderError::Io {
+                machine: name.to_string(),
+                what: "remove a fenced directory",
+                source: e,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The bytes under `path` (a fenced directory's size, for people), bounded.
+    pub fn size_of(path: &Path) -> u64 {
+        fn walk(p: &Path, left: &mut u32) -> u64 {
+            if *left == 0 {
+                return 0;
+            }
+            *left -= 1;
+            match fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => fs::read_dir(p)
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                    .map(|e| walk(&e.path(), left))
+                    .sum(),
+                Ok(m) => m.len(),
+                Err(_) => 0,
+            }
+        }
+        let mut left = MAX_SIZE_ENTRIES;
+        walk(path, &mut left)
+    }
+
     /// Names of the machine directories present (for finding leftovers).
     pub fn list(&self) -> Vec<String> {
         let mut out: Vec<String> = fs::read_dir(&self.machines_dir)
@@ -693,6 +759,9 @@ impl LocalProvider {
         out
     }
 }
+
+/// The most entries `size_of` looks at (a size is for people: bounded, not exact).
+const MAX_SIZE_ENTRIES: u32 = 100_000;
 
 /// Now, in Unix seconds (0 for a clock before 1970).
 fn now_unix_s() -> i64 {

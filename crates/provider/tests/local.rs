@@ -604,6 +604,13 @@ fn a_fenced_machine_is_stopped_and_out_of_reach_of_every_start() {
     assert!(to.join("data").join("member").is_dir(), "the data is kept");
     assert!(p.list().is_empty(), "{:?}", p.list());
     assert_eq!(p.fence("p-8").unwrap(), None, "fenced again: nothing to do");
+    // Listed as the control plane's, by the name it was given; another's are not.
+    let listed = p.list_fenced(Some("p"));
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(p.fenced_dir().join(&listed[0].name), to);
+    assert!(listed[0].name.starts_with("p-8@"), "{listed:?}");
+    assert!(p.list_fenced(Some("q")).is_empty());
+    assert!(LocalProvider::size_of(&to) > 0);
 
     // Its own command line, run again, finds none of its data (and, with TLS, none of
     // its keys: it cannot start at all): quorum never takes it for the machine.
@@ -620,4 +627,11 @@ fn a_fenced_machine_is_stopped_and_out_of_reach_of_every_start() {
         to.join("data").join("member").is_dir(),
         "the fenced data untouched"
     );
+    // Removed by name; again is success; a name that is no fence's is refused.
+    p.remove_fenced(&listed[0].name).unwrap();
+    p.remove_fenced(&listed[0].name).unwrap();
+    assert!(!to.exists() && p.list_fenced(None).is_empty());
+    for bad in ["..", "p-8", "../machines/p-8@1"] {
+        assert!(p.remove_fenced(bad).is_err(), "{bad}");
+    }
 }

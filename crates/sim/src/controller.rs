@@ -161,6 +161,7 @@ impl World {
             Action::TakeSnapshot => self.take_snapshot(fenced),
             Action::PruneSnapshot { id } => self.prune_snapshot(id, fenced),
             Action::VerifySnapshot { id } => self.verify_snapshot(id, fenced),
+            Action::PruneFenced { name } => self.prune_fenced(name),
             Action::FenceMachine { .. }
             | Action::SetRebuildPhase { .. }
             | Action::RestoreSnapshot { .. }

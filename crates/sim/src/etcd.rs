@@ -382,6 +382,7 @@ impl World {
             compacted: self.space.nospace().then(|| self.space.compacted()),
             snapshots: self.snapshots.clone(),
             created_at_unix_s: Some(EPOCH_UNIX_S),
+            fenced: self.fenced_dirs.clone(),
             ..Observation::default()
         };
         let down = self.down_host();

@@ -150,6 +150,12 @@ pub const EPOCH_UNIX_S: i64 = 1_700_000_000;
 /// a hidden endpoint of 0.5 to 4.5 s sometimes outlasts it), a slot is replaced again
 /// after 5 s at the soonest, once in a row (maxRetry 1), and a replacement healthy for
 /// 30 s starts the count afresh: within a 40 s fault window, a slot can exhaust it.
+/// `spec.recovery` in the simulator: fenced directories kept a minute (runs are minutes
+/// long), so that runs remove some.
+pub const SIM_RECOVERY: quorum_core::fenced::RecoverySpec = quorum_core::fenced::RecoverySpec {
+    keep_fenced: quorum_core::Span::from_secs(60),
+};
+
 pub const SIM_REMEDIATION: RemediationSpec = RemediationSpec {
     unhealthy_after: Span::from_secs(2),
     max_retry: 1,
@@ -313,6 +319,9 @@ pub struct World {
     /// the rolled-back record there is has been counted.
     rollout_stopped: bool,
     stop_counted: bool,
+    /// Fenced directories (`rebuild.rs`): what a fence moved out of reach, until
+    /// `spec.recovery.keepFenced` has passed.
+    fenced_dirs: Vec<quorum_core::fenced::FencedSeen>,
     // -- snapshots (`backups.rs`)
     snapshots: Vec<quorum_core::backup::SnapshotSeen>,
     /// The leader's log index each snapshot holds (what a restore from it keeps).
@@ -367,6 +376,7 @@ impl World {
                 ca_rotation: None,
                 name: "sim".into(),
                 spec: ControlPlaneSpec {
+                    recovery: SIM_RECOVERY,
                     deletion_protection: false,
                     replicas: 3,
                     version: OLD,
@@ -414,6 +424,7 @@ impl World {
             stale_learner: None,
             plan: vec![],
             in_place: InPlaceCounts::default(),
+            fenced_dirs: Vec::new(),
             snapshots: Vec::new(),
             snapshot_logs: BTreeMap::new(),
             next_snapshot: 0,

@@ -23,6 +23,8 @@ pub struct RebuildCounts {
     /// bringing it back from the snapshot.
     pub recreated: u64,
     pub fenced: u64,
+    /// Fenced directories removed once kept `keepFenced`.
+    pub fenced_removed: u64,
     pub finished: u64,
     /// Acknowledged entries the chosen source did not hold: the recovery's data loss,
     /// which the person accepted when they confirmed.
@@ -36,6 +38,7 @@ impl RebuildCounts {
         self.from_snapshot += o.from_snapshot;
         self.recreated += o.recreated;
         self.fenced += o.fenced;
+        self.fenced_removed += o.fenced_removed;
         self.finished += o.finished;
         self.entries_lost += o.entries_lost;
     }
@@ -45,12 +48,13 @@ impl std::fmt::Display for RebuildCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} majorities lost with their data; a person confirmed {} recoveries from the survivor and {} restores of a snapshot ({} by deleting it and bringing it back); {} machines fenced, {} rebuilds finished; {} acknowledged entries given up by those choices",
+            "{} majorities lost with their data; a person confirmed {} recoveries from the survivor and {} restores of a snapshot ({} by deleting it and bringing it back); {} machines fenced ({} fenced directories removed after keepFenced), {} rebuilds finished; {} acknowledged entries given up by those choices",
             self.quorum_losses,
             self.from_member,
             self.from_snapshot,
             self.recreated,
             self.fenced,
+            self.fenced_removed,
             self.finished,
             self.entries_lost
         )
@@ -203,7 +207,13 @@ impl World {
         match a {
             Action::FenceMachine { machine } => {
                 // Outside the store first (its process and directory), then the record.
-                self.procs.remove(machine);
+                if self.procs.remove(machine).is_some() {
+                    let at = self.now_unix_s();
+                    self.fenced_dirs.push(quorum_core::fenced::FencedSeen {
+                        name: quorum_core::fenced::fenced_name(machine, at, 0),
+                        fenced_at_unix_s: at,
+                    });
+                }
                 self.rebuilds.fenced += 1;
                 if fenced {
                     return Answer::Fenced;
@@ -238,6 +248,24 @@ impl World {
             Action::RestoreSnapshot { machine, id } => self.restore_seed(machine, id),
             _ => unreachable!("not a rebuild action: {a}"),
         }
+    }
+
+    /// Removes a fenced directory, checked against the ground truth: never one fenced
+    /// less than `keepFenced` ago. One gone already is success.
+    pub(crate) fn prune_fenced(&mut self, name: &str) -> Answer {
+        let keep_s = self.cp.spec.recovery.keep_fenced.as_secs() as i64;
+        let now = self.now_unix_s();
+        if let Some(f) = self.fenced_dirs.iter().find(|f| f.name == name) {
+            let age = now - f.fenced_at_unix_s;
+            if age <= keep_s {
+                self.violate(format!(
+                    "fenced {name} removed {age}s after its fence (keepFenced {keep_s}s)"
+                ));
+            }
+            self.fenced_dirs.retain(|f| f.name != name);
+            self.rebuilds.fenced_removed += 1;
+        }
+        Answer::Done
     }
 
     /// The controller re-reads the rebuild from the store right before it forces a

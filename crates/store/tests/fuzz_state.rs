@@ -37,6 +37,7 @@ fn populated() -> (tempfile::TempDir, PathBuf) {
             ca_rotation: None,
             name: format!("cp{i}"),
             spec: ControlPlaneSpec {
+                recovery: Default::default(),
                 deletion_protection: false,
                 replicas: 3,
                 version: Version::new(3, 5, 1),

@@ -17,6 +17,7 @@ pub async fn run(at: &Place, a: CreateArgs) -> Result<()> {
     // clap requires --version unless --from-snapshot is given.
     let version = ctx.version(a.version.as_deref().unwrap_or_default())?;
     let spec = ControlPlaneSpec {
+        recovery: Default::default(),
         deletion_protection: false,
         replicas: a.replicas,
         version,

@@ -54,8 +54,14 @@ fn plan(ctx: &Ctx, name: &str) -> Result<String> {
         .map(|m| m.name)
         .collect();
     let snapshots = ctx.store.snapshots(name)?.len();
+    let fenced = ctx.provider.list_fenced(Some(name)).len();
+    let fenced = match fenced {
+        0 => String::new(),
+        1 => format!(" and its fenced directory (an old member's data a rebuild set aside: `quorum fenced {name}`)"),
+        n => format!(" and its {n} fenced directories (old members' data a rebuild set aside: `quorum fenced {name}`)"),
+    };
     Ok(format!(
-        "{name}: deleting stops and removes its {} ({}) with their data, and forgets its spec and its CA; {}",
+        "{name}: deleting stops and removes its {} ({}) with their data{fenced}, and forgets its spec and its CA; {}",
         if machines.len() == 1 { "machine".to_string() } else { format!("{} machines", machines.len()) },
         if machines.is_empty() { "none yet".to_string() } else { machines.join(", ") },
         match snapshots {

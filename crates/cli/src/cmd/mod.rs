@@ -12,6 +12,7 @@ mod defrag;
 mod delete;
 mod etcdctl;
 mod events;
+mod fenced;
 mod get;
 mod haproxy_config;
 mod hosts;
@@ -63,6 +64,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Agent(a) => agent::run(a).await,
         Command::Versions(_) => versions::run(),
         Command::Config(a) => config::run(at, a),
+        Command::Fenced(a) => fenced::run(at, a),
         Command::Version(_) => {
             use clap::CommandFactory;
             print!("{}", crate::args::Cli::command().render_version());

@@ -25,6 +25,11 @@ impl Sit {
         self.backup.retention = RetentionSpec { last, days };
         self
     }
+    /// A fenced directory, fenced this long ago.
+    fn fenced(mut self, name: &'static str, ago_s: i64) -> Self {
+        self.fenced.push((name, ago_s));
+        self
+    }
     /// Snapshot `id` was last restored this long ago (`None`: never).
     fn restored(mut self, id: &'static str, ago_s: Option<i64>) -> Self {
         self.restored_ago_s.insert(id, ago_s);
@@ -147,6 +152,32 @@ fn backup_table() {
                 .snapshot("s1", DAY, false)
                 .snapshot("s2", 2 * DAY, false),
             "prune-snapshot:s2",
+        ),
+        // ---- fenced directories (spec.recovery.keepFenced, a week by default)
+        (
+            "a fenced directory older than a week goes, with nothing else to do",
+            sit(3, NEW, new3())
+                .created_ago(9 * DAY)
+                .schedule("off")
+                .fenced("cp-9@1", 6 * DAY)
+                .fenced("cp-8@2", 8 * DAY),
+            "prune-fenced:cp-8@2",
+        ),
+        (
+            "one younger than a week stays",
+            sit(3, NEW, new3())
+                .created_ago(9 * DAY)
+                .schedule("off")
+                .fenced("cp-9@1", 6 * DAY),
+            "converged",
+        ),
+        (
+            "a rollout comes first",
+            sit(3, NEW, vec![m(1, NEW), m(2, NEW), m(3, OLD)])
+                .created_ago(9 * DAY)
+                .schedule("off")
+                .fenced("cp-8@2", 8 * DAY),
+            "allocate-machine",
         ),
         // ---- test restores (verifyEvery, a day by default)
         (

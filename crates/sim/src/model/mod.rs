@@ -434,6 +434,7 @@ fn initial_rollout(variant: Variant) -> State {
             }),
             name: "m".into(),
             spec: ControlPlaneSpec {
+                recovery: Default::default(),
                 deletion_protection: false,
                 replicas: 3,
                 version: NEW,

@@ -69,7 +69,9 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         // core schedules no snapshot and prunes none (the simulator covers them).
         | Action::TakeSnapshot
         | Action::PruneSnapshot { .. }
-        | Action::VerifySnapshot { .. } => {}
+        | Action::VerifySnapshot { .. }
+        // Nor this: the model's observation reports no fenced directory.
+        | Action::PruneFenced { .. } => {}
         Action::FenceMachine { .. }
         | Action::SetRebuildPhase { .. }
         | Action::RestoreSnapshot { .. }
