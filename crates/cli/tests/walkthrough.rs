@@ -259,3 +259,59 @@ fn fenced_directories_are_listed_pruned_and_go_with_their_control_plane() {
     assert!(said.contains("its fenced directory"), "{said}");
     assert!(env.ok(&["fenced"]).contains("no fenced directories"));
 }
+
+/// Fault 2: after `kill -9` of the leader, the endpoints file said `none` for a moment:
+/// a client following it, as the README recommends, had nothing to connect to. It
+/// keeps the members it had until the decision names members again.
+#[test]
+fn the_endpoints_file_is_never_empty_after_a_leader_dies() {
+    let mut env = Env::new("walkthrough-endpoints");
+    env.start_controller();
+    env.create_and_wait("e", 3, NEW);
+    let file = env.home.join("endpoints").join("e.json");
+    let read = || -> Vec<String> {
+        let text = std::fs::read_to_string(&file).unwrap_or_default();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+        doc["endpoints"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(read().len(), 3);
+    let s = env.status("e");
+    let leader = rows(&s)
+        .iter()
+        .find(|m| m["role"] == "leader")
+        .and_then(|m| m["name"].as_str())
+        .expect("a leader")
+        .to_string();
+    let after = env.store().last_event_id("e").unwrap();
+    signal_etcd(&env, &leader, pid_of(&s, &leader), libc::SIGKILL);
+    // Watched until the dead leader is restarted and every member serves again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut samples = 0;
+    loop {
+        let now = read();
+        assert!(
+            !now.is_empty(),
+            "the endpoints file was empty after {samples} samples"
+        );
+        samples += 1;
+        let s = env.status("e");
+        if s["converged"] == true && now.len() == 3 && samples > 50 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not back: {s:#}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let events = env.store().events_after("e", after, 1_000).unwrap();
+    assert!(
+        !events.iter().any(|e| e.message.contains("none yet")),
+        "{}",
+        history(&events)
+    );
+}

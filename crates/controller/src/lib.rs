@@ -735,6 +735,17 @@ pub fn endpoints_path(home: &Path, cp: &str) -> PathBuf {
     home.join("endpoints").join(format!("{cp}.json"))
 }
 
+/// The endpoints the file of `cp` publishes now (`None`: no file, or not one of ours).
+fn read_endpoints_file(home: &Path, cp: &str) -> Option<Vec<String>> {
+    let text = std::fs::read_to_string(endpoints_path(home, cp)).ok()?;
+    let doc: serde_json::Value = serde_json::from_str(&text).ok()?;
+    doc["endpoints"]
+        .as_array()?
+        .iter()
+        .map(|v| v.as_str().map(str::to_string))
+        .collect()
+}
+
 fn write_endpoints_file(home: &Path, cp: &str, endpoints: &[String]) -> std::io::Result<()> {
     let path = endpoints_path(home, cp);
     if let Some(dir) = path.parent() {

@@ -194,7 +194,7 @@ impl Reconciler {
         self.record_blocked(cp, &decision);
         // Published before any action: clients see a leaving machine go from the
         // endpoints before its member is removed.
-        self.publish(cp, &decision, &observed)?;
+        self.publish(cp, &decision, &observed, &machines)?;
         let balancer = self.sync_balancer(cp, &access, &decision, &machines).await;
         let started = Instant::now();
         let waited_ms = Some(&self.st)
@@ -485,20 +485,32 @@ impl Reconciler {
         }
     }
 
-    fn publish(&mut self, cp: &ControlPlane, d: &Decision, o: &Observed) -> Result<(), StoreError> {
-        if Some(&self.st).and_then(|s| s.last_endpoints.as_ref()) != Some(&d.endpoints) {
-            write_endpoints_file(&self.sh.cfg.home, &cp.name, &d.endpoints).map_err(|e| {
+    fn publish(
+        &mut self,
+        cp: &ControlPlane,
+        d: &Decision,
+        o: &Observed,
+        machines: &[Machine],
+    ) -> Result<(), StoreError> {
+        // After a start, what the file holds is what is published.
+        if self.st.last_endpoints.is_none() {
+            self.st.last_endpoints = read_endpoints_file(&self.sh.cfg.home, &cp.name);
+        }
+        let published = self.st.last_endpoints.as_deref();
+        let next = quorum_core::reach::to_publish(&d.endpoints, published, machines);
+        if let Some(endpoints) = next {
+            write_endpoints_file(&self.sh.cfg.home, &cp.name, &endpoints).map_err(|e| {
                 StoreError::Directory {
                     path: endpoints_path(&self.sh.cfg.home, &cp.name),
                     source: e,
                 }
             })?;
-            self.st.last_endpoints = Some(d.endpoints.clone());
-            let msg = if d.endpoints.is_empty() {
+            let msg = if endpoints.is_empty() {
                 "client endpoints published: none yet (no member serves)".to_string()
             } else {
-                format!("client endpoints published: {}", d.endpoints.join(" "))
+                format!("client endpoints published: {}", endpoints.join(" "))
             };
+            self.st.last_endpoints = Some(endpoints);
             self.event(
                 cp,
                 NewEvent::new(EventKind::Endpoints, StepOutcome::Ok, &msg),

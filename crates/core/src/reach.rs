@@ -111,6 +111,33 @@ pub fn take(
     Some(Taken { address, addresses })
 }
 
+/// What to publish as the client endpoints, given the decision's `endpoints`, what is
+/// published now (`None`: nothing yet) and the machines; `None`: leave it as it is.
+///
+/// Never an empty list over a non-empty one: with no leader (it was killed; an
+/// election is under way) the decision names no endpoint, but a client that follows
+/// the endpoints file would then have nothing to connect to, while the members it had
+/// still answer and one of them leads again within seconds. What is kept is what was
+/// published, less any machine that is gone, leaving, or out of service for an
+/// in-place step (those leave the list as they would with a leader, so a drain is
+/// never held up). The list moves on as soon as the decision names a member again.
+pub fn to_publish(
+    endpoints: &[String],
+    published: Option<&[String]>,
+    machines: &[crate::Machine],
+) -> Option<Vec<String>> {
+    let serving = |url: &String| {
+        machines
+            .iter()
+            .any(|m| m.client_url() == *url && !m.deleting && !m.in_place_out_of_service())
+    };
+    let next: Vec<String> = match published {
+        Some(p) if endpoints.is_empty() => p.iter().filter(|u| serving(u)).cloned().collect(),
+        _ => endpoints.to_vec(),
+    };
+    (published != Some(next.as_slice())).then_some(next)
+}
+
 /// The addresses the members of `members` name in their peer and client URLs. A
 /// new machine never takes one: a member whose machine record is gone (an orphan
 /// still in the member list) would otherwise be matched to the new machine by its peer
@@ -235,6 +262,82 @@ impl crate::Machine {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_empty_list_never_replaces_a_published_one() {
+        use crate::Machine;
+        let m = |serial: u64, a: u8| Machine {
+            address: std::net::Ipv4Addr::new(127, 0, 9, a),
+            serial,
+            name: format!("r-{serial}"),
+            ..serde_json::from_value(serde_json::json!({
+                "name": "r-1", "serial": 1, "address": "127.9.0.1", "version": "3.5.1",
+                "bootstrap": false, "deleting": false, "tls": false
+            }))
+            .expect("a machine record")
+        };
+        let (a, b, c) = (m(1, 1), m(2, 2), m(3, 3));
+        let mut leaving = c.clone();
+        leaving.deleting = true;
+        let urls = |ms: &[&Machine]| ms.iter().map(|m| m.client_url()).collect::<Vec<_>>();
+        let all = urls(&[&a, &b, &c]);
+        let ab = urls(&[&a, &b]);
+        let machines = [a.clone(), b.clone(), c.clone()];
+        let table: [(
+            &str,
+            Vec<String>,
+            Option<Vec<String>>,
+            Vec<Machine>,
+            Option<Vec<String>>,
+        ); 6] = [
+            (
+                "nothing yet: even none is published",
+                vec![],
+                None,
+                machines.to_vec(),
+                Some(vec![]),
+            ),
+            (
+                "the same: nothing to do",
+                ab.clone(),
+                Some(ab.clone()),
+                machines.to_vec(),
+                None,
+            ),
+            (
+                "no leader: the members it had stay",
+                vec![],
+                Some(all.clone()),
+                machines.to_vec(),
+                None,
+            ),
+            (
+                "no leader: one leaving goes all the same",
+                vec![],
+                Some(all.clone()),
+                vec![a.clone(), b.clone(), leaving],
+                Some(ab.clone()),
+            ),
+            (
+                "no leader: one whose record is gone goes",
+                vec![],
+                Some(all.clone()),
+                vec![a.clone(), b.clone()],
+                Some(ab.clone()),
+            ),
+            (
+                "the decision names members again: they are the list",
+                urls(&[&a]),
+                Some(all.clone()),
+                machines.to_vec(),
+                Some(urls(&[&a])),
+            ),
+        ];
+        for (what, new, published, ms, want) in table {
+            assert_eq!(to_publish(&new, published.as_deref(), &ms), want, "{what}");
+        }
+    }
+
     use super::*;
     use std::net::Ipv4Addr;
 

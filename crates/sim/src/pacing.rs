@@ -54,6 +54,15 @@ impl World {
     /// Publishes the decision's client endpoints (for clients to follow), noting when
     /// each one left the set: the ground truth the drain is checked against.
     pub(crate) fn publish(&mut self, endpoints: &[String]) {
+        // As the controller: never an empty list over a published one (`reach`).
+        let published: Vec<String> = self.published.iter().cloned().collect();
+        let mut sorted = endpoints.to_vec();
+        sorted.sort();
+        let Some(endpoints) =
+            quorum_core::reach::to_publish(&sorted, Some(&published), &self.machines)
+        else {
+            return;
+        };
         let now = self.now_ms;
         let new: BTreeSet<String> = endpoints.iter().cloned().collect();
         for gone in self.published.difference(&new) {
