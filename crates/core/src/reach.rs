@@ -263,6 +263,16 @@ impl crate::Machine {
 #[cfg(test)]
 mod tests {
 
+    /// What, the decision's endpoints, the published ones, the machines, and what is
+    /// published next (`None`: nothing changes).
+    type Publish = (
+        &'static str,
+        Vec<String>,
+        Option<Vec<String>>,
+        Vec<crate::Machine>,
+        Option<Vec<String>>,
+    );
+
     #[test]
     fn an_empty_list_never_replaces_a_published_one() {
         use crate::Machine;
@@ -283,13 +293,7 @@ mod tests {
         let all = urls(&[&a, &b, &c]);
         let ab = urls(&[&a, &b]);
         let machines = [a.clone(), b.clone(), c.clone()];
-        let table: [(
-            &str,
-            Vec<String>,
-            Option<Vec<String>>,
-            Vec<Machine>,
-            Option<Vec<String>>,
-        ); 6] = [
+        let table: [Publish; 6] = [
             (
                 "nothing yet: even none is published",
                 vec![],
