@@ -315,3 +315,28 @@ fn the_endpoints_file_is_never_empty_after_a_leader_dies() {
         history(&events)
     );
 }
+
+/// Fault 13: `get -o yaml` left out the defaults in force; it shows every field, in the
+/// order people read it, and what it prints applies again unchanged.
+#[test]
+fn get_shows_the_defaults_in_force_and_applies_back_unchanged() {
+    let env = Env::new("walkthrough-get");
+    env.ok(&["create", "g", "--replicas", "1", "--version", NEW]);
+    let yaml = env.ok(&["get", "g", "-o", "yaml"]);
+    for field in [
+        "unhealthyAfter: 30s",
+        "provider: local",
+        "keepFenced: 7d",
+        "deletionProtection: false",
+        "strategy: Replace",
+        "schedule: off",
+    ] {
+        assert!(yaml.contains(field), "{field} missing:\n{yaml}");
+    }
+    let spec = yaml.split("spec:\n").nth(1).unwrap_or_default();
+    assert!(spec.starts_with("  replicas: 1\n  version:"), "{yaml}");
+    let file = env.dir.path().join("g.yaml");
+    std::fs::write(&file, &yaml).unwrap();
+    let again = env.ok(&["apply", "-f", file.to_str().unwrap()]);
+    assert!(again.contains("unchanged"), "{again}");
+}

@@ -47,6 +47,45 @@ impl Metadata {
     }
 }
 
+/// The spec as `quorum get` prints it: every field, defaults included (the stored form
+/// leaves defaults out), so a reader sees what is in force. `apply` reads it back as it
+/// is.
+pub fn full_spec(spec: &ControlPlaneSpec) -> Result<serde_json::Value> {
+    let mut v = serde_json::to_value(spec)?;
+    let r = &spec.rollout;
+    let defaults = [
+        ("paused", serde_json::to_value(spec.paused)?),
+        (
+            "deletionProtection",
+            serde_json::to_value(spec.deletion_protection)?,
+        ),
+        (
+            "insecurePlaintext",
+            serde_json::to_value(spec.insecure_plaintext)?,
+        ),
+        ("remediation", serde_json::to_value(spec.remediation)?),
+        ("maintenance", serde_json::to_value(spec.maintenance)?),
+        ("backup", serde_json::to_value(&spec.backup)?),
+        ("recovery", serde_json::to_value(spec.recovery)?),
+        ("provider", serde_json::to_value(spec.provider)?),
+    ];
+    let rollout_defaults = [
+        ("strategy", serde_json::to_value(r.strategy)?),
+        ("inPlace", serde_json::to_value(r.in_place)?),
+    ];
+    if let Some(map) = v.as_object_mut() {
+        for (key, value) in defaults {
+            map.entry(key).or_insert(value);
+        }
+        if let Some(rollout) = map.get_mut("rollout").and_then(|x| x.as_object_mut()) {
+            for (key, value) in rollout_defaults {
+                rollout.entry(key).or_insert(value);
+            }
+        }
+    }
+    Ok(v)
+}
+
 /// Parses and checks a manifest; `source` names it in errors. `spec.version` is
 /// resolved against the `installed` versions exactly as `--version` is (`3.5` is the
 /// newest installed 3.5.x).

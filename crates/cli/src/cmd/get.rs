@@ -1,10 +1,11 @@
 //! `quorum get NAME`: the control plane's manifest, in the very types `apply -f` parses,
-//! so what it prints applies again unchanged.
+//! so what it prints applies again unchanged; every field of the spec is shown, the
+//! defaults in force included.
 
 use crate::args::{GetArgs, ManifestOutput};
 use crate::cmd::emit;
 use anyhow::Result;
-use quorum_ops::manifest::{Manifest, Metadata, API_VERSION, KIND};
+use quorum_ops::manifest::{self, Metadata, API_VERSION, KIND};
 use quorum_ops::{Ctx, Place};
 
 pub fn run(at: &Place, a: GetArgs) -> Result<()> {
@@ -16,21 +17,39 @@ pub fn run(at: &Place, a: GetArgs) -> Result<()> {
             a.name
         );
     }
-    let m = Manifest {
-        api_version: API_VERSION.to_string(),
-        kind: KIND.to_string(),
-        metadata: Metadata {
-            name: cp.name,
+    // The manifest `apply` parses, with every field of the spec shown (defaults too).
+    let m = serde_json::json!({
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": Metadata {
+            name: cp.name.clone(),
             resource_version: Some(cp.spec_version.to_string()),
         },
-        spec: cp.spec,
-        // A confirmation of one apply, never stored: nothing to print.
-        allow_downgrade: false,
-    };
+        "spec": manifest::full_spec(&cp.spec)?,
+    });
     let text = match a.output {
-        ManifestOutput::Yaml => serde_yaml::to_string(&m)?,
+        ManifestOutput::Yaml => serde_yaml::to_string(&first_things_first(&m)?)?,
         ManifestOutput::Json => format!("{}\n", serde_json::to_string_pretty(&m)?),
     };
     emit(&text)?;
     Ok(())
+}
+
+/// The manifest as YAML in the order people read it: the spec's replicas, version and
+/// rollout first, then the rest by name.
+fn first_things_first(m: &serde_json::Value) -> Result<serde_yaml::Value> {
+    use serde_yaml::{Mapping, Value};
+    let mut doc: Mapping = serde_yaml::from_value(serde_yaml::to_value(m)?)?;
+    let key = Value::from("spec");
+    if let Some(Value::Mapping(mut spec)) = doc.remove(&key) {
+        let mut ordered = Mapping::new();
+        for k in ["replicas", "version", "rollout"] {
+            if let Some(v) = spec.remove(k) {
+                ordered.insert(Value::from(k), v);
+            }
+        }
+        ordered.extend(spec);
+        doc.insert(key, Value::Mapping(ordered));
+    }
+    Ok(Value::Mapping(doc))
 }
