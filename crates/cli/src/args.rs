@@ -221,6 +221,15 @@ change is not recorded without it, unless --no-snapshot is given.")]
 The snapshots of a deleted control plane stay, listed and under the same retention:
 `quorum create NAME --from-snapshot ID` brings it back (its spec, its CA, every key).")]
     Snapshots(SnapshotsArgs),
+    /// A member's etcd log (every member's, prefixed, without a machine).
+    #[command(after_help = "Examples:
+  quorum logs prod                    # the last 50 lines of each member, prefixed
+  quorum logs prod prod-2 --tail 200
+  quorum logs prod prod-2 --follow    # then new lines as they come (Ctrl-C stops)
+
+On the local provider the log is <home>/machines/MACHINE/etcd.log; members on hosts are
+read through their host's agent (--follow asks it every second).")]
+    Logs(LogsArgs),
     /// The directories a restore or recovery moved out of reach (old members' data),
     /// and removing them.
     #[command(after_help = "Examples:
@@ -971,6 +980,24 @@ pub enum ConfigCommand {
         #[arg(short = 'o', long, value_enum, default_value = "table")]
         output: Output,
     },
+}
+
+/// The most lines `quorum logs --tail` prints per machine.
+pub const MAX_LOG_TAIL: u32 = 10_000;
+
+#[derive(clap::Args)]
+pub struct LogsArgs {
+    /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
+    pub name: String,
+    /// One of its machines (as `quorum status` names them); none: every one.
+    pub machine: Option<String>,
+    /// How many of the last lines to print (per machine; at most 10000).
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub tail: u32,
+    /// Then print new lines as they come, until interrupted.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
 }
 
 #[derive(clap::Args)]

@@ -340,3 +340,57 @@ fn get_shows_the_defaults_in_force_and_applies_back_unchanged() {
     let again = env.ok(&["apply", "-f", file.to_str().unwrap()]);
     assert!(again.contains("unchanged"), "{again}");
 }
+
+/// `quorum logs`: a member's etcd log, its last lines, every member's prefixed, and
+/// `--follow` printing what the log gains.
+#[test]
+fn logs_print_a_members_log_and_follow_it() {
+    let mut env = Env::new("walkthrough-logs");
+    env.start_controller();
+    env.create_and_wait("l", 1, NEW);
+    let out = env.ok(&["logs", "l", "l-1", "--tail", "5"]);
+    assert_eq!(out.lines().count(), 5, "{out}");
+    assert!(
+        out.lines().all(|l| l.starts_with('{')),
+        "etcd's JSON lines: {out}"
+    );
+    let e = env.fails(&["logs", "l", "l-9"]);
+    assert!(e.contains("its machines are l-1"), "{e}");
+    let mut follow = env
+        .cmd(&["logs", "l", "--follow", "--tail", "1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let log = support::provider(&env).log_path("l-1");
+    let mut stdout = follow.stdout.take().unwrap();
+    let (printed, tail_printed) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut seen = String::new();
+        let mut buf = [0u8; 4096];
+        while !seen.contains("a line the test appended") {
+            match std::io::Read::read(&mut stdout, &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+            }
+            let _ = printed.send(());
+        }
+        seen
+    });
+    // Appended once the follower has printed its tail: it prints what comes after.
+    tail_printed
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the follower printed its tail");
+    let mut f = std::fs::OpenOptions::new().append(true).open(&log).unwrap();
+    std::io::Write::write_all(&mut f, b"a line the test appended\n").unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !reader.is_finished() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "--follow never printed the new line"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = follow.kill();
+    let _ = follow.wait();
+    assert!(reader.join().unwrap().contains("a line the test appended"));
+}

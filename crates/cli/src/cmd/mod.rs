@@ -17,6 +17,7 @@ mod get;
 mod haproxy_config;
 mod hosts;
 mod list;
+mod logs;
 mod pause;
 mod rebuild;
 mod rotate_ca;
@@ -65,6 +66,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Versions(_) => versions::run(),
         Command::Config(a) => config::run(at, a),
         Command::Fenced(a) => fenced::run(at, a),
+        Command::Logs(a) => logs::run(at, a).await,
         Command::Version(_) => {
             use clap::CommandFactory;
             print!("{}", crate::args::Cli::command().render_version());
