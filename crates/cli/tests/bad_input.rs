@@ -182,7 +182,9 @@ fn a_down_member_does_not_block_a_change_but_a_lost_quorum_does() {
     // Changing only how quorum repairs is never refused.
     let manifest = env.dir.path().join("u.yaml");
     let yaml = env.ok(&["get", "u", "-o", "yaml"]);
-    std::fs::write(&manifest, format!("{yaml}  remediation: {{maxRetry: 5}}\n")).unwrap();
+    // `get` prints every field: the default maxRetry (3) is there to change.
+    assert!(yaml.contains("maxRetry: 3"), "{yaml}");
+    std::fs::write(&manifest, yaml.replace("maxRetry: 3", "maxRetry: 5")).unwrap();
     env.ok(&["apply", "-f", manifest.to_str().unwrap()]);
     assert_eq!(spec_of(&env, "u")["remediation"]["maxRetry"], 5);
 
