@@ -73,10 +73,12 @@ pub fn plan(ctx: &Ctx, name: &str) -> Result<Option<String>> {
         .unwrap_or_default();
     let members = ctx.store.machines(name)?.len();
     Ok(Some(format!(
-        "{name}: rotating its CA replaces generation {g}{issued} by a new CA (generation {n}), in 3 phases: each of its {members} members is restarted with new files in each phase ({way}), one at a time;\n\
+        "{name}: rotating its CA (generation {g}{issued}) makes a new one (generation {n}) and moves to it in 3 phases; in each, its {members} {restarted} with new files ({way}), one at a time;\n\
          client certificates from the CA in force stop working in phase 3: get new ones in phase 2 (`quorum credentials {name} --out DIR`)",
         g = cp.ca_generation,
         n = cp.ca_generation + 1,
+        members = crate::status::plural(members as u32, "member"),
+        restarted = if members == 1 { "is restarted" } else { "are restarted" },
         way = match cp.spec.rollout.strategy {
             quorum_core::Strategy::InPlace => "in place",
             quorum_core::Strategy::Replace => "each replaced by a new machine",
