@@ -135,14 +135,23 @@ pub fn data_dir_state(data_dir: &Path) -> DataDirState {
     }
 }
 
-/// The recorded process starts in `machine_dir` that were not planned (not after a
-/// stop quorum asked for: an in-place step's, a CA rotation's), oldest first: what a
-/// crash loop and the restart backoff count. A missing or garbled history is an empty
+/// The recorded process starts in `machine_dir`, oldest first, planned ones included:
+/// the core's in-place step counts its own (planned) start as the first of its phase,
+/// so which starts a crash loop and the backoff should leave out is the core's to say
+/// (`read_planned_starts` tells them apart). A missing or garbled history is an empty
 /// one.
 pub fn read_starts(machine_dir: &Path) -> Vec<i64> {
     read_start_lines(machine_dir)
         .into_iter()
-        .filter(|(_, planned)| !planned)
+        .map(|(at, _)| at)
+        .collect()
+}
+
+/// The recorded starts that followed a stop quorum asked for, oldest first.
+pub fn read_planned_starts(machine_dir: &Path) -> Vec<i64> {
+    read_start_lines(machine_dir)
+        .into_iter()
+        .filter(|(_, planned)| *planned)
         .map(|(at, _)| at)
         .collect()
 }
@@ -340,10 +349,11 @@ mod tests {
         assert!(read_starts(d.path()).is_empty());
         record_start(d.path(), 7, false).unwrap();
         assert_eq!(read_starts(d.path()), [7]);
-        // A planned start (after a stop quorum asked for) is kept, and not counted.
+        // A planned start (after a stop quorum asked for) is kept, and told apart.
         record_start(d.path(), 8, true).unwrap();
         record_start(d.path(), 9, false).unwrap();
-        assert_eq!(read_starts(d.path()), [7, 9]);
+        assert_eq!(read_starts(d.path()), [7, 8, 9]);
+        assert_eq!(read_planned_starts(d.path()), [8]);
         assert!(!take_stop_request(d.path()).unwrap());
         request_stop(d.path()).unwrap();
         assert!(take_stop_request(d.path()).unwrap());

@@ -485,7 +485,7 @@ impl LocalProvider {
         // earlier one (a process that outlives this one ends unseen: no file).
         data::clear_exit(&dir).map_err(|e| io_err("clear the last exit", e))?;
         // A start after a stop quorum asked for (an in-place step's, a CA rotation's)
-        // is planned: no crash loop or restart backoff counts it.
+        // is recorded as planned (`data::read_planned_starts`).
         let planned =
             data::take_stop_request(&dir).map_err(|e| io_err("read the stop request", e))?;
         let mut child = cmd.spawn().map_err(|e| io_err("spawn etcd", e))?;
@@ -523,8 +523,8 @@ impl LocalProvider {
             return Ok(());
         };
         let data_dir = self.data_dir(name);
-        // Asked for: the next start is planned (best effort: a start counted as a crash
-        // restart is the worst that a failure here does).
+        // Asked for: the next start is planned (best effort: a start not marked planned
+        // is the worst that a failure here does).
         let _ = data::request_stop(&self.machine_dir(name));
         // Only what etcd logs after the signal counts.
         let log = self.log_path(name);

@@ -155,11 +155,14 @@ fn start_observe_stop_restart_delete() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let st = p.observe("p-1");
-    // Restarted after a stop quorum asked for: planned, so no crash loop or restart
-    // backoff counts it (issue 29: an in-place upgrade and two CA rotations read as a
-    // crash loop).
-    assert_eq!(st.starts_unix_s.len(), 1);
+    assert_eq!(st.starts_unix_s.len(), 2);
+    assert!(st.starts_unix_s[0] <= st.starts_unix_s[1]);
     assert_eq!(st.marker, Some(marker));
+    // Restarted after a stop quorum asked for: recorded as planned.
+    assert_eq!(
+        quorum_provider::data::read_planned_starts(&p.machine_dir("p-1")),
+        st.starts_unix_s[1..]
+    );
     // Killed, not stopped: the next start counts.
     // SAFETY: kill(2) on the pid this provider just started and observes running.
     assert_eq!(unsafe { libc::kill(pid2, libc::SIGKILL) }, 0);
@@ -173,8 +176,12 @@ fn start_observe_stop_restart_delete() {
         || healthy(addr),
     );
     let st = p.observe("p-1");
-    assert_eq!(st.starts_unix_s.len(), 2);
-    assert!(st.starts_unix_s[0] <= st.starts_unix_s[1]);
+    assert_eq!(st.starts_unix_s.len(), 3);
+    assert_eq!(
+        quorum_provider::data::read_planned_starts(&p.machine_dir("p-1")).len(),
+        1,
+        "a start after a kill is not planned"
+    );
 
     // Wiping: refused while running; then the data and its marker go, the history
     // stays; again is success.
@@ -189,7 +196,7 @@ fn start_observe_stop_restart_delete() {
     let st = p.observe("p-1");
     assert!(!st.has_data && st.marker.is_none());
     assert_eq!(st.data_dir, DataDirState::Missing);
-    assert_eq!(st.starts_unix_s.len(), 2);
+    assert_eq!(st.starts_unix_s.len(), 3);
     assert!(!p.last_log_lines("p-1", 3).is_empty());
 
     p.delete("p-1").unwrap();
