@@ -628,11 +628,13 @@ pub struct UpgradeArgs {
     #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// The etcd version to roll to (installed; 3.5 means the newest installed 3.5.x).
-    #[arg(long, value_parser = usage::version_text, required_unless_present_any = ["retry", "strategy"])]
+    #[arg(long, value_parser = usage::version_text, required_unless_present_any = ["retry", "strategy", "abort"])]
     pub version: Option<String>,
     /// Roll out this way from now on: Replace (new machines join, old ones leave) or
     /// InPlace (each member restarted on the new binary, same data, followers first).
-    /// Changeable only while no rollout runs. Default: the control plane's own.
+    /// Changeable while no rollout runs, or while the one that runs has changed no
+    /// member (a rollout stuck for want of a host switches to InPlace). Default: the
+    /// control plane's own.
     #[arg(long, value_parser = usage::strategy, value_name = "STRATEGY")]
     pub strategy: Option<Strategy>,
     /// Go on with a rollout that stopped because a member did not serve on the new
@@ -640,6 +642,11 @@ pub struct UpgradeArgs {
     /// cause first.
     #[arg(long, conflicts_with = "dry_run")]
     pub retry: bool,
+    /// Cancel the rollout under way, back to the version every member still runs.
+    /// Only while it has changed no member: once one was replaced or restarted, going
+    /// back is a downgrade (`--version OLD --allow-downgrade`).
+    #[arg(long, conflicts_with_all = ["version", "retry", "strategy", "allow_downgrade"])]
+    pub abort: bool,
     /// Record the change even if a member is unreachable (quorum still refuses every unsafe step).
     #[arg(long)]
     pub force: bool,

@@ -85,6 +85,80 @@ fn a_controller_cut_off_from_one_host_takes_no_step_and_says_why() {
     let cut = |f: &Fleet| f.net.partition(2, &[f.net.controller_ip()], true).unwrap();
     let heal = |f: &Fleet| f.net.heal(2).unwrap();
     one_host_silent_for_a_while(&f, "cut off", cut, heal);
+    no_spare_host_for_a_replacement(&f.env);
+}
+
+/// Three members on three hosts, a rollout by replacement (walkthrough fault 14): the
+/// dry run and the change say no host can take the surge machine, and how out; forced,
+/// the step is refused (Blocked, naming `--abort`); cancelled, nothing changed; then
+/// switched to in place, it finishes on the same three hosts.
+fn no_spare_host_for_a_replacement(env: &Env) {
+    let before = env.store().machines("prod").unwrap();
+    for extra in [&["--dry-run"][..], &[]] {
+        let mut args = vec!["upgrade", "prod", "--version", NEW];
+        args.extend(extra);
+        let e = env.fails(&args);
+        assert!(
+            e.contains("no host can take another member") && e.contains("--strategy InPlace"),
+            "{e}"
+        );
+    }
+    env.ok(&[
+        "upgrade",
+        "prod",
+        "--version",
+        NEW,
+        "--force",
+        "--no-snapshot",
+    ]);
+    let s = env.wait_status("prod", "the step refused", Duration::from_secs(30), |s| {
+        s["conditions"].as_array().is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c["kind"] == "Blocked"
+                    && c["status"] == true
+                    && c["message"].as_str().is_some_and(|m| m.contains("--abort"))
+            })
+        })
+    });
+    println!("blocked: {}", s["operation"]);
+    let out = env.ok(&["upgrade", "prod", "--abort"]);
+    assert!(
+        out.contains(&format!("rollout to etcd {NEW} cancelled")),
+        "{out}"
+    );
+    env.wait_status("prod", "converged again", Duration::from_secs(60), |s| {
+        s["converged"] == true
+    });
+    assert_eq!(env.store().machines("prod").unwrap(), before);
+    env.ok(&[
+        "upgrade",
+        "prod",
+        "--version",
+        NEW,
+        "--force",
+        "--no-snapshot",
+    ]);
+    let t = Instant::now();
+    env.ok(&[
+        "upgrade",
+        "prod",
+        "--strategy",
+        "InPlace",
+        "--wait",
+        "--timeout",
+        "3m",
+    ]);
+    println!(
+        "switched to in place: done in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let after = env.store().machines("prod").unwrap();
+    assert_eq!(after.len(), 3);
+    assert!(
+        after.iter().all(|m| m.version.to_string() == NEW),
+        "{after:?}"
+    );
+    assert_eq!(spread(&after), (3, 3));
 }
 
 /// A host hangs whole (every process in it SIGSTOPped: its agent and its member) and
@@ -331,8 +405,14 @@ fn a_control_plane_on_hosts_is_created_upgraded_scaled_and_deleted() {
         ms.len() == 5 && ms.iter().all(|m| !m.deleting)
     });
     assert_eq!(spread(&env.store().machines("prod").unwrap()), (5, 5));
-    // Seven on five hosts: refused with the reason, never two members on one host.
-    env.ok(&["scale", "prod", "--replicas", "7"]);
+    // Seven on five hosts: refused with the reason, never two members on one host;
+    // forced, the step is refused (Blocked) instead.
+    let e = env.fails(&["scale", "prod", "--replicas", "7"]);
+    assert!(
+        e.contains("it needs 2 new machines at once beside the 5 machines there"),
+        "{e}"
+    );
+    env.ok(&["scale", "prod", "--replicas", "7", "--force"]);
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let st = env.ok(&["status", "prod"]);

@@ -333,7 +333,12 @@ impl HostsProvider {
                     .count(),
             });
         }
-        let host = placement::place(&views, machines, cp.spec.replicas)?;
+        let replaces = remediation.as_ref().map(|r| r.machine.as_str());
+        let beside: Vec<Machine> = placement::beside(machines, replaces)
+            .into_iter()
+            .cloned()
+            .collect();
+        let host = placement::place(&views, &beside, cp.spec.replicas)?;
         let h = hosts
             .iter()
             .find(|h| h.name == host)

@@ -260,8 +260,18 @@ pub async fn observe_on(
     if kind.is_local() {
         return observe(local, etcd, machines).await;
     }
+    let view_empty = view.0.is_empty();
+    let hosts = view
+        .0
+        .iter()
+        .map(quorum_store::hosts::HostRecord::placement_view)
+        .collect();
     let states = agents.observe(&view.0, view.1, machines).await;
-    observe_states(states, etcd, machines).await
+    let mut observed = observe_states(states, etcd, machines).await;
+    // No record read (none registered, or the store failed): unknown, so the core
+    // decides no refusal on it; placement itself says why at the step.
+    observed.observation.hosts = (!view_empty).then_some(hosts);
+    observed
 }
 
 /// The rest of an observation, once the provider said what it sees of each machine.

@@ -26,7 +26,9 @@
 //! 13. a machine without a member: join it as a learner (never started) or replace it
 //!     (it had data, so its member was removed behind quorum's back);
 //! 14. scale up, scale down, roll out outdated machines (surge or remove first, or in
-//!     place under `strategy: InPlace`); with nothing else to do, defragment a member
+//!     place under `strategy: InPlace`); a new machine no registered host can take is
+//!     refused (Blocked) with the ways out, never tried (`placement::room_for`; a
+//!     rollout that changed no member offers `--abort`, see `abort`); with nothing else to do, defragment a member
 //!     past the spec's threshold, else take a snapshot `spec.backup.schedule` asks for,
 //!     else test-restore the newest snapshot once `verifyEvery` passed, else remove one
 //!     snapshot retention no longer keeps (`backup`), else one fenced directory kept
@@ -166,6 +168,8 @@ pub(crate) struct View<'a> {
     pub(crate) fenced: &'a [crate::fenced::FencedSeen],
     /// The cluster version the leader reported (`None`: unknown).
     pub(crate) cluster_version: Option<Version>,
+    /// The hosts a new machine could go to (`None`: not the `hosts` provider).
+    pub(crate) hosts: Option<&'a [crate::placement::HostView]>,
 }
 
 impl<'a> View<'a> {
@@ -216,6 +220,7 @@ impl<'a> View<'a> {
             created_at_unix_s: observed.created_at_unix_s,
             fenced: &observed.fenced,
             cluster_version: observed.cluster_version,
+            hosts: observed.hosts.as_deref(),
         }
     }
 
@@ -721,6 +726,9 @@ impl<'a> View<'a> {
                 return Some(Step::act(op, Action::StopMachine { machine: name }));
             }
             if let Some(replacement) = self.replacement_for(s) {
+                if let Some(why) = self.no_room(op, Some(&name)) {
+                    return Some(Step::refuse(op, why));
+                }
                 return Some(Step::act(op, replacement));
             }
             return Some(Step::act(op, Action::DeleteMachine { machine: name }));
@@ -886,6 +894,9 @@ impl<'a> View<'a> {
         if let Err(why) = self.preflight() {
             return Step::wait(op, format!("not adding a machine yet: {why}"));
         }
+        if let Some(why) = self.no_room(op, None) {
+            return Step::refuse(op, why);
+        }
         Step::act(
             op,
             Action::AllocateMachine {
@@ -894,6 +905,29 @@ impl<'a> View<'a> {
                 remediation: None,
             },
         )
+    }
+
+    /// Why no host can take the new machine `op` needs (the replacement of `replaces`,
+    /// for a remediation), if none can: the step is
+    /// refused (Blocked), never tried, with the ways out. A rollout that has changed no
+    /// member yet can be cancelled or switched to in place (`abort`).
+    fn no_room(&self, op: Operation, replaces: Option<&str>) -> Option<String> {
+        let hosts = self.hosts?;
+        let machines: Vec<Machine> = self.seen.iter().map(|s| s.machine.clone()).collect();
+        let beside: Vec<Machine> = crate::placement::beside(&machines, replaces)
+            .into_iter()
+            .cloned()
+            .collect();
+        let why = crate::placement::room_for(hosts, &beside, self.spec().replicas, 1).err()?;
+        let name = &self.cp.name;
+        let mut out = String::new();
+        if op == Operation::RollingOut && crate::abort::mid_step(self.spec(), &machines).is_none() {
+            out = format!(", or roll out in place, so that no member needs a host of its own beside the one it replaces: `quorum upgrade {name} --strategy InPlace`");
+            if let Some(running) = crate::abort::untouched(self.spec(), &machines) {
+                out.push_str(&format!("; or cancel the rollout, which has changed no member yet: `quorum upgrade {name} --abort` (back to etcd {running})"));
+            }
+        }
+        Some(format!("not adding a machine: {why}{out}"))
     }
 
     /// Choose the machine to remove (outdated first, followers before the leader, of up

@@ -5,6 +5,7 @@
 //! data (`ControlPlane`, `Machine` records, an `Observation`) and everything it wants
 //! done leaves as data (`Decision`).
 
+pub mod abort;
 mod action;
 pub mod backup;
 pub mod carotation;

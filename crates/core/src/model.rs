@@ -952,6 +952,12 @@ pub struct Observation {
     /// The control plane's fenced directories (`fenced`), for `spec.recovery`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fenced: Vec<crate::fenced::FencedSeen>,
+    /// The hosts registered, as placement sees them (`None`: not the `hosts`
+    /// provider). A new machine is decided only where one of them can take it
+    /// (`placement::room_for`); whether a host's agent answers is known for hosts that
+    /// run a member of this control plane, and found out at placement for the others.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<crate::placement::HostView>>,
 }
 
 fn is_zero<T: Default + PartialEq>(n: &T) -> bool {

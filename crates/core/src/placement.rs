@@ -6,7 +6,9 @@
 //!    removed (`HostView::removing`: `quorum host remove` began) are candidates.
 //! 2. A host runs at most one machine of a control plane (leaving ones included: a
 //!    replacement that surged onto its predecessor's host would put two voters on one
-//!    host, and that host's loss would cost two votes).
+//!    host, and that host's loss would cost two votes). The one exception: a
+//!    remediation's replacement may take its predecessor's host (`beside`), recorded
+//!    only once that member is removed and its process stopped.
 //! 3. Failure domains: a host's `zone` label names its domain (a host without one is
 //!    its own). No domain may hold more machines of the control plane than it can
 //!    lose, `replicas - quorum(replicas)` (at least 1), so the loss of any one domain
@@ -22,7 +24,7 @@ use std::collections::BTreeMap;
 pub const ZONE_LABEL: &str = "zone";
 
 /// A host, as placement sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostView {
     pub name: String,
     /// Its failure domain (`zone` label); `None`: the host alone.
@@ -40,7 +42,7 @@ pub struct HostView {
 pub enum PlacementError {
     #[error("no hosts are registered: add some with `quorum host add NAME --address IP`")]
     NoHosts,
-    #[error("no host can take another member: {hosts} hosts, {ready} of them answering{removing}, {used} already run one of this control plane{zones}; add a host, or roll out in place (rollout.strategy: InPlace) so that no member needs a host of its own beside the one it replaces")]
+    #[error("no host can take another member: {hosts} hosts, {ready} of them answering{removing}, {used} already run one of this control plane{zones}; add a host")]
     NoFreeHost {
         hosts: usize,
         ready: usize,
@@ -65,11 +67,57 @@ pub fn place(
     machines: &[Machine],
     replicas: u32,
 ) -> Result<String, PlacementError> {
+    let used: Vec<&str> = machines.iter().filter_map(Machine::host).collect();
+    place_beside(hosts, &used, replicas)
+}
+
+/// The machines a new machine is placed beside: all of them, but the one a remediation
+/// replaces. That one's replacement is recorded only once its member was removed and
+/// its process stopped (`decide`'s rule 9), so its host may take the replacement:
+/// without that, a control plane with no spare host could never be repaired.
+pub fn beside<'a>(machines: &'a [Machine], replaces: Option<&str>) -> Vec<&'a Machine> {
+    machines
+        .iter()
+        .filter(|m| !(m.deleting && replaces == Some(m.name.as_str())))
+        .collect()
+}
+
+/// The hosts `count` new machines would go to, one after another, beside `machines`
+/// (a scale-up adds them all; a rollout by replacement needs one at a time, as each
+/// surge machine's predecessor leaves before the next is made). What `--dry-run` and
+/// the record-time check of a change ask, and the core before it allocates.
+pub fn room_for(
+    hosts: &[HostView],
+    machines: &[Machine],
+    replicas: u32,
+    count: usize,
+) -> Result<Vec<String>, PlacementError> {
+    let mut used: Vec<String> = machines
+        .iter()
+        .filter_map(Machine::host)
+        .map(str::to_string)
+        .collect();
+    let mut chosen = Vec::with_capacity(count);
+    for _ in 0..count {
+        let beside: Vec<&str> = used.iter().map(String::as_str).collect();
+        let host = place_beside(hosts, &beside, replicas)?;
+        used.push(host.clone());
+        chosen.push(host);
+    }
+    Ok(chosen)
+}
+
+/// `place`, with the hosts already used by the control plane's machines given by name
+/// (a host once per machine on it).
+fn place_beside(
+    hosts: &[HostView],
+    used: &[&str],
+    replicas: u32,
+) -> Result<String, PlacementError> {
     if hosts.is_empty() {
         return Err(PlacementError::NoHosts);
     }
     let domain = |h: &HostView| h.zone.clone().unwrap_or_else(|| format!("host {}", h.name));
-    let used: Vec<&str> = machines.iter().filter_map(Machine::host).collect();
     let mut per_domain: BTreeMap<String, usize> = BTreeMap::new();
     for h in hosts.iter().filter(|h| used.contains(&h.name.as_str())) {
         *per_domain.entry(domain(h)).or_default() += used.iter().filter(|u| **u == h.name).count();
@@ -246,6 +294,12 @@ mod tests {
             ),
         ];
         for (i, (hosts, machines, replicas, want)) in table.into_iter().enumerate() {
+            let room = room_for(hosts, &machines, replicas, 1).map(|mut h| h.remove(0));
+            assert_eq!(
+                room,
+                place(hosts, &machines, replicas),
+                "row {i}: room for one"
+            );
             let got = place(hosts, &machines, replicas);
             match (got, want) {
                 (Ok(h), Ok(w)) => assert_eq!(h, w, "row {i}"),
@@ -253,5 +307,21 @@ mod tests {
                 (got, want) => panic!("row {i}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    #[test]
+    fn room_for_several_places_them_one_beside_the_other() {
+        let hosts: Vec<HostView> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|n| host(n, None))
+            .collect();
+        let three = vec![on("a", 1), on("b", 2), on("c", 3)];
+        assert_eq!(room_for(&hosts, &three, 5, 2).unwrap(), ["d", "e"]);
+        let e = room_for(&hosts, &three, 7, 3).unwrap_err();
+        assert!(e.to_string().contains("5 already run one"), "{e}");
+        assert_eq!(
+            room_for(&hosts, &three, 5, 0).unwrap(),
+            Vec::<String>::new()
+        );
     }
 }

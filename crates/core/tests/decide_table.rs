@@ -7,6 +7,7 @@
 //! - `"refuse: text"`: no action, Blocked, the reason contains text;
 //! - `"converged"`: nothing to do, every condition good.
 
+use quorum_core::placement::HostView;
 use quorum_core::*;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -276,6 +277,8 @@ struct Sit {
     /// The CA generation in force, and a rotation's phase (to generation + 1).
     ca_generation: u32,
     ca_rotation: Option<CaPhase>,
+    /// Hosts registered (0: the local provider).
+    hosts: usize,
 }
 
 fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
@@ -314,10 +317,16 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         rebuild: None,
         ca_generation: 0,
         ca_rotation: None,
+        hosts: 0,
     }
 }
 
 impl Sit {
+    /// On the `hosts` provider with `n` hosts `h1`..: machine `serial` runs on `h{serial}`.
+    fn on_hosts(mut self, n: usize) -> Self {
+        self.hosts = n;
+        self
+    }
     fn leader(mut self, serial: u64) -> Self {
         self.leader = serial;
         self
@@ -425,7 +434,11 @@ impl Sit {
                     ..MaintenanceSpec::default()
                 },
                 backup: self.backup.clone(),
-                provider: Default::default(),
+                provider: if self.hosts > 0 {
+                    ProviderKind::Hosts
+                } else {
+                    ProviderKind::Local
+                },
             },
             deleting: self.deleting_cp,
             rebuild: self.rebuild.clone(),
@@ -435,7 +448,11 @@ impl Sit {
             .iter()
             .map(|f| Machine {
                 ca_step: f.ca_step,
-                placement: None,
+                placement: (self.hosts > 0).then(|| Placement {
+                    host: format!("h{}", f.serial),
+                    client_port: 2379,
+                    peer_port: 2380,
+                }),
                 name: name(f.serial),
                 serial: f.serial,
                 address: addr(f.serial),
@@ -561,6 +578,17 @@ impl Sit {
                     fenced_at_unix_s: NOW_UNIX_S - ago,
                 })
                 .collect(),
+            hosts: (self.hosts > 0).then(|| {
+                (1..=self.hosts)
+                    .map(|i| HostView {
+                        name: format!("h{i}"),
+                        zone: None,
+                        ready: true,
+                        removing: false,
+                        load: 0,
+                    })
+                    .collect()
+            }),
         };
         (cp, machines, observed)
     }

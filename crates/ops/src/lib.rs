@@ -25,6 +25,7 @@ pub mod hosts;
 pub mod manifest;
 pub mod rebuild;
 pub mod recreate;
+mod room;
 pub mod secrets;
 pub mod snapshot;
 mod spec;

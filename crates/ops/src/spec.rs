@@ -256,13 +256,18 @@ async fn attempt_change(
     }
     validate_spec(&new, force)?;
     let machines = ctx.store.machines(name)?;
+    // A rollout that changed no member is taken back or switched as if it never began
+    // (`quorum_core::abort`).
+    let untouched = quorum_core::abort::untouched(&cp.spec, &machines);
     if new.rollout.strategy != cp.spec.rollout.strategy {
-        if let Some(busy) = rollout_under_way(&cp.spec, &machines) {
+        if let Some(busy) = quorum_core::abort::mid_step(&cp.spec, &machines) {
             bail!(
-                "{name}: the rollout strategy changes only while no rollout runs, and {busy}; wait for it to finish (`quorum status {name}`), then change the strategy"
+                "{name}: the rollout strategy changes only between steps, and {busy}; wait for the step to finish (`quorum status {name}`), then change the strategy"
             );
         }
     }
+    let cancels = untouched.is_some_and(|v| v == new.version && new.version != cp.spec.version);
+    let allow_downgrade = allow_downgrade || cancels;
     let lowest = machines.iter().map(|m| m.version).min();
     // The version rules that need no cluster first: they give the clearest answer. A
     // downgrade is judged once the cluster version is known: "below the cluster
@@ -278,6 +283,15 @@ async fn attempt_change(
         force,
         allow_downgrade,
     )?;
+    if !force && !new.provider.is_local() {
+        let hosts: Vec<_> = quorum_store::hosts::list(&ctx.store)?
+            .iter()
+            .map(quorum_store::hosts::HostRecord::placement_view)
+            .collect();
+        if let Some(why) = crate::room::refusal(name, &cp.spec, &new, &machines, &hosts) {
+            bail!("{why}");
+        }
+    }
     let snapshot_first = needs_snapshot(&cp.spec, &new, &machines) && !no_snapshot;
     if dry_run {
         for line in plan(name, &cp.spec, &new, &machines) {
@@ -313,7 +327,7 @@ async fn attempt_change(
             version: now.spec_version,
         });
     }
-    say_recorded(ctx, name, &cp.spec, &new);
+    say_recorded(ctx, name, &cp.spec, &new, cancels);
     if let Some(w) = reach_warning(name, &cp, &new, &machines) {
         say!(ctx, "{w}");
     }
@@ -377,25 +391,6 @@ pub fn spec_differences(now: &ControlPlaneSpec, theirs: &ControlPlaneSpec) -> Ve
         _ => out.push("spec".to_string()),
     }
     out
-}
-
-/// What makes a rollout under way, if anything: a machine on another version than the
-/// spec, one leaving, or one out of service for an in-place step.
-fn rollout_under_way(spec: &ControlPlaneSpec, machines: &[Machine]) -> Option<String> {
-    machines.iter().find_map(|m| {
-        if m.in_place_out_of_service() {
-            Some(format!("{} is being restarted in place", m.name))
-        } else if m.deleting {
-            Some(format!("{} is leaving", m.name))
-        } else if m.version != spec.version {
-            Some(format!(
-                "{} still runs etcd {} (the spec says {})",
-                m.name, m.version, spec.version
-            ))
-        } else {
-            None
-        }
-    })
 }
 
 /// `quorum upgrade NAME --retry`: forgets the rollbacks that stopped a rollout, so the
@@ -507,7 +502,14 @@ pub fn plan(
     machines: &[quorum_core::Machine],
 ) -> Vec<String> {
     let mut out = Vec::new();
-    if new.version != old.version {
+    let cancels = quorum_core::abort::untouched(old, machines)
+        .is_some_and(|v| v == new.version && v != old.version);
+    if cancels {
+        out.push(format!(
+            "{name}: would cancel the rollout to etcd {}: every member still runs etcd {}, so nothing is replaced or restarted",
+            old.version, new.version
+        ));
+    } else if new.version != old.version {
         let what = if new.version > old.version {
             "an upgrade"
         } else {
@@ -617,14 +619,27 @@ fn reach_warning(
 }
 
 /// Says what a recorded change will do.
-fn say_recorded(ctx: &Ctx, name: &str, old: &ControlPlaneSpec, new: &ControlPlaneSpec) {
+fn say_recorded(
+    ctx: &Ctx,
+    name: &str,
+    old: &ControlPlaneSpec,
+    new: &ControlPlaneSpec,
+    cancelled: bool,
+) {
     if new.paused {
         say!(
             ctx,
             "note: {name} is paused: quorum takes no step until `quorum pause {name} --resume`"
         );
     }
-    if new.version != old.version {
+    if cancelled {
+        say!(
+            ctx,
+            "{name}: rollout to etcd {} cancelled: every member still runs etcd {}, so nothing is replaced or restarted",
+            old.version,
+            new.version
+        );
+    } else if new.version != old.version {
         let what = if new.version > old.version {
             "upgrade"
         } else {

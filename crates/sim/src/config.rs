@@ -133,6 +133,13 @@ pub struct Config {
     /// placement, and a host may be lost for a while. Not with a quorum loss (a rebuild
     /// on hosts is refused by the product for now).
     pub hosts: bool,
+    /// Of hosts runs of `Scenario::Rollout`: only as many hosts as replicas, each its
+    /// own domain. The rollout by replacement has no host for its surge machine, so the
+    /// core refuses it (Blocked, naming the ways out); once the faults stop the person
+    /// switches it to in place or cancels it (`quorum upgrade --strategy InPlace` or
+    /// `--abort`, by the seed), which `quorum_core::abort` must allow, as it has
+    /// changed no member.
+    pub tight_hosts: bool,
 }
 
 impl Config {
@@ -152,6 +159,8 @@ impl Config {
             ca_rotation: (seed / (4 * Scenario::ALL.len() as u64)).is_multiple_of(2),
             hosts: Scenario::for_seed(seed) != Scenario::QuorumLoss
                 && (seed / (8 * Scenario::ALL.len() as u64)).is_multiple_of(2),
+            tight_hosts: Scenario::for_seed(seed) == Scenario::Rollout
+                && (seed / (16 * Scenario::ALL.len() as u64)).is_multiple_of(2),
         }
     }
 
@@ -196,4 +205,7 @@ pub struct Outcome {
     pub hosts_lost: u64,
     /// A spare host removed by an operator during the run (0 or 1).
     pub hosts_removed: u64,
+    /// Rollouts with no host for their surge machine that the person switched to in
+    /// place or cancelled (`Config::tight_hosts`).
+    pub rollouts_taken_back: u64,
 }

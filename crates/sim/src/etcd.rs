@@ -383,6 +383,7 @@ impl World {
             snapshots: self.snapshots.clone(),
             created_at_unix_s: Some(EPOCH_UNIX_S),
             fenced: self.fenced_dirs.clone(),
+            hosts: self.observed_hosts(),
             ..Observation::default()
         };
         let down = self.down_host();

@@ -51,7 +51,7 @@ impl World {
     fn host_views(&self) -> Vec<HostView> {
         let down = self.down_host();
         let removal = self.host_removal.as_ref();
-        HOSTS
+        self.hosts()
             .iter()
             .filter(|(name, _)| !removal.is_some_and(|r| r.gone && r.host == *name))
             .map(|(name, zone)| HostView {
@@ -68,6 +68,71 @@ impl World {
             .collect()
     }
 
+    /// The hosts as the controller's observation gives them to the core
+    /// (`HostRecord::placement_view`): from their records alone, every one taken to
+    /// answer, no load counted.
+    pub(crate) fn observed_hosts(&self) -> Option<Vec<HostView>> {
+        let views = self.host_views().into_iter().map(|v| HostView {
+            ready: true,
+            load: 0,
+            ..v
+        });
+        self.cfg.hosts.then(|| views.collect())
+    }
+
+    /// The hosts registered: all of `HOSTS`, or with `Config::tight_hosts` one of its
+    /// own domain per replica.
+    fn hosts(&self) -> &'static [(&'static str, Option<&'static str>)] {
+        if self.cfg.hosts && self.cfg.tight_hosts {
+            let n = (self.cp.spec.replicas as usize).clamp(1, HOSTS.len() - 2);
+            &HOSTS[2..2 + n]
+        } else {
+            &HOSTS
+        }
+    }
+
+    /// A rollout by replacement refused for want of a host, with the ways out: in every
+    /// other run the person cancels it at once, as offered while it has changed no
+    /// member; otherwise, once the faults stop, they switch it to in place. Each must be
+    /// what the command accepts then.
+    pub(crate) fn stuck_rollout_operator(&mut self, faults_on: bool) {
+        let Some(why) = self.last_refusal.clone() else {
+            return;
+        };
+        if !why.contains("no host can take") || !why.contains("--strategy InPlace") {
+            return;
+        }
+        let cancels = !(self.cfg.seed / 8).is_multiple_of(2);
+        if faults_on && !(cancels && why.contains("--abort")) {
+            return;
+        }
+        self.last_refusal = None;
+        self.rollouts_taken_back += 1;
+        let untouched = quorum_core::abort::untouched(&self.cp.spec, &self.machines);
+        if why.contains("--abort") != untouched.is_some() {
+            self.violate(format!(
+                "a cancel offered ({why}) where the command says otherwise"
+            ));
+            return;
+        }
+        match untouched {
+            Some(running) if cancels => {
+                self.cp.spec.version = running;
+                self.note(format!(
+                    "OPERATOR cancels the stuck rollout: back to {running}"
+                ));
+            }
+            _ => {
+                if let Some(busy) = quorum_core::abort::mid_step(&self.cp.spec, &self.machines) {
+                    self.violate(format!("a switch to in place offered mid-step: {busy}"));
+                    return;
+                }
+                self.cp.spec.rollout.strategy = quorum_core::Strategy::InPlace;
+                self.note("OPERATOR switches the stuck rollout to in place".into());
+            }
+        }
+    }
+
     /// The host lost now, if one is.
     pub(crate) fn down_host(&self) -> Option<&str> {
         match &self.impairment {
@@ -78,13 +143,34 @@ impl World {
 
     /// Where a new machine goes (hosts runs), with the invariants checked; `Err` is the
     /// placement's refusal, which the allocation answers with.
-    pub(crate) fn place_machine(&mut self) -> Result<Option<Placement>, String> {
+    pub(crate) fn place_machine(
+        &mut self,
+        replaces: Option<String>,
+    ) -> Result<Option<Placement>, String> {
         if !self.cfg.hosts {
             return Ok(None);
         }
         let views = self.host_views();
-        let host = placement::place(&views, &self.machines, self.cp.spec.replicas)
-            .map_err(|e| e.to_string())?;
+        let beside: Vec<Machine> = placement::beside(&self.machines, replaces.as_deref())
+            .into_iter()
+            .cloned()
+            .collect();
+        if let Some(r) = replaces
+            .as_deref()
+            .filter(|_| beside.len() < self.machines.len())
+        {
+            // Left out: its member removed and its process stopped, as the core records
+            // a replacement only then.
+            let member = self.member_of_machine(r).is_some();
+            let running = self.procs.get(r).is_some_and(|p| p.running);
+            if member || running {
+                self.violate(format!(
+                    "a replacement placed beside {r}, which still has a member or runs"
+                ));
+            }
+        }
+        let host =
+            placement::place(&views, &beside, self.cp.spec.replicas).map_err(|e| e.to_string())?;
         let view = views.iter().find(|v| v.name == host);
         if !view.is_some_and(|v| v.ready) {
             self.violate(format!("a machine placed on {host}, which does not answer"));
@@ -94,8 +180,7 @@ impl World {
                 "a machine placed on {host}, which is being removed"
             ));
         }
-        if self
-            .machines
+        if beside
             .iter()
             .any(|m| m.placement.as_ref().is_some_and(|p| p.host == host))
         {
@@ -116,7 +201,7 @@ impl World {
                 }
             })
         };
-        let after = self.machines.iter().filter(|m| in_domain(m)).count() + 1;
+        let after = beside.iter().filter(|m| in_domain(m)).count() + 1;
         if after > placement::max_per_domain(self.cp.spec.replicas) {
             self.violate(format!(
                 "{after} machines in {host}'s failure domain, more than {} of {} replicas can lose",
@@ -149,7 +234,7 @@ impl World {
                 // The last spare host, as an operator retiring one would pick: no machine
                 // of the control plane on it, and answering.
                 let down = self.down_host().map(str::to_string);
-                let spare = HOSTS.iter().rev().map(|(n, _)| *n).find(|n| {
+                let spare = self.hosts().iter().rev().map(|(n, _)| *n).find(|n| {
                     down.as_deref() != Some(*n)
                         && !self
                             .machines

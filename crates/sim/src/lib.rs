@@ -339,6 +339,8 @@ pub struct World {
     faults: u64,
     /// Hosts lost (`hosts.rs`).
     hosts_lost: u64,
+    /// Stuck rollouts the person took back (`Config::tight_hosts`).
+    rollouts_taken_back: u64,
     /// The spare host an operator removes in a hosts run (`hosts.rs`): marked, then gone.
     host_removal: Option<HostRemoval>,
     trace: String,
@@ -441,6 +443,7 @@ impl World {
             last_converged: false,
             faults: 0,
             hosts_lost: 0,
+            rollouts_taken_back: 0,
             host_removal: None,
             trace: String::new(),
             hash: 0xcbf2_9ce4_8422_2325,
@@ -558,7 +561,7 @@ impl World {
         version: Version,
         remediation: Option<quorum_core::Remediation>,
     ) -> Result<Machine, String> {
-        let placement = self.place_machine()?;
+        let placement = self.place_machine(remediation.as_ref().map(|r| r.machine.clone()))?;
         let serial = self.next_serial;
         self.next_serial += 1;
         let address = match &placement {
@@ -679,6 +682,7 @@ impl World {
             self.end_crash_loops();
             self.operator_step();
         }
+        self.stuck_rollout_operator(faults_on);
         self.quorum_loss_step(faults_on);
         self.in_place_operator(faults_on);
         self.ca_rotation_operator();
@@ -737,6 +741,7 @@ impl World {
             faults_anywhere: self.cfg.faults_anywhere,
             hosts: self.cfg.hosts,
             hosts_lost: self.hosts_lost,
+            rollouts_taken_back: self.rollouts_taken_back,
             hosts_removed: u64::from(self.host_removal.as_ref().is_some_and(|r| r.gone)),
         }
     }

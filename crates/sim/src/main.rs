@@ -193,7 +193,10 @@ fn main() -> std::process::ExitCode {
         println!("in place: {}", o.in_place);
         println!("CA rotations: {}", o.ca);
         if o.hosts {
-            println!("hosts: {} lost, {} removed", o.hosts_lost, o.hosts_removed);
+            println!(
+                "hosts: {} lost, {} removed, {} stuck rollouts taken back",
+                o.hosts_lost, o.hosts_removed, o.rollouts_taken_back
+            );
         }
         if o.replicas > 1 {
             println!("{} replicas: {}", o.replicas, o.lease);

@@ -68,6 +68,20 @@ impl HostRecord {
             .get(quorum_core::placement::ZONE_LABEL)
             .map(String::as_str)
     }
+
+    /// The host as an observation gives it to the core: whether a new machine could
+    /// go there by the record alone. Its agent is taken to answer (placement finds out)
+    /// and its load is not counted: neither decides whether a host can take a machine,
+    /// only which one does.
+    pub fn placement_view(&self) -> quorum_core::placement::HostView {
+        quorum_core::placement::HostView {
+            name: self.name.clone(),
+            zone: self.zone().map(str::to_string),
+            ready: true,
+            removing: self.removing_unix_s.is_some(),
+            load: 0,
+        }
+    }
 }
 
 pub fn key(name: &str) -> String {

@@ -33,6 +33,31 @@ fn in_place_table() {
             "begin-in-place:cp-1",
         ),
         (
+            "hosts: in place needs no host of its own beside the one it replaces",
+            sit(3, NEW, old3()).in_place().on_hosts(3),
+            "begin-in-place:cp-2",
+        ),
+        (
+            "hosts: a replacement with no free host is refused, with the ways out",
+            sit(3, NEW, old3()).on_hosts(3),
+            "refuse: beside the one it replaces: `quorum upgrade cp --strategy InPlace`; or cancel the rollout, which has changed no member yet: `quorum upgrade cp --abort` (back to etcd 3.4.23)",
+        ),
+        (
+            "hosts: a fourth host takes the surge machine",
+            sit(3, NEW, old3()).on_hosts(4),
+            "allocate-machine",
+        ),
+        (
+            "hosts: a rollout that changed a member cannot be cancelled, only switched",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(3, NEW)]).on_hosts(3),
+            "refuse: beside the one it replaces: `quorum upgrade cp --strategy InPlace`",
+        ),
+        (
+            "hosts: a scale-up with no free host is refused",
+            sit(5, OLD, old3()).on_hosts(3),
+            "refuse: not adding a machine: no host can take another member",
+        ),
+        (
             "the strategy Replace still replaces",
             sit(3, NEW, old3()),
             "allocate-machine",
@@ -426,6 +451,103 @@ fn in_place_rollouts_replay_to_convergence_without_a_membership_change() {
             // Followers first, the leader (cp-2 at the start) last.
             assert_eq!(order.len(), n as usize, "{order:?}");
             assert_eq!(order.last().map(String::as_str), Some("cp-2"), "{order:?}");
+        }
+    }
+}
+
+/// A rollout that changed no member is taken back (`abort::untouched`) and switched
+/// between steps only (`abort::mid_step`): (case, situation, untouched version, the
+/// words of what holds the strategy, the words of what changed a member).
+#[test]
+fn a_rollout_is_cancelled_only_untouched_and_switched_only_between_steps() {
+    type Row = (
+        &'static str,
+        Sit,
+        Option<&'static str>,
+        Option<&'static str>,
+        Option<&'static str>,
+    );
+    let rows: Vec<Row> = vec![
+        ("no rollout", sit(3, OLD, old3()), None, None, None),
+        (
+            "recorded, nothing changed",
+            sit(3, NEW, old3()),
+            Some(OLD),
+            None,
+            None,
+        ),
+        (
+            "a member replaced on the new version",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(4, NEW)]),
+            None,
+            None,
+            Some("cp-4 already runs etcd 3.5.1"),
+        ),
+        (
+            "a surge machine joining",
+            sit(
+                3,
+                NEW,
+                vec![m(1, OLD), m(2, OLD), m(3, OLD), m(4, NEW).learner()],
+            ),
+            None,
+            Some("4 machines for 3 replicas"),
+            Some("cp-4 already runs etcd 3.5.1"),
+        ),
+        (
+            "a machine leaving",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(3, OLD).deleting()]),
+            None,
+            Some("cp-3 is leaving"),
+            Some("cp-3 is leaving"),
+        ),
+        (
+            "a member draining for its in-place step",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD).in_place(Draining, OLD, NEW, 1),
+                    m(3, OLD),
+                ],
+            )
+            .in_place(),
+            None,
+            Some("cp-2 is being restarted in place (draining)"),
+            Some("cp-2 is being restarted in place"),
+        ),
+        (
+            "a member rolled back runs its old version: untouched",
+            sit(
+                3,
+                NEW,
+                vec![
+                    m(1, OLD),
+                    m(2, OLD).in_place(RolledBack, OLD, NEW, 1),
+                    m(3, OLD),
+                ],
+            )
+            .in_place(),
+            Some(OLD),
+            None,
+            None,
+        ),
+    ];
+    for (case, s, untouched, held, changed) in rows {
+        let (cp, machines, _) = s.build();
+        let got = abort::untouched(&cp.spec, &machines).map(|v| v.to_string());
+        assert_eq!(got.as_deref(), untouched, "{case}");
+        let mid = abort::mid_step(&cp.spec, &machines);
+        match (mid, held) {
+            (None, None) => {}
+            (Some(g), Some(w)) => assert!(g.contains(w), "{case}: {g}"),
+            (g, w) => panic!("{case}: mid_step {g:?}, want {w:?}"),
+        }
+        match (abort::changed_member(&cp.spec, &machines), changed) {
+            (None, None) => {}
+            (Some(g), Some(w)) => assert!(g.contains(w), "{case}: {g}"),
+            (g, w) => panic!("{case}: changed_member {g:?}, want {w:?}"),
         }
     }
 }

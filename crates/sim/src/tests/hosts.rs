@@ -98,3 +98,37 @@ fn hosts_runs(seeds: u64, scenarios: &[Scenario]) -> (u64, u64) {
     }
     (lost, removed)
 }
+
+/// One host per replica: the rollout by replacement has no host for its surge machine.
+/// The core refuses it (Blocked) with the ways out, remediation still replaces a
+/// member on its own host (its predecessor's, once that one's member and process are
+/// gone), and the person's cancel (while no member changed) or switch to in place
+/// ends every run converged (unless remediation replaced every old member first).
+#[test]
+fn a_rollout_with_no_spare_host_is_refused_then_cancelled_or_switched() {
+    let (mut cancelled, mut switched) = (0, 0);
+    for k in 0..16u64 {
+        let mut c = Config::new(k * 8);
+        c.scenario = Scenario::Rollout;
+        c.hosts = true;
+        c.tight_hosts = true;
+        c.trace = true;
+        let o = run(c);
+        assert!(
+            o.violation.is_none(),
+            "{:?}: {}",
+            o.violation,
+            replay_command(&o)
+        );
+        let refused = o
+            .trace
+            .contains("refuses: not adding a machine: no host can take");
+        assert!(refused, "seed {}: never refused", k * 8);
+        cancelled += usize::from(o.trace.contains("OPERATOR cancels the stuck rollout"));
+        switched += usize::from(o.trace.contains("OPERATOR switches the stuck rollout"));
+    }
+    assert!(
+        cancelled >= 6 && switched >= 4,
+        "{cancelled} cancelled, {switched} switched"
+    );
+}
