@@ -276,6 +276,16 @@ plane with deletion protection (`quorum protect prod`) is not deleted until it i
 clients should use (voting, healthy, not leaving), replaced before a leaving member is removed."
     )]
     Controller(ControllerArgs),
+    /// Replace one member, or restart it in place: the controller does it by the same
+    /// rules, pacing and crash safety as a rollout's step.
+    #[command(after_help = "Examples:
+  quorum member replace prod prod-2          # a new machine, then prod-2 leaves
+  quorum member restart prod prod-2 --wait   # the same member, stopped and started
+
+Either waits until every member is healthy, and is done one at a time with any other
+step. A replacement with maxSurge 1 adds the new member before the old one leaves; a
+restart takes the member down meanwhile, so it needs 3 or more members.")]
+    Member(MemberArgs),
     /// Pause or resume the reconciliation of one control plane.
     Pause(PauseArgs),
     /// Turn deletion protection on (or --off): `quorum delete` refuses a protected

@@ -215,6 +215,7 @@ fn etcd_binaries(version: &str) -> Vec<(String, Vec<u8>)> {
 
 fn one_member(ip: IpAddr, version: &str) -> StartSpec {
     let machine = Machine {
+        requested: None,
         name: "alpha-1".into(),
         serial: 1,
         address: match ip {

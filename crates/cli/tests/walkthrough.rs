@@ -394,3 +394,90 @@ fn logs_print_a_members_log_and_follow_it() {
     let _ = follow.wait();
     assert!(reader.join().unwrap().contains("a line the test appended"));
 }
+
+/// `quorum member restart` and `quorum member replace`: one member, on request, by the
+/// rules of a rollout's step, while a client writes through the endpoints quorum
+/// publishes and an outside watch checks the quorum: the restarted member is the same
+/// machine in a new process, the replaced one is gone, every acknowledged write is
+/// there, the quorum never dropped. Wrong requests are refused with what to do.
+#[test]
+fn a_member_is_restarted_or_replaced_on_request() {
+    use common::workload::{assert_acked, Creds, Workload};
+    let mut env = Env::new("walkthrough-member");
+    env.start_controller();
+    env.create_and_wait("mb", 3, NEW);
+    let e = env.fails(&["member", "restart", "mb", "mb-9"]);
+    assert!(
+        e.contains("mb has no machine \"mb-9\"; its machines: mb-1, mb-2, mb-3"),
+        "{e}"
+    );
+    let creds = Creds::fetch(&env, "mb", &env.dir.path().join("creds"));
+    let work = Workload::start(env.endpoints("mb").endpoints, creds.clone());
+    let watch = QuorumWatch::start(&env, "mb");
+
+    let before = pid_of(&env.status("mb"), "mb-2");
+    let out = env.ok(&[
+        "member",
+        "restart",
+        "mb",
+        "mb-2",
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    assert!(out.contains("mb-2 will be restarted in place"), "{out}");
+    let s = env.status("mb");
+    assert_ne!(pid_of(&s, "mb-2"), before, "a new process");
+    let names: Vec<String> = env
+        .store()
+        .machines("mb")
+        .unwrap()
+        .iter()
+        .map(|m| m.name.clone())
+        .collect();
+    assert_eq!(names, ["mb-1", "mb-2", "mb-3"]);
+    assert!(env
+        .store()
+        .machines("mb")
+        .unwrap()
+        .iter()
+        .all(|m| m.requested.is_none()));
+    work.follow(env.endpoints("mb").endpoints);
+
+    let out = env.ok(&[
+        "member",
+        "replace",
+        "mb",
+        "mb-1",
+        "--wait",
+        "--timeout",
+        "120s",
+    ]);
+    assert!(out.contains("mb-1 will be replaced"), "{out}");
+    let names: Vec<String> = env
+        .store()
+        .machines("mb")
+        .unwrap()
+        .iter()
+        .map(|m| m.name.clone())
+        .collect();
+    assert_eq!(names, ["mb-2", "mb-3", "mb-4"]);
+    work.follow(env.endpoints("mb").endpoints);
+    let (acked, _failures, _attempts) = work.finish();
+    let (_checks, violations) = watch.finish();
+    assert!(violations.is_empty(), "quorum lost: {violations:?}");
+    assert_acked(&env.endpoints("mb").endpoints, &creds, &acked);
+    let events = history(&env.store().events_after("mb", 0, 1_000).unwrap());
+    assert!(events.contains("asked for by `quorum member`"), "{events}");
+
+    // Asked twice: said, nothing written again; gone: refused.
+    let e = env.fails(&["member", "replace", "mb", "mb-1"]);
+    assert!(e.contains("its machines: mb-2, mb-3, mb-4"), "{e}");
+    env.ok(&["pause", "mb"]);
+    let out = env.ok(&["member", "replace", "mb", "mb-3"]);
+    assert!(out.contains("mb is paused"), "{out}");
+    let out = env.ok(&["member", "replace", "mb", "mb-3"]);
+    assert!(out.contains("already asked for"), "{out}");
+    let e = env.fails(&["member", "restart", "mb", "mb-3"]);
+    assert!(e.contains("already to be replaced"), "{e}");
+}

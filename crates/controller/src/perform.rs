@@ -3,7 +3,7 @@
 //! write, a machine, or a membership call to the leader).
 
 use super::*;
-use quorum_core::{CaPhase, CaRotation, InPlace, InPlaceOutcome, InPlacePhase};
+use quorum_core::{CaPhase, CaRotation, InPlaceOutcome, InPlacePhase};
 
 impl Reconciler {
     /// Performs one action, with its failpoints around it. Returns the name of the
@@ -311,20 +311,7 @@ impl Reconciler {
                     &cp.name,
                     machine,
                     "begin an in-place step",
-                    &|m| {
-                        if m.in_place.is_some() || m.deleting {
-                            return false;
-                        }
-                        m.in_place = Some(InPlace {
-                            from: m.version,
-                            to,
-                            phase: InPlacePhase::Draining,
-                            since_unix_s: now,
-                            reason,
-                            failure: None,
-                        });
-                        true
-                    },
+                    &|m| m.begin_in_place(to, reason, now),
                 )?;
                 if !cp.spec.provider.is_local() {
                     self.stage_version(machines, to);

@@ -39,6 +39,8 @@ pub enum DeleteReason {
     /// Its CA files are not those of the CA rotation's phase: it is restarted (in
     /// place) or replaced with them.
     CaRotation,
+    /// A person asked for it (`quorum member replace|restart`).
+    Requested,
 }
 
 impl DeleteReason {
@@ -47,7 +49,7 @@ impl DeleteReason {
     pub fn keeps_version(self) -> bool {
         matches!(
             self,
-            DeleteReason::CertificatesExpiring | DeleteReason::CaRotation
+            DeleteReason::CertificatesExpiring | DeleteReason::CaRotation | DeleteReason::Requested
         )
     }
 }
@@ -61,6 +63,7 @@ impl fmt::Display for DeleteReason {
             DeleteReason::CertificatesExpiring => "its certificates expire soon",
             DeleteReason::Unhealthy => "remediation",
             DeleteReason::CaRotation => "CA rotation",
+            DeleteReason::Requested => "asked for by `quorum member`",
         })
     }
 }

@@ -21,12 +21,21 @@ impl View<'_> {
         let outdated: Vec<String> = self
             .seen
             .iter()
-            .filter_map(|s| match self.outdated(s.machine)? {
-                DeleteReason::CertificatesExpiring => {
-                    Some(format!("{} (certificates expire soon)", s.machine.name))
+            .filter_map(|s| {
+                match self.outdated(s.machine).or_else(|| {
+                    self.restart_asked(s.machine)
+                        .then_some(DeleteReason::Requested)
+                })? {
+                    DeleteReason::Requested => {
+                        let what = s.machine.requested.unwrap_or(MachineRequest::Replace);
+                        Some(format!("{} ({what} asked for)", s.machine.name))
+                    }
+                    DeleteReason::CertificatesExpiring => {
+                        Some(format!("{} (certificates expire soon)", s.machine.name))
+                    }
+                    DeleteReason::CaRotation => Some(format!("{} (CA rotation)", s.machine.name)),
+                    _ => Some(format!("{} ({})", s.machine.name, s.machine.version)),
                 }
-                DeleteReason::CaRotation => Some(format!("{} (CA rotation)", s.machine.name)),
-                _ => Some(format!("{} ({})", s.machine.name, s.machine.version)),
             })
             .collect();
         let learners = self

@@ -237,9 +237,18 @@ impl<'a> View<'a> {
             Some(DeleteReason::CertificatesExpiring)
         } else if self.ca_outdated(m) {
             Some(DeleteReason::CaRotation)
+        } else if m.requested == Some(MachineRequest::Replace) {
+            Some(DeleteReason::Requested)
         } else {
             None
         }
+    }
+
+    /// A restart in place a person asked for and that has not begun (`quorum member
+    /// restart`): rolled like an outdated machine under `strategy: InPlace`, whatever
+    /// the strategy, once no machine needs replacing.
+    pub(crate) fn restart_asked(&self, m: &Machine) -> bool {
+        m.requested == Some(MachineRequest::Restart) && m.in_place.is_none() && !m.deleting
     }
 
     pub(crate) fn voters(&self) -> impl Iterator<Item = &'a Member> + '_ {
@@ -832,6 +841,17 @@ impl<'a> View<'a> {
         if active > replicas {
             return self.mark_victim(self.shrink_operation(), members);
         }
+        let restarts: Vec<&Seen> = self
+            .seen
+            .iter()
+            .filter(|s| self.outdated(s.machine).is_none() && self.restart_asked(s.machine))
+            .collect();
+        let replace_asked = outdated
+            .iter()
+            .any(|s| s.machine.requested == Some(MachineRequest::Replace));
+        if outdated.is_empty() && !restarts.is_empty() {
+            return self.begin_in_place(&restarts);
+        }
         if outdated.is_empty() {
             return self
                 .advance_ca_rotation()
@@ -844,8 +864,10 @@ impl<'a> View<'a> {
                     blocked: false,
                 });
         }
-        if spec.rollout.strategy == Strategy::InPlace {
-            return self.begin_in_place(&outdated);
+        // A replacement a person asked for is one, under either strategy.
+        if spec.rollout.strategy == Strategy::InPlace && !replace_asked {
+            let all: Vec<&Seen> = outdated.iter().chain(&restarts).copied().collect();
+            return self.begin_in_place(&all);
         }
         if spec.rollout.max_surge >= 1 {
             return self.allocate(Operation::RollingOut);
@@ -941,7 +963,8 @@ impl<'a> View<'a> {
             let leads = s.member.is_some_and(|m| Some(m.id) == self.leader_id);
             let kept = &self.cp.client_addresses;
             let rank = crate::reach::victim_rank(kept, s.machine, up_to_date);
-            (up_to_date, leads, rank, s.machine.serial)
+            let asked = s.machine.requested == Some(MachineRequest::Replace);
+            (!asked, up_to_date, leads, rank, s.machine.serial)
         });
         let Some(victim) = victim else {
             return Step::wait(op, "no machine to remove");

@@ -426,9 +426,11 @@ impl<'a> View<'a> {
         if let Err(why) = self.survives_down(member) {
             return Step::refuse(op, format!("not restarting {name}: {why}"));
         }
-        let reason = self
-            .outdated(victim.machine)
-            .unwrap_or(DeleteReason::Outdated);
+        let reason = match self.outdated(victim.machine) {
+            Some(r) => r,
+            None if self.restart_asked(victim.machine) => DeleteReason::Requested,
+            None => DeleteReason::Outdated,
+        };
         let to = if reason.keeps_version() {
             victim.machine.version
         } else {

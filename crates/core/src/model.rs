@@ -720,6 +720,30 @@ pub struct Machine {
     /// machine on its own loopback address and etcd's ports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub placement: Option<Placement>,
+    /// Intent: a person asked for this machine to be replaced or restarted in place
+    /// (`quorum member replace|restart`). A replacement stays asked for until the
+    /// machine is gone; a restart is handed to its in-place step when that begins.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requested: Option<MachineRequest>,
+}
+
+/// What a person asked of one machine (`quorum member`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MachineRequest {
+    /// Replaced by a new machine, as a rollout by replacement would.
+    Replace,
+    /// Restarted in place on its binary and data, as an in-place step would.
+    Restart,
+}
+
+impl fmt::Display for MachineRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MachineRequest::Replace => "replace",
+            MachineRequest::Restart => "restart",
+        })
+    }
 }
 
 /// Where a machine of the `hosts` provider runs: the host (its `address` is the
@@ -809,6 +833,28 @@ impl Machine {
         self.in_place
             .as_ref()
             .is_some_and(|ip| ip.phase.out_of_service())
+    }
+
+    /// The record write of `Action::BeginInPlace`, the same for every driver: false
+    /// (nothing written, already done) while a step is under way or it is leaving. A
+    /// restart a person asked for becomes this step in the same write, so a crash
+    /// leaves the request or the step, never both and never neither.
+    pub fn begin_in_place(&mut self, to: Version, reason: DeleteReason, now_unix_s: i64) -> bool {
+        if self.in_place.is_some() || self.deleting {
+            return false;
+        }
+        self.in_place = Some(InPlace {
+            from: self.version,
+            to,
+            phase: InPlacePhase::Draining,
+            since_unix_s: now_unix_s,
+            reason,
+            failure: None,
+        });
+        if self.requested == Some(MachineRequest::Restart) {
+            self.requested = None;
+        }
+        true
     }
 
     /// The host it runs on (`hosts` provider).

@@ -389,6 +389,7 @@ pub trait Driver {
 /// matter to pacing).
 pub fn table_machine(name: &str, deleting: bool) -> Machine {
     Machine {
+        requested: None,
         ca_step: None,
         placement: None,
         name: name.to_string(),

@@ -198,6 +198,7 @@ mod tests {
 
     fn on(host: &str, serial: u64) -> Machine {
         Machine {
+            requested: None,
             name: format!("p-{serial}"),
             serial,
             address: std::net::Ipv4Addr::new(198, 18, 0, serial as u8),

@@ -51,6 +51,8 @@ struct Fx {
     runs: Option<&'static str>,
     /// The CA files its record names (`None`: the CA in force).
     ca_step: Option<CaStep>,
+    /// What a person asked of it (`quorum member`).
+    requested: Option<MachineRequest>,
 }
 
 /// A healthy running voter at `version`.
@@ -79,10 +81,16 @@ fn m(serial: u64, version: &'static str) -> Fx {
         in_place: None,
         runs: None,
         ca_step: None,
+        requested: None,
     }
 }
 
 impl Fx {
+    /// `quorum member replace|restart` asked for it.
+    fn asked(mut self, r: MachineRequest) -> Self {
+        self.requested = Some(r);
+        self
+    }
     fn deleting(mut self) -> Self {
         self.deleting = true;
         self
@@ -447,6 +455,7 @@ impl Sit {
             .machines
             .iter()
             .map(|f| Machine {
+                requested: f.requested,
                 ca_step: f.ca_step,
                 placement: (self.hosts > 0).then(|| Placement {
                     host: format!("h{}", f.serial),

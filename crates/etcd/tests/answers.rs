@@ -80,6 +80,7 @@ impl Machines {
 
     fn machine(&self, x: u8) -> Machine {
         Machine {
+            requested: None,
             ca_step: None,
             placement: None,
             name: format!("m{x}"),

@@ -24,6 +24,7 @@ fn single_member(last_octet: u8) -> Member {
     let dir = tempfile::tempdir().unwrap();
     let provider = LocalProvider::new(dir.path(), default_etcd_dir());
     let machine = Machine {
+        requested: None,
         ca_step: None,
         placement: None,
         name: format!("e-{last_octet}"),

@@ -23,6 +23,7 @@ mod haproxy;
 pub mod hostinstall;
 pub mod hosts;
 pub mod manifest;
+pub mod member;
 pub mod rebuild;
 pub mod recreate;
 mod room;

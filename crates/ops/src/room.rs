@@ -65,6 +65,7 @@ mod tests {
 
     fn on(host: usize) -> Machine {
         Machine {
+            requested: None,
             name: format!("hp-{host}"),
             serial: host as u64,
             address: std::net::Ipv4Addr::new(198, 18, 0, host as u8),

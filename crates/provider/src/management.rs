@@ -74,6 +74,7 @@ impl ManagementEtcd {
             .iter()
             .enumerate()
             .map(|(i, a)| Machine {
+                requested: None,
                 ca_step: None,
                 placement: None,
                 name: format!("mgmt-{}", i + 1),

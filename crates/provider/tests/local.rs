@@ -39,6 +39,7 @@ fn machine(name: &str, last_octet: u8) -> Machine {
     // A subnet of this test's own: 127.251.<pid-derived>.x.
     let b = (std::process::id() % 250) as u8;
     Machine {
+        requested: None,
         ca_step: None,
         placement: None,
         name: name.into(),

@@ -28,7 +28,7 @@
 //! fault; a deposed controller's in-place record writes are fenced (`Answer::Fenced`).
 
 use super::*;
-use quorum_core::{InPlace, InPlaceOutcome, InPlacePhase, Strategy};
+use quorum_core::{InPlaceOutcome, InPlacePhase, Strategy};
 
 /// etcd's leader checks its members' versions this often (`monitorVersionInterval`).
 pub(crate) const VERSION_MONITOR_MS: u64 = 4_000;
@@ -231,15 +231,7 @@ impl World {
                 let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
                     return Answer::Done;
                 };
-                if m.in_place.is_none() && !m.deleting {
-                    m.in_place = Some(InPlace {
-                        from: m.version,
-                        to: *to,
-                        phase: InPlacePhase::Draining,
-                        since_unix_s: now,
-                        reason: *reason,
-                        failure: None,
-                    });
+                if m.begin_in_place(*to, *reason, now) {
                     self.in_place.begun += 1;
                 }
             }

@@ -570,6 +570,7 @@ impl World {
             None => self.take_address()?,
         };
         let m = Machine {
+            requested: None,
             // Recorded with the CA files of a rotation's phase, as the stores do.
             ca_step: self.cp.ca_step_now().filter(|_| self.cfg.ca_rotation),
             placement,

@@ -794,6 +794,7 @@ fn new_machine(
     ca_step: Option<CaStep>,
 ) -> Result<Machine> {
     Ok(Machine {
+        requested: None,
         ca_step: ca_step.filter(|_| certificates_not_after_unix_s.is_some()),
         placement: at.map(|p| p.placement.clone()),
         name: format!("{cp}-{serial}"),

@@ -70,3 +70,34 @@ pub struct ProtectArgs {
     #[arg(long)]
     pub off: bool,
 }
+
+#[derive(clap::Args)]
+pub struct MemberArgs {
+    #[command(subcommand)]
+    pub command: MemberCommand,
+}
+
+#[derive(Subcommand)]
+pub enum MemberCommand {
+    /// Replace one member by a new machine, as a rollout by replacement would: a new
+    /// member joins as a learner and is promoted, then the old one leaves.
+    Replace(MemberStepArgs),
+    /// Restart one member in place on its binary and data, as an in-place rollout
+    /// would: out of the endpoints, leadership moved off, stopped, started, waited on.
+    Restart(MemberStepArgs),
+}
+
+#[derive(clap::Args)]
+pub struct MemberStepArgs {
+    /// The control plane.
+    #[arg(value_parser = usage::cp_name)]
+    pub name: String,
+    /// The machine, as `quorum status` names it (prod-2).
+    pub machine: String,
+    /// Ask for a replacement even where no host can take the new machine now (the
+    /// step then waits, Blocked, until one can).
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub wait: super::WaitArgs,
+}

@@ -18,6 +18,7 @@ mod haproxy_config;
 mod hosts;
 mod list;
 mod logs;
+mod member;
 mod pause;
 mod rebuild;
 mod rotate_ca;
@@ -67,6 +68,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Config(a) => config::run(at, a),
         Command::Fenced(a) => fenced::run(at, a),
         Command::Logs(a) => logs::run(at, a).await,
+        Command::Member(a) => member::run(at, a).await,
         Command::Version(_) => {
             use clap::CommandFactory;
             print!("{}", crate::args::Cli::command().render_version());

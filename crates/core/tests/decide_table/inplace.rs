@@ -551,3 +551,92 @@ fn a_rollout_is_cancelled_only_untouched_and_switched_only_between_steps() {
         }
     }
 }
+
+/// `quorum member replace|restart`: a person's request about one machine is rolled as
+/// an outdated machine would be, by the step it asks for whatever the strategy, with
+/// every rule of that step (preflight, one at a time, quorum kept).
+#[test]
+fn a_member_asked_to_be_replaced_or_restarted() {
+    use MachineRequest::{Replace, Restart};
+    let at = |serial: u64, r| {
+        let mut ms = vec![m(1, NEW), m(2, NEW), m(3, NEW)];
+        ms[serial as usize - 1] = m(serial, NEW).asked(r);
+        ms
+    };
+    let cases: Vec<(&str, Sit, &str)> = vec![
+        (
+            "replace: a surge machine first",
+            sit(3, NEW, at(2, Replace)),
+            "allocate-machine",
+        ),
+        (
+            "replace: the one asked for leaves once its successor joined, not another",
+            sit(3, NEW, {
+                let mut ms = at(2, Replace);
+                ms.push(m(4, NEW));
+                ms
+            }),
+            "mark-deleting:cp-2",
+        ),
+        (
+            "replace under InPlace is still a replacement",
+            sit(3, NEW, at(2, Replace)).in_place(),
+            "allocate-machine",
+        ),
+        (
+            "replace with maxSurge 0: the one asked for leaves first",
+            sit(3, NEW, at(3, Replace)).surge(0),
+            "mark-deleting:cp-3",
+        ),
+        (
+            "restart: begun in place under Replace too",
+            sit(3, NEW, at(3, Restart)),
+            "begin-in-place:cp-3",
+        ),
+        (
+            "restart: only once every member is healthy",
+            sit(
+                3,
+                NEW,
+                vec![m(1, NEW).unreachable(), m(2, NEW), m(3, NEW).asked(Restart)],
+            ),
+            "wait: cp-1: unreachable",
+        ),
+        (
+            "restart: refused with one voter (it would take the only member down)",
+            sit(1, NEW, vec![m(1, NEW).asked(Restart)]),
+            "refuse: an in-place rollout needs 3 or more voters",
+        ),
+        (
+            "restart waits for the version rollout by replacement to end",
+            sit(3, NEW, vec![m(1, OLD), m(2, OLD), m(3, OLD).asked(Restart)]),
+            "allocate-machine",
+        ),
+        (
+            "restart under InPlace rides with the version rollout",
+            sit(3, NEW, vec![m(1, NEW), m(2, NEW), m(3, OLD).asked(Restart)]).in_place(),
+            "begin-in-place:cp-3",
+        ),
+    ];
+    for (case, s, expect) in &cases {
+        check(case, s, expect);
+    }
+    // The step's reason says who asked, and a restart keeps the version.
+    let d = check(
+        "restart",
+        &sit(3, NEW, at(1, Restart)).leader(2),
+        "begin-in-place:cp-1",
+    );
+    match &d.actions[0] {
+        Action::BeginInPlace { to, reason, .. } => {
+            assert_eq!(to.to_string(), NEW);
+            assert_eq!(*reason, DeleteReason::Requested);
+        }
+        a => panic!("{a:?}"),
+    }
+    let up = d.condition(ConditionKind::UpToDate).unwrap();
+    assert!(
+        !up.status && up.message.contains("cp-1 (restart asked for)"),
+        "{up:?}"
+    );
+}

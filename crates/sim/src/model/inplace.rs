@@ -13,7 +13,7 @@
 //! ends (back in service, or rolled back and retried, or left to remediation).
 
 use super::*;
-use quorum_core::{Decision, InPlace, InPlaceOutcome, InPlacePhase};
+use quorum_core::{Decision, InPlaceOutcome, InPlacePhase};
 
 /// The cluster versions (minor lines) before and after the upgrade.
 const OLD_LINE: Version = Version::new(3, 4, 0);
@@ -134,19 +134,12 @@ impl State {
                 to,
                 reason,
             } => {
-                if let Some(m) = self
+                let begun = self
                     .machines
                     .iter_mut()
-                    .find(|m| &m.name == machine && m.in_place.is_none() && !m.deleting)
-                {
-                    m.in_place = Some(InPlace {
-                        from: m.version,
-                        to: *to,
-                        phase: InPlacePhase::Draining,
-                        since_unix_s: NOW_UNIX_S,
-                        reason: *reason,
-                        failure: None,
-                    });
+                    .find(|m| &m.name == machine)
+                    .is_some_and(|m| m.begin_in_place(*to, *reason, NOW_UNIX_S));
+                if begun {
                     // It leaves the endpoints at the next pass: a new drain, and the
                     // load balancer serves it until a pass brings it in step.
                     self.drain_started = false;

@@ -382,6 +382,7 @@ pub struct Report {
 
 fn machine(serial: u64, version: Version) -> Machine {
     Machine {
+        requested: None,
         ca_step: None,
         placement: None,
         name: format!("m-{serial}"),
