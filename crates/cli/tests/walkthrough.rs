@@ -469,6 +469,10 @@ fn a_member_is_restarted_or_replaced_on_request() {
     assert_acked(&env.endpoints("mb").endpoints, &creds, &acked);
     let events = history(&env.store().events_after("mb", 0, 1_000).unwrap());
     assert!(events.contains("asked for by `quorum member`"), "{events}");
+    assert!(
+        events.contains("begin restarting mb-2 in place on etcd"),
+        "{events}"
+    );
 
     // Asked twice: said, nothing written again; gone: refused.
     let e = env.fails(&["member", "replace", "mb", "mb-1"]);
@@ -478,6 +482,13 @@ fn a_member_is_restarted_or_replaced_on_request() {
     assert!(out.contains("mb is paused"), "{out}");
     let out = env.ok(&["member", "replace", "mb", "mb-3"]);
     assert!(out.contains("already asked for"), "{out}");
-    let e = env.fails(&["member", "restart", "mb", "mb-3"]);
-    assert!(e.contains("already to be replaced"), "{e}");
+    // A change of mind: the request not begun is replaced by the new one.
+    let out = env.ok(&["member", "restart", "mb", "mb-3"]);
+    assert!(
+        out.contains("instead of the replace asked for before"),
+        "{out}"
+    );
+    let m3 = env.store().machines("mb").unwrap();
+    let m3 = m3.iter().find(|m| m.name == "mb-3").unwrap();
+    assert_eq!(m3.requested, Some(quorum_core::MachineRequest::Restart));
 }

@@ -3,7 +3,7 @@
 //! write, a machine, or a membership call to the leader).
 
 use super::*;
-use quorum_core::{CaPhase, CaRotation, InPlaceOutcome, InPlacePhase};
+use quorum_core::{CaPhase, CaRotation, InPlacePhase};
 
 impl Reconciler {
     /// Performs one action, with its failpoints around it. Returns the name of the
@@ -381,25 +381,7 @@ impl Reconciler {
                     &cp.name,
                     machine,
                     "end an in-place step",
-                    &|m| {
-                        let Some(ip) = m.in_place.as_mut() else {
-                            return false;
-                        };
-                        match outcome {
-                            InPlaceOutcome::RolledBack if ip.phase == InPlacePhase::RolledBack => {
-                                false
-                            }
-                            InPlaceOutcome::RolledBack => {
-                                ip.phase = InPlacePhase::RolledBack;
-                                ip.since_unix_s = now;
-                                true
-                            }
-                            InPlaceOutcome::Done | InPlaceOutcome::Abandoned => {
-                                m.in_place = None;
-                                true
-                            }
-                        }
-                    },
+                    &|m| m.end_in_place(&outcome, now),
                 )?;
                 Ok(None)
             }

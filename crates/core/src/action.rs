@@ -452,6 +452,14 @@ impl fmt::Display for Action {
                 f,
                 "begin restarting {machine} in place with the CA rotation's files (etcd {to}): drain it"
             ),
+            Action::BeginInPlace {
+                machine,
+                to,
+                reason: DeleteReason::Requested,
+            } => write!(
+                f,
+                "begin restarting {machine} in place on etcd {to}, as asked (`quorum member restart`): drain it"
+            ),
             Action::BeginInPlace { machine, to, .. } => {
                 write!(
                     f,

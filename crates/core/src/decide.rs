@@ -943,7 +943,17 @@ impl<'a> View<'a> {
         let why = crate::placement::room_for(hosts, &beside, self.spec().replicas, 1).err()?;
         let name = &self.cp.name;
         let mut out = String::new();
-        if op == Operation::RollingOut && crate::abort::mid_step(self.spec(), &machines).is_none() {
+        let asked = machines
+            .iter()
+            .find(|m| m.requested == Some(MachineRequest::Replace));
+        if let Some(m) = asked {
+            out = format!(
+                ", or restart {} in place instead: `quorum member restart {name} {}`",
+                m.name, m.name
+            );
+        } else if op == Operation::RollingOut
+            && crate::abort::mid_step(self.spec(), &machines).is_none()
+        {
             out = format!(", or roll out in place, so that no member needs a host of its own beside the one it replaces: `quorum upgrade {name} --strategy InPlace`");
             if let Some(running) = crate::abort::untouched(self.spec(), &machines) {
                 out.push_str(&format!("; or cancel the rollout, which has changed no member yet: `quorum upgrade {name} --abort` (back to etcd {running})"));

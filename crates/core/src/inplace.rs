@@ -323,6 +323,12 @@ impl<'a> View<'a> {
             ));
         }
         let Some(why) = self.not_up_on(s, ip.from) else {
+            // A restart a person asked for has no other binary to keep the cluster
+            // off: back and healthy, there is no rollout to stop, and the step is
+            // forgotten (its rollback is in the history).
+            if ip.reason == DeleteReason::Requested && ip.to == ip.from {
+                return Some(self.end(s, InPlaceOutcome::Abandoned));
+            }
             return Some(self.end(s, InPlaceOutcome::RolledBack));
         };
         if self.timed_out(ip) {

@@ -1,7 +1,7 @@
 //! The domain: what the user wants (spec), what quorum has promised itself (machine
 //! records, the durable intent) and what it saw (observation).
 
-use crate::action::DeleteReason;
+use crate::action::{DeleteReason, InPlaceOutcome};
 pub use crate::placement::ProviderKind;
 use crate::span::Span;
 use crate::version::Version;
@@ -852,6 +852,37 @@ impl Machine {
             failure: None,
         });
         if self.requested == Some(MachineRequest::Restart) {
+            self.requested = None;
+        }
+        true
+    }
+
+    /// The record write of `Action::EndInPlace`, the same for every driver: false
+    /// (nothing written, already done) without a step, or one already rolled back. A
+    /// step that restarted the member (done, or rolled back: restarted twice) also
+    /// answers a restart a person asked for meanwhile; one abandoned before its stop
+    /// restarted nothing, and leaves the request.
+    pub fn end_in_place(&mut self, outcome: &InPlaceOutcome, now_unix_s: i64) -> bool {
+        let Some(ip) = self.in_place.as_mut() else {
+            return false;
+        };
+        let restarted = match outcome {
+            InPlaceOutcome::RolledBack if ip.phase == InPlacePhase::RolledBack => return false,
+            InPlaceOutcome::RolledBack => {
+                ip.phase = InPlacePhase::RolledBack;
+                ip.since_unix_s = now_unix_s;
+                true
+            }
+            InPlaceOutcome::Done => {
+                self.in_place = None;
+                true
+            }
+            InPlaceOutcome::Abandoned => {
+                self.in_place = None;
+                false
+            }
+        };
+        if restarted && self.requested == Some(MachineRequest::Restart) {
             self.requested = None;
         }
         true

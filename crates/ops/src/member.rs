@@ -19,6 +19,9 @@ pub enum Asked {
     Recorded,
     /// The same request was already recorded: nothing written.
     Already,
+    /// Recorded in place of the other request, which had not begun (a person who
+    /// changed their mind: a replacement no host can take becomes a restart).
+    Instead(MachineRequest),
 }
 
 /// Records `request` for `machine` of control plane `name`, after the checks a person
@@ -50,12 +53,14 @@ pub fn ask(
     if m.deleting {
         bail!("{machine} is already leaving {name}; nothing to {request}");
     }
-    match (m.requested, request) {
-        (Some(had), want) if had == want => return Ok(Asked::Already),
-        (Some(MachineRequest::Replace), MachineRequest::Restart) => bail!(
-            "{machine} is already to be replaced, which restarts nothing in place; wait for it (`quorum status {name}`)"
-        ),
-        _ => {}
+    if request == MachineRequest::Restart && m.in_place_out_of_service() {
+        bail!(
+            "{machine} is being restarted in place now (`quorum status {name}`); nothing more to ask"
+        );
+    }
+    let had = m.requested;
+    if had == Some(request) {
+        return Ok(Asked::Already);
     }
     check(ctx, &cp, &machines, m, request, force)?;
     let what = match request {
@@ -69,7 +74,7 @@ pub fn ask(
         r.requested = Some(request);
         true
     })?;
-    Ok(Asked::Recorded)
+    Ok(had.map_or(Asked::Recorded, Asked::Instead))
 }
 
 /// The rules that refuse a request before it is recorded.

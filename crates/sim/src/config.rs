@@ -208,4 +208,6 @@ pub struct Outcome {
     /// Rollouts with no host for their surge machine that the person switched to in
     /// place or cancelled (`Config::tight_hosts`).
     pub rollouts_taken_back: u64,
+    /// The person's `quorum member` request of the run, if one was made.
+    pub member_request: Option<quorum_core::MachineRequest>,
 }

@@ -271,23 +271,11 @@ impl World {
                 let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
                     return Answer::Done;
                 };
-                let Some(ip) = m.in_place.as_mut() else {
-                    return Answer::Done;
-                };
-                match outcome {
-                    InPlaceOutcome::RolledBack if ip.phase == InPlacePhase::RolledBack => {}
-                    InPlaceOutcome::RolledBack => {
-                        ip.phase = InPlacePhase::RolledBack;
-                        ip.since_unix_s = now;
-                        self.in_place.rolled_back += 1;
-                    }
-                    InPlaceOutcome::Done => {
-                        m.in_place = None;
-                        self.in_place.done += 1;
-                    }
-                    InPlaceOutcome::Abandoned => {
-                        m.in_place = None;
-                        self.in_place.abandoned += 1;
+                if m.end_in_place(outcome, now) {
+                    match outcome {
+                        InPlaceOutcome::RolledBack => self.in_place.rolled_back += 1,
+                        InPlaceOutcome::Done => self.in_place.done += 1,
+                        InPlaceOutcome::Abandoned => self.in_place.abandoned += 1,
                     }
                 }
             }
@@ -299,9 +287,16 @@ impl World {
     /// A membership change in an in-place run must be a remediation's (the machine it
     /// concerns carries a remediation record) or an orphan's removal: the in-place step
     /// itself never adds or removes a member. (A member out of service in place that is
-    /// marked for replacement is counted: its step was left to remediation.)
+    /// marked for replacement is counted: its step was left to remediation.) A
+    /// replacement a person asked for (`quorum member replace`) is one under either
+    /// strategy: once asked, the run's membership changes are not the in-place step's
+    /// alone (its new machine joins even when remediation took the one asked for first).
     pub(crate) fn check_in_place_membership(&mut self, a: &Action) {
-        if !self.in_place_strategy() {
+        let asked = self
+            .asked
+            .as_ref()
+            .is_some_and(|a| a.request == quorum_core::MachineRequest::Replace);
+        if !self.in_place_strategy() || asked {
             return;
         }
         let remediated = |w: &World, name: &str| {

@@ -119,6 +119,7 @@ impl World {
             && self.space.alarms.is_empty()
             && self.in_place_converged()
             && self.cp.ca_rotation.is_none()
+            && self.machines.iter().all(|m| m.requested.is_none())
             && self
                 .lb
                 .as_ref()

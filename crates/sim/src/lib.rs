@@ -99,6 +99,7 @@ mod pacing;
 mod rebuild;
 mod repair;
 mod replicas;
+mod requests;
 mod store;
 
 use quorum_core::classify::{
@@ -341,6 +342,8 @@ pub struct World {
     hosts_lost: u64,
     /// Stuck rollouts the person took back (`Config::tight_hosts`).
     rollouts_taken_back: u64,
+    /// The person's `quorum member` request, once made (`requests.rs`).
+    asked: Option<requests::Asked>,
     /// The spare host an operator removes in a hosts run (`hosts.rs`): marked, then gone.
     host_removal: Option<HostRemoval>,
     trace: String,
@@ -444,6 +447,7 @@ impl World {
             faults: 0,
             hosts_lost: 0,
             rollouts_taken_back: 0,
+            asked: None,
             host_removal: None,
             trace: String::new(),
             hash: 0xcbf2_9ce4_8422_2325,
@@ -684,6 +688,7 @@ impl World {
             self.operator_step();
         }
         self.stuck_rollout_operator(faults_on);
+        self.member_request_step();
         self.quorum_loss_step(faults_on);
         self.in_place_operator(faults_on);
         self.ca_rotation_operator();
@@ -697,6 +702,7 @@ impl World {
         }
         self.check_invariants();
         if !faults_on && self.impairment.is_none() && self.replicas_settled() && self.converged() {
+            self.check_requests();
             self.note("converged".into());
             return true;
         }
@@ -743,6 +749,7 @@ impl World {
             hosts: self.cfg.hosts,
             hosts_lost: self.hosts_lost,
             rollouts_taken_back: self.rollouts_taken_back,
+            member_request: self.asked.as_ref().map(|a| a.request),
             hosts_removed: u64::from(self.host_removal.as_ref().is_some_and(|r| r.gone)),
         }
     }

@@ -126,7 +126,7 @@ fn main() -> std::process::ExitCode {
             let t = Instant::now();
             let r = quorum_sim::model::check(v);
             println!(
-                "model check, 3-member rollout, {}, etcd strict check {}, deposed controller {}{}{}{}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
+                "model check, 3-member rollout, {}, etcd strict check {}, deposed controller {}{}{}{}{}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
                 if v.in_place {
                     "in place".to_string()
                 } else {
@@ -137,6 +137,7 @@ fn main() -> std::process::ExitCode {
                 if v.sharded { ", sharded (the shard moves between replicas)" } else { "" },
                 if v.hosts { ", members on hosts (a host lost for a while)" } else { "" },
                 if v.recreate { ", deleted and brought back from a snapshot" } else { "" },
+                if v.requests { ", a member replaced and one restarted on request" } else { "" },
                 if v.faults_anywhere { ", faults anywhere" } else { "" },
                 r.states,
                 r.transitions,

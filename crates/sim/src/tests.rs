@@ -989,3 +989,4 @@ fn sharded_seeds_with_every_fault_hold_every_invariant() {
 }
 
 mod hosts;
+mod requests;

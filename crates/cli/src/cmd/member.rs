@@ -19,6 +19,10 @@ pub async fn run(at: &Place, a: MemberArgs) -> Result<()> {
     let cp = ctx.store.get_control_plane(&a.name)?;
     match asked {
         Asked::Recorded => println!("{}", member::plan(&cp, &a.machine, request)),
+        Asked::Instead(had) => println!(
+            "{} (instead of the {had} asked for before)",
+            member::plan(&cp, &a.machine, request)
+        ),
         Asked::Already => println!(
             "{}: a {request} of {} was already asked for; nothing recorded again (`quorum status {}`)",
             a.name, a.machine, a.name

@@ -640,3 +640,39 @@ fn a_member_asked_to_be_replaced_or_restarted() {
         "{up:?}"
     );
 }
+
+/// The request's record writes, shared by every driver: a restart asked for becomes
+/// its step in one write; a step that restarted the member answers a restart asked
+/// meanwhile, one abandoned before its stop leaves it asked.
+#[test]
+fn a_restart_request_is_handed_to_its_step_and_answered_by_its_end() {
+    let asked = |r| {
+        sit(3, NEW, vec![m(1, NEW), m(2, NEW).asked(r), m(3, NEW)])
+            .build()
+            .1
+    };
+    let new: Version = NEW.parse().unwrap();
+    let mut ms = asked(MachineRequest::Restart);
+    assert!(ms[1].begin_in_place(new, DeleteReason::Requested, NOW_UNIX_S));
+    assert_eq!(ms[1].requested, None);
+    assert!(
+        !ms[1].begin_in_place(new, DeleteReason::Requested, NOW_UNIX_S),
+        "already begun"
+    );
+    // Asked again while its step runs, then the step ends: answered, or not.
+    for (outcome, left) in [
+        (InPlaceOutcome::Done, None),
+        (InPlaceOutcome::RolledBack, None),
+        (InPlaceOutcome::Abandoned, Some(MachineRequest::Restart)),
+    ] {
+        let mut m2 = ms[1].clone();
+        m2.requested = Some(MachineRequest::Restart);
+        assert!(m2.end_in_place(&outcome, NOW_UNIX_S));
+        assert_eq!(m2.requested, left, "{outcome:?}");
+    }
+    // A replacement asked for is not a restart's to answer.
+    let mut ms = asked(MachineRequest::Replace);
+    assert!(ms[1].begin_in_place(new, DeleteReason::CertificatesExpiring, NOW_UNIX_S));
+    assert!(ms[1].end_in_place(&InPlaceOutcome::Done, NOW_UNIX_S));
+    assert_eq!(ms[1].requested, Some(MachineRequest::Replace));
+}

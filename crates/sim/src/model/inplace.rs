@@ -13,7 +13,7 @@
 //! ends (back in service, or rolled back and retried, or left to remediation).
 
 use super::*;
-use quorum_core::{Decision, InPlaceOutcome, InPlacePhase};
+use quorum_core::{Decision, InPlacePhase};
 
 /// The cluster versions (minor lines) before and after the upgrade.
 const OLD_LINE: Version = Version::new(3, 4, 0);
@@ -176,16 +176,10 @@ impl State {
                 let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
                     return;
                 };
-                let Some(ip) = m.in_place.as_mut() else {
+                if m.in_place.is_none() {
                     return;
-                };
-                match outcome {
-                    InPlaceOutcome::RolledBack => {
-                        ip.phase = InPlacePhase::RolledBack;
-                        ip.since_unix_s = NOW_UNIX_S;
-                    }
-                    InPlaceOutcome::Done | InPlaceOutcome::Abandoned => m.in_place = None,
                 }
+                m.end_in_place(outcome, NOW_UNIX_S);
                 // Back in service: its next step drains afresh.
                 self.drained.retain(|d| d != machine);
                 self.lb_serves.retain(|d| d != machine);

@@ -52,8 +52,8 @@ use quorum_core::health::{self, Problem};
 use quorum_core::pacing::{Pacing, PacingInput, Verdict};
 use quorum_core::{
     decide, quorum_size, Action, CaGenerations, CaPhase, CaRotation, ControlPlane,
-    ControlPlaneSpec, DataMarker, EndpointStatus, Machine, MachineObservation, Member, Observation,
-    ProcessState, RolloutStrategy, Strategy, Version,
+    ControlPlaneSpec, DataMarker, EndpointStatus, Machine, MachineObservation, MachineRequest,
+    Member, Observation, ProcessState, RolloutStrategy, Strategy, Version,
 };
 use std::hash::Hash;
 use std::net::Ipv4Addr;
@@ -164,6 +164,12 @@ pub struct Variant {
     /// It comes back with its process stopped. One member per host (the core's
     /// placement), so a host is its machine here.
     pub hosts: bool,
+    /// A person's `quorum member replace` and `quorum member restart` recorded at the
+    /// start, on two of 3 members already on the new version: the controller replaces
+    /// one and restarts the other in place, with its crashes, a deposed controller's
+    /// stale step and one failure. The goal has no request left, the replaced machine
+    /// gone and the restarted one back in service.
+    pub requests: bool,
 }
 
 impl Variant {
@@ -173,8 +179,9 @@ impl Variant {
     /// fencing and the leadership re-check of the distributed store narrow that window);
     /// and the in-place rollout with a deposed controller; and a sharded fleet, whose
     /// control plane moves between replicas.
-    pub const ALL: [Variant; 10] = [
+    pub const ALL: [Variant; 11] = [
         Variant {
+            requests: false,
             max_surge: 1,
             etcd_strict: false,
             deposed: false,
@@ -187,6 +194,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            requests: false,
             max_surge: 0,
             etcd_strict: false,
             deposed: false,
@@ -199,6 +207,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            requests: false,
             max_surge: 1,
             etcd_strict: true,
             deposed: true,
@@ -211,6 +220,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            requests: false,
             max_surge: 0,
             etcd_strict: true,
             deposed: true,
@@ -223,6 +233,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            requests: false,
             max_surge: 1,
             etcd_strict: true,
             deposed: true,
@@ -235,6 +246,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            requests: false,
             max_surge: 1,
             etcd_strict: true,
             deposed: true,
@@ -247,6 +259,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            requests: false,
             max_surge: 1,
             etcd_strict: true,
             deposed: true,
@@ -262,6 +275,7 @@ impl Variant {
         // machine, never a record (the rotation's are all records), and with it the
         // three rounds of replacements came to 2.7 million states and 7.7 GB.
         Variant {
+            requests: false,
             max_surge: 1,
             etcd_strict: true,
             deposed: false,
@@ -274,6 +288,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            requests: false,
             max_surge: 1,
             etcd_strict: true,
             deposed: true,
@@ -286,6 +301,7 @@ impl Variant {
             hosts: true,
         },
         Variant {
+            requests: false,
             max_surge: 1,
             etcd_strict: true,
             deposed: true,
@@ -296,6 +312,19 @@ impl Variant {
             sharded: false,
             ca_rotation: false,
             hosts: false,
+        },
+        Variant {
+            max_surge: 1,
+            etcd_strict: true,
+            deposed: true,
+            faults_anywhere: false,
+            in_place: false,
+            recovery: false,
+            recreate: false,
+            sharded: false,
+            ca_rotation: false,
+            hosts: false,
+            requests: true,
         },
     ];
 }
@@ -411,11 +440,22 @@ pub fn initial(variant: Variant) -> State {
 }
 
 fn initial_rollout(variant: Variant) -> State {
-    // A CA rotation runs on its own: the members are on the spec's version already.
-    let from = if variant.ca_rotation { NEW } else { OLD };
+    // A CA rotation and a person's requests run on their own: the members are on the
+    // spec's version already.
+    let from = if variant.ca_rotation || variant.requests {
+        NEW
+    } else {
+        OLD
+    };
+    let asked = |i: u64| match i {
+        1 if variant.requests => Some(MachineRequest::Replace),
+        2 if variant.requests => Some(MachineRequest::Restart),
+        _ => None,
+    };
     let machines: Vec<Machine> = (1..=3)
         .map(|i| Machine {
             tls: variant.ca_rotation,
+            requested: asked(i),
             ..machine(i, from)
         })
         .collect();
@@ -560,12 +600,11 @@ impl State {
                 _ => None,
             };
             // A linearizable read through a voter that answers, as the simulator tries
-            // it: the in-place preflight needs every voter's. (The other variants leave
-            // it untried, as before.)
+            // it: the in-place preflight needs every voter's (a requested restart is an
+            // in-place step). (The other variants leave it untried, as before.)
+            let tried = self.variant.in_place || self.variant.requests;
             let quorum_read = match (member, &status) {
-                (Some(m), Some(_)) if self.variant.in_place && !m.is_learner => {
-                    Some(self.leader.is_some())
-                }
+                (Some(m), Some(_)) if tried && !m.is_learner => Some(self.leader.is_some()),
                 _ => None,
             };
             obs.machines.insert(
@@ -632,8 +671,15 @@ impl State {
         let data_everywhere = self.procs.iter().all(|p| p.has_data);
         let in_place_done = !self.variant.in_place
             || (self.cluster_new && self.machines.iter().all(|m| m.in_place.is_none()));
+        let requests_done = !self.variant.requests
+            || (self
+                .machines
+                .iter()
+                .all(|m| m.requested.is_none() && m.in_place.is_none())
+                && !self.machines.iter().any(|m| m.name == "m-1"));
         data_everywhere
             && in_place_done
+            && requests_done
             && self.cp.ca_rotation.is_none()
             && self.machines.len() == 3
             && self

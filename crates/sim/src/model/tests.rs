@@ -340,6 +340,23 @@ fn a_control_plane_brought_back_from_a_snapshot_always_grows_back_safely() {
     assert!(r.goal_states > 0 && r.states > 100, "{} states", r.states);
 }
 
+/// `quorum member replace` and `quorum member restart` recorded on two of three
+/// members, with crashes, a deposed controller's stale step and one failure: every
+/// state safe, and from every state the replaced machine gone, the restarted one back
+/// in service and no request left.
+#[test]
+fn a_member_replaced_and_one_restarted_on_request_always_finish_safely() {
+    let v: Vec<Variant> = Variant::ALL.into_iter().filter(|v| v.requests).collect();
+    assert_eq!(v.len(), 1, "{v:?}");
+    let r = check(v[0]);
+    println!(
+        "requests: {} states, {} transitions, depth {}, {} goal states",
+        r.states, r.transitions, r.max_depth, r.goal_states
+    );
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    assert!(r.goal_states > 0 && r.states > 100, "{} states", r.states);
+}
+
 /// A seed started `new` while another process runs is two clusters: a violation.
 #[test]
 fn a_seed_started_beside_another_process_is_a_violation() {
