@@ -282,8 +282,8 @@ clients should use (voting, healthy, not leaving), replaced before a leaving mem
   quorum member replace prod prod-2          # a new machine, then prod-2 leaves
   quorum member restart prod prod-2 --wait   # the same member, stopped and started
 
-Either waits until every member is healthy, and is done one at a time with any other
-step. A replacement with maxSurge 1 adds the new member before the old one leaves; a
+Each waits until every member is healthy, and is done one step at a time with any
+other (a rollout, a repair). A replacement with maxSurge 1 adds the new member before the old one leaves; a
 restart takes the member down meanwhile, so it needs 3 or more members.")]
     Member(MemberArgs),
     /// Pause or resume the reconciliation of one control plane.
@@ -657,7 +657,8 @@ pub struct UpgradeArgs {
     /// back is a downgrade (`--version OLD --allow-downgrade`).
     #[arg(long, conflicts_with_all = ["version", "retry", "strategy", "allow_downgrade"])]
     pub abort: bool,
-    /// Record the change even if a member is unreachable (quorum still refuses every unsafe step).
+    /// Record the change even if a member is unreachable, or no host can take its new
+    /// machines now (quorum still refuses every unsafe step).
     #[arg(long)]
     pub force: bool,
     /// Confirm a move to an older etcd version (a patch included); refused without it.
