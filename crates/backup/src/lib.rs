@@ -10,6 +10,7 @@
 //! leader to stream from and gives back a `SnapshotRecord`; what is recorded, and
 //! when a snapshot is needed, is decided elsewhere (`quorum_core::backup`).
 
+pub mod access;
 mod digest;
 mod facts;
 mod local;
@@ -21,8 +22,8 @@ pub use digest::{sha256_file, sha256_hex, DigestMismatch, StreamDigests};
 pub use facts::{parse_facts, read_facts, status_tool, STATUS_TIMEOUT_MS};
 pub use local::{LocalDir, Partial, PARTIAL_SUFFIX, STALE_PARTIAL_AGE};
 pub use remote::{
-    drop_local_copy, is_remote, keep, local_copy, parse_s3_url, remove_kept, store_for, store_of,
-    LocalCopy, S3Dir, SnapshotStore, S3_SCHEME,
+    access_of, drop_local_copy, is_remote, keep, local_copy, parse_s3_url, remove_kept, store_for,
+    store_of, LocalCopy, S3Dir, SnapshotStore, S3_SCHEME,
 };
 pub use restore::{
     restore_seed, restoring_dir, supports_revision_bump, SeedRequest, Seeded, RESTORING_SUFFIX,

@@ -1,8 +1,8 @@
 //! Where snapshots are kept: the local directory (`<home>/backups/NAME/`, the default)
 //! or, with `spec.backup.store: s3://bucket/prefix`, an S3-compatible object store
-//! (`object_store`; the endpoint and credentials from the environment, as every S3
-//! tool reads them: `AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
-//! `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP`).
+//! (`object_store`; the endpoint and credentials from `spec.backup.s3`, read by
+//! `access.rs`, over the environment as every S3 tool reads it: `AWS_ENDPOINT`,
+//! `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_DEFAULT_REGION`, `AWS_ALLOW_HTTP`).
 //!
 //! A snapshot is always streamed into the local directory first (its digest and facts
 //! are checked there, and it is test-restored from there); with S3 it is then uploaded
@@ -17,6 +17,7 @@ use futures::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, WriteMultipart};
+use quorum_core::s3access::S3Access;
 use quorum_core::SnapshotRecord;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -51,21 +52,33 @@ pub trait SnapshotStore: Send + Sync {
     fn list(&self) -> BoxFuture<'_, Result<Vec<String>, BackupError>>;
 }
 
-/// The store `spec.backup.store` names for control plane `cp`: the local directory
-/// `<home>/backups/<cp>/` when it names none.
+/// The store `spec.backup.store` names for control plane `cp` (reached as
+/// `spec.backup.s3` says): the local directory `<home>/backups/<cp>/` when it names none.
 pub fn store_for(
     home: &Path,
     cp: &str,
     store: Option<&str>,
+    access: Option<&S3Access>,
 ) -> Result<Box<dyn SnapshotStore>, BackupError> {
     Ok(match store {
         None => Box::new(LocalDir::for_control_plane(home, cp)),
-        Some(url) => Box::new(S3Dir::for_control_plane(url, cp)?),
+        Some(url) => Box::new(S3Dir::for_control_plane(url, cp, access)?),
     })
 }
 
+/// How the bucket of `rec` is reached: `spec` (the control plane's own `backup.s3`)
+/// while the control plane exists, else as the record's control plane was when the
+/// snapshot was taken (`recreate`), else the environment alone.
+pub fn access_of<'a>(rec: &'a SnapshotRecord, spec: Option<&'a S3Access>) -> Option<&'a S3Access> {
+    spec.or_else(|| rec.recreate.as_ref()?.spec.backup.s3.as_ref())
+}
+
 /// The store a record says its file is kept in.
-pub fn store_of(home: &Path, rec: &SnapshotRecord) -> Result<Box<dyn SnapshotStore>, BackupError> {
+pub fn store_of(
+    home: &Path,
+    rec: &SnapshotRecord,
+    access: Option<&S3Access>,
+) -> Result<Box<dyn SnapshotStore>, BackupError> {
     if !is_remote(rec) {
         return Ok(Box::new(LocalDir::for_control_plane(
             home,
@@ -76,7 +89,11 @@ pub fn store_of(home: &Path, rec: &SnapshotRecord) -> Result<Box<dyn SnapshotSto
         .location
         .strip_suffix(&format!("/{}", rec.control_plane))
         .unwrap_or(&rec.location);
-    Ok(Box::new(S3Dir::for_control_plane(url, &rec.control_plane)?))
+    Ok(Box::new(S3Dir::for_control_plane(
+        url,
+        &rec.control_plane,
+        access,
+    )?))
 }
 
 impl SnapshotStore for LocalDir {
@@ -163,11 +180,19 @@ pub struct S3Dir {
 }
 
 impl S3Dir {
-    /// The store `url` (`s3://bucket[/prefix]`) names, for control plane `cp`.
-    pub fn for_control_plane(url: &str, cp: &str) -> Result<S3Dir, BackupError> {
+    /// The store `url` (`s3://bucket[/prefix]`) names, for control plane `cp`, reached
+    /// as `access` says over the environment.
+    pub fn for_control_plane(
+        url: &str,
+        cp: &str,
+        access: Option<&S3Access>,
+    ) -> Result<S3Dir, BackupError> {
         let (bucket, prefix) = parse_s3_url(url).map_err(|m| store_error(url, m))?;
-        let store = AmazonS3Builder::from_env()
-            .with_bucket_name(&bucket)
+        let mut builder = AmazonS3Builder::from_env().with_bucket_name(&bucket);
+        if let Some(a) = access {
+            builder = crate::access::apply(builder, a).map_err(|m| store_error(url, m))?;
+        }
+        let store = builder
             .build()
             .map_err(|e| store_error(url, e.to_string()))?;
         let prefix = [prefix.as_str(), cp]
@@ -279,6 +304,7 @@ impl S3Dir {
 /// written (`drop_local_copy`), so a crash in between loses nothing.
 pub async fn keep(
     store: Option<&str>,
+    access: Option<&S3Access>,
     local: &LocalDir,
     rec: &mut SnapshotRecord,
 ) -> Result<(), BackupError> {
@@ -286,7 +312,7 @@ pub async fn keep(
         // The local directory: the file is where it is kept already.
         return Ok(());
     }
-    let kept = store_for(local.home(), &rec.control_plane, store)?;
+    let kept = store_for(local.home(), &rec.control_plane, store, access)?;
     kept.put(&rec.id, &local.path(&rec.id)).await?;
     rec.location = kept.location();
     Ok(())
@@ -320,9 +346,13 @@ impl Drop for LocalCopy {
     }
 }
 
-/// The file of `rec` to read, fetched from its bucket when it is kept in one and no
-/// local copy is left.
-pub async fn local_copy(local: &LocalDir, rec: &SnapshotRecord) -> Result<LocalCopy, BackupError> {
+/// The file of `rec` to read, fetched from its bucket (reached as `access` says) when it
+/// is kept in one and no local copy is left.
+pub async fn local_copy(
+    local: &LocalDir,
+    rec: &SnapshotRecord,
+    access: Option<&S3Access>,
+) -> Result<LocalCopy, BackupError> {
     let path = local.path(&rec.id);
     if !is_remote(rec) || path.exists() {
         return Ok(LocalCopy {
@@ -330,7 +360,7 @@ pub async fn local_copy(local: &LocalDir, rec: &SnapshotRecord) -> Result<LocalC
             fetched: false,
         });
     }
-    let kept = store_of(local.home(), rec)?;
+    let kept = store_of(local.home(), rec, access)?;
     local.ensure()?;
     let fetched = local.path(&format!("{}.fetched", rec.id));
     kept.get(&rec.id, &fetched).await?;
@@ -341,9 +371,13 @@ pub async fn local_copy(local: &LocalDir, rec: &SnapshotRecord) -> Result<LocalC
 }
 
 /// Removes `rec`'s file wherever it is kept (both: a local copy may be left).
-pub async fn remove_kept(local: &LocalDir, rec: &SnapshotRecord) -> Result<(), BackupError> {
+pub async fn remove_kept(
+    local: &LocalDir,
+    rec: &SnapshotRecord,
+    access: Option<&S3Access>,
+) -> Result<(), BackupError> {
     if is_remote(rec) {
-        store_of(local.home(), rec)?.remove(&rec.id).await?;
+        store_of(local.home(), rec, access)?.remove(&rec.id).await?;
     }
     SnapshotStore::remove(local, &rec.id).await
 }
@@ -389,7 +423,7 @@ mod tests {
     #[tokio::test]
     async fn the_local_directory_keeps_snapshots_through_the_trait() {
         let home = tempfile::tempdir().unwrap();
-        let store = store_for(home.path(), "cp", None).unwrap();
+        let store = store_for(home.path(), "cp", None, None).unwrap();
         assert!(
             store.location().ends_with("backups/cp"),
             "{}",
@@ -406,7 +440,7 @@ mod tests {
         store.remove("cp-1.db").await.unwrap();
         assert!(store.list().await.unwrap().is_empty());
         // A bucket name S3 would refuse is refused before any call.
-        assert!(store_for(home.path(), "cp", Some("s3://")).is_err());
+        assert!(store_for(home.path(), "cp", Some("s3://"), None).is_err());
     }
 
     #[test]

@@ -557,3 +557,74 @@ fn snapshots_kept_in_s3_restore_every_key_up_to_them_and_gate_rollouts() {
     );
     assert_eq!(env.status(cp)["spec"]["version"], NEW);
 }
+
+/// `spec.backup.s3` (issue 29: a backup store per control plane, checked at `apply`):
+/// with no `AWS_*` variable anywhere, neither in the controller's environment nor the
+/// commands', the control plane reaches its own bucket through its own endpoint and
+/// credentials file: a snapshot is kept there and a restore reads it back. `apply`
+/// refuses a credentials file others can read, and a missing one, naming it.
+#[test]
+fn a_control_plane_reaches_its_own_bucket_with_its_own_credentials() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut env = Env::new("restore-s3-own");
+    let cp = "own";
+    let moto = Moto::start(&env);
+    moto.create_bucket("own-snapshots");
+    env.start_controller();
+    let creds = env.dir.path().join("s3.env");
+    std::fs::write(
+        &creds,
+        "AWS_ACCESS_KEY_ID=test\nAWS_SECRET_ACCESS_KEY=test\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let manifest = |file: &std::path::Path| {
+        let path = env.dir.path().join("own.yaml");
+        let text = format!(
+            "apiVersion: quorum.dev/v1alpha1\nkind: ControlPlane\nmetadata:\n  name: {cp}\nspec:\n  replicas: 1\n  version: {NEW}\n  backup:\n    schedule: \"off\"\n    store: s3://own-snapshots/p\n    s3:\n      endpoint: http://{}\n      allowHttp: true\n      region: us-east-1\n      credentials:\n        file: {}\n",
+            moto.addr,
+            file.display()
+        );
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let path = manifest(&creds);
+    let apply = |p: &std::path::Path| {
+        let p = p.to_str().unwrap().to_string();
+        env.run(&["apply", "-f", &p, "--wait", "--timeout", TIMEOUT])
+    };
+    let e = apply(&path);
+    assert!(!e.status.success());
+    let text = String::from_utf8_lossy(&e.stderr);
+    assert!(text.contains("can be read by others (mode 644)"), "{text}");
+    let missing = manifest(&env.dir.path().join("nowhere.env"));
+    let text = String::from_utf8_lossy(&apply(&missing).stderr).to_string();
+    assert!(text.contains("nowhere.env"), "{text}");
+    assert!(
+        env.store().control_plane(cp).unwrap().is_none(),
+        "nothing recorded"
+    );
+
+    std::fs::set_permissions(&creds, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let path = manifest(&creds);
+    let out = apply(&path);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let before = write_keys(&env.endpoints(cp), "k/", 20);
+    let out = env.ok(&["snapshot", cp]);
+    assert!(out.contains("verified"), "{out}");
+    let recs = env.store().snapshots(cp).unwrap();
+    let rec = recs.last().unwrap();
+    assert_eq!(rec.location, "s3://own-snapshots/p/own");
+    assert!(
+        snapshot_records_and_files(&env, cp).2.is_empty(),
+        "kept in the bucket only"
+    );
+    write_keys(&env.endpoints(cp), "after/", 5);
+    env.ok(&restore_args(cp, &rec.id));
+    assert_keys(&env.endpoints(cp), "k/", &before);
+    assert_keys(&env.endpoints(cp), "after/", &[]);
+}

@@ -97,7 +97,8 @@ impl Reconciler {
             // Restored before it is recorded: one write, and no one sees it unverified.
             rec.verification = Some(self.restore(cp, &rec).await?);
             // Into the bucket, if the spec names one, before the record says it is there.
-            quorum_backup::keep(cp.spec.backup.store.as_deref(), &dir, &mut rec).await?;
+            let (store, s3) = (cp.spec.backup.store.as_deref(), cp.spec.backup.s3.as_ref());
+            quorum_backup::keep(store, s3, &dir, &mut rec).await?;
             self.sh.store().record_snapshot(&rec)?;
             Ok::<(), ActionError>(())
         }
@@ -149,7 +150,8 @@ impl Reconciler {
         let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
         let scratch = quorum_backup::scratch_dir(&self.sh.cfg.home);
         let dir = LocalDir::for_control_plane(&self.sh.cfg.home, &cp.name);
-        let file = quorum_backup::local_copy(&dir, rec).await?;
+        let s3 = quorum_backup::access_of(rec, cp.spec.backup.s3.as_ref());
+        let file = quorum_backup::local_copy(&dir, rec, s3).await?;
         let now = access::now_unix_s();
         let v = quorum_backup::verify(rec, &file.path, &tool, &etcd, &scratch, now).await;
         self.sh.metrics.verified(&cp.name, v.ok);
@@ -170,18 +172,27 @@ impl Reconciler {
         cp: &ControlPlane,
         id: &str,
     ) -> Result<(), ActionError> {
-        remove_snapshot(&self.sh, &cp.name, id).await
+        remove_snapshot(&self.sh, &cp.name, id, cp.spec.backup.s3.as_ref()).await
     }
 }
 
 /// Removes a snapshot's file (wherever its record says it is kept, and any local copy),
 /// then its record; either already gone is success. Also for snapshots of a deleted
-/// control plane (`orphans.rs`).
-pub(crate) async fn remove_snapshot(sh: &Shared, cp: &str, id: &str) -> Result<(), ActionError> {
+/// control plane (`orphans.rs`: `s3` none, the bucket reached as the record's control
+/// plane was).
+pub(crate) async fn remove_snapshot(
+    sh: &Shared,
+    cp: &str,
+    id: &str,
+    s3: Option<&quorum_core::s3access::S3Access>,
+) -> Result<(), ActionError> {
     let dir = LocalDir::for_control_plane(&sh.cfg.home, cp);
     let rec = sh.store().snapshots(cp)?.into_iter().find(|r| r.id == id);
     match rec {
-        Some(rec) => quorum_backup::remove_kept(&dir, &rec).await?,
+        Some(rec) => {
+            let access = quorum_backup::access_of(&rec, s3);
+            quorum_backup::remove_kept(&dir, &rec, access).await?
+        }
         None => {
             let path = dir.path(id);
             match std::fs::remove_file(&path) {

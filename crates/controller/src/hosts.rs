@@ -559,6 +559,7 @@ fn state_of(r: Option<&quorum_agent::proto::MemberReport>, answered: bool) -> Ma
         // unreachable member) judges it; no marker is written without its member
         // answering as itself.
         return MachineState {
+            planned_starts_unix_s: Vec::new(),
             process: if answered {
                 ProcessState::Stopped
             } else {
@@ -583,6 +584,7 @@ fn state_of(r: Option<&quorum_agent::proto::MemberReport>, answered: bool) -> Ma
         _ => DataDirState::Missing,
     };
     MachineState {
+        planned_starts_unix_s: Vec::new(),
         process: if r.running || !answered {
             ProcessState::Running
         } else {

@@ -293,6 +293,7 @@ async fn observe_states(
                 data_dir: quorum_provider::DataDirState::Missing,
                 marker: None,
                 starts_unix_s: Vec::new(),
+                planned_starts_unix_s: Vec::new(),
                 running_version: None,
             });
         if let Some(pid) = st.pid {
@@ -310,6 +311,7 @@ async fn observe_states(
                 marker: st.marker,
                 quorum_read: None,
                 starts_unix_s: st.starts_unix_s,
+                planned_starts_unix_s: st.planned_starts_unix_s,
                 running_version: st.running_version,
             },
         );

@@ -56,7 +56,7 @@ async fn prune(sh: &Shared, name: &str, id: &str) -> Result<(), ActionError> {
     sh.store().ensure_leading(sh.lease_margin_ms())?;
     let kind = ActionKind::PruneSnapshot;
     failpoints::crash_point(&format!("crash-before-{kind}"));
-    remove_snapshot(sh, name, id).await?;
+    remove_snapshot(sh, name, id, None).await?;
     failpoints::crash_point(&format!("crash-after-{kind}"));
     let msg = format!("removed snapshot {id} of the deleted {name}: retention no longer keeps it");
     let e = NewEvent {

@@ -103,7 +103,8 @@ impl Reconciler {
                 ))
             })?;
         let dir = LocalDir::for_control_plane(&self.sh.cfg.home, &cp.name);
-        let copy = quorum_backup::local_copy(&dir, &rec).await?;
+        let s3 = quorum_backup::access_of(&rec, cp.spec.backup.s3.as_ref());
+        let copy = quorum_backup::local_copy(&dir, &rec, s3).await?;
         let file = copy.path.clone();
         let tool = quorum_backup::status_tool(self.sh.provider.etcd_dir())?;
         let data_dir = self.sh.provider.data_dir(machine);

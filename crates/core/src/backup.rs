@@ -29,6 +29,10 @@ pub struct BackupSpec {
     /// environment: `AWS_ENDPOINT`, `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<String>,
+    /// How this control plane's bucket is reached (`s3access`): endpoint, region and
+    /// where the credentials are; what it leaves out comes from the environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3: Option<crate::s3access::S3Access>,
 }
 
 /// Keep the newest `last` snapshots, plus the newest of each of the last `days` days
@@ -82,6 +86,7 @@ impl Default for BackupSpec {
             retention: RetentionSpec::default(),
             verify_every: DEFAULT_VERIFY_EVERY,
             store: None,
+            s3: None,
         }
     }
 }
@@ -115,6 +120,9 @@ impl BackupSpec {
         }
         if let Some(url) = &self.store {
             check_store_url(url)?;
+        }
+        if let Some(s3) = &self.s3 {
+            s3.check(self.store.as_deref())?;
         }
         if self.retention.last == 0 {
             return Err(

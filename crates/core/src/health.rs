@@ -124,6 +124,23 @@ pub fn assess(
     View::new(cp, machines, observed).problems()
 }
 
+/// The starts that were not planned: `starts_unix_s` without `planned_unix_s` (each
+/// planned start taken off once). What a crash loop and a restart backoff count.
+pub fn crash_starts(starts_unix_s: &[i64], planned_unix_s: &[i64]) -> Vec<i64> {
+    let mut planned = planned_unix_s.to_vec();
+    starts_unix_s
+        .iter()
+        .copied()
+        .filter(|t| match planned.iter().position(|p| p == t) {
+            Some(i) => {
+                planned.swap_remove(i);
+                false
+            }
+            None => true,
+        })
+        .collect()
+}
+
 /// The starts within the crash-loop window before `now_unix_s`.
 pub fn recent_starts(starts_unix_s: &[i64], now_unix_s: i64) -> usize {
     starts_unix_s

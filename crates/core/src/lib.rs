@@ -24,6 +24,7 @@ pub mod placement;
 pub mod reach;
 mod rebuild;
 mod repair;
+pub mod s3access;
 pub mod shards;
 pub mod span;
 pub mod survivor;

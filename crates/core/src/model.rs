@@ -971,11 +971,26 @@ pub struct MachineObservation {
     /// `health::STARTS_KEPT` at most. A crash loop is counted from these.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub starts_unix_s: Vec<i64>,
+    /// Those of `starts_unix_s` that followed a stop quorum asked for (an in-place
+    /// step, a CA rotation's restart): planned, so never counted toward a crash loop or
+    /// a restart backoff (`crash_starts`); an in-place step still sees its own start
+    /// among `starts_unix_s`. Empty where the provider cannot tell (hosts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub planned_starts_unix_s: Vec<i64>,
     /// The etcd version of the binary its running process was started from (the
     /// provider's record; `None` when stopped or unknown). The in-place step tells a
     /// member still on the new binary from one already back on the old one by it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running_version: Option<Version>,
+}
+
+impl MachineObservation {
+    /// The starts that were not planned (`planned_starts_unix_s` left out): what a
+    /// crash loop and a restart backoff count. A planned start is taken off once per
+    /// time it appears there.
+    pub fn crash_starts(&self) -> Vec<i64> {
+        crate::health::crash_starts(&self.starts_unix_s, &self.planned_starts_unix_s)
+    }
 }
 
 /// A fresh observation of one control plane.

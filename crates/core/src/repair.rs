@@ -43,8 +43,12 @@ impl<'a> View<'a> {
             return out;
         }
         if !s.running() {
-            let starts = s.obs.map_or(&[][..], |o| &o.starts_unix_s[..]);
-            let mut recent = health::recent_starts(starts, self.now_unix_s);
+            // Planned restarts (an in-place step's, a CA rotation's) are no crash.
+            let starts = s
+                .obs
+                .map(MachineObservation::crash_starts)
+                .unwrap_or_default();
+            let mut recent = health::recent_starts(&starts, self.now_unix_s);
             // Stopped on purpose for an in-place step: the starts of earlier steps (a
             // CA rotation restarts each member three times in a minute) are no crash
             // loop; only those since this phase began count.
@@ -128,7 +132,7 @@ impl<'a> View<'a> {
             if !obs.has_data {
                 return vec![Problem::DataLost];
             }
-            let recent = health::recent_starts(&obs.starts_unix_s, self.now_unix_s);
+            let recent = health::recent_starts(&obs.crash_starts(), self.now_unix_s);
             return vec![if recent >= health::CRASH_LOOP_STARTS {
                 Problem::CrashLoop {
                     starts: recent as u32,
@@ -186,11 +190,15 @@ impl<'a> View<'a> {
 
     /// Seconds until a stopped machine may be started again (0: now).
     pub(crate) fn restart_wait_s(&self, s: &Seen<'_>) -> i64 {
-        let starts = s.obs.map_or(&[][..], |o| &o.starts_unix_s[..]);
+        // The backoff doubles with each start that was not planned.
+        let starts = s
+            .obs
+            .map(MachineObservation::crash_starts)
+            .unwrap_or_default();
         let Some(last) = starts.iter().max() else {
             return 0;
         };
-        let backoff = health::restart_backoff_s(health::recent_starts(starts, self.now_unix_s));
+        let backoff = health::restart_backoff_s(health::recent_starts(&starts, self.now_unix_s));
         (last.saturating_add(backoff) - self.now_unix_s).max(0)
     }
 

@@ -44,6 +44,8 @@ struct Fx {
     quorum_read: Option<bool>,
     /// Process starts, in seconds before the situation's moment.
     starts_ago_s: Vec<i64>,
+    /// Of those, the planned ones (after a stop quorum asked for).
+    planned_ago_s: Vec<i64>,
     db: (u64, u64),
     remediation: Option<Remediation>,
     in_place: Option<InPlace>,
@@ -76,6 +78,7 @@ fn m(serial: u64, version: &'static str) -> Fx {
         }),
         quorum_read: Some(true),
         starts_ago_s: vec![],
+        planned_ago_s: vec![],
         db: (4 << 20, 4 << 20),
         remediation: None,
         in_place: None,
@@ -143,6 +146,11 @@ impl Fx {
     /// Started at these many seconds before now.
     fn started_ago(mut self, ago_s: &[i64]) -> Self {
         self.starts_ago_s = ago_s.to_vec();
+        self
+    }
+    /// Of its starts, these were planned (an in-place step's, a CA rotation's).
+    fn planned(mut self, ago_s: &[i64]) -> Self {
+        self.planned_ago_s = ago_s.to_vec();
         self
     }
     fn db(mut self, size: u64, in_use: u64) -> Self {
@@ -530,6 +538,7 @@ impl Sit {
                     status,
                     marker: f.marker.filter(|_| f.has_data),
                     starts_unix_s: f.starts_ago_s.iter().map(|a| NOW_UNIX_S - a).collect(),
+                    planned_starts_unix_s: f.planned_ago_s.iter().map(|a| NOW_UNIX_S - a).collect(),
                     running_version: f
                         .running
                         .then(|| f.runs.unwrap_or(f.version).parse().unwrap()),
@@ -2646,4 +2655,41 @@ fn each_situation_counts_in_one_fleet_state() {
     }
     let names: Vec<&str> = FleetState::ALL.iter().map(|f| f.name()).collect();
     assert_eq!(names, ["converged", "rolling", "degraded", "blocked"]);
+}
+
+/// Walkthrough fault 3: planned restarts (an in-place upgrade's, two CA rotations')
+/// were counted as a crash loop. Only the starts that were not planned count, toward
+/// the crash loop and toward the restart backoff.
+#[test]
+fn planned_restarts_are_no_crash_loop() {
+    let starts = [50, 40, 30, 20, 10];
+    let down = |planned: &[i64]| {
+        let m3 = m(3, NEW).stopped().started_ago(&starts).planned(planned);
+        sit(3, NEW, vec![m(1, NEW), m(2, NEW), m3])
+    };
+    let crashing = down(&[]);
+    let (cp, ms, obs) = crashing.build();
+    let p = health::assess(&cp, &ms, &obs);
+    assert!(
+        matches!(p["cp-3"][..], [health::Problem::CrashLoop { starts: 5 }]),
+        "{p:?}"
+    );
+    // Five starts in the window: a backoff of 16 s, of which 10 have passed.
+    check("crashing: backed off", &crashing, "wait: cp-3");
+    let planned = down(&[50, 40, 30, 20]);
+    let (cp, ms, obs) = planned.build();
+    let p = health::assess(&cp, &ms, &obs);
+    assert!(matches!(p["cp-3"][..], [health::Problem::Exited]), "{p:?}");
+    // One crash start, 10 s ago: its 1 s backoff has passed.
+    check("planned: restarted", &planned, "start-machine:cp-3");
+    let model = MachineObservation {
+        starts_unix_s: vec![1, 2, 2, 3],
+        planned_starts_unix_s: vec![2, 3],
+        ..obs.machines["cp-3"].clone()
+    };
+    assert_eq!(
+        model.crash_starts(),
+        [1, 2],
+        "each planned start taken off once"
+    );
 }

@@ -27,6 +27,7 @@ pub mod member;
 pub mod rebuild;
 pub mod recreate;
 mod room;
+mod s3check;
 pub mod secrets;
 pub mod snapshot;
 mod spec;

@@ -84,7 +84,8 @@ async fn verify_keep_record(
         rec.verification = Some(restore(ctx, rec).await?);
     }
     // Into the bucket, if the spec names one, before the record says it is there.
-    quorum_backup::keep(cp.spec.backup.store.as_deref(), dir, rec)
+    let s3 = cp.spec.backup.s3.as_ref();
+    quorum_backup::keep(cp.spec.backup.store.as_deref(), s3, dir, rec)
         .await
         .with_context(|| {
             format!(
@@ -109,7 +110,11 @@ async fn restore(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
     let tool = quorum_backup::status_tool(etcd_dir)?;
     let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
     let dir = LocalDir::for_control_plane(&ctx.home, &rec.control_plane);
-    let file = quorum_backup::local_copy(&dir, rec).await?;
+    // The control plane's own access to its bucket, or the record's if it is gone.
+    let spec = ctx.store.get_control_plane(&rec.control_plane).ok();
+    let own = spec.as_ref().and_then(|c| c.spec.backup.s3.as_ref());
+    let access = quorum_backup::access_of(rec, own);
+    let file = quorum_backup::local_copy(&dir, rec, access).await?;
     let scratch = quorum_backup::scratch_dir(&ctx.home);
     let now = quorum_controller::access::now_unix_s();
     Ok(quorum_backup::verify(rec, &file.path, &tool, &etcd, &scratch, now).await)

@@ -91,6 +91,9 @@ pub fn create_with(
     validate_name(name)?;
     validate_spec(&spec, opts.force)?;
     etcd_binary(ctx.provider.etcd_dir(), spec.version)?;
+    if let Some(note) = crate::s3check::check(name, &spec)? {
+        say!(ctx, "{note}");
+    }
     if ctx.store.control_plane(name)?.is_some() {
         bail!("{name} already exists; change it with `quorum apply`, `upgrade` or `scale`");
     }
@@ -255,6 +258,11 @@ async fn attempt_change(
         return Ok(Attempt::Done);
     }
     validate_spec(&new, force)?;
+    if new.backup.s3 != cp.spec.backup.s3 {
+        if let Some(note) = crate::s3check::check(name, &new)? {
+            say!(ctx, "{note}");
+        }
+    }
     let machines = ctx.store.machines(name)?;
     // A rollout that changed no member is taken back or switched as if it never began
     // (`quorum_core::abort`).

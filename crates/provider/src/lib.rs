@@ -147,6 +147,8 @@ pub struct MachineState {
     /// When the process was started (Unix seconds), oldest first: the last
     /// `STARTS_KEPT`. Empty when the history is missing or garbled.
     pub starts_unix_s: Vec<i64>,
+    /// Those of `starts_unix_s` that followed a stop quorum asked for (planned).
+    pub planned_starts_unix_s: Vec<i64>,
     /// The version of the binary the running process was started from (its path is
     /// `<etcd dir>/<version>/etcd`); `None` when stopped or not of that form.
     pub running_version: Option<Version>,
@@ -262,6 +264,7 @@ impl LocalProvider {
             data_dir: state,
             marker: data::read_marker(&data_dir),
             starts_unix_s: data::read_starts(&self.machine_dir(name)),
+            planned_starts_unix_s: data::read_planned_starts(&self.machine_dir(name)),
             running_version: pid.and_then(binary_version),
         }
     }

@@ -13,6 +13,7 @@ use quorum_core::{BackupSpec, RetentionSpec};
 /// runs are minutes long), so that runs take and prune snapshots.
 pub fn sim_backup() -> BackupSpec {
     BackupSpec {
+        s3: None,
         schedule: "*/20 * * * * *".into(),
         retention: RetentionSpec { last: 1, days: 0 },
         // Between two scheduled ones: the newest is restored again once.

@@ -140,6 +140,10 @@ pub struct Config {
     /// `--abort`, by the seed), which `quorum_core::abort` must allow, as it has
     /// changed no member.
     pub tight_hosts: bool,
+    /// A person asks for one member's replacement or restart (`quorum member`) at a
+    /// step the seed picks (`requests.rs`): a third of the runs, never with a quorum
+    /// loss.
+    pub member_request: bool,
 }
 
 impl Config {
@@ -161,6 +165,7 @@ impl Config {
                 && (seed / (8 * Scenario::ALL.len() as u64)).is_multiple_of(2),
             tight_hosts: Scenario::for_seed(seed) == Scenario::Rollout
                 && (seed / (16 * Scenario::ALL.len() as u64)).is_multiple_of(2),
+            member_request: (seed / 3).is_multiple_of(3),
         }
     }
 

@@ -142,6 +142,7 @@ impl World {
                 if let Some(p) = self.procs.get_mut(machine) {
                     p.running = false;
                     p.exit_at_ms = None;
+                    p.stop_asked = true;
                 }
                 if let Some(was_connected) = in_place {
                     self.after_in_place_stop(machine, was_connected);

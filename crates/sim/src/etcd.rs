@@ -306,6 +306,11 @@ impl World {
         p.starts_unix_s.push(now_s);
         let extra = p.starts_unix_s.len().saturating_sub(health::STARTS_KEPT);
         p.starts_unix_s.drain(..extra);
+        if std::mem::take(&mut p.stop_asked) {
+            p.planned_starts_unix_s.push(now_s);
+        }
+        let oldest = p.starts_unix_s.first().copied().unwrap_or(now_s);
+        p.planned_starts_unix_s.retain(|t| *t >= oldest);
         p.binary = Some(binary);
         p.last_start_ms = Some(now);
         self.record_ca_files(name);
@@ -443,6 +448,7 @@ impl World {
                     marker: p.marker,
                     quorum_read,
                     starts_unix_s: p.starts_unix_s.clone(),
+                    planned_starts_unix_s: p.planned_starts_unix_s.clone(),
                     running_version: p.binary.filter(|_| p.running && !silent),
                 },
             );

@@ -225,6 +225,7 @@ impl World {
         if let Some(p) = self.procs.get_mut(n) {
             *p = Proc {
                 starts_unix_s: std::mem::take(&mut p.starts_unix_s),
+                planned_starts_unix_s: std::mem::take(&mut p.planned_starts_unix_s),
                 ..Proc::default()
             };
         }

@@ -195,6 +195,11 @@ struct Proc {
     /// When its process was started (Unix seconds of the simulated clock), the last
     /// `health::STARTS_KEPT`, as the provider keeps them.
     starts_unix_s: Vec<i64>,
+    /// Those that followed a stop quorum asked for (planned), as the local provider
+    /// marks them (`stop_asked` taken by the next start).
+    planned_starts_unix_s: Vec<i64>,
+    /// Quorum stopped it (`StopMachine`): its next start is planned.
+    stop_asked: bool,
     /// A crash loop: this many of its next starts exit at once.
     crash_starts_left: u32,
     /// The size of its database file (it grows with the keyspace and shrinks only by a

@@ -270,14 +270,11 @@ impl World {
         let first_in_phase = p
             .phase_at_ms
             .is_some_and(|at| p.last_start_ms.is_none_or(|last| last < at));
-        if let Some(last) = p
-            .starts_unix_s
-            .iter()
-            .max()
-            .copied()
-            .filter(|_| !first_in_phase)
-        {
-            let recent = health::recent_starts(&p.starts_unix_s, now_s);
+        // Planned starts (after a stop quorum asked for) are no crash: the backoff
+        // counts the others, as the core does.
+        let crashes = health::crash_starts(&p.starts_unix_s, &p.planned_starts_unix_s);
+        if let Some(last) = crashes.iter().max().copied().filter(|_| !first_in_phase) {
+            let recent = health::recent_starts(&crashes, now_s);
             let backoff_s = health::restart_backoff_s(recent);
             if now_s - last < backoff_s {
                 if stale {

@@ -22,7 +22,7 @@ impl World {
     /// The person's request, once, at the step the seed chose.
     pub(crate) fn member_request_step(&mut self) {
         let seed = self.cfg.seed;
-        let picked = (seed / 3).is_multiple_of(3) && self.cfg.scenario != Scenario::QuorumLoss;
+        let picked = self.cfg.member_request && self.cfg.scenario != Scenario::QuorumLoss;
         if !picked || self.asked.is_some() || self.step != 30 + seed % 50 {
             return;
         }

@@ -18,6 +18,7 @@ fn in_place(n: u32, from: Version, to: Version, plan: &[Version], faults_end: bo
     c.fault_per_mille = 0;
     c.fault_steps = if faults_end { 0 } else { 1_000_000 };
     c.ca_rotation = false;
+    c.member_request = false;
     c.trace = true;
     let mut w = World::new(c);
     for m in &mut w.machines {

@@ -610,6 +610,7 @@ impl State {
             obs.machines.insert(
                 mach.name.clone(),
                 MachineObservation {
+                    planned_starts_unix_s: Vec::new(),
                     process: if running || silent {
                         ProcessState::Running
                     } else {
