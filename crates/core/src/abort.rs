@@ -14,8 +14,13 @@
 //! joining). There the next step is the strategy's own choice, so switching mixes
 //! nothing; a rollout stuck for want of a host for its surge machine switches to in
 //! place even after remediation replaced a member on the new version.
+//!
+//! `View::no_room` is the refusal that offers both: a new machine no host can take
+//! (`placement::room_for`) is refused, Blocked, naming the switch, and the cancel
+//! while the rollout is untouched.
 
-use crate::model::{ControlPlaneSpec, InPlacePhase, Machine};
+use crate::decide::{Operation, View};
+use crate::model::{ControlPlaneSpec, InPlacePhase, Machine, MachineRequest};
 use crate::version::Version;
 
 /// The version every machine still runs, when a rollout to `spec.version` is under way
@@ -78,4 +83,39 @@ pub fn mid_step(spec: &ControlPlaneSpec, machines: &[Machine]) -> Option<String>
         )
     });
     stepping.or(leaving).or(surplus)
+}
+
+impl View<'_> {
+    /// Why no host can take the new machine `op` needs (the replacement of `replaces`,
+    /// for a remediation), if none can: the step is
+    /// refused (Blocked), never tried, with the ways out. A rollout that has changed no
+    /// member yet can be cancelled or switched to in place (`abort`).
+    pub(crate) fn no_room(&self, op: Operation, replaces: Option<&str>) -> Option<String> {
+        let hosts = self.hosts?;
+        let machines: Vec<Machine> = self.seen.iter().map(|s| s.machine.clone()).collect();
+        let beside: Vec<Machine> = crate::placement::beside(&machines, replaces)
+            .into_iter()
+            .cloned()
+            .collect();
+        let why = crate::placement::room_for(hosts, &beside, self.spec().replicas, 1).err()?;
+        let name = &self.cp.name;
+        let mut out = String::new();
+        let asked = machines
+            .iter()
+            .find(|m| m.requested == Some(MachineRequest::Replace));
+        if let Some(m) = asked {
+            out = format!(
+                ", or restart {} in place instead: `quorum member restart {name} {}`",
+                m.name, m.name
+            );
+        } else if op == Operation::RollingOut
+            && crate::abort::mid_step(self.spec(), &machines).is_none()
+        {
+            out = format!(", or roll out in place, so that no member needs a host of its own beside the one it replaces: `quorum upgrade {name} --strategy InPlace`");
+            if let Some(running) = crate::abort::untouched(self.spec(), &machines) {
+                out.push_str(&format!("; or cancel the rollout, which has changed no member yet: `quorum upgrade {name} --abort` (back to etcd {running})"));
+            }
+        }
+        Some(format!("not adding a machine: {why}{out}"))
+    }
 }

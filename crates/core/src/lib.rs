@@ -17,6 +17,7 @@ pub mod failover;
 pub mod fenced;
 pub mod health;
 pub mod inplace;
+mod inplace_record;
 pub mod lease;
 pub mod model;
 pub mod pacing;
