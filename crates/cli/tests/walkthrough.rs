@@ -473,6 +473,12 @@ fn a_member_is_restarted_or_replaced_on_request() {
         events.contains("begin restarting mb-2 in place on etcd"),
         "{events}"
     );
+    // A stop quorum asked for is no news in the start that follows it.
+    assert!(
+        events.contains("start mb-2 (a planned restart: quorum stopped it)"),
+        "{events}"
+    );
+    assert!(!events.contains("killed by signal"), "{events}");
 
     // Asked twice: said, nothing written again; gone: refused.
     let e = env.fails(&["member", "replace", "mb", "mb-1"]);

@@ -283,7 +283,7 @@ impl Reconciler {
                     st.last_error = None;
                     let mut message = perform::done_message(action, allocated.as_deref());
                     if let Some(why) = &stopped {
-                        message.push_str(&format!(" (its process had ended: {why})"));
+                        message.push_str(&format!(" ({why})"));
                     }
                     self.event(
                         cp,
@@ -461,13 +461,19 @@ impl Reconciler {
             .get_or_insert_with(|| pacing::Pacer::new(drain_ms))
     }
 
-    /// For a start of a machine whose process ran before: how that process ended
-    /// (`killed by signal 9`), from the file the provider keeps beside its data. On
-    /// hosts the agent keeps it (`quorum host list -o json`).
+    /// For a start of a machine whose process ran before: a planned restart (quorum
+    /// stopped it: its own stop ends in SIGKILL once etcd has closed its data, which
+    /// is no news), or how that process ended (`killed by signal 9`), from the files the
+    /// provider keeps beside its data. Read before the start, which takes both. On hosts
+    /// the agent keeps it (`quorum host list -o json`).
     fn why_it_stopped(&self, cp: &ControlPlane, action: &Action) -> Option<String> {
         match action {
             Action::StartMachine { machine, .. } if cp.spec.provider.is_local() => {
-                self.sh.provider.last_exit(machine)
+                if self.sh.provider.stop_was_requested(machine) {
+                    return Some("a planned restart: quorum stopped it".into());
+                }
+                let why = self.sh.provider.last_exit(machine)?;
+                Some(format!("its process had ended: {why}"))
             }
             _ => None,
         }

@@ -333,6 +333,14 @@ impl LocalProvider {
         }
     }
 
+    /// Whether quorum stopped the machine on purpose since its last start (its next
+    /// start is planned).
+    pub fn stop_was_requested(&self, name: &str) -> bool {
+        self.machine_dir(name)
+            .join(data::STOP_REQUESTED_FILE)
+            .exists()
+    }
+
     /// How the machine's last process ended ("exited 1", "killed by signal 9"), when
     /// this process started and reaped it.
     pub fn last_exit(&self, name: &str) -> Option<String> {
