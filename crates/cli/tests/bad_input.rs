@@ -168,6 +168,10 @@ fn a_down_member_does_not_block_a_change_but_a_lost_quorum_does() {
         )),
         "{out}"
     );
+    assert!(
+        !out.contains("would take a snapshot"),
+        "a cancel changes no member: {out}"
+    );
     assert_eq!(spec_of(&env, "u")["version"], NEW);
     let e = env.fails(&["upgrade", "u", "--abort", "--version", OLD]);
     assert!(e.contains("cannot be used with"), "{e}");

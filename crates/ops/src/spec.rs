@@ -300,7 +300,8 @@ async fn attempt_change(
             bail!("{why}");
         }
     }
-    let snapshot_first = needs_snapshot(&cp.spec, &new, &machines) && !no_snapshot;
+    // A cancel changes no member: nothing to go back from.
+    let snapshot_first = needs_snapshot(&cp.spec, &new, &machines) && !no_snapshot && !cancels;
     if dry_run {
         for line in plan(name, &cp.spec, &new, &machines) {
             say!(ctx, "{line}");
@@ -339,7 +340,7 @@ async fn attempt_change(
     if let Some(w) = reach_warning(name, &cp, &new, &machines) {
         say!(ctx, "{w}");
     }
-    if needs_snapshot(&cp.spec, &new, &machines) && no_snapshot {
+    if needs_snapshot(&cp.spec, &new, &machines) && no_snapshot && !cancels {
         say!(ctx, "{NO_SNAPSHOT_NOTE}");
     }
     if new.haproxy != cp.spec.haproxy && !ctx.quiet {
