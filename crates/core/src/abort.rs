@@ -9,7 +9,7 @@
 //! Once one member changed, going back replaces or restarts that member again, which is
 //! a downgrade and is confirmed as one.
 //!
-//! Invariant: the strategy changes between steps only (`between_steps`): no machine
+//! Invariant: the strategy changes between steps only (`mid_step` says why not): no machine
 //! leaving, none in an in-place step, no machine beyond the replicas (a surge machine
 //! joining). There the next step is the strategy's own choice, so switching mixes
 //! nothing; a rollout stuck for want of a host for its surge machine switches to in
