@@ -142,6 +142,9 @@ pub enum StoreError {
     MissingCa(String),
     #[error("no free loopback address left in {0}.0.0/16 for a new machine; use a fresh state directory or set QUORUM_SUBNET")]
     AddressesExhausted(String),
+    /// `QUORUM_SUBNET` does not name a subnet; nothing was stored.
+    #[error("QUORUM_SUBNET {0:?} is not a loopback subnet A.B (as in 127.A.B.x; A from 1 to 255, B from 0 to 255: 42.0, say); nothing was stored")]
+    BadSubnetVariable(String),
     /// A secret could not be sealed or opened (no key file, another key file, a sealed
     /// value moved or damaged); the message says what to do. Nothing was changed.
     #[error("secrets: {0}")]
@@ -546,7 +549,7 @@ pub trait StateStore: Send {
     /// once. `QUORUM_SUBNET` (for example `42.0`) fixes it before first use; otherwise
     /// a random one away from 127.0.x.x is picked.
     fn subnet(&self) -> Result<(u8, u8)> {
-        let wanted = std::env::var("QUORUM_SUBNET").ok();
+        let wanted = subnet_wanted(std::env::var("QUORUM_SUBNET").ok())?;
         let fallback = || {
             // Process id and clock mixed: distinct state directories on one machine get
             // distinct subnets with high probability; allocation also skips busy addresses.
@@ -714,6 +717,15 @@ fn to_json<T: Serialize>(v: &T) -> String {
     // Serializing these plain data types cannot fail: no maps with non-string keys, no
     // custom serializers that error.
     serde_json::to_string(v).expect("quorum's records serialize to JSON")
+}
+
+/// `QUORUM_SUBNET`, checked before it is stored: a bad value would be kept, and every
+/// later allocation would call the store corrupt.
+fn subnet_wanted(value: Option<String>) -> Result<Option<String>> {
+    match value {
+        Some(v) if parse_subnet(&v).is_none() => Err(StoreError::BadSubnetVariable(v)),
+        v => Ok(v),
+    }
 }
 
 fn parse_subnet(s: &str) -> Option<(u8, u8)> {

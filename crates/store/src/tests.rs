@@ -482,3 +482,22 @@ fn a_snapshot_keeps_its_ca_sealed_for_itself() {
     let rec = s.snapshots("k").unwrap().remove(0);
     assert_eq!(s.snapshot_ca(&rec).unwrap(), Some(ca));
 }
+
+/// A malformed `QUORUM_SUBNET` is refused naming the variable before anything is
+/// stored (it was stored, and every allocation then called the store corrupt).
+#[test]
+fn a_bad_subnet_variable_is_refused_by_name_and_never_stored() {
+    for bad in ["99", "0.7", "300.1", "a.b", ""] {
+        let e = subnet_wanted(Some(bad.into())).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with(&format!("QUORUM_SUBNET {bad:?} is not a loopback subnet")),
+            "{e}"
+        );
+    }
+    assert_eq!(
+        subnet_wanted(Some("99.7".into())).unwrap().as_deref(),
+        Some("99.7")
+    );
+    assert_eq!(subnet_wanted(None).unwrap(), None);
+}
