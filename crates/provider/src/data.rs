@@ -157,8 +157,8 @@ pub fn read_planned_starts(machine_dir: &Path) -> Vec<i64> {
 }
 
 /// Every recorded start, with whether it was planned (`<unix s>` or `<unix s> planned`
-/// per line), the last `STARTS_KEPT`.
-fn read_start_lines(machine_dir: &Path) -> Vec<(i64, bool)> {
+/// per line), the last `STARTS_KEPT`: one read for an observation that needs both.
+pub fn read_start_lines(machine_dir: &Path) -> Vec<(i64, bool)> {
     let Ok(text) = fs::read_to_string(machine_dir.join(STARTS_FILE)) else {
         return Vec::new();
     };

@@ -253,6 +253,9 @@ impl LocalProvider {
         let pid = self.live_pid(name);
         let data_dir = self.data_dir(name);
         let state = data::data_dir_state(&data_dir);
+        // The start history, read once: every start, and which of them were planned.
+        let history = data::read_start_lines(&self.machine_dir(name));
+        let planned = history.iter().filter(|(_, p)| *p).map(|(at, _)| *at);
         MachineState {
             process: if pid.is_some() {
                 ProcessState::Running
@@ -263,8 +266,8 @@ impl LocalProvider {
             has_data: state == DataDirState::Member,
             data_dir: state,
             marker: data::read_marker(&data_dir),
-            starts_unix_s: data::read_starts(&self.machine_dir(name)),
-            planned_starts_unix_s: data::read_planned_starts(&self.machine_dir(name)),
+            planned_starts_unix_s: planned.collect(),
+            starts_unix_s: history.iter().map(|(at, _)| *at).collect(),
             running_version: pid.and_then(binary_version),
         }
     }
