@@ -233,7 +233,7 @@ impl Reconciler {
         // The endpoints of this pass are published: a machine seen leaving starts its
         // drain now.
         self.pacer().observe(pacing::clock_ms(), &machines);
-        for action in &decision.actions {
+        for (i, action) in decision.actions.iter().enumerate() {
             let verdict = self
                 .pacer()
                 .check(pacing::clock_ms(), action, balancer.as_ref());
@@ -282,6 +282,11 @@ impl Reconciler {
                     let st = &mut self.st;
                     st.last_error = None;
                     let mut message = perform::done_message(action, allocated.as_deref());
+                    // Why the core decided it, where its name does not say (the first
+                    // action's, as `Decision::because` is).
+                    if let Some(because) = decision.because.as_ref().filter(|_| i == 0) {
+                        message.push_str(&format!(": {because}"));
+                    }
                     if let Some(why) = &stopped {
                         message.push_str(&format!(" ({why})"));
                     }

@@ -16,7 +16,8 @@
 //! 6. mark the data directories of members that answered as themselves (`repair`);
 //! 7. carry on an in-place step (`inplace`): drain, stop, record the new binary,
 //!    start, wait until it serves; past `inPlace.timeout`, roll it back;
-//! 8. finish an add: start and promote a learner;
+//! 8. finish an add: start and promote a learner; stop one whose own publish was lost
+//!    so that it starts again (`publish`);
 //! 9. finish a removal: a machine marked deleting hands off leadership, then its member,
 //!    then its process; a remediated one then records its replacement; then its record;
 //! 10. remove orphan members (no machine);
@@ -76,6 +77,7 @@ pub fn decide(cp: &ControlPlane, machines: &[Machine], observed: &Observation) -
         actions: step.actions,
         operation: step.operation,
         waiting_for: step.waiting_for,
+        because: step.because,
         conditions,
         endpoints: view.endpoints(),
         converged,
@@ -90,11 +92,14 @@ pub(crate) struct Step {
     pub(crate) operation: Operation,
     pub(crate) waiting_for: Option<String>,
     pub(crate) blocked: bool,
+    /// Why the first action was decided, where its name alone does not say.
+    pub(crate) because: Option<String>,
 }
 
 impl Step {
     pub(crate) fn many(operation: Operation, actions: Vec<Action>) -> Step {
         Step {
+            because: None,
             actions,
             operation,
             waiting_for: None,
@@ -103,6 +108,7 @@ impl Step {
     }
     pub(crate) fn act(operation: Operation, action: Action) -> Step {
         Step {
+            because: None,
             actions: vec![action],
             operation,
             waiting_for: None,
@@ -111,10 +117,19 @@ impl Step {
     }
     pub(crate) fn wait(operation: Operation, why: impl Into<String>) -> Step {
         Step {
+            because: None,
             actions: vec![],
             operation,
             waiting_for: Some(why.into()),
             blocked: false,
+        }
+    }
+    /// The step with why its first action was decided (`Decision::because`).
+    pub(crate) fn because(self, why: impl Into<String>) -> Step {
+        debug_assert!(!self.actions.is_empty(), "a reason is for an action");
+        Step {
+            because: Some(why.into()),
+            ..self
         }
     }
     pub(crate) fn refuse(operation: Operation, why: impl Into<String>) -> Step {
@@ -422,6 +437,7 @@ impl<'a> View<'a> {
             })
             .collect();
         Step {
+            because: None,
             actions,
             operation: Operation::Deleting,
             waiting_for: None,
@@ -461,6 +477,7 @@ impl<'a> View<'a> {
                 })
                 .collect();
             return Some(Step {
+                because: None,
                 actions,
                 operation: Operation::Bootstrapping,
                 waiting_for: None,
@@ -502,6 +519,7 @@ impl<'a> View<'a> {
             ));
         }
         Some(Step {
+            because: None,
             actions,
             operation: Operation::Bootstrapping,
             waiting_for: None,
@@ -640,6 +658,12 @@ impl<'a> View<'a> {
         }
         let op = self.growth_operation();
         let name = &s.machine.name;
+        if let Some(why) = self.publish_lost(s, learner) {
+            let stop = Action::StopMachine {
+                machine: name.clone(),
+            };
+            return Some(Step::act(op, stop).because(why));
+        }
         let Some(st) = s.status() else {
             return Some(Step::wait(
                 op,
@@ -673,6 +697,13 @@ impl<'a> View<'a> {
                 member_id: learner.id,
             },
         ))
+    }
+
+    /// Why learner `s` is to be stopped and started again: its own publish was lost
+    /// (`publish`). Judged only against a leader that answers (its database size).
+    fn publish_lost(&self, s: &Seen<'a>, learner: &Member) -> Option<String> {
+        let db_bytes = self.leader_status()?.db_size_bytes;
+        crate::publish::lost(&s.machine.name, learner, s.obs?, db_bytes, self.now_unix_s)
     }
 
     pub(crate) fn leader_status(&self) -> Option<&EndpointStatus> {
@@ -858,6 +889,7 @@ impl<'a> View<'a> {
                 .or_else(|| self.auto_defrag())
                 .or_else(|| self.snapshot_upkeep())
                 .unwrap_or(Step {
+                    because: None,
                     actions: vec![],
                     operation: Operation::Idle,
                     waiting_for: None,

@@ -164,6 +164,11 @@ pub struct Decision {
     /// sentence of its own ("waiting for learner prod-4 to answer", "not removing prod-2:
     /// …"); readers print it as it is, after the operation.
     pub waiting_for: Option<String>,
+    /// With actions: why the first was decided, where its name alone does not say (a
+    /// learner stopped to be started again, `publish`); the controller adds it to that
+    /// action's event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub because: Option<String>,
     pub conditions: Vec<Condition>,
     /// Client URLs clients should use: voting, healthy, not deleting.
     pub endpoints: Vec<String>,

@@ -22,6 +22,7 @@ pub mod lease;
 pub mod model;
 pub mod pacing;
 pub mod placement;
+pub mod publish;
 pub mod reach;
 mod rebuild;
 mod repair;

@@ -688,6 +688,8 @@ mod backup;
 mod carotation;
 #[path = "decide_table/inplace.rs"]
 mod inplace;
+#[path = "decide_table/publish.rs"]
+mod publish;
 #[path = "decide_table/rebuild.rs"]
 mod rebuild;
 

@@ -277,6 +277,7 @@ mod tests {
 
     fn next(action: Action) -> Decision {
         Decision {
+            because: None,
             actions: vec![action],
             operation: quorum_core::Operation::ScalingUp,
             waiting_for: None,
