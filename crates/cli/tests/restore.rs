@@ -17,6 +17,8 @@ mod common;
 mod support;
 
 use common::*;
+use quorum_core::ActionKind;
+use quorum_store::EventKind;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -244,12 +246,56 @@ fn restore_from_a_snapshot_keeps_every_write_up_to_it_and_none_after() {
             );
         }
     }
+    let lost = learners_started_again(&events);
     println!(
-        "restore of 3 members from {id}: {:.1}s until 3 members served again (RTO); {} writes after revision {revision} lost by choice, {} kept",
+        "restore of 3 members from {id}: {:.1}s until 3 members served again (RTO); {} writes after revision {revision} lost by choice, {} kept; {lost} of 2 learners lost their publish and were started again",
         rto.as_secs_f64(),
         after.len(),
         before.len()
     );
+}
+
+/// Fault 10 of issue 29: a learner whose own publish was lost (it came back inside the
+/// leader's snapshot, `quorum_core::publish`) is stopped once, says why, is started
+/// again as a planned restart, and then serves (it is promoted). Whether etcd loses a
+/// publish is a race (seen for 3 of 4 learners after a restore here); each time it
+/// does, this is what must follow. Returns how many were.
+fn learners_started_again(events: &[quorum_store::Event]) -> usize {
+    let of = |kind: ActionKind, m: &str| {
+        events
+            .iter()
+            .filter(|e| {
+                e.ok && e.kind == EventKind::Action(kind) && e.machine.as_deref() == Some(m)
+            })
+            .map(|e| (e.id, e.message.as_str()))
+            .collect::<Vec<_>>()
+    };
+    let stopped: Vec<&quorum_store::Event> = events
+        .iter()
+        .filter(|e| {
+            e.ok && e.kind == EventKind::Action(ActionKind::StopMachine)
+                && e.message
+                    .contains("publish came back inside the leader's snapshot")
+        })
+        .collect();
+    for e in &stopped {
+        let m = e.machine.as_deref().expect("a stop names its machine");
+        let stops = of(ActionKind::StopMachine, m);
+        assert_eq!(stops.len(), 1, "{m} stopped more than once: {stops:?}");
+        let starts = of(ActionKind::StartMachine, m);
+        assert!(
+            starts
+                .iter()
+                .any(|(id, msg)| *id > e.id && msg.contains("a planned restart")),
+            "{m} not started again after its stop: {starts:?}"
+        );
+        let promoted = of(ActionKind::Promote, m);
+        assert!(
+            promoted.iter().any(|(id, _)| *id > e.id),
+            "{m} never served after its restart: {events:#?}"
+        );
+    }
+    stopped.len()
 }
 
 #[test]

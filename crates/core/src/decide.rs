@@ -645,6 +645,12 @@ impl<'a> View<'a> {
             .iter()
             .find(|s| s.member.is_some_and(|m| m.is_learner) && !s.machine.deleting)?;
         let learner = s.member?;
+        let op = self.growth_operation();
+        let name = &s.machine.name;
+        // Before remediation: a replacement would likely lose its publish the same way.
+        if let Some(why) = self.publish_lost(s, learner) {
+            return Some(self.restart_learner(op, s).because(why));
+        }
         if self.failed_long_enough(s) {
             // A learner that cannot start or answer is remediated like any member,
             // rather than waited on forever; and only it: nothing else is remediated
@@ -655,14 +661,6 @@ impl<'a> View<'a> {
                 return None;
             }
             return self.remediate_one(s, &self.problems_of(s));
-        }
-        let op = self.growth_operation();
-        let name = &s.machine.name;
-        if let Some(why) = self.publish_lost(s, learner) {
-            let stop = Action::StopMachine {
-                machine: name.clone(),
-            };
-            return Some(Step::act(op, stop).because(why));
         }
         let Some(st) = s.status() else {
             return Some(Step::wait(
@@ -697,6 +695,19 @@ impl<'a> View<'a> {
                 member_id: learner.id,
             },
         ))
+    }
+
+    /// Stop learner `s` and start it again in the same pass, joining the cluster as
+    /// it is: a pass between them could find it failed long enough and replace it.
+    fn restart_learner(&self, op: Operation, s: &Seen<'a>) -> Step {
+        let machine = s.machine.name.clone();
+        let start = Action::StartMachine {
+            machine: machine.clone(),
+            state: ClusterState::Existing,
+            initial_cluster: self.initial_cluster(),
+            expect: s.obs.and_then(|o| o.marker),
+        };
+        Step::many(op, vec![Action::StopMachine { machine }, start])
     }
 
     /// Why learner `s` is to be stopped and started again: its own publish was lost

@@ -21,7 +21,10 @@
 //! then; a learner still silent has another problem, which remediation judges), and only
 //! while the database is at most `MAX_DB_BYTES` (a larger one may still be arriving: the
 //! member is then silent because it is busy, and etcd's retry lands right after it).
-//! The stop is planned, so the next pass starts it again at once (`restart_stopped`).
+//! It is stopped and started again in one decision (a pass in between could find it
+//! failed for `unhealthyAfter` and replace it, as likely to lose its publish); a crash
+//! between the two leaves a stopped learner, which `restart_stopped` starts (its stop was
+//! planned, so no backoff holds it).
 
 use crate::model::{MachineObservation, Member, ProcessState};
 

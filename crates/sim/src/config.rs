@@ -199,6 +199,7 @@ pub struct Outcome {
     pub lease: LeaseCounts,
     pub pacing: PacingCounts,
     pub repair: RepairCounts,
+    pub publish: crate::PublishCounts,
     pub in_place: InPlaceCounts,
     pub backups: crate::BackupCounts,
     pub rebuilds: crate::RebuildCounts,

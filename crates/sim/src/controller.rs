@@ -138,6 +138,7 @@ impl World {
                 answer
             }
             Action::StopMachine { machine } => {
+                self.check_learner_stop(machine);
                 let in_place = self.before_in_place_stop(machine);
                 if let Some(p) = self.procs.get_mut(machine) {
                     p.running = false;

@@ -80,6 +80,7 @@ impl World {
             }
         }
         self.reconnect_machines(&resumed);
+        self.tick_publish();
         // Leadership.
         let leader_ok = self
             .leader
@@ -340,6 +341,8 @@ impl World {
                 let m = &mut self.members[i];
                 m.name = name.to_string();
                 m.connected_since_ms = now;
+                let learner = m.is_learner;
+                self.maybe_lose_publish(name, learner);
                 Answer::Done
             }
             // Not a member: etcd exits at start ("member not found in cluster").
@@ -399,7 +402,9 @@ impl World {
             let silent =
                 down.is_some() && mach.placement.as_ref().map(|pl| pl.host.as_str()) == down;
             let member = self.member_of_machine(&mach.name);
-            let answers = self.responsive(&mach.name) && hidden != Some(mach.name.as_str());
+            let answers = self.responsive(&mach.name)
+                && hidden != Some(mach.name.as_str())
+                && !self.publish_silent(&mach.name);
             let status = match member {
                 Some(m) if answers => Some(EndpointStatus {
                     member_id: m.id,

@@ -96,6 +96,7 @@ mod inplace;
 mod invariants;
 pub mod model;
 mod pacing;
+mod publish;
 mod rebuild;
 mod repair;
 mod replicas;
@@ -127,6 +128,7 @@ use hosts::HostRemoval;
 pub use inplace::{InPlaceCounts, IN_PLACE_END_STEPS, SIM_IN_PLACE_TIMEOUT};
 pub use pacing::PacingCounts;
 use pacing::SimLb;
+pub use publish::PublishCounts;
 pub use rebuild::RebuildCounts;
 use repair::Keyspace;
 pub use repair::{RepairCounts, NOSPACE_REPAIR_STEPS};
@@ -207,6 +209,9 @@ struct Proc {
     db_size_bytes: u64,
     /// Defragmenting until then: it answers nothing and votes nothing.
     stalled_until_ms: Option<u64>,
+    /// Its own publish was lost (`publish.rs`): it runs and replicates, the cluster shows
+    /// it started, but its endpoint answers nothing until then (etcd's retry).
+    publish_lost_until_ms: Option<u64>,
     /// The etcd version of the binary it was last started from (the machine record's
     /// version at that start): what it reports while it runs.
     binary: Option<Version>,
@@ -301,6 +306,9 @@ pub struct World {
     // -- the keyspace: revisions, compaction, alarms and the quota
     space: Keyspace,
     repair: RepairCounts,
+    publish: publish::PublishCounts,
+    /// Learners stopped outside a removal, an in-place step or a teardown (`publish.rs`).
+    publish_stopped: BTreeSet<String>,
     /// Since when (step) a NOSPACE alarm has been active with no other fault: writes
     /// must be accepted again within `repair::NOSPACE_REPAIR_STEPS`.
     nospace_whole_since_step: Option<u64>,
@@ -426,6 +434,8 @@ impl World {
             lease: LeaseCounts::default(),
             space: Keyspace::default(),
             repair: RepairCounts::default(),
+            publish: Default::default(),
+            publish_stopped: BTreeSet::new(),
             nospace_whole_since_step: None,
             last_refusal: None,
             last_wait: None,
@@ -746,6 +756,7 @@ impl World {
             lease: self.lease,
             pacing: self.pacing_counts,
             repair: self.repair,
+            publish: self.publish,
             in_place: self.in_place,
             backups: self.backups,
             rebuilds: self.rebuilds,

@@ -3,7 +3,7 @@
 use clap::Parser;
 use quorum_sim::{
     replay_command, run, BackupCounts, CaCounts, Config, InPlaceCounts, LeaseCounts, PacingCounts,
-    RebuildCounts, RepairCounts, Scenario,
+    PublishCounts, RebuildCounts, RepairCounts, Scenario,
 };
 use std::time::Instant;
 
@@ -136,7 +136,7 @@ fn main() -> std::process::ExitCode {
                 if v.deposed { "yes" } else { "no" },
                 if v.sharded { ", sharded (the shard moves between replicas)" } else { "" },
                 if v.hosts { ", members on hosts (a host lost for a while)" } else { "" },
-                if v.recreate { ", deleted and brought back from a snapshot" } else { "" },
+                if v.recreate { ", deleted and brought back from a snapshot (a learner's publish lost)" } else { "" },
                 if v.requests { ", a member replaced and one restarted on request" } else { "" },
                 if v.faults_anywhere { ", faults anywhere" } else { "" },
                 r.states,
@@ -191,6 +191,7 @@ fn main() -> std::process::ExitCode {
         );
         println!("pacing: {}", o.pacing);
         println!("repair: {}", o.repair);
+        println!("publish: {}", o.publish);
         println!("in place: {}", o.in_place);
         println!("CA rotations: {}", o.ca);
         if o.hosts {
@@ -227,6 +228,7 @@ fn main() -> std::process::ExitCode {
                         RebuildCounts::default(),
                         CaCounts::default(),
                         (0u64, 0u64),
+                        PublishCounts::default(),
                     );
                     let mut seed = from + k;
                     while seed < from + n {
@@ -241,6 +243,7 @@ fn main() -> std::process::ExitCode {
                         out.8.add(&o.backups);
                         out.9.add(&o.rebuilds);
                         out.10.add(&o.ca);
+                        out.12.add(&o.publish);
                         out.11 .0 += u64::from(o.hosts);
                         out.11 .1 += o.hosts_lost;
                         if o.violation.is_some() {
@@ -268,6 +271,7 @@ fn main() -> std::process::ExitCode {
     let mut backups = BackupCounts::default();
     let mut rebuilds = RebuildCounts::default();
     let mut ca = CaCounts::default();
+    let mut publish = PublishCounts::default();
     for r in &results {
         lease.add(&r.4);
         pacing.add(&r.5);
@@ -276,6 +280,7 @@ fn main() -> std::process::ExitCode {
         backups.add(&r.8);
         rebuilds.add(&r.9);
         ca.add(&r.10);
+        publish.add(&r.12);
     }
     let results_hosts = results
         .iter()
@@ -299,6 +304,7 @@ fn main() -> std::process::ExitCode {
     );
     println!("pacing: {pacing}");
     println!("repair: {repair}");
+    println!("publish: {publish}");
     println!("in place: {in_place}");
     println!("backups: {backups}");
     println!("rebuilds: {rebuilds}");

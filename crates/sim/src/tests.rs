@@ -989,4 +989,5 @@ fn sharded_seeds_with_every_fault_hold_every_invariant() {
 }
 
 mod hosts;
+mod publish;
 mod requests;

@@ -25,7 +25,7 @@ fn publish_table() {
         (
             "published, silent 3s after its first start: stop it",
             joining(silent().started_ago(&[3])),
-            "stop-machine:cp-4",
+            "stop-machine:cp-4 start-machine:cp-4",
         ),
         (
             "published, silent 1s after its first start: wait",
@@ -43,7 +43,12 @@ fn publish_table() {
             "wait: learner cp-4 to answer",
         ),
         (
-            "stopped for it: started again at once, as a member joining",
+            "silent long enough to remediate: started again first, not replaced",
+            joining(silent().started_ago(&[3])).unhealthy_for(4, 60),
+            "stop-machine:cp-4 start-machine:cp-4",
+        ),
+        (
+            "a crash after the stop: started again at once, as a member joining",
             joining(m(4, OLD).learner().stopped().started_ago(&[3])),
             "start-machine:cp-4",
         ),
@@ -66,7 +71,7 @@ fn publish_table() {
 #[test]
 fn the_stop_says_why() {
     let s = joining(m(4, OLD).learner().unreachable().started_ago(&[3]));
-    let d = check("lost publish", &s, "stop-machine:cp-4");
+    let d = check("lost publish", &s, "stop-machine:cp-4 start-machine:cp-4");
     let why = d.because.expect("a reason");
     assert!(why.contains("publish") && why.contains("3s"), "{why}");
     // Any other step gives no reason.

@@ -136,6 +136,8 @@ pub fn check(variant: Variant) -> Report {
                     .is_some_and(|r| r.phase == CaPhase::Drop)
             })
             .count(),
+        lost_publish_states: states.iter().filter(|s| s.publish.is_some()).count(),
+        publish_stopped_states: states.iter().filter(|s| s.publish_stopped()).count(),
         violations,
     }
 }

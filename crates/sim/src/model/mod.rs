@@ -384,6 +384,9 @@ pub struct State {
     /// The machine whose host is lost now (hosts variant); it may happen once.
     host_down: Option<String>,
     host_used: bool,
+    /// A learner whose own publish was lost (`publish.rs`); it may happen once.
+    publish: Option<publish::LostPublish>,
+    publish_used: bool,
 }
 
 /// What the exploration found.
@@ -405,6 +408,10 @@ pub struct Report {
     pub bad_binary_states: usize,
     /// States with a CA rotation in its last phase (the rotation variant).
     pub ca_last_phase_states: usize,
+    /// States with a learner's publish lost, and with it stopped by the core's rule
+    /// (the recreate variant, `publish.rs`).
+    pub lost_publish_states: usize,
+    pub publish_stopped_states: usize,
     /// Empty when every property holds.
     pub violations: Vec<String>,
 }
@@ -540,6 +547,8 @@ fn initial_rollout(variant: Variant) -> State {
         bad_used: false,
         host_down: None,
         host_used: false,
+        publish: None,
+        publish_used: false,
     }
 }
 
@@ -583,22 +592,29 @@ impl State {
             let silent = self.host_down.as_deref() == Some(mach.name.as_str());
             let member = self.members.iter().find(|m| m.serial == mach.serial);
             let status = match member {
-                Some(m) if running && s_partitioned_not(self, m.id) => Some(EndpointStatus {
-                    member_id: m.id,
-                    leader_id: self.leader.unwrap_or(0),
-                    raft_term: 1,
-                    raft_index: if m.caught_up { 100 } else { 0 },
-                    raft_applied_index: if m.caught_up { 100 } else { 0 },
-                    version: p.map(|p| p.binary),
-                    is_learner: m.is_learner,
-                    alarms: vec![],
-                    cluster_id: CLUSTER_ID,
-                    revision: 0,
-                    db_size_bytes: 0,
-                    db_size_in_use_bytes: 0,
-                }),
+                Some(m)
+                    if running
+                        && s_partitioned_not(self, m.id)
+                        && !self.publish_silent(&mach.name) =>
+                {
+                    Some(EndpointStatus {
+                        member_id: m.id,
+                        leader_id: self.leader.unwrap_or(0),
+                        raft_term: 1,
+                        raft_index: if m.caught_up { 100 } else { 0 },
+                        raft_applied_index: if m.caught_up { 100 } else { 0 },
+                        version: p.map(|p| p.binary),
+                        is_learner: m.is_learner,
+                        alarms: vec![],
+                        cluster_id: CLUSTER_ID,
+                        revision: 0,
+                        db_size_bytes: 0,
+                        db_size_in_use_bytes: 0,
+                    })
+                }
                 _ => None,
             };
+            let (starts_unix_s, planned_starts_unix_s) = self.starts_of(&mach.name);
             // A linearizable read through a voter that answers, as the simulator tries
             // it: the in-place preflight needs every voter's (a requested restart is an
             // in-place step). (The other variants leave it untried, as before.)
@@ -610,7 +626,7 @@ impl State {
             obs.machines.insert(
                 mach.name.clone(),
                 MachineObservation {
-                    planned_starts_unix_s: Vec::new(),
+                    planned_starts_unix_s,
                     process: if running || silent {
                         ProcessState::Running
                     } else {
@@ -628,7 +644,7 @@ impl State {
                             member_id: m.id,
                         }),
                     quorum_read,
-                    starts_unix_s: vec![],
+                    starts_unix_s,
                     running_version: p.filter(|p| p.running && !silent).map(|p| p.binary),
                 },
             );
@@ -903,6 +919,7 @@ fn s_partitioned_not(s: &State, id: u64) -> bool {
 mod explore;
 mod inplace;
 mod perform;
+mod publish;
 mod rebuild;
 #[cfg(test)]
 mod tests;

@@ -129,6 +129,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             }
             // etcd started for a machine that is not a member exits at once.
             if is_member && runs {
+                s.note_start(machine);
                 if let Some(p) = s.proc_mut(machine) {
                     p.running = true;
                     p.has_data = true;
@@ -211,6 +212,9 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             }
         }
         Action::StopMachine { machine } => {
+            if !fenced {
+                s.check_learner_stop(machine)?;
+            }
             let in_place = s.before_stop(machine)?;
             if let Some(p) = s.proc_mut(machine) {
                 p.running = false;
@@ -409,7 +413,11 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     // with one running, the same window as above. Its one failure comes once it has
     // three voters again.
     let growing = s.variant.recreate && s.voters().count() < 3;
-    let fault_free = !growing && !s.died && !s.partition_used && !s.disk_lost && !s.host_used;
+    // A lost publish is the run's one failure too: the model's abstract time lets the
+    // learner's silence last `unhealthyAfter`, which it never does (the rule acts at 2s,
+    // unhealthyAfter is 5s or more), so its replacement may spend the slot's retries.
+    let fault_free =
+        !growing && !s.died && !s.partition_used && !s.disk_lost && !s.host_used && !s.publish_used;
     let leaving = s.machines.iter().any(|m| m.deleting);
     let disk_may_go = s.variant.faults_anywhere || !leaving;
     if fault_free && s.variant.hosts {
@@ -479,6 +487,7 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             }
         }
     }
+    s.publish_steps(&mut out);
     if s.partitioned.is_some() {
         let mut n = s.clone();
         n.partitioned = None;

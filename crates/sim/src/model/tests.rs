@@ -333,11 +333,13 @@ fn a_control_plane_brought_back_from_a_snapshot_always_grows_back_safely() {
     assert_eq!(v.len(), 1, "{v:?}");
     let r = check(v[0]);
     println!(
-        "recreate: {} states, {} transitions, depth {}, {} goal states",
-        r.states, r.transitions, r.max_depth, r.goal_states
+        "recreate: {} states, {} transitions, depth {}, {} goal states, {} with a publish lost, {} with it stopped by the rule",
+        r.states, r.transitions, r.max_depth, r.goal_states, r.lost_publish_states, r.publish_stopped_states
     );
     assert!(r.violations.is_empty(), "{:?}", r.violations);
     assert!(r.goal_states > 0 && r.states > 100, "{} states", r.states);
+    // A learner's lost publish was explored, and so was the rule's answer to it.
+    assert!(r.publish_stopped_states > 0, "{r:?}");
 }
 
 /// `quorum member replace` and `quorum member restart` recorded on two of three
