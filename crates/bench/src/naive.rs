@@ -85,10 +85,10 @@ pub async fn rollout(
             .map(Machine::client_url)
             .collect();
         let mut client = connect(&endpoints, tls).await?;
-        let lifetime_s = control_plane.spec.certificates.lifetime.as_secs() as i64;
+        let certificates = &control_plane.spec.certificates;
         let not_after = access
             .ca()
-            .map(|ca| (now_unix_s() + lifetime_s).min(ca.not_after_unix_s()));
+            .map(|ca| certificates.not_after_unix_s(now_unix_s(), ca.not_after_unix_s()));
         let new = ctx
             .store
             .allocate_machine(cp, false, to, not_after, None, &address_is_free)?;

@@ -17,7 +17,7 @@ use quorum_agent::StartSpec;
 use quorum_core::placement::{self, HostView, PlacementError};
 use quorum_core::{DataMarker, Machine, Placement, ProcessState, Version};
 use quorum_provider::{DataDirState, MachineState};
-use quorum_store::hosts::{claim_since_ms, port_claim_key, HostRecord};
+use quorum_store::hosts::{claim_is_fresh, port_claim_key, HostRecord};
 use quorum_store::{Placed, Store};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -34,10 +34,6 @@ pub const FIRST_CLIENT_PORT: u16 = 2379;
 pub const MAX_MEMBERS_PER_HOST: u16 = 1_000;
 /// How long one host's report may take within an observation.
 pub const REPORT_TIMEOUT_MS: u64 = 3_000;
-/// A port claim with no machine recorded at its port is taken for another replica's
-/// allocation under way for this long; older, it is stale (an allocation that crashed,
-/// or a machine deleted since) and may be taken over.
-pub const PORT_CLAIM_STALE_MS: i64 = 60_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HostsError {
@@ -519,8 +515,7 @@ pub fn claim_port(
         if held == mine {
             return Ok(port);
         }
-        let since_ms = claim_since_ms(&held).unwrap_or(i64::MIN);
-        if now_ms.saturating_sub(since_ms) < PORT_CLAIM_STALE_MS {
+        if claim_is_fresh(&held, now_ms) {
             continue;
         }
         // Old: taken over only if no machine was recorded at it meanwhile.
@@ -668,7 +663,7 @@ mod tests {
         assert_eq!(third, 2383);
         // Long after: the second never recorded a machine (it crashed): its port is
         // taken over; the recorded one never is. Another host has ports of its own.
-        let later = t0 + PORT_CLAIM_STALE_MS + 10;
+        let later = t0 + quorum_store::hosts::PORT_CLAIM_STALE_MS + 10;
         let fourth = claim_port(&store, "h1", &machines(&store), later, "d 4").unwrap();
         assert_eq!(fourth, 2381);
         assert_eq!(

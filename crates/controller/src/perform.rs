@@ -89,12 +89,11 @@ impl Reconciler {
             } => {
                 // Refuse to record a machine that could never start.
                 etcd_binary(self.sh.provider.etcd_dir(), *version)?;
-                // Every certificate this machine will ever get ends at the same moment,
-                // fixed now: the core compares it with the renewal window. Never past
-                // the CA's own end (a CA rotation is out of scope).
+                let now = now_unix_s();
                 let not_after = access.ca().map(|ca| {
-                    let lifetime_s = cp.spec.certificates.lifetime.as_secs() as i64;
-                    (now_unix_s() + lifetime_s).min(ca.not_after_unix_s())
+                    cp.spec
+                        .certificates
+                        .not_after_unix_s(now, ca.not_after_unix_s())
                 });
                 let m = if cp.spec.provider.is_local() {
                     // Never an address a member still names (`reach::named_by`).
@@ -326,44 +325,18 @@ impl Reconciler {
                 ca_step,
             } => {
                 etcd_binary(self.sh.provider.etcd_dir(), *version)?;
-                // A restart on the new binary gets certificates that end a whole
-                // lifetime from now (how an in-place renewal renews them).
-                let not_after = match (phase, access.ca()) {
-                    (InPlacePhase::Restarting, Some(ca)) => {
-                        let lifetime_s = cp.spec.certificates.lifetime.as_secs() as i64;
-                        Some((now_unix_s() + lifetime_s).min(ca.not_after_unix_s()))
-                    }
-                    _ => None,
-                };
                 let (phase, version, now, ca_step) = (*phase, *version, now_unix_s(), *ca_step);
-                let failure = failure.clone();
+                let renewed = access.ca().map(|ca| {
+                    cp.spec
+                        .certificates
+                        .not_after_unix_s(now, ca.not_after_unix_s())
+                });
+                let failure = failure.as_deref();
                 self.sh.store().update_machine(
                     &cp.name,
                     machine,
                     "record an in-place phase",
-                    &|m| {
-                        let Some(ip) = m.in_place.as_mut() else {
-                            return false;
-                        };
-                        if ip.phase == phase {
-                            return false;
-                        }
-                        ip.phase = phase;
-                        ip.since_unix_s = now;
-                        if failure.is_some() {
-                            ip.failure = failure.clone();
-                        }
-                        m.version = version;
-                        if let (Some(step), true) = (ca_step, m.tls) {
-                            m.ca_step = Some(step);
-                        }
-                        if m.certificates_not_after_unix_s.is_some() {
-                            if let Some(t) = not_after {
-                                m.certificates_not_after_unix_s = Some(t);
-                            }
-                        }
-                        true
-                    },
+                    &|m| m.set_in_place_phase(phase, version, failure, ca_step, renewed, now),
                 )?;
                 Ok(None)
             }

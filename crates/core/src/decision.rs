@@ -182,6 +182,24 @@ pub struct Decision {
     pub machines: Vec<MachineHealth>,
 }
 
+/// How a control plane serves (`Decision::health`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Healthy,
+    Degraded,
+    Unavailable,
+}
+
+impl Health {
+    pub fn name(self) -> &'static str {
+        match self {
+            Health::Healthy => "healthy",
+            Health::Degraded => "degraded",
+            Health::Unavailable => "unavailable",
+        }
+    }
+}
+
 /// A control plane's state as a fleet counts it (`Decision::fleet_state`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FleetState {
@@ -234,6 +252,21 @@ impl Decision {
             .is_some_and(|c| c.status)
     }
 
+    /// How the control plane serves, in a word (`quorum list`'s HEALTH): unavailable
+    /// without a healthy quorum of voters; degraded while some member has a problem
+    /// (the `Degraded` condition); healthy otherwise. A learner still joining is no
+    /// problem yet, so a rollout reads healthy while its voters are.
+    pub fn health(&self) -> Health {
+        let on = |k| self.condition(k).is_some_and(|c| c.status);
+        if !on(ConditionKind::Available) {
+            Health::Unavailable
+        } else if on(ConditionKind::Degraded) {
+            Health::Degraded
+        } else {
+            Health::Healthy
+        }
+    }
+
     /// Where the control plane stands, in the four words a fleet is counted by
     /// (`quorum_control_planes{state}`). A refusal outranks a problem, and a problem
     /// outranks work in progress: what needs a person comes first.
@@ -241,7 +274,7 @@ impl Decision {
         let on = |k| self.condition(k).is_some_and(|c| c.status);
         if self.is_blocked() || on(ConditionKind::QuorumLost) {
             FleetState::Blocked
-        } else if on(ConditionKind::Degraded) || !on(ConditionKind::Available) {
+        } else if self.health() != Health::Healthy {
             FleetState::Degraded
         } else if self.converged {
             FleetState::Converged

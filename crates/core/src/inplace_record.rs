@@ -1,5 +1,5 @@
-//! An in-place step's record: its types, and the two writes of it every driver
-//! performs (the controller, the simulator, the model check) so that none has a copy.
+//! An in-place step's record: its types, and the writes of it every driver performs
+//! (the controller, the simulator, the model check) so that none has a copy.
 //!
 //! Invariant: the record is written before each side effect of the step, and a
 //! person's restart request (`Machine::requested`) is handed to the step, or answered
@@ -7,7 +7,7 @@
 //! and never neither.
 
 use crate::action::{DeleteReason, InPlaceOutcome};
-use crate::model::{Machine, MachineRequest};
+use crate::model::{CaStep, Machine, MachineRequest};
 use crate::version::Version;
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -90,6 +90,40 @@ impl Machine {
         true
     }
 
+    /// The record write of `Action::SetInPlacePhase`, the same for every driver: false
+    /// (nothing written, already done) without a step, or in `phase` already. The
+    /// record moves to the phase's binary (`version`); a CA rotation's step records the
+    /// CA files its start uses (TLS machines only); a restart gets certificates that end
+    /// at `renewed_not_after_unix_s` (`CertificatesSpec::not_after_unix_s`, from the CA
+    /// in force), where the machine has certificates: how an in-place renewal renews.
+    pub fn set_in_place_phase(
+        &mut self,
+        phase: InPlacePhase,
+        version: Version,
+        failure: Option<&str>,
+        ca_step: Option<CaStep>,
+        renewed_not_after_unix_s: Option<i64>,
+        now_unix_s: i64,
+    ) -> bool {
+        let Some(ip) = self.in_place.as_mut().filter(|ip| ip.phase != phase) else {
+            return false;
+        };
+        ip.phase = phase;
+        ip.since_unix_s = now_unix_s;
+        if let Some(f) = failure {
+            ip.failure = Some(f.to_string());
+        }
+        self.version = version;
+        if let (Some(step), true) = (ca_step, self.tls) {
+            self.ca_step = Some(step);
+        }
+        let renewed = renewed_not_after_unix_s.filter(|_| phase == InPlacePhase::Restarting);
+        if let (Some(t), Some(_)) = (renewed, self.certificates_not_after_unix_s) {
+            self.certificates_not_after_unix_s = Some(t);
+        }
+        true
+    }
+
     /// The record write of `Action::EndInPlace`, the same for every driver: false
     /// (nothing written, already done) without a step, or one already rolled back. A
     /// step that restarted the member (done, or rolled back: restarted twice) also
@@ -119,5 +153,81 @@ impl Machine {
             self.requested = None;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::CaPhase;
+
+    const OLD: Version = Version::new(3, 5, 0);
+    const NEW: Version = Version::new(3, 5, 1);
+
+    fn draining(tls: bool, not_after: Option<i64>) -> Machine {
+        let mut m = Machine {
+            requested: None,
+            name: "m-1".into(),
+            serial: 1,
+            address: std::net::Ipv4Addr::new(198, 18, 0, 1),
+            version: OLD,
+            bootstrap: true,
+            deleting: false,
+            tls,
+            certificates_not_after_unix_s: not_after,
+            remediation: None,
+            in_place: None,
+            ca_step: None,
+            placement: None,
+        };
+        assert!(m.begin_in_place(NEW, DeleteReason::Outdated, 100));
+        m
+    }
+
+    /// The simulator once recorded a restart without renewing the certificate dates the
+    /// controller renewed: one write now, for every driver.
+    #[test]
+    fn a_restart_renews_the_certificates_and_records_the_phase_binary() {
+        let mut m = draining(true, Some(1_000));
+        let step = CaStep {
+            generation: 1,
+            phase: CaPhase::Trust,
+        };
+        let restarting = InPlacePhase::Restarting;
+        assert!(m.set_in_place_phase(restarting, NEW, None, Some(step), Some(9_000), 200));
+        assert_eq!(m.certificates_not_after_unix_s, Some(9_000));
+        assert_eq!((m.version, m.ca_step), (NEW, Some(step)));
+        let ip = m.in_place.clone().expect("a step");
+        assert_eq!(
+            (ip.phase, ip.since_unix_s, ip.failure),
+            (restarting, 200, None)
+        );
+        // Already there: nothing written.
+        assert!(!m.set_in_place_phase(restarting, NEW, None, None, Some(9_999), 300));
+        assert_eq!(m.certificates_not_after_unix_s, Some(9_000));
+        // Rolling back keeps the dates, records why, and the previous binary.
+        let back = InPlacePhase::RollingBack;
+        assert!(m.set_in_place_phase(back, OLD, Some("not serving"), None, Some(9_999), 400));
+        assert_eq!(m.certificates_not_after_unix_s, Some(9_000));
+        assert_eq!(m.version, OLD);
+        assert_eq!(
+            m.in_place.and_then(|ip| ip.failure).as_deref(),
+            Some("not serving")
+        );
+    }
+
+    #[test]
+    fn a_plaintext_machine_gets_no_dates_or_ca_files() {
+        let mut m = draining(false, None);
+        let step = CaStep {
+            generation: 1,
+            phase: CaPhase::Trust,
+        };
+        let restarting = InPlacePhase::Restarting;
+        assert!(m.set_in_place_phase(restarting, NEW, None, Some(step), Some(9_000), 200));
+        assert_eq!((m.certificates_not_after_unix_s, m.ca_step), (None, None));
+        let mut none = draining(true, Some(1));
+        none.in_place = None;
+        assert!(!none.set_in_place_phase(restarting, NEW, None, None, Some(9), 200));
     }
 }

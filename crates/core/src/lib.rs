@@ -44,7 +44,7 @@ pub use decide::{
     decide, Action, ActionKind, ClusterState, Condition, ConditionKind, Decision, DeleteReason,
     InPlaceOutcome, InitialMember, MachineHealth, Operation, Role,
 };
-pub use decision::FleetState;
+pub use decision::{FleetState, Health};
 pub use model::*;
 pub use span::{parse_duration, Span, SpanError};
 pub use validate::{validate_name, validate_spec, validate_spec_change, SpecError};

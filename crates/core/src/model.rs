@@ -416,6 +416,19 @@ fn default_certificate_lifetime() -> Span {
     DEFAULT_CERTIFICATE_LIFETIME
 }
 
+impl CertificatesSpec {
+    /// When the certificates of a machine created, or restarted in place, at
+    /// `now_unix_s` end: a whole lifetime on, never past the end of the CA that signs
+    /// them (`ca_not_after_unix_s`). Fixed then for every certificate the machine gets
+    /// until its next restart: the core compares it with the renewal window.
+    pub fn not_after_unix_s(&self, now_unix_s: i64, ca_not_after_unix_s: i64) -> i64 {
+        let lifetime_s = i64::try_from(self.lifetime.as_secs()).unwrap_or(i64::MAX);
+        now_unix_s
+            .saturating_add(lifetime_s)
+            .min(ca_not_after_unix_s)
+    }
+}
+
 impl Default for CertificatesSpec {
     fn default() -> Self {
         CertificatesSpec {

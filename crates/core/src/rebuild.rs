@@ -24,6 +24,7 @@
 
 use crate::decide::*;
 use crate::model::*;
+use crate::survivor::{self, Survivor};
 
 impl View<'_> {
     /// No leader answered: membership cannot change. Restart members that were started
@@ -318,21 +319,27 @@ impl View<'_> {
             return None;
         }
         let name = &self.cp.name;
-        let survivor = voters
+        let survivors: Vec<Survivor<'_>> = voters
             .iter()
-            .filter_map(|s| {
-                s.status()
-                    .map(|st| (s, st.raft_applied_index.max(st.raft_index)))
-            })
-            .max_by_key(|(s, applied)| (*applied, std::cmp::Reverse(s.machine.serial)));
-        let from_member = match survivor {
-            Some((s, applied)) => format!(
-                "the most up-to-date survivor is {m} (applied index {applied}): `quorum recover {name} --from-member {m}` keeps every write it applied",
-                m = s.machine.name
-            ),
+            .map(|s| Survivor::of(&s.machine.name, s.machine.serial, s.status()))
+            .collect();
+        let newest = crate::backup::newest_verified(self.snapshots);
+        let from_member = match survivor::best(&survivors) {
+            Some(b) => {
+                let snapshot = newest.map(|snap| (snap.id.as_str(), snap.revision));
+                let worse = survivor::worse_than_another(b, &survivors, snapshot)
+                    .map(|why| format!(" (refused without --accept-data-loss: {why})"))
+                    .unwrap_or_default();
+                format!(
+                    "the most up-to-date survivor is {m} (revision {rev}, applied index {applied}): `quorum recover {name} --from-member {m}` keeps every write it applied{worse}",
+                    m = b.machine,
+                    rev = b.revision.unwrap_or_default(),
+                    applied = b.applied_index
+                )
+            }
             None => "no survivor answers: start one that has its data (its host or process), then recover from it".to_string(),
         };
-        let from_snapshot = match crate::backup::newest_verified(self.snapshots) {
+        let from_snapshot = match newest {
             Some(snap) => format!(
                 "the newest verified snapshot is {id} (revision {rev}, taken {ago}s ago): `quorum recover {name} --from-snapshot {id}` loses every write after revision {rev}",
                 id = snap.id,

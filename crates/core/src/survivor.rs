@@ -6,15 +6,50 @@
 //! one behind another survivor that answers, not one behind the newest snapshot that a
 //! test restore verified. What each holds is its revision: a member's as it answers
 //! (serializable: no quorum needed), a snapshot's as its facts say.
+//!
+//! `best` is the one answer to "which survivor keeps most": the `QuorumLost` condition
+//! names it and the recovery's plan measures a person's choice against it, so the
+//! command the condition offers is never the one the plan refuses.
+
+use crate::model::EndpointStatus;
+use std::cmp::Reverse;
 
 /// A survivor as the recovery's plan sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Survivor<'a> {
     pub machine: &'a str,
+    /// The machine's serial: among survivors that hold the same, the oldest is named.
+    pub serial: u64,
     /// Its revision, when it answers (`None`: it does not: it is started from its data,
     /// and what it holds is known only then).
     pub revision: Option<i64>,
+    /// The raft index it has applied (its log's last index where that is higher): among
+    /// equal revisions, the one further along.
+    pub applied_index: u64,
     pub is_learner: bool,
+}
+
+impl<'a> Survivor<'a> {
+    /// A machine as its own endpoint answered (`status`), or did not.
+    pub fn of(machine: &'a str, serial: u64, status: Option<&EndpointStatus>) -> Survivor<'a> {
+        Survivor {
+            machine,
+            serial,
+            revision: status.map(|st| st.revision),
+            applied_index: status.map_or(0, |st| st.raft_applied_index.max(st.raft_index)),
+            is_learner: status.is_some_and(|st| st.is_learner),
+        }
+    }
+}
+
+/// The survivor a recovery keeps most from: a voter that answers, with the highest
+/// revision, then the highest applied index, then the oldest. `None` when no voter
+/// answers.
+pub fn best<'s, 'a>(survivors: &'s [Survivor<'a>]) -> Option<&'s Survivor<'a>> {
+    survivors
+        .iter()
+        .filter(|s| !s.is_learner && s.revision.is_some())
+        .max_by_key(|s| (s.revision, s.applied_index, Reverse(s.serial)))
 }
 
 /// Why recovering from `chosen` would keep less than another way back, in the words
@@ -32,12 +67,13 @@ pub fn worse_than_another(
         ));
     }
     let mine = chosen.revision?;
-    let best = others
+    let others: Vec<Survivor<'_>> = others
         .iter()
-        .filter(|o| o.machine != name && !o.is_learner)
-        .filter_map(|o| o.revision.map(|r| (o.machine, r)))
-        .max_by_key(|(_, r)| *r);
-    if let Some((other, r)) = best.filter(|(_, r)| *r > mine) {
+        .filter(|o| o.machine != name)
+        .cloned()
+        .collect();
+    let better = best(&others).and_then(|b| Some((b.machine, b.revision?)));
+    if let Some((other, r)) = better.filter(|(_, r)| *r > mine) {
         return Some(format!(
             "{other} holds more (revision {r}, {name} {mine}): `--from-member {other}` keeps {} more revision(s)",
             r - mine
@@ -59,7 +95,9 @@ mod tests {
     fn s(machine: &str, revision: Option<i64>, is_learner: bool) -> Survivor<'_> {
         Survivor {
             machine,
+            serial: 0,
             revision,
+            applied_index: 0,
             is_learner,
         }
     }
@@ -73,6 +111,37 @@ mod tests {
         Option<(&'a str, i64)>,
         Option<&'a str>,
     );
+
+    #[test]
+    fn the_best_is_a_voter_with_the_most_then_the_furthest_then_the_oldest() {
+        let v = |m, serial, revision, applied_index| Survivor {
+            machine: m,
+            serial,
+            revision,
+            applied_index,
+            is_learner: false,
+        };
+        let learner = Survivor {
+            is_learner: true,
+            ..v("l", 9, Some(900), 900)
+        };
+        let all = [
+            v("a", 1, Some(100), 50),
+            v("b", 2, Some(120), 10),
+            learner.clone(),
+        ];
+        assert_eq!(best(&all).map(|s| s.machine), Some("b"));
+        let tie = [v("a", 1, Some(100), 50), v("b", 2, Some(100), 60)];
+        assert_eq!(best(&tie).map(|s| s.machine), Some("b"));
+        let same = [v("c", 3, Some(100), 60), v("b", 2, Some(100), 60)];
+        assert_eq!(best(&same).map(|s| s.machine), Some("b"));
+        assert_eq!(best(&[learner, v("q", 4, None, 0)]), None);
+        // Whichever it names, measured against the others, is never the worse choice.
+        for set in [&all[..], &tie[..], &same[..]] {
+            let b = best(set).expect("a best");
+            assert_eq!(worse_than_another(b, set, None), None, "{set:?}");
+        }
+    }
 
     #[test]
     fn the_worse_choice_is_named_with_the_better_one() {

@@ -686,6 +686,8 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
 mod backup;
 #[path = "decide_table/carotation.rs"]
 mod carotation;
+#[path = "decide_table/fleet.rs"]
+mod fleet;
 #[path = "decide_table/inplace.rs"]
 mod inplace;
 #[path = "decide_table/publish.rs"]

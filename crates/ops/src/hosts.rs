@@ -224,11 +224,9 @@ pub fn remove(store: &Store, name: &str, now_ms: i64) -> Result<Removed> {
         next
     };
     let claims = quorum_store::hosts::port_claims(store, name)?;
-    let placing = claims.iter().any(|(_, v)| {
-        quorum_store::hosts::claim_since_ms(v).is_some_and(|since_ms| {
-            now_ms.saturating_sub(since_ms) < quorum_controller::hosts::PORT_CLAIM_STALE_MS
-        })
-    });
+    let placing = claims
+        .iter()
+        .any(|(_, v)| quorum_store::hosts::claim_is_fresh(v, now_ms));
     let in_use = refuse_if_in_use(store, name);
     if placing || in_use.is_err() {
         if marked != text {

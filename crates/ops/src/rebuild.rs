@@ -225,22 +225,21 @@ fn worse_choice(
         .iter()
         .map(|x| {
             let st = obs.machines.get(&x.name).and_then(|s| s.status.as_ref());
-            Survivor {
-                machine: &x.name,
-                revision: st.map(|st| st.revision),
-                is_learner: st.is_some_and(|st| st.is_learner),
-            }
+            Survivor::of(&x.name, x.serial, st)
         })
         .collect();
     let Some(chosen) = survivors.iter().find(|s| s.machine == m) else {
         return Ok(None);
     };
-    let snapshots = ctx.store.snapshots(&cp.name)?;
-    let verified = snapshots
+    // The newest verified snapshot as the core picks it (by when it was taken), not
+    // the store's listing order.
+    let seen: Vec<_> = ctx
+        .store
+        .snapshots(&cp.name)?
         .iter()
-        .rev()
-        .find(|r| r.verified())
-        .map(|r| (r.id.as_str(), r.facts.revision));
+        .map(|r| r.seen())
+        .collect();
+    let verified = quorum_core::backup::newest_verified(&seen).map(|s| (s.id.as_str(), s.revision));
     Ok(worse_than_another(chosen, &survivors, verified))
 }
 

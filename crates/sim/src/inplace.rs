@@ -242,21 +242,14 @@ impl World {
                 failure,
                 ca_step,
             } => {
+                let renewed = self.renewed_not_after(now);
                 let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
                     return Answer::Done;
                 };
-                let Some(ip) = m.in_place.as_mut().filter(|ip| ip.phase != *phase) else {
+                let failure = failure.as_deref();
+                if !m.set_in_place_phase(*phase, *version, failure, *ca_step, renewed, now) {
                     return Answer::Done;
-                };
-                if let (Some(step), true) = (ca_step, m.tls) {
-                    m.ca_step = Some(*step);
                 }
-                ip.phase = *phase;
-                ip.since_unix_s = now;
-                if failure.is_some() {
-                    ip.failure.clone_from(failure);
-                }
-                m.version = *version;
                 let now_ms = self.now_ms;
                 if let Some(p) = self.procs.get_mut(machine) {
                     p.phase_at_ms = Some(now_ms);

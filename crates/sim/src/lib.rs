@@ -139,6 +139,8 @@ use std::net::Ipv4Addr;
 
 /// Simulated time per controller iteration (observe, decide, act).
 pub const STEP_MS: u64 = 100;
+/// The end of the simulated CA (ten years after the epoch): past every certificate.
+pub const SIM_CA_NOT_AFTER_UNIX_S: i64 = EPOCH_UNIX_S + 10 * 365 * 86_400;
 /// etcd's strict reconfiguration health interval.
 const HEALTH_INTERVAL_MS: u64 = 5_000;
 /// A removed member's process exits this long after the removal.
@@ -601,13 +603,23 @@ impl World {
             deleting: false,
             // TLS where the run rotates its CA (the rotation restarts TLS members only).
             tls: self.cfg.ca_rotation,
-            certificates_not_after_unix_s: None,
+            certificates_not_after_unix_s: self.renewed_not_after(self.now_unix_s()),
             remediation,
             in_place: None,
         };
         self.machines.push(m.clone());
         self.procs.insert(m.name.clone(), Proc::default());
         Ok(m)
+    }
+
+    /// When the certificates of a TLS machine created or restarted in place now end, as
+    /// the controller computes it (`CertificatesSpec::not_after_unix_s`); `None` for a
+    /// plaintext run.
+    pub(crate) fn renewed_not_after(&self, now_unix_s: i64) -> Option<i64> {
+        let certificates = &self.cp.spec.certificates;
+        self.cfg
+            .ca_rotation
+            .then(|| certificates.not_after_unix_s(now_unix_s, SIM_CA_NOT_AFTER_UNIX_S))
     }
 
     /// An address no machine ever had (members on hosts).

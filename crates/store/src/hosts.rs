@@ -101,9 +101,23 @@ pub fn port_claims(store: &Store, host: &str) -> Result<Vec<(String, String)>, H
     Ok(store.settings_under(&format!("{PORT_CLAIM_PREFIX}{host}/"))?)
 }
 
+/// A port claim with no machine recorded at its port is taken for another replica's
+/// allocation under way for this long; older, it is stale (an allocation that crashed,
+/// or a machine deleted since) and may be taken over.
+pub const PORT_CLAIM_STALE_MS: i64 = 60_000;
+
 /// When a port claim was made (its value's last word), if it says.
 pub fn claim_since_ms(value: &str) -> Option<i64> {
     value.rsplit(' ').next().and_then(|t| t.parse::<i64>().ok())
+}
+
+/// Whether a port claim (its value) is an allocation still under way at `now_ms`:
+/// younger than `PORT_CLAIM_STALE_MS`. One that does not say when it was made is
+/// stale. The allocation that takes a port over and `quorum host remove`, which waits
+/// for allocations under way, judge by this one rule.
+pub fn claim_is_fresh(value: &str, now_ms: i64) -> bool {
+    claim_since_ms(value)
+        .is_some_and(|since_ms| now_ms.saturating_sub(since_ms) < PORT_CLAIM_STALE_MS)
 }
 
 /// Every host, by name.
@@ -132,4 +146,25 @@ fn parse(store: &Store, key: &str, text: &str) -> Result<HostRecord, DamagedHost
         location: store.location(),
         detail: e.to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_claim_is_fresh_for_a_minute_and_one_that_does_not_say_when_is_stale() {
+        let t = 1_800_000_000_000;
+        assert!(claim_is_fresh(&format!("prod 1f {t}"), t));
+        assert!(claim_is_fresh(
+            &format!("prod 1f {t}"),
+            t + PORT_CLAIM_STALE_MS - 1
+        ));
+        assert!(!claim_is_fresh(
+            &format!("prod 1f {t}"),
+            t + PORT_CLAIM_STALE_MS
+        ));
+        assert!(!claim_is_fresh("prod 1f", t));
+        assert!(!claim_is_fresh("", t));
+    }
 }

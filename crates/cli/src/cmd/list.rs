@@ -5,7 +5,7 @@ use crate::args::{ListArgs, ListOutput};
 use crate::cmd::emit;
 use anyhow::Result;
 use quorum_controller::now_ms;
-use quorum_core::{ConditionKind, Decision};
+use quorum_core::Decision;
 use quorum_ops::{status, Ctx, Place};
 use quorum_store::{StoreError, StoreLocation};
 use serde::Serialize;
@@ -118,17 +118,10 @@ fn row(s: status::Status, created_at_ms: Option<i64>, now_ms: i64) -> Row {
     }
 }
 
-/// The core's verdict in a word: every member healthy, a quorum of voters healthy
-/// (it serves clients), or neither.
+/// The core's verdict in a word (`Decision::health`), the one the fleet's state
+/// counts by.
 fn health(d: &Decision) -> &'static str {
-    let holds = |k| d.condition(k).is_some_and(|c| c.status);
-    if holds(ConditionKind::Healthy) {
-        "healthy"
-    } else if holds(ConditionKind::Available) {
-        "degraded"
-    } else {
-        "unavailable"
-    }
+    d.health().name()
 }
 
 fn table(rows: &[Row], wide: bool) -> String {

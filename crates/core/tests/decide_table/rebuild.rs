@@ -292,3 +292,42 @@ fn decide_sit(s: &Sit) -> Decision {
     let (cp, machines, observed) = s.build();
     decide(&cp, &machines, &observed)
 }
+
+/// The survivor `QuorumLost` names is the one `recover --from-member` accepts: one core
+/// rule (`survivor::best`) for both. A learner that applied more is never named (the
+/// condition used to name the survivor that applied most, learners included, which the
+/// recovery's plan then refused).
+#[test]
+fn quorum_lost_names_the_survivor_the_recovery_accepts() {
+    let after_s = RemediationSpec::default().unhealthy_after.as_secs() as i64;
+    let lost = sit(
+        3,
+        OLD,
+        vec![
+            m(1, OLD).applied(900),
+            m(2, OLD).lost_data(),
+            m(3, OLD).lost_data(),
+            m(4, OLD).learner().applied(5000),
+        ],
+    )
+    .electing()
+    .unhealthy_for(1, after_s + 5);
+    let (_, machines, observed) = lost.build();
+    let msg = quorum_lost(&decide_sit(&lost)).expect("QuorumLost");
+    assert!(msg.contains("--from-member cp-1"), "{msg}");
+    assert!(!msg.contains("--from-member cp-4"), "{msg}");
+    let survivors: Vec<survivor::Survivor<'_>> = machines
+        .iter()
+        .map(|x| {
+            let st = observed
+                .machines
+                .get(&x.name)
+                .and_then(|o| o.status.as_ref());
+            survivor::Survivor::of(&x.name, x.serial, st)
+        })
+        .collect();
+    let named = survivors.iter().find(|s| s.machine == "cp-1").unwrap();
+    assert_eq!(survivor::worse_than_another(named, &survivors, None), None);
+    let learner = survivors.iter().find(|s| s.machine == "cp-4").unwrap();
+    assert!(survivor::worse_than_another(learner, &survivors, None).is_some());
+}

@@ -157,20 +157,11 @@ impl State {
                 let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
                     return;
                 };
-                if let (Some(step), true) = (ca_step, m.tls) {
-                    m.ca_step = Some(*step);
-                }
-                let Some(ip) = m.in_place.as_mut().filter(|ip| ip.phase != *phase) else {
-                    return;
-                };
-                ip.phase = *phase;
-                ip.since_unix_s = NOW_UNIX_S;
-                if failure.is_some() {
-                    // Its words are the controller's, not the state's: one failure is
-                    // as good as another to the model.
-                    ip.failure = Some(String::new());
-                }
-                m.version = *version;
+                // Its words are the controller's, not the state's: one failure is as
+                // good as another to the model (fewer states).
+                let failure = failure.as_ref().map(|_| "");
+                // The model's machines have no certificate dates: nothing to renew.
+                m.set_in_place_phase(*phase, *version, failure, *ca_step, None, NOW_UNIX_S);
             }
             Action::EndInPlace { machine, outcome } => {
                 let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
