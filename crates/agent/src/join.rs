@@ -331,8 +331,4 @@ pub async fn serve(
         .map_err(|e| crate::runtime::RuntimeError::Serve(crate::client::chain(&e)))
 }
 
-pub(crate) fn now_unix_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
+pub(crate) use quorum_clock::now_unix_s;

@@ -9,7 +9,7 @@
 //! Everything started is stopped by PID at the end, whatever ends the run.
 
 use anyhow::{anyhow, bail, Context, Result};
-use quorum_controller::now_ms;
+use quorum_clock::now_ms;
 use quorum_provider::management::ManagementEtcd;
 use quorum_provider::{default_etcd_dir, installed_versions};
 use quorum_store::{Store, StoreLocation};

@@ -11,7 +11,7 @@
 //! ends the run; the control planes are deleted through the controllers first.
 
 use anyhow::{anyhow, bail, Context, Result};
-use quorum_controller::now_ms;
+use quorum_clock::now_ms;
 use quorum_core::{ControlPlaneSpec, Version};
 use quorum_ops::{ChangeOptions, Ctx, Place};
 use quorum_provider::management::ManagementEtcd;

@@ -48,7 +48,7 @@ impl Hosts {
         hosts::serve_join(&place, join, stop).await?;
         let store = place.connect()?;
         let exe = std::env::current_exe().context("this quorum binary")?;
-        let now = quorum_controller::access::now_unix_s();
+        let now = quorum_clock::now_unix_s();
         for i in 1..=n {
             let name = format!("h{i}");
             let address = fleet.net.hosts[i - 1].ip.into();

@@ -10,9 +10,10 @@
 use crate::rollout::{Step, StepKind};
 use anyhow::{bail, Context, Result};
 use etcd_client::Client;
-use quorum_controller::access::now_unix_s;
+use quorum_clock::now_ms;
+use quorum_clock::now_unix_s;
+use quorum_controller::address_is_free;
 use quorum_controller::balancer::LbTls;
-use quorum_controller::{address_is_free, now_ms};
 use quorum_core::{
     ActionKind, ClusterState, EtcdCall, GrpcCode, InitialMember, Machine, Refusal, Verdict, Version,
 };

@@ -22,7 +22,8 @@ use crate::preload::{self, Preload};
 use crate::report::{self, GoalCheck};
 use crate::serving::{self, Answering, NewMember};
 use anyhow::{bail, Context, Result};
-use quorum_controller::{endpoints_path, now_ms};
+use quorum_clock::now_ms;
+use quorum_controller::endpoints_path;
 use quorum_core::{
     ActionKind, ClientErrorKind, ControlPlaneSpec, HaproxySpec, RolloutStrategy,
     DEFAULT_HAPROXY_BACKEND,

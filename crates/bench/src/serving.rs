@@ -2,7 +2,7 @@
 //! the naive script's voter) or a member restarted in place on the new binary.
 
 use crate::rollout::{Step, StepKind};
-use quorum_controller::now_ms;
+use quorum_clock::now_ms;
 use quorum_core::ActionKind;
 use quorum_etcd::ClientTls;
 use serde::Serialize;

@@ -148,7 +148,7 @@ async fn measure_on(
         etcd_version: version,
         spec_version: version,
         rollout_to: None,
-        now_unix_s: quorum_controller::access::now_unix_s(),
+        now_unix_s: quorum_clock::now_unix_s(),
     };
     let rec = quorum_backup::take(&etcd, &store, &tool, &req).await?;
     let file = store.path(&rec.id);

@@ -16,7 +16,7 @@ fn mode(p: &Path) -> u32 {
 }
 
 fn now_unix_s() -> i64 {
-    quorum_controller::access::now_unix_s()
+    quorum_clock::now_unix_s()
 }
 
 fn tls_options(ca_pem: &str, cert_pem: Option<(&str, &str)>) -> ConnectOptions {

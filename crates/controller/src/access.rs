@@ -8,19 +8,13 @@ use quorum_etcd::{ClientTls, Etcd, Timeouts};
 use quorum_pki::{Ca, MachineCerts};
 use quorum_store::{Store, StoreError};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Lifetime of the client certificates quorum issues to itself. A long-running
 /// controller replaces its certificate when less than `SELF_RENEW_S` is left.
 pub const SELF_CERT_LIFETIME_S: i64 = 7 * 86_400;
 const SELF_RENEW_S: i64 = 86_400;
 
-pub fn now_unix_s() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use quorum_clock::now_unix_s;
 
 /// An adapter for one control plane, and its CAs (for issuing machine certificates).
 pub struct Access {

@@ -538,12 +538,6 @@ fn claim_value(claimant: &str, now_ms: i64) -> String {
     format!("{claimant} {now_ms}")
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
 /// A member's report as the local provider's `MachineState`. `answered`: the host
 /// answered now (else the report is the last one seen, and the member is taken to run).
 fn state_of(r: Option<&quorum_agent::proto::MemberReport>, answered: bool) -> MachineState {
@@ -597,11 +591,7 @@ fn state_of(r: Option<&quorum_agent::proto::MemberReport>, answered: bool) -> Ma
     }
 }
 
-fn now_unix_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
+use quorum_clock::{now_ms, now_unix_s};
 
 #[cfg(test)]
 mod tests {

@@ -51,7 +51,7 @@ use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// Poll interval while a step waits for a condition (a learner catching up, a refusal
 /// clearing): a condition that becomes true is acted on within this plus one observation.
@@ -115,12 +115,7 @@ impl ActionError {
     }
 }
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+pub(crate) use quorum_clock::now_ms;
 
 /// Settings of a controller.
 #[derive(Clone, Debug)]

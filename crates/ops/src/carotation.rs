@@ -3,7 +3,6 @@
 
 use crate::ctx::Ctx;
 use anyhow::{bail, Result};
-use quorum_controller::access;
 use quorum_core::{CaPhase, CaRotation, ControlPlane};
 
 /// What `begin` did.
@@ -23,7 +22,7 @@ pub fn begin(ctx: &mut Ctx, name: &str) -> Result<Begun> {
         return Ok(Begun::Already(r.clone()));
     }
     refuse_unless_rotatable(ctx, &cp)?;
-    let now = access::now_unix_s();
+    let now = quorum_clock::now_unix_s();
     let to = cp.ca_generation + 1;
     let new =
         quorum_pki::Ca::generate_generation(name, to, now, quorum_pki::DEFAULT_CA_LIFETIME_S)?;

@@ -2,8 +2,8 @@
 
 use crate::{status, wait};
 use anyhow::Result;
+use quorum_clock::now_ms;
 use quorum_controller::access::{self, Access};
-use quorum_controller::now_ms;
 use quorum_core::{ControlPlane, Version, VersionRequest};
 use quorum_etcd::{ClientTls, Timeouts};
 use quorum_provider::{default_etcd_dir, installed_versions, LocalProvider};
@@ -131,7 +131,7 @@ impl Ctx {
     pub fn access(&self, cp: &ControlPlane) -> Result<Arc<Access>> {
         let mut cache = self.access.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = cache.get(&cp.name) {
-            if a.fresh(cp, access::now_unix_s()) {
+            if a.fresh(cp, quorum_clock::now_unix_s()) {
                 return Ok(a.clone());
             }
         }

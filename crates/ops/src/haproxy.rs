@@ -3,7 +3,7 @@
 //! confirmation `create` and `apply` print).
 
 use anyhow::{Context, Result};
-use quorum_controller::{access, balancer};
+use quorum_controller::balancer;
 use quorum_core::{Condition, ConditionKind, HaproxySpec};
 use quorum_haproxy::{HaproxyError, LbOp, RuntimeApi};
 use serde::Serialize;
@@ -19,7 +19,7 @@ pub fn haproxy_frontend_tls(
     dir: &Path,
 ) -> Result<quorum_haproxy::FrontendTls> {
     let ca = quorum_pki::Ca::from_pem(name, &stored.cert_pem, &stored.key_pem)?;
-    let now = access::now_unix_s();
+    let now = quorum_clock::now_unix_s();
     let not_after = (now + 365 * 86_400).min(ca.not_after_unix_s());
     let certs = ca.issue_machine(&format!("{name}-haproxy"), bind.ip(), now, not_after)?;
     quorum_pki::create_private_dir(dir)

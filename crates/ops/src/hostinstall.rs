@@ -261,7 +261,7 @@ pub async fn wait_ready(store: &Store, name: &str, joining: bool) -> Result<()> 
         // A token consumed is a join done (the join service clears it as it pins the key).
         let joined = rec.key_sha256.is_some() && (!joining || rec.join.is_none());
         if joined {
-            let tls = hosts::controller_tls(store, quorum_controller::access::now_unix_s())?;
+            let tls = hosts::controller_tls(store, quorum_clock::now_unix_s())?;
             let addr = SocketAddr::new(rec.address, quorum_agent::AGENT_PORT);
             let ask = async {
                 let mut c = quorum_agent::client::AgentClient::connect(name, addr, tls).await?;

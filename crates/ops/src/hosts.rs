@@ -427,9 +427,7 @@ pub async fn serve_join(
         bail!("--join-listen needs the address agents dial ({addr} is every address): its certificate names it");
     }
     let store = at.connect()?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
+    let now = quorum_clock::now_unix_s();
     let text = addr.to_string();
     let recorded = store.setting_or_init(JOIN_ENDPOINT_SETTING, &text)?;
     if recorded != text && !store.replace_setting(JOIN_ENDPOINT_SETTING, &recorded, &text)? {

@@ -10,7 +10,7 @@
 use crate::rebuild::{fresh_token, refuse_failed, verified_words};
 use crate::{snapshot, status, Ctx};
 use anyhow::{bail, Result};
-use quorum_controller::now_ms;
+use quorum_clock::now_ms;
 use quorum_core::{
     validate_name, ControlPlane, Rebuild, RebuildPhase, RebuildSource, SnapshotRecord,
 };

@@ -52,7 +52,7 @@ pub async fn take(
         etcd_version: running,
         spec_version: cp.spec.version,
         rollout_to,
-        now_unix_s: quorum_controller::access::now_unix_s(),
+        now_unix_s: quorum_clock::now_unix_s(),
     };
     let mut rec = quorum_backup::take(&access.etcd, &dir, &tool, &req)
         .await
@@ -116,7 +116,7 @@ async fn restore(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
     let access = quorum_backup::access_of(rec, own);
     let file = quorum_backup::local_copy(&dir, rec, access).await?;
     let scratch = quorum_backup::scratch_dir(&ctx.home);
-    let now = quorum_controller::access::now_unix_s();
+    let now = quorum_clock::now_unix_s();
     Ok(quorum_backup::verify(rec, &file.path, &tool, &etcd, &scratch, now).await)
 }
 

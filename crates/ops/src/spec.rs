@@ -2,8 +2,7 @@
 
 use crate::{haproxy, status, Ctx};
 use anyhow::{bail, Result};
-use quorum_controller::access;
-use quorum_controller::now_ms;
+use quorum_clock::now_ms;
 use quorum_core::backup::needs_snapshot;
 use quorum_core::{
     validate_name, validate_spec, validate_spec_change, ControlPlane, ControlPlaneSpec,
@@ -120,7 +119,7 @@ pub fn create_with(
     let ca = if spec.tls() {
         let ca = quorum_pki::Ca::generate(
             name,
-            access::now_unix_s(),
+            quorum_clock::now_unix_s(),
             quorum_pki::DEFAULT_CA_LIFETIME_S,
         )?;
         Some(quorum_store::StoredCa {

@@ -3,7 +3,7 @@
 
 use crate::haproxy::{probe, HaproxyState};
 use anyhow::Result;
-use quorum_controller::now_ms;
+use quorum_clock::now_ms;
 use quorum_core::{
     decide, Condition, ControlPlane, Decision, HaproxySpec, Machine, MachineHealth, ProcessState,
     Role,

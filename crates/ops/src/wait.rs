@@ -97,7 +97,7 @@ pub fn controller_active(store: &Store) -> bool {
         .ok()
         .flatten()
         .is_some_and(|beat| {
-            quorum_controller::now_ms() - beat.at_ms < quorum_controller::CONTROLLER_STALE_MS
+            quorum_clock::now_ms() - beat.at_ms < quorum_controller::CONTROLLER_STALE_MS
         })
 }
 
@@ -170,7 +170,7 @@ pub async fn wait(
             let n = s.machines.len();
             println!(
                 "[{:>6.1}s] ✓ {name}: {n} machine{} at etcd {}, every member healthy; client endpoints: {}",
-                (quorum_controller::now_ms() - since_ms) as f64 / 1000.0,
+                (quorum_clock::now_ms() - since_ms) as f64 / 1000.0,
                 if n == 1 { "" } else { "s" },
                 s.spec.version,
                 s.endpoints.join(" ")

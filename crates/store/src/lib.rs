@@ -705,13 +705,8 @@ impl std::ops::DerefMut for Store {
     }
 }
 
-/// Milliseconds since the Unix epoch (for records only; no decision reads it).
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+// Milliseconds since the Unix epoch (for records only; no decision reads it).
+use quorum_clock::now_ms;
 
 fn to_json<T: Serialize>(v: &T) -> String {
     // Serializing these plain data types cannot fail: no maps with non-string keys, no

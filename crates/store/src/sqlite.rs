@@ -131,9 +131,7 @@ impl SqliteStore {
                 token: 0,
             }));
         }
-        let since_ms = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let since_ms = quorum_clock::now_ms();
         file.set_len(0)
             .and_then(|()| file.rewind())
             .and_then(|()| write!(file, "{identity}\n{since_ms}\n"))

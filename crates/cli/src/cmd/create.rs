@@ -55,7 +55,7 @@ pub async fn run(at: &Place, a: CreateArgs) -> Result<()> {
 /// (`quorum_ops::recreate`): says what it does, records it, follows it with --wait.
 pub async fn recreate(at: &Place, name: &str, which: &str, w: &WaitArgs) -> Result<()> {
     let mut ctx = Ctx::open_existing(at)?;
-    let now = quorum_controller::access::now_unix_s();
+    let now = quorum_clock::now_unix_s();
     let (cp, text) = quorum_ops::recreate::plan(&ctx, name, which, now)?;
     println!("{text}");
     quorum_ops::recreate::record(&mut ctx, &cp)?;

@@ -24,7 +24,7 @@ fn credentials(ctx: &Ctx, name: &str, out: &Path, cn: &str, lifetime: Span) -> R
     let (Some(ca), Some(bundle)) = (a.ca(), a.trust_pem()) else {
         bail!("{name}: its CA could not be loaded");
     };
-    let now = access::now_unix_s();
+    let now = quorum_clock::now_unix_s();
     let wanted = now.saturating_add(i64::try_from(lifetime.as_secs()).unwrap_or(i64::MAX));
     let not_after = wanted.min(ca.not_after_unix_s());
     let id = ca.issue_client(cn, now, not_after)?;

@@ -5,7 +5,6 @@
 
 use crate::args::EtcdctlArgs;
 use anyhow::{bail, Context, Result};
-use quorum_controller::access;
 use quorum_core::{ControlPlane, Version};
 use quorum_ops::{status, Ctx, Place};
 use std::os::unix::fs::PermissionsExt;
@@ -102,7 +101,7 @@ fn credentials(ctx: &Ctx, cp: &ControlPlane, dir: &Path) -> Result<Vec<String>> 
     let Some(ca) = access.ca() else {
         return Ok(Vec::new());
     };
-    let now = access::now_unix_s();
+    let now = quorum_clock::now_unix_s();
     let not_after = (now + CERTIFICATE_LIFETIME_S).min(ca.not_after_unix_s());
     let id = ca.issue_client(COMMON_NAME, now, not_after)?;
     let mut flags = Vec::new();

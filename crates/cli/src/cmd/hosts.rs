@@ -319,11 +319,7 @@ fn to_json(s: &Seen) -> serde_json::Value {
     })
 }
 
-fn now_unix_s() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64)
-}
+use quorum_clock::now_unix_s;
 
 #[cfg(test)]
 mod tests {

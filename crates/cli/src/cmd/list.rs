@@ -4,7 +4,7 @@
 use crate::args::{ListArgs, ListOutput};
 use crate::cmd::emit;
 use anyhow::Result;
-use quorum_controller::now_ms;
+use quorum_clock::now_ms;
 use quorum_core::Decision;
 use quorum_ops::{status, Ctx, Place};
 use quorum_store::{StoreError, StoreLocation};

@@ -36,7 +36,7 @@ async fn run(
 ) -> Result<()> {
     let mut ctx = Ctx::open_existing(at)?;
     let cp = ctx.store.get_control_plane(name)?;
-    let now = quorum_controller::access::now_unix_s();
+    let now = quorum_clock::now_unix_s();
     let plan = rebuild::plan(&ctx, &cp, &from, now, accept_data_loss).await?;
     println!("{}", plan.text);
     if !yes {

@@ -6,7 +6,7 @@ use crate::args::Output;
 use crate::cmd::emit;
 use crate::cmd::status::render;
 use anyhow::Result;
-use quorum_controller::now_ms;
+use quorum_clock::now_ms;
 use quorum_ops::{status::Status, Ctx};
 use std::io::IsTerminal;
 use std::time::Duration;

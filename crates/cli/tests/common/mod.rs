@@ -217,7 +217,7 @@ impl Env {
             .last_controller_heartbeat()
             .unwrap()
             .is_some_and(|beat| {
-                quorum_controller::now_ms() - beat.at_ms < quorum_controller::CONTROLLER_STALE_MS
+                quorum_clock::now_ms() - beat.at_ms < quorum_controller::CONTROLLER_STALE_MS
             })
         {
             assert!(Instant::now() < deadline, "the heartbeat never went stale");
@@ -498,7 +498,7 @@ impl QuorumWatch {
             while !stop2.load(Ordering::Relaxed) {
                 // Credentials follow the control plane (a CA rotation changes them).
                 if let Ok(Some(now)) = store.control_plane(&cp) {
-                    if !access.fresh(&now, quorum_controller::access::now_unix_s()) {
+                    if !access.fresh(&now, quorum_clock::now_unix_s()) {
                         access = open(&now);
                     }
                 }
