@@ -269,6 +269,22 @@ pub async fn observe_on(
     observed
 }
 
+/// What an observation needs beyond one look at the machines, the same for the
+/// controller and for `quorum status`: the health memory (the controller's own, or the
+/// one it published), the recorded snapshots and the fenced directories.
+pub fn complete(
+    store: &Store,
+    provider: &LocalProvider,
+    cp: &ControlPlane,
+    memory: &quorum_core::health::Memory,
+    observed: &mut Observed,
+) -> Result<(), StoreError> {
+    memory.fill(&mut observed.observation);
+    snapshots_into(store, cp, &mut observed.observation)?;
+    fenced_into(provider, cp, &mut observed.observation);
+    Ok(())
+}
+
 /// The rest of an observation, once the provider said what it sees of each machine.
 async fn observe_states(
     mut states: HashMap<String, quorum_provider::MachineState>,
@@ -337,6 +353,8 @@ async fn observe_states(
 pub struct StatusDoc<'a> {
     pub decision: &'a Decision,
     pub cluster_version: Option<String>,
+    /// The health memory the decision was made with: `quorum status` decides from it.
+    pub memory: &'a quorum_core::health::Memory,
 }
 
 /// What a reconcile of one control plane did.

@@ -167,11 +167,14 @@ impl Reconciler {
         )
         .await;
         let tracked = self.st.health.observe(cp, &machines, &observed.observation);
-        observed.observation.problem_since_unix_s = tracked.since_unix_s.clone();
-        observed.observation.defragmented = tracked.defragmented.clone();
-        observed.observation.nospace_recurrences = tracked.nospace_recurrences;
-        snapshots_into(&self.sh.store(), cp, &mut observed.observation)?;
-        fenced_into(&self.sh.provider, cp, &mut observed.observation);
+        let memory = tracked.memory();
+        crate::complete(
+            &self.sh.store(),
+            &self.sh.provider,
+            cp,
+            &memory,
+            &mut observed,
+        )?;
         self.record_health(cp, &machines, &tracked).await;
         self.sh.metrics.health(
             &cp.name,
@@ -527,9 +530,11 @@ impl Reconciler {
                 NewEvent::new(EventKind::Endpoints, StepOutcome::Ok, &msg),
             );
         }
+        let memory = quorum_core::health::Memory::of(&o.observation);
         let doc = StatusDoc {
             decision: d,
             cluster_version: o.observation.cluster_version.map(|v| v.to_string()),
+            memory: &memory,
         };
         let status = serde_json::to_value(&doc).unwrap_or(serde_json::Value::Null);
         let text = status.to_string();

@@ -180,6 +180,62 @@ pub struct Tracker {
     remediable: BTreeSet<String>,
 }
 
+/// What a decision reads from the tracker's memory: the fields of an `Observation` no
+/// single look can give. The controller fills its observation from it, the simulator
+/// too, and the controller publishes it with its status so that `quorum status`
+/// decides from the same memory.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Memory {
+    /// `Observation::problem_since_unix_s`.
+    #[serde(default)]
+    pub problem_since_unix_s: BTreeMap<String, i64>,
+    /// `Observation::defragmented`.
+    #[serde(default)]
+    pub defragmented: BTreeSet<String>,
+    /// `Observation::nospace_recurrences`.
+    #[serde(default)]
+    pub nospace_recurrences: u32,
+}
+
+impl Memory {
+    /// The memory an observation was filled with.
+    pub fn of(obs: &Observation) -> Memory {
+        Memory {
+            problem_since_unix_s: obs.problem_since_unix_s.clone(),
+            defragmented: obs.defragmented.clone(),
+            nospace_recurrences: obs.nospace_recurrences,
+        }
+    }
+
+    /// Puts the memory into `obs`: the one place an observation gets it.
+    pub fn fill(&self, obs: &mut Observation) {
+        obs.problem_since_unix_s = self.problem_since_unix_s.clone();
+        obs.defragmented = self.defragmented.clone();
+        obs.nospace_recurrences = self.nospace_recurrences;
+    }
+
+    /// The memory of the machines that have a problem in `obs` now: what a reader that
+    /// is not the tracker (`quorum status`) may take from a published one, since a
+    /// problem that healed and came back is a new one.
+    pub fn of_problems_now(
+        self,
+        cp: &ControlPlane,
+        machines: &[Machine],
+        obs: &Observation,
+    ) -> Memory {
+        let now = assess(cp, machines, obs);
+        Memory {
+            problem_since_unix_s: self
+                .problem_since_unix_s
+                .into_iter()
+                .filter(|(m, _)| now.contains_key(m))
+                .collect(),
+            ..self
+        }
+    }
+}
+
 /// What one observation changed in the tracker's memory.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tracked {
@@ -196,6 +252,17 @@ pub struct Tracked {
     pub defragmented: BTreeSet<String>,
     /// For `Observation::nospace_recurrences`.
     pub nospace_recurrences: u32,
+}
+
+impl Tracked {
+    /// What a decision reads of it (`Memory::fill`).
+    pub fn memory(&self) -> Memory {
+        Memory {
+            problem_since_unix_s: self.since_unix_s.clone(),
+            defragmented: self.defragmented.clone(),
+            nospace_recurrences: self.nospace_recurrences,
+        }
+    }
 }
 
 impl Tracker {

@@ -4,15 +4,14 @@
 use crate::haproxy::{probe, HaproxyState};
 use anyhow::Result;
 use quorum_clock::now_ms;
+use quorum_core::health::Memory;
 use quorum_core::{
-    decide, Condition, ControlPlane, Decision, HaproxySpec, Machine, MachineHealth, ProcessState,
-    Role,
+    decide, Condition, ControlPlane, Decision, HaproxySpec, Machine, ProcessState, Role,
 };
 use quorum_etcd::Etcd;
 use quorum_provider::LocalProvider;
 use quorum_store::Store;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 pub use quorum_controller::CONTROLLER_STALE_MS;
@@ -188,43 +187,38 @@ pub async fn decision(
     let mut observed =
         quorum_controller::observe_on(provider, &agents, view, cp.spec.provider, etcd, &machines)
             .await;
-    // The controller's memory of since when each machine has had a problem, for the
-    // machines that have one now: so `status` says how long, and decides as it does.
-    let remembered = remembered_since(store, &cp.name)?;
-    let now_problems = quorum_core::health::assess(cp, &machines, &observed.observation);
-    observed.observation.problem_since_unix_s = remembered
-        .into_iter()
-        .filter(|(m, _)| now_problems.contains_key(m))
-        .collect();
-    quorum_controller::snapshots_into(store, cp, &mut observed.observation)?;
-    quorum_controller::fenced_into(provider, cp, &mut observed.observation);
+    // The controller's health memory as it published it (since when each machine that
+    // has a problem now has had it, the NOSPACE repair's): so `status` says how long,
+    // and decides as the controller does.
+    let memory = remembered(store, &cp.name)?.of_problems_now(cp, &machines, &observed.observation);
+    quorum_controller::complete(store, provider, cp, &memory, &mut observed)?;
     let decision = decide(cp, &machines, &observed.observation);
     Ok((machines, observed, decision))
 }
 
-/// Since when (Unix seconds) each machine has had a problem, as the controller
-/// published it (its decision's machines), if it published within `REMEMBERED_MS`.
-fn remembered_since(store: &Store, cp: &str) -> Result<BTreeMap<String, i64>> {
-    /// Older than this, what the controller remembered may have healed and broken
-    /// again since: not shown as how long.
-    const REMEMBERED_MS: i64 = 30_000;
+/// The controller's health memory as it published it with its status, if it published
+/// within `REMEMBERED_MS` (empty otherwise, or from a controller that published none).
+fn remembered(store: &Store, cp: &str) -> Result<Memory> {
     let Some(p) = store.published_status(cp)? else {
-        return Ok(BTreeMap::new());
+        return Ok(Memory::default());
     };
-    if now_ms() - p.updated_at_ms > REMEMBERED_MS {
-        return Ok(BTreeMap::new());
+    Ok(memory_in(&p.status, now_ms() - p.updated_at_ms))
+}
+
+/// Older than this, what the controller remembered may have healed and broken again
+/// since: not shown as how long.
+const REMEMBERED_MS: i64 = 30_000;
+
+/// The memory in a published status document `age_ms` old.
+fn memory_in(status: &serde_json::Value, age_ms: i64) -> Memory {
+    if age_ms > REMEMBERED_MS {
+        return Memory::default();
     }
-    let machines = p
-        .status
-        .get("decision")
-        .and_then(|d| d.get("machines"))
+    status
+        .get("memory")
         .cloned()
-        .and_then(|v| serde_json::from_value::<Vec<MachineHealth>>(v).ok())
-        .unwrap_or_default();
-    Ok(machines
-        .into_iter()
-        .filter_map(|h| h.unhealthy_since_unix_s.map(|t| (h.machine, t)))
-        .collect())
+        .and_then(|v| serde_json::from_value::<Memory>(v).ok())
+        .unwrap_or_default()
 }
 
 pub async fn live(
@@ -788,6 +782,31 @@ mod tests {
         assert!(
             line.ends_with("c:2379 DOWN for 12.3s: etcdserver: no leader"),
             "{line}"
+        );
+    }
+}
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    /// `status` decides from the whole memory the controller published with its status
+    /// (it once read back only since when, from the decision's machines, and left out
+    /// the NOSPACE repair's memory), and from none that is too old.
+    #[test]
+    fn the_published_memory_is_read_back_whole_while_fresh() {
+        let memory = Memory {
+            problem_since_unix_s: [("p-2".to_string(), 1_800_000_000)].into(),
+            defragmented: ["p-1".to_string()].into(),
+            nospace_recurrences: 2,
+        };
+        let doc = serde_json::json!({ "decision": {}, "memory": memory });
+        assert_eq!(memory_in(&doc, 1_000), memory);
+        assert_eq!(memory_in(&doc, REMEMBERED_MS + 1), Memory::default());
+        // A status published before the memory was: nothing remembered.
+        assert_eq!(
+            memory_in(&serde_json::json!({ "decision": {} }), 0),
+            Memory::default()
         );
     }
 }

@@ -362,9 +362,7 @@ impl World {
         let tracked = self.replicas[i]
             .tracker
             .observe(&self.cp, &self.machines, &obs);
-        obs.problem_since_unix_s = tracked.since_unix_s;
-        obs.defragmented = tracked.defragmented;
-        obs.nospace_recurrences = tracked.nospace_recurrences;
+        tracked.memory().fill(&mut obs);
         for (machine, starts) in tracked.crash_loops_started {
             self.repair.crash_loop_events += 1;
             let tag = self.tag(i);
