@@ -92,6 +92,11 @@ pub enum ActionError {
     Rebuild(String),
     #[error(transparent)]
     Hosts(#[from] hosts::HostsError),
+    #[error("{kind} was routed to the performer of {performer}, which does not perform it")]
+    Misrouted {
+        kind: ActionKind,
+        performer: &'static str,
+    },
 }
 
 impl ActionError {

@@ -23,9 +23,13 @@ impl Reconciler {
         // Under way from here (a `sleep(ms)` failpoint after it makes a long step).
         self.report_step(cp, Some(action));
         failpoints::crash_point(&format!("crash-before-{kind}"));
-        let res = self
-            .perform_inner(cp, access, machines, observed, action)
-            .await;
+        let cx = Cx {
+            cp,
+            access,
+            machines,
+            observed,
+        };
+        let res = self.perform_inner(&cx, action).await;
         if res.is_ok() {
             failpoints::crash_point(&format!("crash-after-{kind}"));
         }
@@ -65,239 +69,291 @@ impl Reconciler {
         }
     }
 
+    /// Routes an action to the performer of its kind: the machines, etcd, upkeep, a
+    /// rebuild, or a record the core asked for.
     async fn perform_inner(
         &mut self,
-        cp: &ControlPlane,
-        access: &Access,
-        machines: &[Machine],
-        observed: &Observed,
+        cx: &Cx<'_>,
         action: &Action,
     ) -> Result<Option<String>, ActionError> {
-        let find = |name: &str| machines.iter().find(|m| m.name == name);
-        let leader = || {
-            observed
-                .view
-                .leader_url
-                .clone()
-                .ok_or(ActionError::NoLeader)
-        };
         match action {
             Action::AllocateMachine {
                 bootstrap,
                 version,
                 remediation,
             } => {
-                // Refuse to record a machine that could never start.
-                etcd_binary(self.sh.provider.etcd_dir(), *version)?;
-                let now = now_unix_s();
-                let not_after = access.ca().map(|ca| {
-                    cp.spec
-                        .certificates
-                        .not_after_unix_s(now, ca.not_after_unix_s())
-                });
-                let m = if cp.spec.provider.is_local() {
-                    // Never an address a member still names (`reach::named_by`).
-                    let named = observed
-                        .observation
-                        .members
-                        .as_deref()
-                        .map(quorum_core::reach::named_by)
-                        .unwrap_or_default();
-                    self.sh.store().allocate_machine(
-                        &cp.name,
-                        *bootstrap,
-                        *version,
-                        not_after,
-                        remediation.clone(),
-                        &|a| !named.contains(&a) && address_is_free(a),
-                    )?
-                } else {
-                    self.sh
-                        .hosts
-                        .allocate(
-                            &self.sh.store,
-                            cp,
-                            machines,
-                            *bootstrap,
-                            *version,
-                            not_after,
-                            remediation.clone(),
-                        )
-                        .await?
-                };
-                tracing::info!(cp = %cp.name, machine = %m.name, address = %m.address, "allocated");
-                Ok(Some(m.name))
+                self.allocate(cx, *bootstrap, *version, remediation.as_ref())
+                    .await
             }
+            Action::StartMachine { .. }
+            | Action::StopMachine { .. }
+            | Action::DeleteMachine { .. }
+            | Action::WriteMarker { .. } => self.perform_machine(cx, action).await.map(|()| None),
+            Action::AddLearner { .. }
+            | Action::Promote { .. }
+            | Action::MoveLeader { .. }
+            | Action::RemoveMember { .. }
+            | Action::Compact { .. }
+            | Action::Defragment { .. }
+            | Action::DisarmAlarm { .. } => self.perform_etcd(cx, action).await.map(|()| None),
+            Action::TakeSnapshot
+            | Action::PruneSnapshot { .. }
+            | Action::VerifySnapshot { .. }
+            | Action::PruneFenced { .. } => self.perform_backup(cx, action).await.map(|()| None),
+            Action::FenceMachine { .. }
+            | Action::SetRebuildPhase { .. }
+            | Action::RestoreSnapshot { .. }
+            | Action::ForceNewCluster { .. }
+            | Action::FinishRebuild { .. } => self.perform_rebuild(cx, action).await,
+            Action::MarkDeleting { .. }
+            | Action::ForgetControlPlane
+            | Action::BeginInPlace { .. }
+            | Action::SetInPlacePhase { .. }
+            | Action::EndInPlace { .. }
+            | Action::SetCaPhase { .. }
+            | Action::FinishCaRotation { .. } => self.perform_record(cx, action).map(|()| None),
+        }
+    }
+
+    /// Records a new machine (its address, or its host and ports), with the end of
+    /// every certificate it will get.
+    async fn allocate(
+        &mut self,
+        cx: &Cx<'_>,
+        bootstrap: bool,
+        version: quorum_core::Version,
+        remediation: Option<&quorum_core::Remediation>,
+    ) -> Result<Option<String>, ActionError> {
+        let cp = cx.cp;
+        // Refuse to record a machine that could never start.
+        etcd_binary(self.sh.provider.etcd_dir(), version)?;
+        let now = now_unix_s();
+        let not_after = cx.access.ca().map(|ca| {
+            cp.spec
+                .certificates
+                .not_after_unix_s(now, ca.not_after_unix_s())
+        });
+        let remediation = remediation.cloned();
+        let m = if cp.spec.provider.is_local() {
+            // Never an address a member still names (`reach::named_by`).
+            let named = cx
+                .observed
+                .observation
+                .members
+                .as_deref()
+                .map(quorum_core::reach::named_by)
+                .unwrap_or_default();
+            self.sh.store().allocate_machine(
+                &cp.name,
+                bootstrap,
+                version,
+                not_after,
+                remediation,
+                &|a| !named.contains(&a) && address_is_free(a),
+            )?
+        } else {
+            let hosts = &self.sh.hosts;
+            hosts
+                .allocate(
+                    &self.sh.store,
+                    cp,
+                    cx.machines,
+                    bootstrap,
+                    version,
+                    not_after,
+                    remediation,
+                )
+                .await?
+        };
+        tracing::info!(cp = %cp.name, machine = %m.name, address = %m.address, "allocated");
+        Ok(Some(m.name))
+    }
+
+    /// A machine's process or data: start, stop, delete, mark its data directory.
+    async fn perform_machine(&mut self, cx: &Cx<'_>, action: &Action) -> Result<(), ActionError> {
+        let (cp, access, machines) = (cx.cp, cx.access, cx.machines);
+        match action {
             Action::StartMachine {
                 machine,
                 state,
                 initial_cluster,
                 expect,
             } => {
-                let Some(m) = find(machine) else {
-                    return Ok(None);
+                let Some(m) = cx.find(machine) else {
+                    return Ok(());
                 };
-                let certs = self.machine_certs(cp, access, m)?;
-                let req = StartRequest {
-                    machine: m,
-                    cluster_token: &cp.name,
-                    state: *state,
-                    initial_cluster,
-                    tls: certs.as_ref().map(|(trust, certs)| MachineTls {
-                        ca_pem: trust,
-                        certs,
-                    }),
-                    quota_backend_bytes: cp.spec.maintenance.quota_backend_bytes,
-                    expect_marker: Some(*expect),
-                    force_new_cluster: false,
-                };
-                if cp.spec.provider.is_local() {
-                    self.sh.provider.start(&req)?;
-                } else {
-                    let spec = start_spec(&req);
-                    let t = self.target(m)?;
-                    self.sh.hosts.start(&t, &self.fence(cp), &spec).await?;
-                }
-                Ok(None)
-            }
-            Action::AddLearner { peer_url, .. } => {
-                access.etcd.add_learner(&leader()?, peer_url).await?;
-                Ok(None)
-            }
-            Action::Promote { member_id, .. } => {
-                access.etcd.promote(&leader()?, *member_id).await?;
-                Ok(None)
-            }
-            Action::MarkDeleting {
-                machine,
-                remediation,
-                ..
-            } => {
-                self.sh
-                    .store()
-                    .mark_machine_deleting(&cp.name, machine, remediation.as_ref())?;
-                Ok(None)
-            }
-            Action::MoveLeader { to_member, .. } => {
-                access.etcd.move_leader(&leader()?, *to_member).await?;
-                Ok(None)
-            }
-            Action::RemoveMember { member_id, machine } => {
-                if let (Some(h), Some(m)) = (&cp.spec.haproxy, machine) {
-                    let (h, m) = (h.clone(), m.clone());
-                    tokio::task::spawn_blocking(move || balancer::shut_before_removal(&h, &m))
-                        .await
-                        .map_err(|e| ActionError::Join(e.to_string()))??;
-                }
-                access.etcd.remove(&leader()?, *member_id).await?;
-                Ok(None)
+                self.start(cx, m, *state, initial_cluster, *expect).await
             }
             Action::StopMachine { machine } => {
                 self.check_still_draining(cp, machines, machine)?;
                 self.on_machine(cp, access, machines, machine, MachineOp::Stop)
-                    .await?;
-                Ok(None)
+                    .await
             }
             Action::DeleteMachine { machine } => {
                 self.on_machine(cp, access, machines, machine, MachineOp::Delete)
                     .await?;
                 failpoints::crash_point("crash-after-destroy-machine");
-                self.sh.store().delete_machine(&cp.name, machine)?;
-                Ok(None)
-            }
-            Action::ForgetControlPlane => {
-                self.sh.store().forget_control_plane(&cp.name)?;
-                Ok(None)
+                Ok(self.sh.store().delete_machine(&cp.name, machine)?)
             }
             Action::WriteMarker { machine, marker } if !cp.spec.provider.is_local() => {
-                let Some(m) = find(machine) else {
-                    return Ok(None);
+                let Some(m) = cx.find(machine) else {
+                    return Ok(());
                 };
                 let t = self.target(m)?;
-                self.sh
-                    .hosts
-                    .write_marker(&t, &self.fence(cp), m, *marker)
-                    .await?;
-                Ok(None)
+                let fence = self.fence(cp);
+                Ok(self.sh.hosts.write_marker(&t, &fence, m, *marker).await?)
             }
             Action::WriteMarker { machine, marker } => {
                 let (p, n, marker) = (self.sh.provider.clone(), machine.clone(), *marker);
                 tokio::task::spawn_blocking(move || p.write_marker(&n, marker))
                     .await
                     .map_err(|e| ActionError::Join(e.to_string()))??;
-                Ok(None)
+                Ok(())
             }
-            Action::Compact { revision } => {
-                access.etcd.compact(&leader()?, *revision).await?;
-                Ok(None)
+            other => Err(misrouted(other, "a machine")),
+        }
+    }
+
+    /// Starts `m`'s etcd, with its certificates, through its provider.
+    async fn start(
+        &mut self,
+        cx: &Cx<'_>,
+        m: &Machine,
+        state: quorum_core::ClusterState,
+        initial_cluster: &[quorum_core::InitialMember],
+        expect: Option<quorum_core::DataMarker>,
+    ) -> Result<(), ActionError> {
+        let cp = cx.cp;
+        let certs = self.machine_certs(cp, cx.access, m)?;
+        let req = StartRequest {
+            machine: m,
+            cluster_token: &cp.name,
+            state,
+            initial_cluster,
+            tls: certs.as_ref().map(|(trust, certs)| MachineTls {
+                ca_pem: trust,
+                certs,
+            }),
+            quota_backend_bytes: cp.spec.maintenance.quota_backend_bytes,
+            expect_marker: Some(expect),
+            force_new_cluster: false,
+        };
+        if cp.spec.provider.is_local() {
+            self.sh.provider.start(&req)?;
+        } else {
+            let spec = start_spec(&req);
+            let t = self.target(m)?;
+            self.sh.hosts.start(&t, &self.fence(cp), &spec).await?;
+        }
+        Ok(())
+    }
+
+    /// A call to etcd: a membership change through the leader, or upkeep.
+    async fn perform_etcd(&mut self, cx: &Cx<'_>, action: &Action) -> Result<(), ActionError> {
+        let etcd = &cx.access.etcd;
+        match action {
+            Action::AddLearner { peer_url, .. } => {
+                etcd.add_learner(&cx.leader()?, peer_url).await?;
+                Ok(())
             }
-            Action::Defragment { machine } => {
-                let Some(m) = find(machine) else {
-                    return Ok(None);
-                };
-                access.etcd.defragment(&m.client_url()).await?;
-                Ok(None)
+            Action::Promote { member_id, .. } => {
+                Ok(etcd.promote(&cx.leader()?, *member_id).await?)
             }
+            Action::MoveLeader { to_member, .. } => {
+                Ok(etcd.move_leader(&cx.leader()?, *to_member).await?)
+            }
+            Action::RemoveMember { member_id, machine } => {
+                if let (Some(h), Some(m)) = (&cx.cp.spec.haproxy, machine) {
+                    let (h, m) = (h.clone(), m.clone());
+                    tokio::task::spawn_blocking(move || balancer::shut_before_removal(&h, &m))
+                        .await
+                        .map_err(|e| ActionError::Join(e.to_string()))??;
+                }
+                Ok(etcd.remove(&cx.leader()?, *member_id).await?)
+            }
+            Action::Compact { revision } => Ok(etcd.compact(&cx.leader()?, *revision).await?),
+            Action::Defragment { machine } => match cx.find(machine) {
+                Some(m) => Ok(etcd.defragment(&m.client_url()).await?),
+                None => Ok(()),
+            },
             Action::DisarmAlarm { member_id, alarm } => {
-                access.etcd.disarm(&leader()?, *member_id, alarm).await?;
-                Ok(None)
+                Ok(etcd.disarm(&cx.leader()?, *member_id, alarm).await?)
             }
+            other => Err(misrouted(other, "etcd")),
+        }
+    }
+
+    /// Snapshots and fenced directories: take, prune, verify; remove.
+    async fn perform_backup(&mut self, cx: &Cx<'_>, action: &Action) -> Result<(), ActionError> {
+        let cp = cx.cp;
+        match action {
             Action::TakeSnapshot => {
-                self.take_snapshot(cp, access, machines, observed).await?;
-                Ok(None)
+                self.take_snapshot(cp, cx.access, cx.machines, cx.observed)
+                    .await
             }
-            Action::PruneSnapshot { id } => {
-                self.prune_snapshot(cp, id).await?;
-                Ok(None)
-            }
-            Action::VerifySnapshot { id } => {
-                self.verify_snapshot(cp, id).await?;
-                Ok(None)
-            }
-            Action::PruneFenced { name } => {
-                // Decided only from this host's own fenced directories (`fenced_into`).
-                self.sh.provider.remove_fenced(name)?;
-                Ok(None)
-            }
-            Action::FenceMachine { machine } if !cp.spec.provider.is_local() => {
-                let _ = machine;
-                Err(
-                    hosts::HostsError::Unsupported("rebuilding a control plane after quorum loss")
-                        .into(),
-                )
-            }
-            Action::FenceMachine { machine } => {
-                self.fence_machine(cp, access, machines, machine).await
-            }
+            Action::PruneSnapshot { id } => self.prune_snapshot(cp, id).await,
+            Action::VerifySnapshot { id } => self.verify_snapshot(cp, id).await,
+            // Decided only from this host's own fenced directories (`fenced_into`).
+            Action::PruneFenced { name } => Ok(self.sh.provider.remove_fenced(name)?),
+            other => Err(misrouted(other, "backups")),
+        }
+    }
+
+    /// A rebuild's steps (local machines only: refused on hosts).
+    async fn perform_rebuild(
+        &mut self,
+        cx: &Cx<'_>,
+        action: &Action,
+    ) -> Result<Option<String>, ActionError> {
+        let (cp, access, machines) = (cx.cp, cx.access, cx.machines);
+        let on_hosts = !cp.spec.provider.is_local();
+        match action {
             Action::SetRebuildPhase { phase } => {
                 self.set_rebuild_phase(cp, Some(*phase))?;
-                Ok(None)
-            }
-            Action::RestoreSnapshot { machine, id } if !cp.spec.provider.is_local() => {
-                let _ = machine;
-                Err(
-                    hosts::HostsError::Unsupported("rebuilding a control plane after quorum loss")
-                        .into(),
-                )
-            }
-            Action::RestoreSnapshot { machine, id } => {
-                self.restore_seed(cp, machines, machine, id).await
-            }
-            Action::ForceNewCluster { machine, expect } if !cp.spec.provider.is_local() => {
-                let _ = machine;
-                Err(
-                    hosts::HostsError::Unsupported("rebuilding a control plane after quorum loss")
-                        .into(),
-                )
-            }
-            Action::ForceNewCluster { machine, expect } => {
-                self.force_new_cluster(cp, access, machines, machine, *expect)?;
                 Ok(None)
             }
             Action::FinishRebuild { machine } => {
                 self.finish_rebuild(cp, machine)?;
                 Ok(None)
             }
+            Action::FenceMachine { .. }
+            | Action::RestoreSnapshot { .. }
+            | Action::ForceNewCluster { .. }
+                if on_hosts =>
+            {
+                let what = "rebuilding a control plane after quorum loss";
+                Err(hosts::HostsError::Unsupported(what).into())
+            }
+            Action::FenceMachine { machine } => {
+                self.fence_machine(cp, access, machines, machine).await
+            }
+            Action::RestoreSnapshot { machine, id } => {
+                self.restore_seed(cp, machines, machine, id).await
+            }
+            Action::ForceNewCluster { machine, expect } => {
+                self.force_new_cluster(cp, access, machines, machine, *expect)?;
+                Ok(None)
+            }
+            other => Err(misrouted(other, "a rebuild")),
+        }
+    }
+
+    /// A record the core asked for: a machine leaving, a control plane forgotten, an
+    /// in-place step's phases, a CA rotation's.
+    fn perform_record(&mut self, cx: &Cx<'_>, action: &Action) -> Result<(), ActionError> {
+        let cp = cx.cp;
+        let now = now_unix_s();
+        match action {
+            Action::MarkDeleting {
+                machine,
+                remediation,
+                ..
+            } => Ok(self.sh.store().mark_machine_deleting(
+                &cp.name,
+                machine,
+                remediation.as_ref(),
+            )?),
+            Action::ForgetControlPlane => Ok(self.sh.store().forget_control_plane(&cp.name)?),
             Action::BeginInPlace {
                 machine,
                 to,
@@ -305,17 +361,17 @@ impl Reconciler {
             } => {
                 // Refuse to begin what could never restart.
                 etcd_binary(self.sh.provider.etcd_dir(), *to)?;
-                let (to, reason, now) = (*to, *reason, now_unix_s());
-                self.sh.store().update_machine(
-                    &cp.name,
-                    machine,
-                    "begin an in-place step",
-                    &|m| m.begin_in_place(to, reason, now),
-                )?;
+                let (to, reason) = (*to, *reason);
+                let what = "begin an in-place step";
+                self.sh
+                    .store()
+                    .update_machine(&cp.name, machine, what, &|m| {
+                        m.begin_in_place(to, reason, now)
+                    })?;
                 if !cp.spec.provider.is_local() {
-                    self.stage_version(machines, to);
+                    self.stage_version(cx.machines, to);
                 }
-                Ok(None)
+                Ok(())
             }
             Action::SetInPlacePhase {
                 machine,
@@ -324,41 +380,52 @@ impl Reconciler {
                 failure,
                 ca_step,
             } => {
-                etcd_binary(self.sh.provider.etcd_dir(), *version)?;
-                let (phase, version, now, ca_step) = (*phase, *version, now_unix_s(), *ca_step);
-                let renewed = access.ca().map(|ca| {
-                    cp.spec
-                        .certificates
-                        .not_after_unix_s(now, ca.not_after_unix_s())
-                });
                 let failure = failure.as_deref();
-                self.sh.store().update_machine(
-                    &cp.name,
-                    machine,
-                    "record an in-place phase",
-                    &|m| m.set_in_place_phase(phase, version, failure, ca_step, renewed, now),
-                )?;
-                Ok(None)
-            }
-            Action::SetCaPhase { phase } => {
-                self.set_ca_phase(cp, *phase)?;
-                Ok(None)
-            }
-            Action::FinishCaRotation { generation } => {
-                self.sh.store().finish_ca_rotation(&cp.name, *generation)?;
-                Ok(None)
+                self.set_in_place_phase(cx, machine, *phase, *version, failure, *ca_step, now)
             }
             Action::EndInPlace { machine, outcome } => {
-                let (outcome, now) = (outcome.clone(), now_unix_s());
-                self.sh.store().update_machine(
-                    &cp.name,
-                    machine,
-                    "end an in-place step",
-                    &|m| m.end_in_place(&outcome, now),
-                )?;
-                Ok(None)
+                let what = "end an in-place step";
+                self.sh
+                    .store()
+                    .update_machine(&cp.name, machine, what, &|m| m.end_in_place(outcome, now))?;
+                Ok(())
             }
+            Action::SetCaPhase { phase } => self.set_ca_phase(cp, *phase),
+            Action::FinishCaRotation { generation } => {
+                self.sh.store().finish_ca_rotation(&cp.name, *generation)?;
+                Ok(())
+            }
+            other => Err(misrouted(other, "a record")),
         }
+    }
+
+    /// Records an in-place step's next phase (`Machine::set_in_place_phase`): a restart's
+    /// certificates end a whole lifetime from now.
+    #[allow(clippy::too_many_arguments)] // The action's fields, as the core's write takes them.
+    fn set_in_place_phase(
+        &self,
+        cx: &Cx<'_>,
+        machine: &str,
+        phase: InPlacePhase,
+        version: quorum_core::Version,
+        failure: Option<&str>,
+        ca_step: Option<quorum_core::CaStep>,
+        now: i64,
+    ) -> Result<(), ActionError> {
+        // Refuse to record a binary that could never start.
+        etcd_binary(self.sh.provider.etcd_dir(), version)?;
+        let certificates = &cx.cp.spec.certificates;
+        let renewed = cx
+            .access
+            .ca()
+            .map(|ca| certificates.not_after_unix_s(now, ca.not_after_unix_s()));
+        let what = "record an in-place phase";
+        self.sh
+            .store()
+            .update_machine(&cx.cp.name, machine, what, &|m| {
+                m.set_in_place_phase(phase, version, failure, ca_step, renewed, now)
+            })?;
+        Ok(())
     }
 
     /// Records the CA rotation's next phase, if the rotation the decision saw is still
@@ -572,4 +639,37 @@ fn start_spec(req: &StartRequest<'_>) -> quorum_agent::StartSpec {
 enum MachineOp {
     Stop,
     Delete,
+}
+
+/// What performing any action reads: the control plane, its access, its machine records
+/// and the observation the decision was made from.
+pub(crate) struct Cx<'a> {
+    pub(crate) cp: &'a ControlPlane,
+    pub(crate) access: &'a Access,
+    pub(crate) machines: &'a [Machine],
+    pub(crate) observed: &'a Observed,
+}
+
+impl Cx<'_> {
+    fn find(&self, name: &str) -> Option<&Machine> {
+        self.machines.iter().find(|m| m.name == name)
+    }
+
+    /// The leader's client URL, where membership changes and cluster-wide upkeep go.
+    fn leader(&self) -> Result<String, ActionError> {
+        self.observed
+            .view
+            .leader_url
+            .clone()
+            .ok_or(ActionError::NoLeader)
+    }
+}
+
+/// `perform_inner` sent an action to a performer that does not take it: a fault of the
+/// routing, reported as the action's failure rather than a panic.
+fn misrouted(action: &Action, performer: &'static str) -> ActionError {
+    ActionError::Misrouted {
+        kind: action.kind(),
+        performer,
+    }
 }
