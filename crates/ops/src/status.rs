@@ -384,74 +384,106 @@ fn machine_row(
 /// The human-readable form.
 pub fn render_table(s: &Status) -> String {
     let mut out = String::new();
-    let push = |out: &mut String, k: &str, v: &str| out.push_str(&format!("{k:<17}{v}\n"));
-    push(&mut out, "Control plane", &s.name);
-    push(
-        &mut out,
-        "Spec",
-        &format!(
-            "{}, etcd {}, {}{}{}",
-            plural(s.spec.replicas, "replica"),
-            s.spec.version,
-            match s.spec.rollout.strategy {
-                quorum_core::Strategy::Replace => format!(
-                    "rolled out by replacement (maxSurge {})",
-                    s.spec.rollout.max_surge
-                ),
-                quorum_core::Strategy::InPlace => format!(
-                    "rolled out in place (restart deadline {})",
-                    s.spec.rollout.in_place.timeout
-                ),
-            },
-            if s.spec.provider.is_local() {
-                ""
-            } else {
-                ", members on hosts"
-            },
-            if s.spec.paused { ", paused" } else { "" }
-        ),
-    );
+    for (k, v) in summary_lines(s) {
+        out.push_str(&format!("{k:<17}{v}\n"));
+    }
+    out.push('\n');
+    out.push_str(&columns(&machine_rows(s)));
+    out.push('\n');
+    out.push_str(&columns(&condition_rows(s)));
+    out
+}
+
+/// The block above the tables: one (label, text) per line.
+fn summary_lines(s: &Status) -> Vec<(&'static str, String)> {
+    let mut lines = vec![("Control plane", s.name.clone()), ("Spec", spec_line(s))];
     if let Some(rb) = &s.rebuild {
-        push(
-            &mut out,
-            "Rebuild",
-            &format!(
-                "from {}, phase {} (confirmed at {})",
-                rb.from,
-                rb.phase,
-                quorum_core::backup::compact_utc(rb.requested_at_unix_s)
-            ),
-        );
+        let at = quorum_core::backup::compact_utc(rb.requested_at_unix_s);
+        let text = format!("from {}, phase {} (confirmed at {at})", rb.from, rb.phase);
+        lines.push(("Rebuild", text));
     }
     if let Some(r) = &s.ca_rotation {
-        push(&mut out, "CA rotation", &crate::carotation::describe(r));
+        lines.push(("CA rotation", crate::carotation::describe(r)));
     }
-    let transport = if s.spec.tls() {
-        let soonest = s
-            .machines
-            .iter()
-            .filter_map(|m| m.certificates_expire_at.as_deref())
-            .min();
-        format!(
-            "mutual TLS (certificates for {}, renewed {} before expiry{})",
-            s.spec.certificates.lifetime,
-            s.spec.certificates_renew_before(),
-            soonest
-                .map(|t| format!("; soonest expiry {t}"))
-                .unwrap_or_default()
-        )
+    lines.push(("Transport", transport_line(s)));
+    let cluster_version = s.cluster_version.as_deref();
+    let cluster_version = cluster_version.unwrap_or("unknown (no leader answered)");
+    lines.push(("Cluster version", cluster_version.to_string()));
+    lines.push(("Operation", operation_line(s)));
+    if let Some(line) = snapshot_line(s) {
+        lines.push(("Snapshot", line));
+    }
+    lines.push(("Controller", controller_line(s)));
+    if let Some(line) = leading_line(s) {
+        lines.push(("Leading", line));
+    }
+    if !s.store.is_empty() {
+        lines.push(("Store", store_line(&s.store)));
+    }
+    if let Some(line) = last_step_line(s) {
+        lines.push(("Last step", line));
+    }
+    let endpoints = if s.endpoints.is_empty() {
+        "none healthy".to_string()
     } else {
-        "PLAIN HTTP (insecurePlaintext): no authentication, no encryption".into()
+        s.endpoints.join(",")
     };
-    push(&mut out, "Transport", &transport);
-    push(
-        &mut out,
-        "Cluster version",
-        s.cluster_version
-            .as_deref()
-            .unwrap_or("unknown (no leader answered)"),
-    );
-    let op = match &s.waiting_for {
+    lines.push(("Endpoints", endpoints));
+    if !s.client_addresses.is_empty() {
+        let text = format!(
+            "{} (give clients all of them)",
+            s.client_addresses.join(",")
+        );
+        lines.push(("Clients", text));
+    }
+    lines
+}
+
+fn spec_line(s: &Status) -> String {
+    format!(
+        "{}, etcd {}, {}{}{}",
+        plural(s.spec.replicas, "replica"),
+        s.spec.version,
+        match s.spec.rollout.strategy {
+            quorum_core::Strategy::Replace => format!(
+                "rolled out by replacement (maxSurge {})",
+                s.spec.rollout.max_surge
+            ),
+            quorum_core::Strategy::InPlace => format!(
+                "rolled out in place (restart deadline {})",
+                s.spec.rollout.in_place.timeout
+            ),
+        },
+        if s.spec.provider.is_local() {
+            ""
+        } else {
+            ", members on hosts"
+        },
+        if s.spec.paused { ", paused" } else { "" }
+    )
+}
+
+fn transport_line(s: &Status) -> String {
+    if !s.spec.tls() {
+        return "PLAIN HTTP (insecurePlaintext): no authentication, no encryption".into();
+    }
+    let soonest = s
+        .machines
+        .iter()
+        .filter_map(|m| m.certificates_expire_at.as_deref())
+        .min();
+    format!(
+        "mutual TLS (certificates for {}, renewed {} before expiry{})",
+        s.spec.certificates.lifetime,
+        s.spec.certificates_renew_before(),
+        soonest
+            .map(|t| format!("; soonest expiry {t}"))
+            .unwrap_or_default()
+    )
+}
+
+fn operation_line(s: &Status) -> String {
+    match &s.waiting_for {
         Some(w) if s.decision.is_blocked() => format!("{} — BLOCKED: {w}", s.operation),
         Some(w) => format!("{} — {w}", s.operation),
         None if s.converged => match s.haproxy.as_ref().filter(|h| !h.in_step) {
@@ -462,30 +494,34 @@ pub fn render_table(s: &Status) -> String {
             }
         },
         None => format!("{} — next: {}", s.operation, summarize(&s.next_actions)),
-    };
-    push(&mut out, "Operation", &op);
-    // A version rollout's way back (a CA rotation alone keeps every version).
+    }
+}
+
+/// A version rollout's way back, if it goes wrong (a CA rotation alone keeps every
+/// version, and has none).
+fn snapshot_line(s: &Status) -> Option<String> {
     let versions_move = s
         .machines
         .iter()
         .any(|m| m.version != s.spec.version.to_string());
-    if s.operation == quorum_core::Operation::RollingOut.to_string()
-        && (s.ca_rotation.is_none() || versions_move)
-    {
-        // The step a rollout begins with: the way back, if it goes wrong.
-        let line = match &s.snapshots.before_this_rollout {
-            Some(b) => format!(
-                "{} (revision {}, taken before this rollout)",
-                b.id, b.revision
-            ),
-            None => format!(
-                "none taken for a rollout to {} (`quorum snapshot {}` takes one now)",
-                s.spec.version, s.name
-            ),
-        };
-        push(&mut out, "Snapshot", &line);
+    let rolling = s.operation == quorum_core::Operation::RollingOut.to_string();
+    if !rolling || (s.ca_rotation.is_some() && !versions_move) {
+        return None;
     }
-    let ctl = match &s.controller {
+    Some(match &s.snapshots.before_this_rollout {
+        Some(b) => format!(
+            "{} (revision {}, taken before this rollout)",
+            b.id, b.revision
+        ),
+        None => format!(
+            "none taken for a rollout to {} (`quorum snapshot {}` takes one now)",
+            s.spec.version, s.name
+        ),
+    })
+}
+
+fn controller_line(s: &Status) -> String {
+    match &s.controller {
         Some(c) if c.active => match &c.working_on {
             Some(w) => format!(
                 "{} (seen {:.1}s ago; working on: {} for {:.1}s)",
@@ -506,72 +542,46 @@ pub fn render_table(s: &Status) -> String {
             c.last_seen_ms_ago / 1000
         ),
         None => "none has seen it yet — start one with `quorum controller`".into(),
-    };
-    push(&mut out, "Controller", &ctl);
+    }
+}
+
+fn leading_line(s: &Status) -> Option<String> {
     if let Some(l) = &s.controller_leader {
         let since_s = (now_ms() - l.since_ms).max(0) / 1000;
         let shard = s
             .shard
             .map(|sh| format!("shard {} of {}, ", sh.index, sh.count))
             .unwrap_or_default();
-        push(
-            &mut out,
-            "Leading",
-            &format!(
-                "{} ({shard}for {since_s}s; leadership token {})",
-                l.identity, l.token
-            ),
-        );
-    } else if let Some(sh) = s.shard {
-        push(
-            &mut out,
-            "Leading",
-            &format!(
-                "nobody: shard {} of {} has no replica yet (one takes it within --lease-ttl \
-                 of a replica starting or dying)",
-                sh.index, sh.count
-            ),
-        );
+        return Some(format!(
+            "{} ({shard}for {since_s}s; leadership token {})",
+            l.identity, l.token
+        ));
     }
-    if !s.store.is_empty() {
-        push(&mut out, "Store", &store_line(&s.store));
-    }
-    if let Some(e) = &s.last_event {
-        let mark = crate::wait::mark(e);
-        let ago_s = (now_ms() - e.at_ms).max(0) / 1000;
-        let by =
-            e.by.as_deref()
-                .map(|b| format!("by {b}, "))
-                .unwrap_or_default();
-        push(
-            &mut out,
-            "Last step",
-            &format!(
-                "{mark} {} ({by}{ago_s}s ago; all of them: quorum events {})",
-                e.message, s.name
-            ),
-        );
-    }
-    push(
-        &mut out,
-        "Endpoints",
-        &if s.endpoints.is_empty() {
-            "none healthy".to_string()
-        } else {
-            s.endpoints.join(",")
-        },
-    );
-    if !s.client_addresses.is_empty() {
-        push(
-            &mut out,
-            "Clients",
-            &format!(
-                "{} (give clients all of them)",
-                s.client_addresses.join(",")
-            ),
-        );
-    }
-    out.push('\n');
+    s.shard.map(|sh| {
+        format!(
+            "nobody: shard {} of {} has no replica yet (one takes it within --lease-ttl \
+             of a replica starting or dying)",
+            sh.index, sh.count
+        )
+    })
+}
+
+fn last_step_line(s: &Status) -> Option<String> {
+    let e = s.last_event.as_ref()?;
+    let mark = crate::wait::mark(e);
+    let ago_s = (now_ms() - e.at_ms).max(0) / 1000;
+    let by =
+        e.by.as_deref()
+            .map(|b| format!("by {b}, "))
+            .unwrap_or_default();
+    Some(format!(
+        "{mark} {} ({by}{ago_s}s ago; all of them: quorum events {})",
+        e.message, s.name
+    ))
+}
+
+/// The machines table: a header, then a row per machine.
+fn machine_rows(s: &Status) -> Vec<Vec<String>> {
     let header = [
         "MACHINE",
         "ADDRESS",
@@ -583,76 +593,71 @@ pub fn render_table(s: &Status) -> String {
         "PROCESS",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|h| h.to_string()).collect()];
-    for m in &s.machines {
-        let version = match &m.running_version {
-            Some(v) if *v != m.version => format!("{} (runs {v})", m.version),
-            _ => m.version.clone(),
-        };
-        let mut health = if m.healthy {
-            "healthy".to_string()
-        } else {
-            "unhealthy".to_string()
-        };
-        if !m.alarms.is_empty() {
-            health = format!("alarm: {}", m.alarms.join(","));
+    rows.extend(s.machines.iter().map(machine_cells));
+    rows
+}
+
+fn machine_cells(m: &MachineRow) -> Vec<String> {
+    let version = match &m.running_version {
+        Some(v) if *v != m.version => format!("{} (runs {v})", m.version),
+        _ => m.version.clone(),
+    };
+    let name = match &m.in_place {
+        _ if m.deleting => format!("{} (leaving)", m.name),
+        Some(ip) if ip.from != ip.to => {
+            format!(
+                "{} (in place {} -> {}: {})",
+                m.name, ip.from, ip.to, ip.phase
+            )
         }
-        if let Some(first) = m.problems.first() {
-            // The table's short form: the words before the details ("lost its data",
-            // "crash loop"); `-o json` and the Degraded condition have them whole.
-            let first = first.split(": ").next().unwrap_or(first);
-            let more = match m.problems.len() {
-                1 => String::new(),
-                n => format!(" (+{})", n - 1),
-            };
-            health = match m.unhealthy_for_s {
-                Some(s) => format!("{first}{more}, {s}s"),
-                None => format!("{first}{more}"),
-            };
-        }
-        rows.push(vec![
-            match &m.in_place {
-                _ if m.deleting => format!("{} (leaving)", m.name),
-                Some(ip) if ip.from != ip.to => {
-                    format!(
-                        "{} (in place {} -> {}: {})",
-                        m.name, ip.from, ip.to, ip.phase
-                    )
-                }
-                Some(ip) => format!("{} (in place, new certificates: {})", m.name, ip.phase),
-                None => m.name.clone(),
-            },
-            m.address.clone(),
-            version,
-            m.member_id.clone().unwrap_or_else(|| "-".into()),
-            m.role.to_string(),
-            health,
-            m.raft_index
-                .map(|i| i.to_string())
-                .unwrap_or_else(|| "-".into()),
-            match m.pid {
-                Some(pid) => format!("{} (pid {pid})", m.process),
-                None => m.process.clone(),
-            },
-        ]);
+        Some(ip) => format!("{} (in place, new certificates: {})", m.name, ip.phase),
+        None => m.name.clone(),
+    };
+    vec![
+        name,
+        m.address.clone(),
+        version,
+        m.member_id.clone().unwrap_or_else(|| "-".into()),
+        m.role.to_string(),
+        health_cell(m),
+        m.raft_index
+            .map(|i| i.to_string())
+            .unwrap_or_else(|| "-".into()),
+        match m.pid {
+            Some(pid) => format!("{} (pid {pid})", m.process),
+            None => m.process.clone(),
+        },
+    ]
+}
+
+/// The table's short form of a machine's health: the words of its first problem
+/// before the details ("lost its data", "crash loop"), how many more, for how long;
+/// `-o json` and the Degraded condition have them whole.
+fn health_cell(m: &MachineRow) -> String {
+    if let Some(first) = m.problems.first() {
+        let first = first.split(": ").next().unwrap_or(first);
+        let more = match m.problems.len() {
+            1 => String::new(),
+            n => format!(" (+{})", n - 1),
+        };
+        return match m.unhealthy_for_s {
+            Some(s) => format!("{first}{more}, {s}s"),
+            None => format!("{first}{more}"),
+        };
     }
-    out.push_str(&columns(&rows));
-    out.push('\n');
-    let crow: Vec<Vec<String>> =
-        std::iter::once(vec!["CONDITION".into(), "STATUS".into(), "MESSAGE".into()])
-            .chain(s.conditions.iter().map(|c| {
-                vec![
-                    format!("{:?}", c.kind),
-                    if c.status {
-                        "True".into()
-                    } else {
-                        "False".into()
-                    },
-                    c.message.clone(),
-                ]
-            }))
-            .collect();
-    out.push_str(&columns(&crow));
-    out
+    if !m.alarms.is_empty() {
+        return format!("alarm: {}", m.alarms.join(","));
+    }
+    if m.healthy { "healthy" } else { "unhealthy" }.to_string()
+}
+
+fn condition_rows(s: &Status) -> Vec<Vec<String>> {
+    std::iter::once(vec!["CONDITION".into(), "STATUS".into(), "MESSAGE".into()])
+        .chain(s.conditions.iter().map(|c| {
+            let status = if c.status { "True" } else { "False" };
+            vec![format!("{:?}", c.kind), status.into(), c.message.clone()]
+        }))
+        .collect()
 }
 
 /// The management etcd's members in one line: how many serve, the leader, and each one
