@@ -16,8 +16,9 @@
 //! 6. mark the data directories of members that answered as themselves (`repair`);
 //! 7. carry on an in-place step (`inplace`): drain, stop, record the new binary,
 //!    start, wait until it serves; past `inPlace.timeout`, roll it back;
-//! 8. finish an add: start and promote a learner; stop one whose own publish was lost
-//!    so that it starts again (`publish`);
+//! 8. finish an add: start and promote a learner; one whose own publish was lost is
+//!    stopped and started again in one decision, before anything judges it failed
+//!    (`publish`);
 //! 9. finish a removal: a machine marked deleting hands off leadership, then its member,
 //!    then its process; a remediated one then records its replacement; then its record;
 //! 10. remove orphan members (no machine);
