@@ -154,78 +154,18 @@ impl Reconciler {
 
     /// Observe, decide, act for one control plane.
     pub async fn reconcile(&mut self, cp: &ControlPlane) -> Result<Outcome, StoreError> {
-        let machines = self.sh.store().machines(&cp.name)?;
-        let access = self.sh.access_for(cp)?;
-        let view = crate::hosts_view(&self.sh.store(), cp.spec.provider);
-        let mut observed = crate::observe_on(
-            &self.sh.provider,
-            &self.sh.hosts,
-            view,
-            cp.spec.provider,
-            &access.etcd,
-            &machines,
-        )
-        .await;
-        let tracked = self.st.health.observe(cp, &machines, &observed.observation);
-        let memory = tracked.memory();
-        crate::complete(
-            &self.sh.store(),
-            &self.sh.provider,
-            cp,
-            &memory,
-            &mut observed,
-        )?;
-        self.record_health(cp, &machines, &tracked).await;
-        self.sh.metrics.health(
-            &cp.name,
-            tracked.since_unix_s.len(),
-            tracked.crash_loops_started.len(),
-        );
-        let decision = decide(cp, &machines, &observed.observation);
-        let up_to_date = machines
-            .iter()
-            .filter(|m| m.version == cp.spec.version && !m.deleting)
-            .count();
-        self.sh.metrics.control_plane(
-            &cp.name,
-            up_to_date as f64 / f64::from(cp.spec.replicas.max(1)),
-            decision.quorum_margin(),
-        );
-        self.sh
-            .metrics
-            .state(&cp.name, decision.fleet_state().name());
+        let (machines, access, observed, decision) = self.observe_and_decide(cp).await?;
         self.record_blocked(cp, &decision);
         // Published before any action: clients see a leaving machine go from the
         // endpoints before its member is removed.
         self.publish(cp, &decision, &observed, &machines)?;
         let balancer = self.sync_balancer(cp, &access, &decision, &machines).await;
-        let started = Instant::now();
-        let waited_ms = Some(&self.st)
-            .and_then(|s| s.last_end)
-            .map(|t| started.duration_since(t).as_millis() as i64);
+        self.record_converged(cp, &decision, &machines);
         let mut outcome = if decision.converged {
             Outcome::Converged
         } else {
             Outcome::Waiting
         };
-        if decision.converged {
-            let st = &mut self.st;
-            if !st.converged_recorded {
-                st.converged_recorded = true;
-                let n = machines.len();
-                let msg = format!(
-                    "{n} machine{} at etcd {}, every member healthy",
-                    if n == 1 { "" } else { "s" },
-                    cp.spec.version
-                );
-                self.event(
-                    cp,
-                    NewEvent::new(EventKind::Converged, StepOutcome::Ok, &msg),
-                );
-            }
-        } else {
-            self.st.converged_recorded = false;
-        }
         if let Some(b) = &balancer {
             if !b.done.is_empty() {
                 outcome = Outcome::Acted;
@@ -233,26 +173,104 @@ impl Reconciler {
                 outcome = Outcome::Waiting;
             }
         }
+        let pass = Pass {
+            cp,
+            access: &access,
+            machines: &machines,
+            observed: &observed,
+            decision: &decision,
+        };
+        if self.act(&pass, balancer.as_ref()).await? {
+            outcome = Outcome::Acted;
+        }
+        self.st.last_end = (outcome != Outcome::Converged).then(Instant::now);
+        Ok(outcome)
+    }
+
+    /// The records, a fresh observation completed with the health memory (its events
+    /// recorded), and the decision on it, with the metrics of both.
+    async fn observe_and_decide(
+        &mut self,
+        cp: &ControlPlane,
+    ) -> Result<(Vec<Machine>, Arc<Access>, Observed, Decision), StoreError> {
+        let machines = self.sh.store().machines(&cp.name)?;
+        let access = self.sh.access_for(cp)?;
+        let view = crate::hosts_view(&self.sh.store(), cp.spec.provider);
+        let (provider, hosts) = (&self.sh.provider, &self.sh.hosts);
+        let kind = cp.spec.provider;
+        let mut observed =
+            crate::observe_on(provider, hosts, view, kind, &access.etcd, &machines).await;
+        let tracked = self.st.health.observe(cp, &machines, &observed.observation);
+        let memory = tracked.memory();
+        crate::complete(&self.sh.store(), provider, cp, &memory, &mut observed)?;
+        self.record_health(cp, &machines, &tracked).await;
+        let (problems, loops) = (
+            tracked.since_unix_s.len(),
+            tracked.crash_loops_started.len(),
+        );
+        self.sh.metrics.health(&cp.name, problems, loops);
+        let decision = decide(cp, &machines, &observed.observation);
+        let up_to_date = machines
+            .iter()
+            .filter(|m| m.version == cp.spec.version && !m.deleting)
+            .count();
+        let share = up_to_date as f64 / f64::from(cp.spec.replicas.max(1));
+        let metrics = &self.sh.metrics;
+        metrics.control_plane(&cp.name, share, decision.quorum_margin());
+        metrics.state(&cp.name, decision.fleet_state().name());
+        Ok((machines, access, observed, decision))
+    }
+
+    /// One `Converged` event each time the control plane reaches its spec.
+    fn record_converged(&mut self, cp: &ControlPlane, decision: &Decision, machines: &[Machine]) {
+        if !decision.converged {
+            self.st.converged_recorded = false;
+            return;
+        }
+        if std::mem::replace(&mut self.st.converged_recorded, true) {
+            return;
+        }
+        let n = machines.len();
+        let msg = format!(
+            "{n} machine{} at etcd {}, every member healthy",
+            if n == 1 { "" } else { "s" },
+            cp.spec.version
+        );
+        self.event(
+            cp,
+            NewEvent::new(EventKind::Converged, StepOutcome::Ok, &msg),
+        );
+    }
+
+    /// Performs the decision's actions in order, each once its pacing lets it, until
+    /// one is held or does not succeed. True if one was performed.
+    async fn act(
+        &mut self,
+        pass: &Pass<'_>,
+        balancer: Option<&balancer::Synced>,
+    ) -> Result<bool, StoreError> {
+        let waited_ms = self
+            .st
+            .last_end
+            .map(|t| Instant::now().duration_since(t).as_millis() as i64);
         // The endpoints of this pass are published: a machine seen leaving starts its
         // drain now.
-        self.pacer().observe(pacing::clock_ms(), &machines);
-        for (i, action) in decision.actions.iter().enumerate() {
-            let verdict = self
-                .pacer()
-                .check(pacing::clock_ms(), action, balancer.as_ref());
+        self.pacer().observe(pacing::clock_ms(), pass.machines);
+        let mut acted = false;
+        for (i, action) in pass.decision.actions.iter().enumerate() {
+            let verdict = self.pacer().check(pacing::clock_ms(), action, balancer);
             if let quorum_core::pacing::Verdict::Wait(hold) = verdict {
                 // Draining, the load balancer behind, or backing off: a wait, not a
                 // failure; look again soon.
-                tracing::debug!(cp = %cp.name, "holding '{action}': {hold}");
+                tracing::debug!(cp = %pass.cp.name, "holding '{action}': {hold}");
                 break;
             }
             let t0 = Instant::now();
             // Read before the start: a start clears what it says.
-            let stopped = self.why_it_stopped(cp, action);
-            let res = match self
-                .perform(cp, &access, &machines, &observed, action)
-                .await
-            {
+            let stopped = self.why_it_stopped(pass.cp, action);
+            let (cp, access, machines, observed) =
+                (pass.cp, pass.access, pass.machines, pass.observed);
+            let res = match self.perform(cp, access, machines, observed, action).await {
                 // Not the action's failure: this replica may not act now (it no longer
                 // leads, or its store cannot serve or confirm its lease). The next pass
                 // observes again, whatever the call did.
@@ -265,88 +283,110 @@ impl Reconciler {
             let (attempt, _) =
                 self.pacer()
                     .record(pacing::clock_ms(), action, &res, pacing::jitter());
-            let machine = action.machine();
             match res {
                 Ok(allocated) => {
-                    self.sh.metrics.operation(action.kind().as_str(), "ok");
-                    if let Action::Defragment { machine } = action {
-                        self.st.health.defragmented(machine);
-                    }
-                    if let Action::DisarmAlarm { .. } = action {
-                        self.st.health.disarmed();
-                    }
-                    if matches!(action, Action::ForgetControlPlane) {
-                        self.sh.metrics.forget(&cp.name);
-                        if let Err(e) = remove_local_files(&self.sh.cfg.home, &cp.name) {
-                            tracing::warn!(cp = %cp.name, "{e}");
-                        }
-                    }
-                    tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
-                    let st = &mut self.st;
-                    st.last_error = None;
-                    let mut message = perform::done_message(action, allocated.as_deref());
-                    // Why the core decided it, where its name does not say (the first
-                    // action's, as `Decision::because` is).
-                    if let Some(because) = decision.because.as_ref().filter(|_| i == 0) {
-                        message.push_str(&format!(": {because}"));
-                    }
-                    if let Some(why) = &stopped {
-                        message.push_str(&format!(" ({why})"));
-                    }
-                    self.event(
-                        cp,
-                        NewEvent {
-                            // An allocation names the machine it recorded; other
-                            // steps' answers (a fence's, a restore's) are their message.
-                            machine: match action {
-                                Action::AllocateMachine { .. } => allocated.as_deref(),
-                                _ => machine,
-                            },
-                            waited_ms,
-                            took_ms: Some(took_ms),
-                            ..NewEvent::new(action.kind(), StepOutcome::Ok, &message)
-                        },
-                    );
-                    outcome = Outcome::Acted;
+                    let why = [
+                        pass.decision
+                            .because
+                            .as_deref()
+                            .filter(|_| i == 0)
+                            .map(|b| format!(": {b}")),
+                        stopped.map(|w| format!(" ({w})")),
+                    ];
+                    let done = Done {
+                        allocated: allocated.as_deref(),
+                        why: &why.into_iter().flatten().collect::<String>(),
+                        took_ms,
+                        waited_ms,
+                    };
+                    self.performed(pass.cp, action, &done);
+                    acted = true;
                 }
                 Err(e) => {
-                    let refusal = attempt == quorum_core::pacing::Attempt::Refused;
-                    let ended = if refusal {
-                        StepOutcome::Refused
-                    } else {
-                        StepOutcome::Failed
-                    };
-                    self.sh
-                        .metrics
-                        .operation(action.kind().as_str(), ended.as_str());
-                    let msg = match e.refusal_reason() {
-                        Some(reason) => format!("{action}: {reason} ({e})"),
-                        None => format!("{action}: {e}"),
-                    };
-                    let st = &mut self.st;
-                    let repeat = st.last_error.as_deref() == Some(msg.as_str());
-                    st.last_error = Some(msg.clone());
-                    if !repeat {
-                        if refusal {
-                            tracing::info!(cp = %cp.name, "{msg}");
-                        } else {
-                            tracing::warn!(cp = %cp.name, "{msg}");
-                        }
-                        self.event(
-                            cp,
-                            NewEvent {
-                                machine,
-                                took_ms: Some(took_ms),
-                                ..NewEvent::new(action.kind(), ended, &msg)
-                            },
-                        );
-                    }
+                    let refused = attempt == quorum_core::pacing::Attempt::Refused;
+                    self.did_not_perform(pass.cp, action, &e, refused, took_ms);
                     break;
                 }
             }
         }
-        self.st.last_end = (outcome != Outcome::Converged).then(Instant::now);
-        Ok(outcome)
+        Ok(acted)
+    }
+
+    /// What an action that was performed leaves behind: the health memory it changes,
+    /// local files of a forgotten control plane, its metric and its event. `why` is
+    /// added to the event's message (why the core decided it, how the machine stopped).
+    fn performed(&mut self, cp: &ControlPlane, action: &Action, done: &Done<'_>) {
+        self.sh.metrics.operation(action.kind().as_str(), "ok");
+        match action {
+            Action::Defragment { machine } => self.st.health.defragmented(machine),
+            Action::DisarmAlarm { .. } => self.st.health.disarmed(),
+            Action::ForgetControlPlane => {
+                self.sh.metrics.forget(&cp.name);
+                if let Err(e) = remove_local_files(&self.sh.cfg.home, &cp.name) {
+                    tracing::warn!(cp = %cp.name, "{e}");
+                }
+            }
+            _ => {}
+        }
+        let took_ms = done.took_ms;
+        tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
+        self.st.last_error = None;
+        let mut message = perform::done_message(action, done.allocated);
+        message.push_str(done.why);
+        self.event(
+            cp,
+            NewEvent {
+                // An allocation names the machine it recorded; other steps' answers (a
+                // fence's, a restore's) are their message.
+                machine: match action {
+                    Action::AllocateMachine { .. } => done.allocated,
+                    _ => action.machine(),
+                },
+                waited_ms: done.waited_ms,
+                took_ms: Some(took_ms),
+                ..NewEvent::new(action.kind(), StepOutcome::Ok, &message)
+            },
+        );
+    }
+
+    /// An action refused for now or failed: its metric, and its event unless the same
+    /// one was the last.
+    fn did_not_perform(
+        &mut self,
+        cp: &ControlPlane,
+        action: &Action,
+        e: &ActionError,
+        refused: bool,
+        took_ms: i64,
+    ) {
+        let ended = if refused {
+            StepOutcome::Refused
+        } else {
+            StepOutcome::Failed
+        };
+        self.sh
+            .metrics
+            .operation(action.kind().as_str(), ended.as_str());
+        let msg = match e.refusal_reason() {
+            Some(reason) => format!("{action}: {reason} ({e})"),
+            None => format!("{action}: {e}"),
+        };
+        let repeat = self.st.last_error.as_deref() == Some(msg.as_str());
+        self.st.last_error = Some(msg.clone());
+        if repeat {
+            return;
+        }
+        if refused {
+            tracing::info!(cp = %cp.name, "{msg}");
+        } else {
+            tracing::warn!(cp = %cp.name, "{msg}");
+        }
+        let event = NewEvent {
+            machine: action.machine(),
+            took_ms: Some(took_ms),
+            ..NewEvent::new(action.kind(), ended, &msg)
+        };
+        self.event(cp, event);
     }
 
     /// Reads the backend, probes the members that should enter it (their own
@@ -558,4 +598,25 @@ impl Reconciler {
         failpoints::crash_point("crash-after-publish-status");
         res
     }
+}
+
+/// One pass's inputs to its actions: the control plane, its access, its records, the
+/// observation and the decision made from it.
+struct Pass<'a> {
+    cp: &'a ControlPlane,
+    access: &'a Access,
+    machines: &'a [Machine],
+    observed: &'a Observed,
+    decision: &'a Decision,
+}
+
+/// What a performed action's event says beyond the action.
+struct Done<'a> {
+    /// The machine an allocation recorded.
+    allocated: Option<&'a str>,
+    /// Added to the message: why the core decided it, how the machine had stopped.
+    why: &'a str,
+    took_ms: i64,
+    /// How long the controller waited before this pass, if it had been waiting.
+    waited_ms: Option<i64>,
 }
