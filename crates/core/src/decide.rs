@@ -88,58 +88,7 @@ pub fn decide(cp: &ControlPlane, machines: &[Machine], observed: &Observation) -
     }
 }
 
-pub(crate) struct Step {
-    pub(crate) actions: Vec<Action>,
-    pub(crate) operation: Operation,
-    pub(crate) waiting_for: Option<String>,
-    pub(crate) blocked: bool,
-    /// Why the first action was decided, where its name alone does not say.
-    pub(crate) because: Option<String>,
-}
-
-impl Step {
-    pub(crate) fn many(operation: Operation, actions: Vec<Action>) -> Step {
-        Step {
-            because: None,
-            actions,
-            operation,
-            waiting_for: None,
-            blocked: false,
-        }
-    }
-    pub(crate) fn act(operation: Operation, action: Action) -> Step {
-        Step {
-            because: None,
-            actions: vec![action],
-            operation,
-            waiting_for: None,
-            blocked: false,
-        }
-    }
-    pub(crate) fn wait(operation: Operation, why: impl Into<String>) -> Step {
-        Step {
-            because: None,
-            actions: vec![],
-            operation,
-            waiting_for: Some(why.into()),
-            blocked: false,
-        }
-    }
-    /// The step with why its first action was decided (`Decision::because`).
-    pub(crate) fn because(self, why: impl Into<String>) -> Step {
-        debug_assert!(!self.actions.is_empty(), "a reason is for an action");
-        Step {
-            because: Some(why.into()),
-            ..self
-        }
-    }
-    pub(crate) fn refuse(operation: Operation, why: impl Into<String>) -> Step {
-        Step {
-            blocked: true,
-            ..Step::wait(operation, why)
-        }
-    }
-}
+pub(crate) use crate::step::Step;
 
 /// A machine with what was seen of it and its member, if any.
 pub(crate) struct Seen<'a> {
@@ -696,26 +645,6 @@ impl<'a> View<'a> {
                 member_id: learner.id,
             },
         ))
-    }
-
-    /// Stop learner `s` and start it again in the same pass, joining the cluster as
-    /// it is: a pass between them could find it failed long enough and replace it.
-    fn restart_learner(&self, op: Operation, s: &Seen<'a>) -> Step {
-        let machine = s.machine.name.clone();
-        let start = Action::StartMachine {
-            machine: machine.clone(),
-            state: ClusterState::Existing,
-            initial_cluster: self.initial_cluster(),
-            expect: s.obs.and_then(|o| o.marker),
-        };
-        Step::many(op, vec![Action::StopMachine { machine }, start])
-    }
-
-    /// Why learner `s` is to be stopped and started again: its own publish was lost
-    /// (`publish`). Judged only against a leader that answers (its database size).
-    fn publish_lost(&self, s: &Seen<'a>, learner: &Member) -> Option<String> {
-        let db_bytes = self.leader_status()?.db_size_bytes;
-        crate::publish::lost(&s.machine.name, learner, s.obs?, db_bytes, self.now_unix_s)
     }
 
     pub(crate) fn leader_status(&self) -> Option<&EndpointStatus> {

@@ -29,6 +29,7 @@ mod repair;
 pub mod s3access;
 pub mod shards;
 pub mod span;
+mod step;
 pub mod survivor;
 pub mod upkeep;
 pub mod validate;

@@ -26,6 +26,7 @@
 //! between the two leaves a stopped learner, which `restart_stopped` starts (its stop was
 //! planned, so no backoff holds it).
 
+use crate::decide::{Action, ClusterState, Operation, Seen, Step, View};
 use crate::model::{MachineObservation, Member, ProcessState};
 
 /// How long a learner published in the member list may go unanswered before its own
@@ -67,6 +68,28 @@ pub fn lost(
          publish came back inside the leader's snapshot, and etcd would wait until \
          {ETCD_RETRY_S}s to try again; started again, it serves at once"
     ))
+}
+
+impl<'a> View<'a> {
+    /// Stop learner `s` and start it again in the same pass, joining the cluster as
+    /// it is: a pass between them could find it failed long enough and replace it.
+    pub(crate) fn restart_learner(&self, op: Operation, s: &Seen<'a>) -> Step {
+        let machine = s.machine.name.clone();
+        let start = Action::StartMachine {
+            machine: machine.clone(),
+            state: ClusterState::Existing,
+            initial_cluster: self.initial_cluster(),
+            expect: s.obs.and_then(|o| o.marker),
+        };
+        Step::many(op, vec![Action::StopMachine { machine }, start])
+    }
+
+    /// Why learner `s` is to be stopped and started again: its own publish was lost
+    /// (`publish`). Judged only against a leader that answers (its database size).
+    pub(crate) fn publish_lost(&self, s: &Seen<'a>, learner: &Member) -> Option<String> {
+        let db_bytes = self.leader_status()?.db_size_bytes;
+        lost(&s.machine.name, learner, s.obs?, db_bytes, self.now_unix_s)
+    }
 }
 
 #[cfg(test)]

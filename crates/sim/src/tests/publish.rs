@@ -12,15 +12,19 @@ fn joining() -> World {
     w
 }
 
-#[test]
-fn a_lost_publish_is_answered_by_a_restart_before_etcds_retry() {
-    let mut w = joining();
-    let learner = w
-        .machines
+/// The machine of the world's learner.
+fn learner_of(w: &World) -> String {
+    w.machines
         .iter()
         .find(|m| w.member_of_machine(&m.name).is_some_and(|x| x.is_learner))
         .map(|m| m.name.clone())
-        .expect("a learner");
+        .expect("a learner")
+}
+
+#[test]
+fn a_lost_publish_is_answered_by_a_restart_before_etcds_retry() {
+    let mut w = joining();
+    let learner = learner_of(&w);
     until(&mut w, 50, |w| {
         w.procs.get(&learner).is_some_and(|p| p.running)
     });
@@ -50,12 +54,7 @@ fn a_lost_publish_is_answered_by_a_restart_before_etcds_retry() {
 #[test]
 fn a_learner_stopped_while_it_answers_or_twice_is_a_violation() {
     let mut w = joining();
-    let learner = w
-        .machines
-        .iter()
-        .find(|m| w.member_of_machine(&m.name).is_some_and(|x| x.is_learner))
-        .map(|m| m.name.clone())
-        .expect("a learner");
+    let learner = learner_of(&w);
     until(&mut w, 50, |w| {
         w.procs.get(&learner).is_some_and(|p| p.running)
     });
@@ -73,12 +72,7 @@ fn a_learner_stopped_while_it_answers_or_twice_is_a_violation() {
         w.violation
     );
     let mut w = joining();
-    let learner = w
-        .machines
-        .iter()
-        .find(|m| w.member_of_machine(&m.name).is_some_and(|x| x.is_learner))
-        .map(|m| m.name.clone())
-        .expect("a learner");
+    let learner = learner_of(&w);
     until(&mut w, 50, |w| {
         w.procs.get(&learner).is_some_and(|p| p.running) && !w.publish_silent(&learner)
     });
