@@ -6,26 +6,13 @@ use super::*;
 
 impl Reconciler {
     /// A refusal (the `Blocked` condition) is history too: what quorum would not do,
-    /// and why, recorded once per distinct refusal.
-    pub(crate) fn record_blocked(&mut self, cp: &ControlPlane, d: &Decision) {
-        let now = d
-            .condition(ConditionKind::Blocked)
-            .filter(|c| c.status)
-            .map(|c| c.message.clone());
-        let st = &mut self.st;
-        // The same refusal with other figures ("next start in 3s", then 2s) is the same
-        // refusal: recorded once.
-        if now.as_deref().map(shape) == st.last_blocked.as_deref().map(shape) {
-            return;
-        }
-        st.last_blocked = now.clone();
-        if let Some(msg) = now {
-            tracing::warn!(cp = %cp.name, "refusing: {msg}");
-            self.event(
-                cp,
-                NewEvent::new(EventKind::Blocked, StepOutcome::Refused, &msg),
-            );
-        }
+    /// and why (the pass hands out each distinct refusal once).
+    pub(crate) fn record_refusal(&mut self, cp: &ControlPlane, msg: &str) {
+        tracing::warn!(cp = %cp.name, "refusing: {msg}");
+        self.event(
+            cp,
+            NewEvent::new(EventKind::Blocked, StepOutcome::Refused, msg),
+        );
     }
 
     /// One event for each member seen with a problem, each crash loop that starts and
@@ -116,22 +103,6 @@ const CRASH_LOG_LINES: usize = 60;
 /// The longest log message an event quotes.
 const MAX_LOG_MESSAGE_CHARS: usize = 300;
 
-/// A message with every run of digits as `#`: refusals that differ only in figures have
-/// the same shape.
-fn shape(msg: &str) -> String {
-    let mut out = String::with_capacity(msg.len());
-    for c in msg.chars() {
-        if c.is_ascii_digit() {
-            if !out.ends_with('#') {
-                out.push('#');
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Why an etcd exited, from the end of its log: the last fatal, panic or error entry of
 /// its (zap JSON) log, else the last `panic:` line of a Go panic, else the last line.
 fn why_it_exited(tail: &[String]) -> String {
@@ -193,14 +164,5 @@ mod tests {
         assert_eq!(why_it_exited(&tail), "panic: boom");
         assert_eq!(why_it_exited(&lines(&["last words"])), "last words");
         assert_eq!(why_it_exited(&[]), "");
-    }
-
-    #[test]
-    fn refusals_that_differ_only_in_figures_have_one_shape() {
-        assert_eq!(
-            shape("quorum is lost: 1 of 3 answer (a down, next start in 12s)"),
-            shape("quorum is lost: 1 of 3 answer (a down, next start in 3s)")
-        );
-        assert_ne!(shape("not removing a-1"), shape("not adding a-1"));
     }
 }

@@ -36,8 +36,8 @@ pub use shards::ShardedController;
 use access::{now_unix_s, Access};
 use quorum_core::lease::Standing;
 use quorum_core::{
-    decide, Action, ActionKind, ConditionKind, ControlPlane, Decision, Machine, MachineObservation,
-    Observation, ProcessState, Refusal, CLIENT_PORT, PEER_PORT,
+    Action, ActionKind, ControlPlane, Decision, Machine, MachineObservation, Observation,
+    ProcessState, Refusal, CLIENT_PORT, PEER_PORT,
 };
 use quorum_etcd::{ClusterView, Etcd, EtcdError, Timeouts};
 use quorum_haproxy::LbOp;
@@ -274,17 +274,15 @@ pub async fn observe_on(
     observed
 }
 
-/// What an observation needs beyond one look at the machines, the same for the
-/// controller and for `quorum status`: the health memory (the controller's own, or the
-/// one it published), the recorded snapshots and the fenced directories.
+/// What an observation needs beyond one look at the machines and the health memory,
+/// the same for the controller and for `quorum status`: the recorded snapshots and the
+/// fenced directories.
 pub fn complete(
     store: &Store,
     provider: &LocalProvider,
     cp: &ControlPlane,
-    memory: &quorum_core::health::Memory,
     observed: &mut Observed,
 ) -> Result<(), StoreError> {
-    memory.fill(&mut observed.observation);
     snapshots_into(store, cp, &mut observed.observation)?;
     fenced_into(provider, cp, &mut observed.observation);
     Ok(())

@@ -1,11 +1,10 @@
-//! The controller's side of the one pacing policy (`quorum_core::pacing`): its monotonic
-//! clock, `rand` for the jitter, and the translation of what it saw (the load balancer's
-//! sync, how an action ended) into the core's terms. The numbers and the rules live in
-//! the core; the simulator drives the same type.
+//! The controller's side of the one pacing policy (`quorum_core::pacing`, which the
+//! pass drives): its monotonic clock, `rand` for the jitter, and the translation of what
+//! it saw (the load balancer's sync, how an action ended) into the core's terms. The
+//! numbers and the rules live in the core; the simulator drives the same type.
 
 use crate::{balancer, ActionError};
-use quorum_core::pacing::{Attempt, Pacing, PacingInput, PacingPolicy, Verdict};
-use quorum_core::{Action, Machine};
+use quorum_core::pacing::Attempt;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -39,60 +38,26 @@ pub fn lb_in_step(synced: Option<&balancer::Synced>) -> bool {
     synced.is_none_or(|s| s.blocked.is_none())
 }
 
-/// One control plane's pacing, as the controller drives it.
-#[derive(Debug)]
-pub struct Pacer(Pacing);
-
-impl Pacer {
-    pub fn new(drain_ms: u64) -> Pacer {
-        Pacer(Pacing::new(PacingPolicy {
-            drain_ms,
-            ..PacingPolicy::DEFAULT
-        }))
-    }
-
-    /// Once per pass, after the endpoints were published.
-    pub fn observe(&mut self, now_ms: u64, machines: &[Machine]) {
-        self.0.observe(now_ms, machines);
-    }
-
-    pub fn check(&self, now_ms: u64, a: &Action, synced: Option<&balancer::Synced>) -> Verdict {
-        let input = PacingInput {
-            now_ms,
-            lb_in_step: lb_in_step(synced),
-        };
-        self.0.check(a, &input)
-    }
-
-    /// Records how `a` ended; returns the classification and when it is due again.
-    pub fn record<T>(
-        &mut self,
-        now_ms: u64,
-        a: &Action,
-        res: &Result<T, ActionError>,
-        random: u64,
-    ) -> (Attempt, Option<u64>) {
-        let attempt = attempt_of(res);
-        (attempt, self.0.record(a, attempt, now_ms, random))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use quorum_core::pacing::{run_case, table, Driver};
+    use quorum_core::pacing::{
+        run_case, table, Driver, Pacing, PacingInput, PacingPolicy, Verdict,
+    };
+    use quorum_core::{Action, Machine};
     use quorum_etcd::EtcdError;
 
     /// The table's terms turned into the controller's (an `ActionError` of each class,
-    /// a load balancer sync that was blocked or not, or none) and back through `Pacer`.
+    /// a load balancer sync that was blocked or not, or none) and back through
+    /// `attempt_of` and `lb_in_step`, into the pacing the pass keeps.
     struct Controller {
-        pacer: Pacer,
+        pacing: Pacing,
         calls: u64,
     }
 
     impl Driver for Controller {
         fn machines(&mut self, now_ms: u64, machines: &[Machine]) {
-            self.pacer.observe(now_ms, machines);
+            self.pacing.observe(now_ms, machines);
         }
         fn attempt(
             &mut self,
@@ -102,7 +67,7 @@ mod tests {
             random: u64,
         ) -> Option<u64> {
             self.calls += 1;
-            let res = match outcome {
+            let res: Result<(), ActionError> = match outcome {
                 Attempt::Done => Ok(()),
                 // Both kinds of refusal the controller meets.
                 Attempt::Refused if self.calls.is_multiple_of(2) => Err(ActionError::NoLeader),
@@ -113,12 +78,12 @@ mod tests {
                 })),
                 Attempt::Failed => Err(ActionError::Join("panicked".into())),
             };
-            let (class, due) = self.pacer.record(now_ms, a, &res, random);
+            let class = attempt_of(&res);
             assert_eq!(
                 class, outcome,
                 "the controller classifies {res:?} as {class:?}"
             );
-            due
+            self.pacing.record(a, class, now_ms, random)
         }
         fn check(&mut self, now_ms: u64, a: &Action, lb_in_step: bool) -> Verdict {
             self.calls += 1;
@@ -128,7 +93,11 @@ mod tests {
             };
             // No load balancer at all counts as in step.
             let synced = (!lb_in_step || self.calls.is_multiple_of(2)).then_some(&synced);
-            self.pacer.check(now_ms, a, synced)
+            let input = PacingInput {
+                now_ms,
+                lb_in_step: super::lb_in_step(synced),
+            };
+            self.pacing.check(a, &input)
         }
     }
 
@@ -136,7 +105,10 @@ mod tests {
     fn the_controller_paces_by_the_shared_table() {
         for case in table() {
             let mut d = Controller {
-                pacer: Pacer::new(crate::DRAIN_MS),
+                pacing: Pacing::new(PacingPolicy {
+                    drain_ms: crate::DRAIN_MS,
+                    ..PacingPolicy::DEFAULT
+                }),
                 calls: 0,
             };
             if let Err(e) = run_case(&case, &mut d) {

@@ -10,6 +10,8 @@
 //! member waits alone.
 
 use super::*;
+use quorum_core::pacing::{Attempt, PacingPolicy};
+use quorum_core::pass::{End, Memory, Note, Pass, Perform, Request};
 use std::sync::{Mutex, MutexGuard};
 
 /// What every reconciler of one controller shares.
@@ -112,30 +114,42 @@ impl Shared {
     }
 }
 
-#[derive(Default)]
 pub(crate) struct CpState {
-    /// Since when each machine has had a problem: the health model's only memory (a
-    /// controller that takes over starts afresh, which only delays a remediation).
-    pub(crate) health: quorum_core::health::Tracker,
+    /// What one pass remembers of the ones before (`quorum_core::pass::Memory`): the
+    /// health memory, drain clocks and retry due times (made with the configured drain
+    /// time), the refusal and convergence last recorded. A controller that takes over
+    /// starts afresh, which only delays a step.
+    pub(crate) memory: Memory,
     /// When the previous reconcile of this control plane ended, if it left work pending
     /// (it acted or waited). After an idle (converged) pass this is `None`: the time
     /// spent idle is not a reaction delay.
     pub(crate) last_end: Option<Instant>,
-    /// Drain clocks and retry due times (created with the configured drain time; a
-    /// restarted controller drains again, which is only slower).
-    pub(crate) pacer: Option<pacing::Pacer>,
     /// Last error message recorded, to record each distinct error once.
     pub(crate) last_error: Option<String>,
     pub(crate) last_published: Option<(String, i64)>,
-    pub(crate) converged_recorded: bool,
     /// The endpoints last written to the endpoints file.
     pub(crate) last_endpoints: Option<Vec<String>>,
     /// The load balancer problem last reported (reported once until it changes).
     pub(crate) last_lb_problem: Option<String>,
-    /// The refusal last recorded (each distinct one once, until it clears).
-    pub(crate) last_blocked: Option<String>,
     /// The client certificate last loaded into the load balancer.
     pub(crate) lb_cert: Option<String>,
+}
+
+impl CpState {
+    fn new(drain_ms: u64) -> CpState {
+        CpState {
+            memory: Memory::new(PacingPolicy {
+                drain_ms,
+                ..PacingPolicy::DEFAULT
+            }),
+            last_end: None,
+            last_error: None,
+            last_published: None,
+            last_endpoints: None,
+            last_lb_problem: None,
+            lb_cert: None,
+        }
+    }
 }
 
 /// One control plane's reconciler (see the module doc).
@@ -146,53 +160,52 @@ pub(crate) struct Reconciler {
 
 impl Reconciler {
     pub(crate) fn new(sh: Arc<Shared>) -> Self {
-        Reconciler {
-            sh,
-            st: CpState::default(),
-        }
+        let st = CpState::new(sh.cfg.drain_ms);
+        Reconciler { sh, st }
     }
 
-    /// Observe, decide, act for one control plane.
+    /// One pass over a control plane (`quorum_core::pass`): this answers its requests.
     pub async fn reconcile(&mut self, cp: &ControlPlane) -> Result<Outcome, StoreError> {
-        let (machines, access, observed, decision) = self.observe_and_decide(cp).await?;
-        self.record_blocked(cp, &decision);
-        // Published before any action: clients see a leaving machine go from the
-        // endpoints before its member is removed.
-        self.publish(cp, &decision, &observed, &machines)?;
-        let balancer = self.sync_balancer(cp, &access, &decision, &machines).await;
-        self.record_converged(cp, &decision, &machines);
-        let mut outcome = if decision.converged {
-            Outcome::Converged
-        } else {
-            Outcome::Waiting
-        };
-        if let Some(b) = &balancer {
-            if !b.done.is_empty() {
-                outcome = Outcome::Acted;
-            } else if b.blocked.is_some() || !b.unhealthy.is_empty() {
-                outcome = Outcome::Waiting;
+        let (mut pass, access, observed) = self.begin(cp).await?;
+        let waited_ms = self
+            .st
+            .last_end
+            .map(|t| Instant::now().duration_since(t).as_millis() as i64);
+        let mut balancer = None;
+        let end = loop {
+            match pass.next(&mut self.st.memory, pacing::clock_ms()) {
+                Request::Record(Note::Refusal(msg)) => self.record_refusal(cp, &msg),
+                Request::Record(Note::Converged) => self.record_converged(cp, pass.machines()),
+                Request::Publish(endpoints) => self.publish(cp, &pass, &observed, endpoints)?,
+                Request::Balance => {
+                    let (d, machines) = (pass.decision(), pass.machines());
+                    balancer = self.sync_balancer(cp, &access, d, machines).await;
+                    pass.balanced(pacing::lb_in_step(balancer.as_ref()));
+                }
+                Request::Perform(p) => {
+                    let cx = Acting {
+                        cp,
+                        access: &access,
+                        observed: &observed,
+                        waited_ms,
+                    };
+                    self.act(&mut pass, &cx, p).await?;
+                }
+                Request::Done(end) => break end,
             }
-        }
-        let pass = Pass {
-            cp,
-            access: &access,
-            machines: &machines,
-            observed: &observed,
-            decision: &decision,
         };
-        if self.act(&pass, balancer.as_ref()).await? {
-            outcome = Outcome::Acted;
-        }
+        let outcome = outcome(pass.decision(), balancer.as_ref(), &end);
+        tracing::debug!(cp = %cp.name, "pass ended: {end:?}");
         self.st.last_end = (outcome != Outcome::Converged).then(Instant::now);
         Ok(outcome)
     }
 
-    /// The records, a fresh observation completed with the health memory (its events
-    /// recorded), and the decision on it, with the metrics of both.
-    async fn observe_and_decide(
+    /// The records and a fresh observation, taken in by a new pass (its health memory's
+    /// events recorded), with the metrics of both.
+    async fn begin(
         &mut self,
         cp: &ControlPlane,
-    ) -> Result<(Vec<Machine>, Arc<Access>, Observed, Decision), StoreError> {
+    ) -> Result<(Pass, Arc<Access>, Observed), StoreError> {
         let machines = self.sh.store().machines(&cp.name)?;
         let access = self.sh.access_for(cp)?;
         let view = crate::hosts_view(&self.sh.store(), cp.spec.provider);
@@ -200,17 +213,25 @@ impl Reconciler {
         let kind = cp.spec.provider;
         let mut observed =
             crate::observe_on(provider, hosts, view, kind, &access.etcd, &machines).await;
-        let tracked = self.st.health.observe(cp, &machines, &observed.observation);
-        let memory = tracked.memory();
-        crate::complete(&self.sh.store(), provider, cp, &memory, &mut observed)?;
-        self.record_health(cp, &machines, &tracked).await;
+        crate::complete(&self.sh.store(), provider, cp, &mut observed)?;
+        // After a start, what the file holds is what is published.
+        if self.st.last_endpoints.is_none() {
+            self.st.last_endpoints = read_endpoints_file(&self.sh.cfg.home, &cp.name);
+        }
+        let published = self.st.last_endpoints.as_deref();
+        let obs = &mut observed.observation;
+        let pass = Pass::begin(cp, machines, obs, published, &mut self.st.memory);
+        self.record_health(cp, pass.machines(), pass.tracked())
+            .await;
+        let tracked = pass.tracked();
         let (problems, loops) = (
             tracked.since_unix_s.len(),
             tracked.crash_loops_started.len(),
         );
         self.sh.metrics.health(&cp.name, problems, loops);
-        let decision = decide(cp, &machines, &observed.observation);
-        let up_to_date = machines
+        let decision = pass.decision();
+        let up_to_date = pass
+            .machines()
             .iter()
             .filter(|m| m.version == cp.spec.version && !m.deleting)
             .count();
@@ -218,18 +239,11 @@ impl Reconciler {
         let metrics = &self.sh.metrics;
         metrics.control_plane(&cp.name, share, decision.quorum_margin());
         metrics.state(&cp.name, decision.fleet_state().name());
-        Ok((machines, access, observed, decision))
+        Ok((pass, access, observed))
     }
 
     /// One `Converged` event each time the control plane reaches its spec.
-    fn record_converged(&mut self, cp: &ControlPlane, decision: &Decision, machines: &[Machine]) {
-        if !decision.converged {
-            self.st.converged_recorded = false;
-            return;
-        }
-        if std::mem::replace(&mut self.st.converged_recorded, true) {
-            return;
-        }
+    fn record_converged(&mut self, cp: &ControlPlane, machines: &[Machine]) {
         let n = machines.len();
         let msg = format!(
             "{n} machine{} at etcd {}, every member healthy",
@@ -242,91 +256,65 @@ impl Reconciler {
         );
     }
 
-    /// Performs the decision's actions in order, each once its pacing lets it, until
-    /// one is held or does not succeed. True if one was performed.
+    /// Performs one action the pass handed out and answers it with how it ended; a
+    /// store that says this replica may not act now ends the pass (the next observes
+    /// again, whatever the call did).
     async fn act(
         &mut self,
-        pass: &Pass<'_>,
-        balancer: Option<&balancer::Synced>,
-    ) -> Result<bool, StoreError> {
-        let waited_ms = self
-            .st
-            .last_end
-            .map(|t| Instant::now().duration_since(t).as_millis() as i64);
-        // The endpoints of this pass are published: a machine seen leaving starts its
-        // drain now.
-        self.pacer().observe(pacing::clock_ms(), pass.machines);
-        let mut acted = false;
-        for (i, action) in pass.decision.actions.iter().enumerate() {
-            let verdict = self.pacer().check(pacing::clock_ms(), action, balancer);
-            if let quorum_core::pacing::Verdict::Wait(hold) = verdict {
-                // Draining, the load balancer behind, or backing off: a wait, not a
-                // failure; look again soon.
-                tracing::debug!(cp = %pass.cp.name, "holding '{action}': {hold}");
-                break;
+        pass: &mut Pass,
+        cx: &Acting<'_>,
+        p: Perform,
+    ) -> Result<(), StoreError> {
+        let t0 = Instant::now();
+        // Read before the start: a start clears what it says.
+        let stopped = self.why_it_stopped(cx.cp, &p.action);
+        let (cp, access, observed) = (cx.cp, cx.access, cx.observed);
+        let res = match self
+            .perform(cp, access, pass.machines(), observed, &p.action)
+            .await
+        {
+            Err(ActionError::Store(e)) if e.lost_leadership() || e.is_unavailable() => {
+                return Err(e)
             }
-            let t0 = Instant::now();
-            // Read before the start: a start clears what it says.
-            let stopped = self.why_it_stopped(pass.cp, action);
-            let (cp, access, machines, observed) =
-                (pass.cp, pass.access, pass.machines, pass.observed);
-            let res = match self.perform(cp, access, machines, observed, action).await {
-                // Not the action's failure: this replica may not act now (it no longer
-                // leads, or its store cannot serve or confirm its lease). The next pass
-                // observes again, whatever the call did.
-                Err(ActionError::Store(e)) if e.lost_leadership() || e.is_unavailable() => {
-                    return Err(e)
-                }
-                res => res,
-            };
-            let took_ms = t0.elapsed().as_millis() as i64;
-            let (attempt, _) =
-                self.pacer()
-                    .record(pacing::clock_ms(), action, &res, pacing::jitter());
-            match res {
-                Ok(allocated) => {
-                    let why = [
-                        pass.decision
-                            .because
-                            .as_deref()
-                            .filter(|_| i == 0)
-                            .map(|b| format!(": {b}")),
-                        stopped.map(|w| format!(" ({w})")),
-                    ];
-                    let done = Done {
-                        allocated: allocated.as_deref(),
-                        why: &why.into_iter().flatten().collect::<String>(),
-                        took_ms,
-                        waited_ms,
-                    };
-                    self.performed(pass.cp, action, &done);
-                    acted = true;
-                }
-                Err(e) => {
-                    let refused = attempt == quorum_core::pacing::Attempt::Refused;
-                    self.did_not_perform(pass.cp, action, &e, refused, took_ms);
-                    break;
-                }
+            res => res,
+        };
+        let took_ms = t0.elapsed().as_millis() as i64;
+        let attempt = pacing::attempt_of(&res);
+        let memory = &mut self.st.memory;
+        pass.performed(memory, attempt, pacing::clock_ms(), pacing::jitter());
+        match res {
+            Ok(allocated) => {
+                let why = [
+                    p.because.map(|b| format!(": {b}")),
+                    stopped.map(|w| format!(" ({w})")),
+                ];
+                let done = Done {
+                    allocated: allocated.as_deref(),
+                    why: &why.into_iter().flatten().collect::<String>(),
+                    took_ms,
+                    waited_ms: cx.waited_ms,
+                };
+                self.performed(cp, &p.action, &done);
+            }
+            Err(e) => {
+                let refused = attempt == Attempt::Refused;
+                self.did_not_perform(cp, &p.action, &e, refused, took_ms);
             }
         }
-        Ok(acted)
+        Ok(())
     }
 
-    /// What an action that was performed leaves behind: the health memory it changes,
-    /// local files of a forgotten control plane, its metric and its event. `why` is
+    /// What an action that was performed leaves behind: local files of a forgotten
+    /// control plane, its metric and its event (the pass took in what it changes in the
+    /// health memory). `why` is
     /// added to the event's message (why the core decided it, how the machine stopped).
     fn performed(&mut self, cp: &ControlPlane, action: &Action, done: &Done<'_>) {
         self.sh.metrics.operation(action.kind().as_str(), "ok");
-        match action {
-            Action::Defragment { machine } => self.st.health.defragmented(machine),
-            Action::DisarmAlarm { .. } => self.st.health.disarmed(),
-            Action::ForgetControlPlane => {
-                self.sh.metrics.forget(&cp.name);
-                if let Err(e) = remove_local_files(&self.sh.cfg.home, &cp.name) {
-                    tracing::warn!(cp = %cp.name, "{e}");
-                }
+        if let Action::ForgetControlPlane = action {
+            self.sh.metrics.forget(&cp.name);
+            if let Err(e) = remove_local_files(&self.sh.cfg.home, &cp.name) {
+                tracing::warn!(cp = %cp.name, "{e}");
             }
-            _ => {}
         }
         let took_ms = done.took_ms;
         tracing::info!(cp = %cp.name, performed = action.kind().as_str(), took_ms, "{action}");
@@ -501,14 +489,6 @@ impl Reconciler {
         Some(synced)
     }
 
-    /// The pacing of a control plane (made with the configured drain time).
-    fn pacer(&mut self) -> &mut pacing::Pacer {
-        let drain_ms = self.sh.cfg.drain_ms;
-        self.st
-            .pacer
-            .get_or_insert_with(|| pacing::Pacer::new(drain_ms))
-    }
-
     /// For a start of a machine whose process ran before: a planned restart (quorum
     /// stopped it: its own stop ends in SIGKILL once etcd has closed its data, which
     /// is no news), or how that process ended (`killed by signal 9`), from the files the
@@ -539,20 +519,17 @@ impl Reconciler {
         }
     }
 
+    /// Publishes the endpoints the pass hands out (`Some` when they change) to the
+    /// endpoints file, and this pass's status to the store (when it changed, or every
+    /// `PUBLISH_EVERY_MS`).
     fn publish(
         &mut self,
         cp: &ControlPlane,
-        d: &Decision,
+        pass: &Pass,
         o: &Observed,
-        machines: &[Machine],
+        endpoints: Option<Vec<String>>,
     ) -> Result<(), StoreError> {
-        // After a start, what the file holds is what is published.
-        if self.st.last_endpoints.is_none() {
-            self.st.last_endpoints = read_endpoints_file(&self.sh.cfg.home, &cp.name);
-        }
-        let published = self.st.last_endpoints.as_deref();
-        let next = quorum_core::reach::to_publish(&d.endpoints, published, machines);
-        if let Some(endpoints) = next {
+        if let Some(endpoints) = endpoints {
             write_endpoints_file(&self.sh.cfg.home, &cp.name, &endpoints).map_err(|e| {
                 StoreError::Directory {
                     path: endpoints_path(&self.sh.cfg.home, &cp.name),
@@ -570,6 +547,7 @@ impl Reconciler {
                 NewEvent::new(EventKind::Endpoints, StepOutcome::Ok, &msg),
             );
         }
+        let d = pass.decision();
         let memory = quorum_core::health::Memory::of(&o.observation);
         let doc = StatusDoc {
             decision: d,
@@ -600,14 +578,31 @@ impl Reconciler {
     }
 }
 
-/// One pass's inputs to its actions: the control plane, its access, its records, the
-/// observation and the decision made from it.
-struct Pass<'a> {
+/// What performing a pass's actions needs beside the pass: the control plane, its
+/// access, the observation the pass decided on, and how long the controller waited
+/// before this pass.
+struct Acting<'a> {
     cp: &'a ControlPlane,
     access: &'a Access,
-    machines: &'a [Machine],
     observed: &'a Observed,
-    decision: &'a Decision,
+    waited_ms: Option<i64>,
+}
+
+/// How a pass went, for the controller's poll: converged, waiting, or acted (an action
+/// performed, or the load balancer changed).
+fn outcome(d: &Decision, balancer: Option<&balancer::Synced>, end: &End) -> Outcome {
+    let lb = balancer.map(|b| {
+        (
+            !b.done.is_empty(),
+            b.blocked.is_some() || !b.unhealthy.is_empty(),
+        )
+    });
+    match (end.acted, lb) {
+        (true, _) | (false, Some((true, _))) => Outcome::Acted,
+        (false, Some((false, true))) => Outcome::Waiting,
+        _ if d.converged => Outcome::Converged,
+        _ => Outcome::Waiting,
+    }
 }
 
 /// What a performed action's event says beyond the action.

@@ -21,6 +21,7 @@ mod inplace_record;
 pub mod lease;
 pub mod model;
 pub mod pacing;
+pub mod pass;
 pub mod placement;
 pub mod publish;
 pub mod reach;

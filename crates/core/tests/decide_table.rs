@@ -690,6 +690,8 @@ mod carotation;
 mod fleet;
 #[path = "decide_table/inplace.rs"]
 mod inplace;
+#[path = "decide_table/pass.rs"]
+mod pass;
 #[path = "decide_table/publish.rs"]
 mod publish;
 #[path = "decide_table/rebuild.rs"]

@@ -191,7 +191,8 @@ pub async fn decision(
     // has a problem now has had it, the NOSPACE repair's): so `status` says how long,
     // and decides as the controller does.
     let memory = remembered(store, &cp.name)?.of_problems_now(cp, &machines, &observed.observation);
-    quorum_controller::complete(store, provider, cp, &memory, &mut observed)?;
+    memory.fill(&mut observed.observation);
+    quorum_controller::complete(store, provider, cp, &mut observed)?;
     let decision = decide(cp, &machines, &observed.observation);
     Ok((machines, observed, decision))
 }

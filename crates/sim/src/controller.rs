@@ -285,39 +285,74 @@ impl World {
         ));
     }
 
-    /// One iteration of replica `i`, if it runs and leads: its own lease check, then
-    /// observe, decide, and perform the actions in order until one fails (or the replica
-    /// crashes, is paused, or steps down).
+    /// One iteration of replica `i`, if it runs and leads: its own lease check, then one
+    /// pass (`quorum_core::pass`), its requests answered against the simulated world,
+    /// with faults around each action, until it ends (or the replica crashes, is paused,
+    /// or steps down).
     pub(crate) fn controller_step(&mut self, i: usize, faults_on: bool) {
-        if !self.runs(i) || self.replicas[i].term.is_none() {
+        if !self.may_pass(i) {
             return;
+        }
+        let mut pass = self.begin_pass(i);
+        self.take_in(pass.decision());
+        loop {
+            let now = self.now_ms;
+            match pass.next(&mut self.replicas[i].memory, now) {
+                // The simulator traces refusals as it takes the decision in.
+                Request::Record(_) => {}
+                Request::Publish(Some(endpoints)) => self.publish(&endpoints),
+                Request::Publish(None) => {}
+                Request::Balance => {
+                    let in_step = self.sync_lb();
+                    pass.balanced(in_step);
+                }
+                Request::Perform(p) => {
+                    if !self.perform_step(i, &mut pass, &p.action, faults_on) {
+                        return;
+                    }
+                }
+                Request::Done(end) => {
+                    if let Some(Stop::Held { action, hold }) = end.stopped {
+                        self.count_hold(i, &action, hold);
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether replica `i` passes now: it runs and leads, its store serves, its lease
+    /// is confirmed, and no defragmentation call blocks it.
+    fn may_pass(&mut self, i: usize) -> bool {
+        if !self.runs(i) || self.replicas[i].term.is_none() {
+            return false;
         }
         // Nothing without the store: not even an observation (the machines are in it).
         if !self.store_serves(i) {
             self.lease.store_holds += 1;
-            return;
+            return false;
         }
         // The lease before anything else: gone in the store ends the term; not confirmed
         // (run out by its own clock, its renewals unanswered) holds the replica.
         match self.standing_of(i, 0) {
             Standing::Act => self.acted_after_outage(i),
-            Standing::Hold => return,
+            Standing::Hold => return false,
             Standing::Lost => {
                 self.step_down(i, "the store says its lease is gone");
-                return;
+                return false;
             }
         }
         // A defragmentation call blocks its caller until the member is done.
-        if self.replicas[i].busy_until_ms > self.now_ms {
-            return;
-        }
-        let obs = self.observe_as(i);
-        let d = decide(&self.cp, &self.machines, &obs);
+        self.replicas[i].busy_until_ms <= self.now_ms
+    }
+
+    /// The simulator's notes and checks on a pass's decision.
+    fn take_in(&mut self, d: &Decision) {
         self.decisions += 1;
         self.last_converged = d.converged;
-        self.note_refusal(&d);
-        self.note_stopped_rollout(&d);
-        self.note_quorum_lost(&d);
+        self.note_refusal(d);
+        self.note_stopped_rollout(d);
+        self.note_quorum_lost(d);
         self.check_in_place_endpoints(&d.endpoints);
         if d.actions
             .iter()
@@ -330,82 +365,75 @@ impl World {
                 d.actions
             ));
         }
-        // As the controller: publish the endpoints, bring the load balancer in step,
-        // then pace (a machine seen leaving starts its drain now).
-        self.publish(&d.endpoints);
-        let lb_in_step = self.sync_lb();
-        self.observe_pacing(i);
+    }
+
+    /// One action the pass handed out, with faults around the call, answered to the
+    /// pass; false when the pass ends here (the replica crashed, was paused, stepped
+    /// down, or the answer never came).
+    fn perform_step(&mut self, i: usize, pass: &mut Pass, a: &Action, faults_on: bool) -> bool {
+        if !self.ensure_leading(i) {
+            return false;
+        }
+        if faults_on
+            && self.ha()
+            && self.rng.chance(self.cfg.fault_per_mille / 3)
+            && self.may_pause_in_flight(a)
+        {
+            self.pause_in_flight(i, a);
+            return false;
+        }
+        if faults_on && self.rng.chance(self.cfg.fault_per_mille / 3) {
+            self.fault_around(i, pass, a);
+            return false;
+        }
+        let answer = self.perform_as(i, a, false);
+        if let (Action::Defragment { .. }, Answer::Done) = (a, &answer) {
+            // The call blocks while the member rewrites its file.
+            self.replicas[i].busy_until_ms = self.now_ms + repair::DEFRAG_STALL_MS;
+        }
         let tag = self.tag(i);
-        for a in &d.actions {
-            if let quorum_core::pacing::Verdict::Wait(hold) = self.pacing_verdict(i, a, lb_in_step)
-            {
-                self.count_hold(i, a, hold);
-                return;
+        match &answer {
+            Answer::Done => self.note(format!("{tag}did '{a}'")),
+            Answer::Refused(why) => self.note(format!("{tag}'{a}' refused: {why}")),
+            Answer::Failed(why) => self.note(format!("{tag}'{a}' failed: {why}")),
+            Answer::Fenced => {
+                self.lease.fenced_writes += 1;
+                self.step_down(i, &format!("its write for '{a}' was fenced"));
+                return false;
             }
-            if !self.ensure_leading(i) {
-                return;
+        }
+        let Some(attempt) = Self::attempt_of(&answer) else {
+            return false;
+        };
+        self.answer(i, pass, attempt);
+        attempt == Attempt::Done
+    }
+
+    /// A fault around the call of `a`: the replica crashes before it, or the call
+    /// times out before it reaches etcd, or it is performed and then the replica
+    /// crashes or its answer is lost (classified as the controller's adapter classifies
+    /// a timeout).
+    fn fault_around(&mut self, i: usize, pass: &mut Pass, a: &Action) {
+        self.faults += 1;
+        let tag = self.tag(i);
+        match self.rng.below(3) {
+            0 => {
+                self.note(format!("{tag}CRASH before '{a}'"));
+                self.crash_replica(i);
             }
-            if faults_on
-                && self.ha()
-                && self.rng.chance(self.cfg.fault_per_mille / 3)
-                && self.may_pause_in_flight(a)
-            {
-                self.pause_in_flight(i, a);
-                return;
+            1 => {
+                self.note(format!("{tag}TIMEOUT before '{a}' reached etcd"));
+                self.answer(i, pass, timed_out(a));
             }
-            // Faults around the call.
-            if faults_on && self.rng.chance(self.cfg.fault_per_mille / 3) {
-                self.faults += 1;
-                match self.rng.below(3) {
-                    0 => {
-                        self.note(format!("{tag}CRASH before '{a}'"));
-                        self.crash_replica(i);
-                        return;
-                    }
-                    1 => {
-                        // Classified as the controller's adapter classifies a timeout.
-                        self.note(format!("{tag}TIMEOUT before '{a}' reached etcd"));
-                        self.backoff(i, a, timed_out(a));
-                        return;
-                    }
-                    _ => {
-                        let ans = self.perform_as(i, a, false);
-                        let applied = matches!(ans, Answer::Done);
-                        if self.rng.chance(500) {
-                            self.note(format!("{tag}CRASH after '{a}' (applied: {applied})"));
-                            self.crash_replica(i);
-                        } else {
-                            self.note(format!("{tag}LOST ANSWER of '{a}' (applied: {applied})"));
-                            self.backoff(i, a, timed_out(a));
-                        }
-                        return;
-                    }
-                }
-            }
-            let answer = self.perform_as(i, a, false);
-            if let (Action::Defragment { machine }, Answer::Done) = (a, &answer) {
-                // The call blocks while the member rewrites its file; the controller's
-                // tracker remembers it was done under this alarm, as the real one does.
-                self.replicas[i].busy_until_ms = self.now_ms + repair::DEFRAG_STALL_MS;
-                self.replicas[i].tracker.defragmented(machine);
-            }
-            if let (Action::DisarmAlarm { .. }, Answer::Done) = (a, &answer) {
-                self.replicas[i].tracker.disarmed();
-            }
-            match &answer {
-                Answer::Done => self.note(format!("{tag}did '{a}'")),
-                Answer::Refused(why) => self.note(format!("{tag}'{a}' refused: {why}")),
-                Answer::Failed(why) => self.note(format!("{tag}'{a}' failed: {why}")),
-                Answer::Fenced => {
-                    self.lease.fenced_writes += 1;
-                    self.step_down(i, &format!("its write for '{a}' was fenced"));
-                    return;
-                }
-            }
-            if let Some(attempt) = Self::attempt_of(&answer) {
-                self.backoff(i, a, attempt);
-                if attempt != Attempt::Done {
-                    return;
+            _ => {
+                let ans = self.perform_as(i, a, false);
+                let applied = matches!(ans, Answer::Done);
+                if self.rng.chance(500) {
+                    self.note(format!("{tag}CRASH after '{a}' (applied: {applied})"));
+                    self.crash_replica(i);
+                } else {
+                    self.note(format!("{tag}LOST ANSWER of '{a}' (applied: {applied})"));
+                    self.answer(i, pass, timed_out(a));
                 }
             }
         }

@@ -357,20 +357,26 @@ impl World {
 
     /// What replica `i` sees before deciding: a fresh observation, with since when each
     /// machine has had a problem from the replica's own memory (its tracker).
-    pub(crate) fn observe_as(&mut self, i: usize) -> Observation {
+    /// Replica `i`'s pass begins (`Pass::begin`) on a fresh observation, with the
+    /// endpoints published now (the world's file, which every replica reads).
+    pub(crate) fn begin_pass(&mut self, i: usize) -> Pass {
         let mut obs = self.observe();
-        let tracked = self.replicas[i]
-            .tracker
-            .observe(&self.cp, &self.machines, &obs);
-        tracked.memory().fill(&mut obs);
-        for (machine, starts) in tracked.crash_loops_started {
+        let published: Vec<String> = self.published.iter().cloned().collect();
+        let pass = Pass::begin(
+            &self.cp,
+            self.machines.clone(),
+            &mut obs,
+            Some(&published),
+            &mut self.replicas[i].memory,
+        );
+        for (machine, starts) in &pass.tracked().crash_loops_started {
             self.repair.crash_loop_events += 1;
             let tag = self.tag(i);
             self.note(format!(
                 "{tag}event: {machine} is in a crash loop ({starts} starts)"
             ));
         }
-        obs
+        pass
     }
 
     pub(crate) fn observe(&self) -> Observation {

@@ -112,11 +112,12 @@ use quorum_core::health;
 use quorum_core::lease::{
     margin_ms, renew_every_ms, standby_poll_ms, Standing, DEFAULT_LEASE_TTL_MS,
 };
-use quorum_core::pacing::{Attempt, Hold, Pacing, PacingInput, PacingPolicy};
+use quorum_core::pacing::{Attempt, Hold, PacingPolicy};
+use quorum_core::pass::{self, Pass, Request, Stop};
 use quorum_core::{
     decide, quorum_size, Action, CaGenerations, CaPhase, CaRotation, ClusterState, ControlPlane,
-    ControlPlaneSpec, DataMarker, EndpointStatus, Machine, MachineObservation, Member, Observation,
-    ProcessState, RemediationSpec, RolloutStrategy, Span, Version,
+    ControlPlaneSpec, DataMarker, Decision, EndpointStatus, Machine, MachineObservation, Member,
+    Observation, ProcessState, RemediationSpec, RolloutStrategy, Span, Version,
 };
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -51,18 +51,9 @@ pub(crate) struct SimLb {
 }
 
 impl World {
-    /// Publishes the decision's client endpoints (for clients to follow), noting when
-    /// each one left the set: the ground truth the drain is checked against.
+    /// Publishes the client endpoints the pass hands out (for clients to follow),
+    /// noting when each one left the set: the ground truth the drain is checked against.
     pub(crate) fn publish(&mut self, endpoints: &[String]) {
-        // As the controller: never an empty list over a published one (`reach`).
-        let published: Vec<String> = self.published.iter().cloned().collect();
-        let mut sorted = endpoints.to_vec();
-        sorted.sort();
-        let Some(endpoints) =
-            quorum_core::reach::to_publish(&sorted, Some(&published), &self.machines)
-        else {
-            return;
-        };
         let now = self.now_ms;
         let new: BTreeSet<String> = endpoints.iter().cloned().collect();
         for gone in self.published.difference(&new) {
@@ -89,26 +80,6 @@ impl World {
         }
     }
 
-    /// The controller's pass over the stored machines (`Pacing::observe`).
-    pub(crate) fn observe_pacing(&mut self, i: usize) {
-        let now = self.now_ms;
-        self.replicas[i].pacing.observe(now, &self.machines);
-    }
-
-    /// May replica `i` perform `a` now, by the shared policy?
-    pub(crate) fn pacing_verdict(
-        &self,
-        i: usize,
-        a: &Action,
-        lb_in_step: bool,
-    ) -> quorum_core::pacing::Verdict {
-        let input = PacingInput {
-            now_ms: self.now_ms,
-            lb_in_step,
-        };
-        self.replicas[i].pacing.check(a, &input)
-    }
-
     /// How the controller's adapter classifies a simulated answer (`None`: fenced, the
     /// replica steps down instead).
     pub(crate) fn attempt_of(answer: &Answer) -> Option<Attempt> {
@@ -120,25 +91,15 @@ impl World {
         }
     }
 
-    /// Records an attempt in replica `i`'s pacing, with `random` as the jitter.
-    pub(crate) fn record_attempt(
-        &mut self,
-        i: usize,
-        a: &Action,
-        attempt: Attempt,
-        random: u64,
-    ) -> Option<u64> {
-        let now = self.now_ms;
-        self.replicas[i].pacing.record(a, attempt, now, random)
-    }
-
-    /// Records an attempt with jitter from the seeded generator (none needed once done).
-    pub(crate) fn backoff(&mut self, i: usize, a: &Action, attempt: Attempt) {
+    /// Answers the action `pass` handed out, with jitter from the seeded generator (none
+    /// drawn once done).
+    pub(crate) fn answer(&mut self, i: usize, pass: &mut Pass, attempt: Attempt) {
         let random = match attempt {
             Attempt::Done => 0,
             Attempt::Refused | Attempt::Failed => self.rng.next_u64(),
         };
-        self.record_attempt(i, a, attempt, random);
+        let now = self.now_ms;
+        pass.performed(&mut self.replicas[i].memory, attempt, now, random);
     }
 
     pub(crate) fn count_hold(&mut self, i: usize, a: &Action, hold: Hold) {
@@ -200,8 +161,7 @@ impl World {
     /// at once (as before there were replicas); one of two restarts later, as a standby,
     /// leaving its lease to expire in the store.
     pub(crate) fn crash_replica(&mut self, i: usize) {
-        self.replicas[i].pacing = Pacing::default();
-        self.replicas[i].tracker = health::Tracker::default();
+        self.replicas[i].memory = pass::Memory::default();
         self.replicas[i].busy_until_ms = 0;
         if !self.ha() {
             return;

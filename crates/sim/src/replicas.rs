@@ -100,11 +100,10 @@ pub(crate) struct Term {
 pub(crate) struct Replica {
     /// Leading (by its own belief), or standing by.
     pub(crate) term: Option<Term>,
-    /// Drain clocks and retry due times: the core's pacing, as the controller keeps it.
-    pub(crate) pacing: Pacing,
-    /// Since when each machine has had a problem: the health model's memory, as the
-    /// controller keeps it (a replica that takes over starts with an empty one).
-    pub(crate) tracker: health::Tracker,
+    /// What its passes remember (`pass::Memory`: the health memory, drain clocks and
+    /// retry due times), as the controller keeps it: a replica that takes over starts
+    /// with an empty one.
+    pub(crate) memory: pass::Memory,
     /// Blocked in a defragmentation call until then.
     pub(crate) busy_until_ms: u64,
     /// Paused (SIGSTOP) until this step: no renewals, no polls, no actions.
@@ -218,8 +217,7 @@ impl World {
                 "r{i} steps down ({why}) while the store still holds its lease"
             ));
         }
-        self.replicas[i].pacing = Pacing::default();
-        self.replicas[i].tracker = health::Tracker::default();
+        self.replicas[i].memory = pass::Memory::default();
         self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
         self.lease.step_downs += 1;
         if self.leader_key.is_some_and(|k| k.token == t.token) {
@@ -238,8 +236,7 @@ impl World {
             expires_at_ms: now + ttl_ms,
         });
         let r = &mut self.replicas[i];
-        r.pacing = Pacing::default();
-        r.tracker = health::Tracker::default();
+        r.memory = pass::Memory::default();
         r.term = Some(Term {
             token,
             deadline_ms: Some(now + ttl_ms),
@@ -348,8 +345,7 @@ impl World {
         let Some(t) = self.replicas[i].term.take() else {
             return;
         };
-        self.replicas[i].pacing = Pacing::default();
-        self.replicas[i].tracker = health::Tracker::default();
+        self.replicas[i].memory = pass::Memory::default();
         self.replicas[i].next_poll_ms = self.now_ms + standby_poll_ms(self.cfg.lease_ttl_ms);
         if self.leader_key.is_some_and(|k| k.token == t.token) {
             self.leader_key = None;

@@ -326,7 +326,7 @@ impl quorum_core::pacing::Driver for Sim {
     fn machines(&mut self, now_ms: u64, machines: &[Machine]) {
         self.w.now_ms = now_ms;
         self.w.machines = machines.to_vec();
-        self.w.observe_pacing(0);
+        self.w.replicas[0].memory.pacing.observe(now_ms, machines);
     }
     fn attempt(&mut self, now_ms: u64, a: &Action, outcome: Attempt, random: u64) -> Option<u64> {
         self.w.now_ms = now_ms;
@@ -338,7 +338,10 @@ impl quorum_core::pacing::Driver for Sim {
         };
         let attempt = World::attempt_of(&answer).expect("not fenced");
         assert_eq!(attempt, outcome);
-        self.w.record_attempt(0, a, attempt, random)
+        self.w.replicas[0]
+            .memory
+            .pacing
+            .record(a, attempt, now_ms, random)
     }
     fn check(&mut self, now_ms: u64, a: &Action, lb_in_step: bool) -> quorum_core::pacing::Verdict {
         self.calls += 1;
@@ -349,8 +352,11 @@ impl quorum_core::pacing::Driver for Sim {
             down_until_step: (!lb_in_step).then_some(u64::MAX),
             ..SimLb::default()
         });
-        let in_step = self.w.sync_lb();
-        self.w.pacing_verdict(0, a, in_step)
+        let input = quorum_core::pacing::PacingInput {
+            now_ms,
+            lb_in_step: self.w.sync_lb(),
+        };
+        self.w.replicas[0].memory.pacing.check(a, &input)
     }
 }
 
@@ -719,8 +725,8 @@ fn an_exhausted_max_retry_refuses_until_a_person_raises_it() {
     }
     assert_eq!(w.violation, None, "{}", w.trace);
     assert_eq!(w.repair.remediations, 1, "{}", w.trace);
-    let observed = w.observe_as(0);
-    let d = decide(&w.cp, &w.machines, &observed);
+    let pass = w.begin_pass(0);
+    let d = pass.decision().clone();
     assert!(d.is_blocked(), "{:?}", d.waiting_for);
     let why = d.waiting_for.unwrap_or_default();
     assert!(why.contains("remediation.maxRetry is 0"), "{why}");

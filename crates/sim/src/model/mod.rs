@@ -49,11 +49,12 @@
 //! machine is leaving, and a deposed controller's stale start.
 
 use quorum_core::health::{self, Problem};
-use quorum_core::pacing::{Pacing, PacingInput, Verdict};
+use quorum_core::pacing::{Attempt, Pacing};
+use quorum_core::pass::{self, Pass, Request, Stop};
 use quorum_core::{
-    decide, quorum_size, Action, CaGenerations, CaPhase, CaRotation, ControlPlane,
-    ControlPlaneSpec, DataMarker, EndpointStatus, Machine, MachineObservation, MachineRequest,
-    Member, Observation, ProcessState, RolloutStrategy, Strategy, Version,
+    quorum_size, Action, CaGenerations, CaPhase, CaRotation, ControlPlane, ControlPlaneSpec,
+    DataMarker, Decision, EndpointStatus, Machine, MachineObservation, MachineRequest, Member,
+    Observation, ProcessState, RolloutStrategy, Strategy, Version,
 };
 use std::hash::Hash;
 use std::net::Ipv4Addr;
@@ -416,6 +417,62 @@ pub struct Report {
     pub violations: Vec<String>,
 }
 
+/// The controller's health memory (`health::Tracker`) in the model's abstract time: the
+/// machines with a problem that replacement repairs, and whether each has lasted
+/// `unhealthyAfter` (an environment step says so; the model has no clock).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct Remembered {
+    pub(super) memory: Vec<(String, bool)>,
+    after_s: i64,
+}
+
+impl pass::HealthMemory for Remembered {
+    /// As `Tracker::observe`: a machine with a problem that replacement repairs is
+    /// remembered (not yet for `unhealthyAfter`), one without is forgotten.
+    fn observe(
+        &mut self,
+        cp: &ControlPlane,
+        machines: &[Machine],
+        observed: &Observation,
+    ) -> health::Tracked {
+        let problems = health::assess(cp, machines, observed);
+        let old = std::mem::take(&mut self.memory);
+        self.memory = problems
+            .into_iter()
+            .filter(|(_, ps)| ps.iter().any(Problem::remediable))
+            .map(|(m, _)| {
+                let due = old.iter().any(|(o, d)| *o == m && *d);
+                (m, due)
+            })
+            .collect();
+        health::Tracked {
+            since_unix_s: problem_since(&self.memory, self.after_s),
+            ..Default::default()
+        }
+    }
+    /// Never decided in the model: its keyspace never fills.
+    fn defragmented(&mut self, _machine: &str) {}
+    fn disarmed(&mut self) {}
+}
+
+/// Since when each remembered problem holds, as the tracker would say it.
+fn problem_since(
+    memory: &[(String, bool)],
+    after_s: i64,
+) -> std::collections::BTreeMap<String, i64> {
+    memory
+        .iter()
+        .map(|(m, due)| {
+            let since = if *due {
+                NOW_UNIX_S - after_s
+            } else {
+                NOW_UNIX_S
+            };
+            (m.clone(), since)
+        })
+        .collect()
+}
+
 fn machine(serial: u64, version: Version) -> Machine {
     Machine {
         requested: None,
@@ -650,7 +707,8 @@ impl State {
             );
         }
         obs.now_unix_s = NOW_UNIX_S;
-        obs.problem_since_unix_s = self.problem_since();
+        let after_s = self.cp.spec.remediation.unhealthy_after.as_secs() as i64;
+        obs.problem_since_unix_s = problem_since(&self.memory, after_s);
         if self.leader.is_some() {
             obs.cluster_version = Some(self.cluster_version());
             obs.members = Some(
@@ -710,77 +768,29 @@ impl State {
                 .all(|m| !m.is_learner && self.member_running(m))
     }
 
-    /// The start of a controller's pass: it publishes the endpoints (without the leaving
-    /// machines), brings a reachable load balancer in step, and its pacing sees the
-    /// leaving machines (their drain clock starts).
-    fn begin_pass(&mut self) {
-        if self.lb_reachable {
-            self.lb_serves.clear();
-        }
-        if self
-            .machines
-            .iter()
-            .any(|m| m.deleting || m.in_place_out_of_service())
-        {
-            self.drain_started = true;
-        }
-    }
-
-    /// Since when each remembered problem holds, as the tracker would say it.
-    fn problem_since(&self) -> std::collections::BTreeMap<String, i64> {
-        let after_s = self.cp.spec.remediation.unhealthy_after.as_secs() as i64;
-        self.memory
-            .iter()
-            .map(|(m, due)| {
-                (
-                    m.clone(),
-                    if *due {
-                        NOW_UNIX_S - after_s
-                    } else {
-                        NOW_UNIX_S
-                    },
-                )
-            })
-            .collect()
-    }
-
-    /// The controller's pass takes in a fresh observation (`health::Tracker::observe`,
-    /// in the model's abstract time): a machine with a problem that replacement repairs
-    /// is remembered (not yet for `unhealthyAfter`), one without is forgotten.
-    fn track(&mut self, observed: &Observation) {
-        let problems = health::assess(&self.cp, &self.machines, observed);
-        let remediable: Vec<String> = problems
-            .into_iter()
-            .filter(|(_, ps)| ps.iter().any(Problem::remediable))
-            .map(|(m, _)| m)
-            .collect();
-        let old = std::mem::take(&mut self.memory);
-        self.memory = remediable
-            .into_iter()
-            .map(|m| {
-                let due = old.iter().any(|(o, d)| *o == m && *d);
-                (m, due)
-            })
-            .collect();
-    }
-
-    /// The shared pacing policy's verdict on `a`, in the model's abstract time: the
-    /// controller saw the leaving machines at 0 (if its clock started) and it is now
-    /// either then or past the drain.
-    fn pacing(&self, a: &Action) -> Verdict {
-        let mut p = Pacing::default();
+    /// What the controller's pass starts with (`pass::Memory`), in the model's abstract
+    /// time: its health memory, and its pacing, which saw the leaving machines at 0 if
+    /// its drain clock started.
+    fn pass_memory(&self) -> pass::Memory<Remembered> {
+        let mut pacing = Pacing::default();
         if self.drain_started {
-            p.observe(0, &self.machines);
+            pacing.observe(0, &self.machines);
         }
-        let input = PacingInput {
-            now_ms: if self.drain_passed {
-                p.policy().drain_ms
-            } else {
-                0
-            },
-            lb_in_step: self.lb_reachable,
+        let health = Remembered {
+            memory: self.memory.clone(),
+            after_s: self.cp.spec.remediation.unhealthy_after.as_secs() as i64,
         };
-        p.check(a, &input)
+        pass::Memory::with(health, pacing)
+    }
+
+    /// The controller's clock during a pass, in the model's abstract time: when the
+    /// leaving machines were seen (0), or past their drain.
+    fn pass_now_ms(&self) -> u64 {
+        if self.drain_passed {
+            Pacing::default().policy().drain_ms
+        } else {
+            0
+        }
     }
 
     /// A removal of a leaving machine's member, against the ground truth.

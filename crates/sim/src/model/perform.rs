@@ -251,19 +251,24 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
 /// Every successor of `s`, or a violated property.
 pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     let mut out = Vec::new();
-    // The controller's pass starts with its health memory brought up to date.
+    let (tracked, pass, mem) = begin(s)?;
+    let idle = controller_passes(s, &tracked, &pass, &mem, &mut out)?;
+    deposed_decides(s, &tracked, &pass, &mem, &mut out)?;
+    stale_steps(s, &mut out)?;
+    environment_steps(s, pass.decision(), idle, &mut out);
+    Ok(out)
+}
+
+/// The controller's pass (`quorum_core::pass`) begun on `s`: the state with its health
+/// memory brought up to date, the pass and the memory it keeps. Its decision is checked.
+fn begin(s: &State) -> Result<(State, Pass, pass::Memory<Remembered>), String> {
     let mut tracked = s.clone();
+    let mut mem = s.pass_memory();
     let mut observed = s.observe();
-    tracked.track(&observed);
-    observed.problem_since_unix_s = tracked.problem_since();
-    let d = decide(&tracked.cp, &tracked.machines, &observed);
+    let pass = Pass::begin(&s.cp, s.machines.clone(), &mut observed, None, &mut mem);
+    tracked.memory.clone_from(&mem.health.memory);
+    let d = pass.decision();
     tracked.check_endpoints(&d.endpoints)?;
-    if d.actions.is_empty() && tracked != *s {
-        out.push((
-            "controller: notes the problems it sees".to_string(),
-            tracked.clone(),
-        ));
-    }
     if d.actions
         .iter()
         .filter(|a| a.is_membership_change())
@@ -272,30 +277,34 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     {
         return Err("several membership changes in one decision".into());
     }
-    // The controller performs a prefix of the decision (a shorter one is a crash).
-    // It is idle when no pass changes anything (it waits, or what it does, such as a
-    // start that exits at once, leaves all as it was).
-    let mut idle = tracked == *s;
-    for k in 1..=d.actions.len() {
-        let crash = k < d.actions.len();
+    Ok((tracked, pass, mem))
+}
+
+/// The controller's passes: each performs a prefix of the decision (a shorter one is a
+/// crash). True if it is idle: no pass changes anything (it waits, or what it does, such
+/// as a start that exits at once, leaves all as it was).
+fn controller_passes(
+    s: &State,
+    tracked: &State,
+    pass: &Pass,
+    mem: &pass::Memory<Remembered>,
+    out: &mut Vec<(String, State)>,
+) -> Result<bool, String> {
+    let n_actions = pass.decision().actions.len();
+    let mut idle = tracked == s;
+    if n_actions == 0 && tracked != s {
+        out.push((
+            "controller: notes the problems it sees".to_string(),
+            tracked.clone(),
+        ));
+    }
+    for k in 1..=n_actions {
+        let crash = k < n_actions;
         if crash && s.crashes >= MAX_CRASHES {
             continue;
         }
         let mut n = tracked.clone();
-        n.begin_pass();
-        let mut steps = Vec::new();
-        for a in &d.actions[..k] {
-            // Held by pacing (draining, the load balancer behind): the pass ends, as
-            // after a refusal.
-            if let Verdict::Wait(hold) = n.pacing(a) {
-                steps.push(format!("holds '{a}' ({hold})"));
-                break;
-            }
-            steps.push(a.to_string());
-            if !perform(&mut n, a, false)? {
-                break;
-            }
-        }
+        let steps = drive(&mut n, &mut pass.clone(), &mut mem.clone(), k)?;
         let mut label = steps.join(", ");
         if crash {
             n.crashes += 1;
@@ -309,57 +318,128 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         idle &= n == *s;
         out.push((format!("controller: {label}"), n));
     }
-    // The deposed controller decides now and acts later, once. Its pass brings a
-    // reachable load balancer in step too, and its step passed the same pacing check.
-    if s.variant.deposed && s.stale.is_none() && !s.stale_used {
-        if let Some(a) = d.actions.first() {
-            let mut n = tracked.clone();
-            if n.lb_reachable {
-                n.lb_serves.clear();
+    Ok(idle)
+}
+
+/// Answers `pass`'s requests against `n`, performing at most `k` actions; returns what
+/// it did, in words.
+fn drive(
+    n: &mut State,
+    pass: &mut Pass,
+    mem: &mut pass::Memory<Remembered>,
+    k: usize,
+) -> Result<Vec<String>, String> {
+    let now_ms = n.pass_now_ms();
+    let mut steps = Vec::new();
+    let mut performed = 0;
+    let mut acting = false;
+    while performed < k {
+        let request = pass.next(mem, now_ms);
+        if !acting && matches!(request, Request::Perform(_) | Request::Done(_)) {
+            // Acting began: its pacing saw the leaving machines (their drain clock
+            // started, after the endpoints were published without them).
+            acting = true;
+            let seen = |m: &Machine| mem.pacing.drain_until_ms(&m.name).is_some();
+            n.drain_started |= n.machines.iter().any(seen);
+        }
+        match request {
+            // The model checks the decision's endpoints itself (`check_endpoints`).
+            Request::Record(_) | Request::Publish(_) => {}
+            Request::Balance => balance(n, pass),
+            Request::Perform(p) => {
+                steps.push(p.action.to_string());
+                performed += 1;
+                let attempt = match perform(n, &p.action, false)? {
+                    true => Attempt::Done,
+                    false => Attempt::Refused,
+                };
+                pass.performed(mem, attempt, now_ms, 0);
             }
-            // Held back unless faults may happen anywhere: a stale start (nothing checks
-            // the data again) and a stale stop of a member (nothing fences a kill).
-            let member_stop = match a {
-                Action::StopMachine { machine } => s
-                    .machines
-                    .iter()
-                    .find(|m| &m.name == machine)
-                    .is_some_and(|x| s.members.iter().any(|m| m.serial == x.serial)),
-                _ => false,
-            };
-            let unfenced = matches!(a, Action::StartMachine { .. }) || member_stop;
-            // A store write only: fenced whenever it comes, so it may as well come now
-            // (one transition, not a pending step in every later state).
-            let store_only = matches!(
-                a,
-                Action::AllocateMachine { .. }
-                    | Action::MarkDeleting { .. }
-                    | Action::ForgetControlPlane
-                    | Action::BeginInPlace { .. }
-                    | Action::SetInPlacePhase { .. }
-                    | Action::EndInPlace { .. }
-            );
-            // Its pacing saw the machines of its pass, as every pass's does.
-            let mut its_pass = n.clone();
-            its_pass.begin_pass();
-            let paced = its_pass.pacing(a) == Verdict::Go;
-            if (s.variant.faults_anywhere || !unfenced) && paced {
-                if store_only {
-                    perform(&mut n, a, true)?;
-                    if n.machines != tracked.machines {
-                        return Err(format!(
-                            "a deposed controller's '{a}' changed the machine records"
-                        ));
-                    }
-                    n.stale_used = true;
-                    out.push((format!("deposed controller's '{a}' is fenced"), n));
-                } else {
-                    n.stale = Some(a.clone());
-                    out.push((format!("deposed controller decides: {a}"), n));
+            Request::Done(end) => {
+                if let Some(Stop::Held { action, hold }) = end.stopped {
+                    steps.push(format!("holds '{action}' ({hold})"));
                 }
+                break;
             }
         }
     }
+    Ok(steps)
+}
+
+/// A pass brings a reachable load balancer in step with its endpoints.
+fn balance(n: &mut State, pass: &mut Pass) {
+    if n.lb_reachable {
+        n.lb_serves.clear();
+    }
+    pass.balanced(n.lb_reachable);
+}
+
+/// The deposed controller decides now and acts later, once: its pass brings a reachable
+/// load balancer in step too, and its step passed the same pacing check.
+fn deposed_decides(
+    s: &State,
+    tracked: &State,
+    pass: &Pass,
+    mem: &pass::Memory<Remembered>,
+    out: &mut Vec<(String, State)>,
+) -> Result<(), String> {
+    if !s.variant.deposed || s.stale.is_some() || s.stale_used {
+        return Ok(());
+    }
+    let mut n = tracked.clone();
+    let (mut its_pass, mut its_mem) = (pass.clone(), mem.clone());
+    let now_ms = s.pass_now_ms();
+    let a = loop {
+        match its_pass.next(&mut its_mem, now_ms) {
+            Request::Balance => balance(&mut n, &mut its_pass),
+            Request::Perform(p) => break p.action,
+            Request::Done(_) => return Ok(()),
+            Request::Record(_) | Request::Publish(_) => {}
+        }
+    };
+    // Held back unless faults may happen anywhere: a stale start (nothing checks the
+    // data again) and a stale stop of a member (nothing fences a kill).
+    let member_stop = match &a {
+        Action::StopMachine { machine } => s
+            .machines
+            .iter()
+            .find(|m| &m.name == machine)
+            .is_some_and(|x| s.members.iter().any(|m| m.serial == x.serial)),
+        _ => false,
+    };
+    let unfenced = matches!(a, Action::StartMachine { .. }) || member_stop;
+    if !s.variant.faults_anywhere && unfenced {
+        return Ok(());
+    }
+    // A store write only: fenced whenever it comes, so it may as well come now (one
+    // transition, not a pending step in every later state).
+    let store_only = matches!(
+        a,
+        Action::AllocateMachine { .. }
+            | Action::MarkDeleting { .. }
+            | Action::ForgetControlPlane
+            | Action::BeginInPlace { .. }
+            | Action::SetInPlacePhase { .. }
+            | Action::EndInPlace { .. }
+    );
+    if store_only {
+        perform(&mut n, &a, true)?;
+        if n.machines != tracked.machines {
+            return Err(format!(
+                "a deposed controller's '{a}' changed the machine records"
+            ));
+        }
+        n.stale_used = true;
+        out.push((format!("deposed controller's '{a}' is fenced"), n));
+    } else {
+        n.stale = Some(a.clone());
+        out.push((format!("deposed controller decides: {a}"), n));
+    }
+    Ok(())
+}
+
+/// The deposed controller performs its pending step.
+fn stale_steps(s: &State, out: &mut Vec<(String, State)>) -> Result<(), String> {
     if let Some(a) = &s.stale {
         let mut n = s.clone();
         n.stale = None;
@@ -383,7 +463,12 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         }
         out.push((format!("deposed controller performs: {a}"), n));
     }
-    // The environment.
+    Ok(())
+}
+
+/// The environment's steps, and the person's. `idle`: no controller pass changes
+/// anything.
+fn environment_steps(s: &State, d: &Decision, idle: bool, out: &mut Vec<(String, State)>) {
     for (i, m) in s.members.iter().enumerate() {
         if m.is_learner && !m.caught_up && s.member_running(m) {
             let mut n = s.clone();
@@ -487,7 +572,7 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             }
         }
     }
-    s.publish_steps(&mut out);
+    s.publish_steps(out);
     if s.partitioned.is_some() {
         let mut n = s.clone();
         n.partitioned = None;
@@ -542,7 +627,7 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         n.lb_reachable = true;
         out.push(("the load balancer is reachable again".to_string(), n));
     }
-    s.in_place_env(&d, idle, &mut out);
+    s.in_place_env(d, idle, out);
     // A leader needs a quorum of running voters (with a majority gone, none is elected
     // until the recovery forces a cluster of one).
     if s.leader.is_none() && s.has_quorum() {
@@ -556,7 +641,7 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
             out.push((format!("member {} is elected", m.id), n));
         }
     }
-    for (_, n) in &mut out {
+    for (_, n) in out.iter_mut() {
         n.members.sort_by_key(|m| m.id);
         n.procs.sort_by(|a, b| a.name.cmp(&b.name));
         n.machines.sort_by_key(|m| m.serial);
@@ -565,7 +650,6 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
         n.lb_serves.dedup();
         n.memory.sort();
     }
-    Ok(out)
 }
 
 impl State {

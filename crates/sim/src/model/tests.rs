@@ -149,7 +149,14 @@ fn a_removal_is_enabled_only_once_drained_with_the_load_balancer_in_step() {
     // Member 1 leads: the removal of m-2 is the next step, once paced.
     let removal = "controller: remove the member of m-2".to_string();
     assert!(!controller_labels(&s).contains(&removal));
-    s.begin_pass();
+    // A pass holds the removal: its drain clock starts, the load balancer is in step.
+    let held = "controller: holds 'remove the member of m-2'";
+    let (_, after) = successors(&s)
+        .unwrap()
+        .into_iter()
+        .find(|(l, _)| l.starts_with(held))
+        .expect("held");
+    s = after;
     assert!(s.drain_started && !s.drain_passed);
     assert!(
         s.lb_serves.is_empty(),
