@@ -342,54 +342,30 @@ impl Reconciler {
     /// in-place step's phases, a CA rotation's.
     fn perform_record(&mut self, cx: &Cx<'_>, action: &Action) -> Result<(), ActionError> {
         let cp = cx.cp;
-        let now = now_unix_s();
         match action {
-            Action::MarkDeleting {
-                machine,
-                remediation,
-                ..
-            } => Ok(self.sh.store().mark_machine_deleting(
-                &cp.name,
-                machine,
-                remediation.as_ref(),
-            )?),
-            Action::ForgetControlPlane => Ok(self.sh.store().forget_control_plane(&cp.name)?),
-            Action::BeginInPlace {
-                machine,
-                to,
-                reason,
-            } => {
-                // Refuse to begin what could never restart.
-                etcd_binary(self.sh.provider.etcd_dir(), *to)?;
-                let (to, reason) = (*to, *reason);
-                let what = "begin an in-place step";
+            Action::MarkDeleting { machine, .. }
+            | Action::BeginInPlace { machine, .. }
+            | Action::SetInPlacePhase { machine, .. }
+            | Action::EndInPlace { machine, .. } => {
+                self.refuse_unstartable(action)?;
+                let at = self.applying(cx);
+                let what = match action {
+                    Action::MarkDeleting { .. } => "mark a machine leaving",
+                    Action::BeginInPlace { .. } => "begin an in-place step",
+                    Action::SetInPlacePhase { .. } => "record an in-place phase",
+                    _ => "end an in-place step",
+                };
                 self.sh
                     .store()
-                    .update_machine(&cp.name, machine, what, &|m| {
-                        m.begin_in_place(to, reason, now)
-                    })?;
-                if !cp.spec.provider.is_local() {
-                    self.stage_version(cx.machines, to);
+                    .update_machine(&cp.name, machine, what, &|m| m.apply(action, &at))?;
+                if let Action::BeginInPlace { to, .. } = action {
+                    if !cp.spec.provider.is_local() {
+                        self.stage_version(cx.machines, *to);
+                    }
                 }
                 Ok(())
             }
-            Action::SetInPlacePhase {
-                machine,
-                phase,
-                version,
-                failure,
-                ca_step,
-            } => {
-                let failure = failure.as_deref();
-                self.set_in_place_phase(cx, machine, *phase, *version, failure, *ca_step, now)
-            }
-            Action::EndInPlace { machine, outcome } => {
-                let what = "end an in-place step";
-                self.sh
-                    .store()
-                    .update_machine(&cp.name, machine, what, &|m| m.end_in_place(outcome, now))?;
-                Ok(())
-            }
+            Action::ForgetControlPlane => Ok(self.sh.store().forget_control_plane(&cp.name)?),
             Action::SetCaPhase { phase } => self.set_ca_phase(cp, *phase),
             Action::FinishCaRotation { generation } => {
                 self.sh.store().finish_ca_rotation(&cp.name, *generation)?;
@@ -399,33 +375,31 @@ impl Reconciler {
         }
     }
 
-    /// Records an in-place step's next phase (`Machine::set_in_place_phase`): a restart's
-    /// certificates end a whole lifetime from now.
-    #[allow(clippy::too_many_arguments)] // The action's fields, as the core's write takes them.
-    fn set_in_place_phase(
-        &self,
-        cx: &Cx<'_>,
-        machine: &str,
-        phase: InPlacePhase,
-        version: quorum_core::Version,
-        failure: Option<&str>,
-        ca_step: Option<quorum_core::CaStep>,
-        now: i64,
-    ) -> Result<(), ActionError> {
-        // Refuse to record a binary that could never start.
+    /// Refuses to record a binary that could never start: an in-place step's target,
+    /// or the binary of its next phase.
+    fn refuse_unstartable(&self, action: &Action) -> Result<(), ActionError> {
+        let version = match action {
+            Action::BeginInPlace { to, .. } => *to,
+            Action::SetInPlacePhase { version, .. } => *version,
+            _ => return Ok(()),
+        };
         etcd_binary(self.sh.provider.etcd_dir(), version)?;
+        Ok(())
+    }
+
+    /// What `Machine::apply` needs: the time, and the end date of certificates issued
+    /// now (a restart in place gets certificates a whole lifetime from now).
+    fn applying(&self, cx: &Cx<'_>) -> quorum_core::record::Applying {
+        let now_unix_s = now_unix_s();
         let certificates = &cx.cp.spec.certificates;
-        let renewed = cx
+        let renewed_not_after_unix_s = cx
             .access
             .ca()
-            .map(|ca| certificates.not_after_unix_s(now, ca.not_after_unix_s()));
-        let what = "record an in-place phase";
-        self.sh
-            .store()
-            .update_machine(&cx.cp.name, machine, what, &|m| {
-                m.set_in_place_phase(phase, version, failure, ca_step, renewed, now)
-            })?;
-        Ok(())
+            .map(|ca| certificates.not_after_unix_s(now_unix_s, ca.not_after_unix_s()));
+        quorum_core::record::Applying {
+            now_unix_s,
+            renewed_not_after_unix_s,
+        }
     }
 
     /// Records the CA rotation's next phase, if the rotation the decision saw is still

@@ -26,6 +26,7 @@ pub mod placement;
 pub mod publish;
 pub mod reach;
 mod rebuild;
+pub mod record;
 mod repair;
 pub mod s3access;
 pub mod shards;

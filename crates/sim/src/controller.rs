@@ -117,10 +117,7 @@ impl World {
                     self.check_remediation(machine, rec);
                 }
                 if let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) {
-                    m.deleting = true;
-                    if remediation.is_some() {
-                        m.remediation = remediation.clone();
-                    }
+                    m.mark_deleting(remediation.as_ref());
                 }
                 Answer::Done
             }

@@ -222,34 +222,26 @@ impl World {
             return Answer::Fenced;
         }
         let now = self.now_unix_s();
+        let at = Applying {
+            now_unix_s: now,
+            renewed_not_after_unix_s: self.renewed_not_after(now),
+        };
+        let changed = self
+            .machines
+            .iter_mut()
+            .find(|m| a.machine() == Some(m.name.as_str()))
+            .is_some_and(|m| m.apply(a, &at));
+        if changed {
+            self.count_in_place(a);
+        }
+        Answer::Done
+    }
+
+    /// What an in-place record write that changed the record counts.
+    fn count_in_place(&mut self, a: &Action) {
         match a {
-            Action::BeginInPlace {
-                machine,
-                to,
-                reason,
-            } => {
-                let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
-                    return Answer::Done;
-                };
-                if m.begin_in_place(*to, *reason, now) {
-                    self.in_place.begun += 1;
-                }
-            }
-            Action::SetInPlacePhase {
-                machine,
-                phase,
-                version,
-                failure,
-                ca_step,
-            } => {
-                let renewed = self.renewed_not_after(now);
-                let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
-                    return Answer::Done;
-                };
-                let failure = failure.as_deref();
-                if !m.set_in_place_phase(*phase, *version, failure, *ca_step, renewed, now) {
-                    return Answer::Done;
-                }
+            Action::BeginInPlace { .. } => self.in_place.begun += 1,
+            Action::SetInPlacePhase { machine, phase, .. } => {
                 let now_ms = self.now_ms;
                 if let Some(p) = self.procs.get_mut(machine) {
                     p.phase_at_ms = Some(now_ms);
@@ -260,21 +252,13 @@ impl World {
                     _ => {}
                 }
             }
-            Action::EndInPlace { machine, outcome } => {
-                let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
-                    return Answer::Done;
-                };
-                if m.end_in_place(outcome, now) {
-                    match outcome {
-                        InPlaceOutcome::RolledBack => self.in_place.rolled_back += 1,
-                        InPlaceOutcome::Done => self.in_place.done += 1,
-                        InPlaceOutcome::Abandoned => self.in_place.abandoned += 1,
-                    }
-                }
-            }
-            _ => unreachable!("perform_in_place is given the in-place actions only"),
+            Action::EndInPlace { outcome, .. } => match outcome {
+                InPlaceOutcome::RolledBack => self.in_place.rolled_back += 1,
+                InPlaceOutcome::Done => self.in_place.done += 1,
+                InPlaceOutcome::Abandoned => self.in_place.abandoned += 1,
+            },
+            _ => {}
         }
-        Answer::Done
     }
 
     /// A membership change in an in-place run must be a remediation's (the machine it

@@ -114,6 +114,7 @@ use quorum_core::lease::{
 };
 use quorum_core::pacing::{Attempt, Hold, PacingPolicy};
 use quorum_core::pass::{self, Pass, Request, Stop};
+use quorum_core::record::Applying;
 use quorum_core::{
     decide, quorum_size, Action, CaGenerations, CaPhase, CaRotation, ClusterState, ControlPlane,
     ControlPlaneSpec, DataMarker, Decision, EndpointStatus, Machine, MachineObservation, Member,

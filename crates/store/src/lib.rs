@@ -376,7 +376,10 @@ pub trait StateStore: Send {
         cp: &str,
         machine: &str,
         remediation: Option<&Remediation>,
-    ) -> Result<()>;
+    ) -> Result<()> {
+        let what = "mark a machine leaving";
+        self.update_machine(cp, machine, what, &|m| m.mark_deleting(remediation))
+    }
     /// Removes a machine record (idempotent: an absent record is success).
     fn delete_machine(&mut self, cp: &str, machine: &str) -> Result<()>;
     /// Changes a machine record in one compare-and-swap write: `change` edits the record

@@ -696,30 +696,6 @@ impl StateStore for SqliteStore {
         Ok(machine)
     }
 
-    /// Records that a machine is leaving (idempotent).
-    fn mark_machine_deleting(
-        &mut self,
-        cp: &str,
-        machine: &str,
-        remediation: Option<&Remediation>,
-    ) -> Result<()> {
-        let mut m = self.machine(cp, machine)?;
-        if m.deleting {
-            return Ok(());
-        }
-        m.deleting = true;
-        if let Some(r) = remediation {
-            m.remediation = Some(r.clone());
-        }
-        self.conn
-            .execute(
-                "UPDATE machines SET doc = ?3 WHERE control_plane = ?1 AND name = ?2",
-                params![cp, machine, to_json(&m)],
-            )
-            .map_err(|e| self.err(e))?;
-        Ok(())
-    }
-
     fn update_machine(
         &mut self,
         cp: &str,

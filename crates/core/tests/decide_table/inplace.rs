@@ -676,3 +676,49 @@ fn a_restart_request_is_handed_to_its_step_and_answered_by_its_end() {
     assert!(ms[1].end_in_place(&InPlaceOutcome::Done, NOW_UNIX_S));
     assert_eq!(ms[1].requested, Some(MachineRequest::Replace));
 }
+
+/// `Machine::apply`, the record write of every record-only action for every driver:
+/// idempotent, about its own record only, and the first reason for leaving stands.
+#[test]
+fn a_record_write_applies_once_and_to_its_own_machine_only() {
+    let mut ms = sit(3, OLD, old3()).build().1;
+    let at = record::Applying {
+        now_unix_s: NOW_UNIX_S,
+        renewed_not_after_unix_s: None,
+    };
+    let first = Remediation {
+        machine: "cp-2".into(),
+        attempt: 1,
+        at_unix_s: NOW_UNIX_S,
+        reason: "lost its data".into(),
+    };
+    let mark = |r: &Remediation| Action::MarkDeleting {
+        machine: "cp-2".into(),
+        reason: DeleteReason::Unhealthy,
+        remediation: Some(r.clone()),
+    };
+    assert!(!ms[0].apply(&mark(&first), &at), "not cp-1's record");
+    assert!(!ms[0].deleting);
+    assert!(ms[1].apply(&mark(&first), &at));
+    assert!(ms[1].deleting);
+    let second = Remediation {
+        attempt: 2,
+        ..first.clone()
+    };
+    assert!(!ms[1].apply(&mark(&second), &at), "already leaving");
+    assert_eq!(ms[1].remediation, Some(first));
+    // An action that is no record write changes nothing.
+    let stop = Action::StopMachine {
+        machine: "cp-3".into(),
+    };
+    assert!(!ms[2].apply(&stop, &at));
+    // An in-place step, begun once.
+    let new: Version = NEW.parse().unwrap();
+    let begin = Action::BeginInPlace {
+        machine: "cp-3".into(),
+        to: new,
+        reason: DeleteReason::Outdated,
+    };
+    assert!(ms[2].apply(&begin, &at));
+    assert!(!ms[2].apply(&begin, &at), "already begun");
+}

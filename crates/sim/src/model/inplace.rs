@@ -128,54 +128,52 @@ impl State {
         if fenced {
             return;
         }
-        match a {
-            Action::BeginInPlace {
-                machine,
-                to,
-                reason,
-            } => {
-                let begun = self
-                    .machines
-                    .iter_mut()
-                    .find(|m| &m.name == machine)
-                    .is_some_and(|m| m.begin_in_place(*to, *reason, NOW_UNIX_S));
-                if begun {
-                    // It leaves the endpoints at the next pass: a new drain, and the
-                    // load balancer serves it until a pass brings it in step.
-                    self.drain_started = false;
-                    self.drain_passed = false;
-                    self.lb_serves.push(machine.clone());
-                }
-            }
+        // Its words are the controller's, not the state's: one failure is as good as
+        // another to the model (fewer states).
+        let a = &match a {
             Action::SetInPlacePhase {
                 machine,
                 phase,
                 version,
-                failure,
+                failure: Some(_),
                 ca_step,
-            } => {
-                let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
-                    return;
-                };
-                // Its words are the controller's, not the state's: one failure is as
-                // good as another to the model (fewer states).
-                let failure = failure.as_ref().map(|_| "");
-                // The model's machines have no certificate dates: nothing to renew.
-                m.set_in_place_phase(*phase, *version, failure, *ca_step, None, NOW_UNIX_S);
+            } => Action::SetInPlacePhase {
+                machine: machine.clone(),
+                phase: *phase,
+                version: *version,
+                failure: Some(String::new()),
+                ca_step: *ca_step,
+            },
+            _ => a.clone(),
+        };
+        // The model's machines have no certificate dates: nothing to renew.
+        let at = Applying {
+            now_unix_s: NOW_UNIX_S,
+            renewed_not_after_unix_s: None,
+        };
+        let Some(m) = self
+            .machines
+            .iter_mut()
+            .find(|m| a.machine() == Some(m.name.as_str()))
+        else {
+            return;
+        };
+        let had_step = m.in_place.is_some();
+        let changed = m.apply(a, &at);
+        match a {
+            Action::BeginInPlace { machine, .. } if changed => {
+                // It leaves the endpoints at the next pass: a new drain, and the load
+                // balancer serves it until a pass brings it in step.
+                self.drain_started = false;
+                self.drain_passed = false;
+                self.lb_serves.push(machine.clone());
             }
-            Action::EndInPlace { machine, outcome } => {
-                let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) else {
-                    return;
-                };
-                if m.in_place.is_none() {
-                    return;
-                }
-                m.end_in_place(outcome, NOW_UNIX_S);
+            Action::EndInPlace { machine, .. } if had_step => {
                 // Back in service: its next step drains afresh.
                 self.drained.retain(|d| d != machine);
                 self.lb_serves.retain(|d| d != machine);
             }
-            _ => unreachable!("perform_in_place is given the in-place actions only"),
+            _ => {}
         }
     }
 

@@ -51,6 +51,7 @@
 use quorum_core::health::{self, Problem};
 use quorum_core::pacing::{Attempt, Pacing};
 use quorum_core::pass::{self, Pass, Request, Stop};
+use quorum_core::record::Applying;
 use quorum_core::{
     quorum_size, Action, CaGenerations, CaPhase, CaRotation, ControlPlane, ControlPlaneSpec,
     DataMarker, Decision, EndpointStatus, Machine, MachineObservation, MachineRequest, Member,

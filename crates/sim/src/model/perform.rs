@@ -45,10 +45,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         } => {
             if !fenced {
                 if let Some(m) = s.machines.iter_mut().find(|m| &m.name == machine) {
-                    m.deleting = true;
-                    if remediation.is_some() {
-                        m.remediation = remediation.clone();
-                    }
+                    m.mark_deleting(remediation.as_ref());
                     // It leaves the endpoints at the next pass: a new drain, and the
                     // load balancer serves it until a pass brings it in step.
                     s.drain_started = false;

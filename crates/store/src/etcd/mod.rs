@@ -568,48 +568,6 @@ impl StateStore for EtcdStore {
         Err(self.conflict(format!("machine {machine:?}")))
     }
 
-    fn mark_machine_deleting(
-        &mut self,
-        cp: &str,
-        machine: &str,
-        remediation: Option<&Remediation>,
-    ) -> Result<()> {
-        let key = self.key(&format!("machine/{cp}/{machine}"));
-        for attempt in 0..WRITE_ATTEMPTS {
-            backoff(attempt);
-            let Some(kv) = self.get(&key, "read a machine")? else {
-                return Err(StoreError::MachineNotFound {
-                    cp: cp.to_string(),
-                    machine: machine.to_string(),
-                });
-            };
-            let mut m: Machine = self.parse(&kv)?;
-            if m.deleting {
-                return Ok(());
-            }
-            m.deleting = true;
-            if let Some(r) = remediation {
-                m.remediation = Some(r.clone());
-            }
-            let same = Compare::mod_revision(key.clone(), CompareOp::Equal, kv.mod_revision);
-            let value = to_json(&m);
-            let put = TxnOp::put(key.clone(), value.clone(), None);
-            let landed = Landed::Value {
-                key: key.clone(),
-                value: value.into_bytes(),
-            };
-            if let Committed::Yes(_) = self.commit(
-                "mark a machine leaving",
-                vec![same],
-                vec![put],
-                Some(landed),
-            )? {
-                return Ok(());
-            }
-        }
-        Err(self.conflict(format!("machine {machine:?}")))
-    }
-
     fn delete_machine(&mut self, cp: &str, machine: &str) -> Result<()> {
         let del = TxnOp::delete(self.key(&format!("machine/{cp}/{machine}")), None);
         self.commit("delete a machine record", vec![], vec![del], None)
