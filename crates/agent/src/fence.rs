@@ -7,6 +7,7 @@
 //! so a stale call can never act after a newer one raised the mark.
 
 use crate::{member_of, proto::Fence};
+use quorum_core::lease::FenceToken;
 use std::collections::HashMap;
 use std::fs;
 use std::io::{self, Write};
@@ -28,8 +29,8 @@ pub enum FenceError {
     #[error("stale fencing token {token} for control plane {control_plane:?}: this agent has seen {highest}; the controller that sent it is no longer the one in charge, so nothing was done")]
     Stale {
         control_plane: String,
-        token: i64,
-        highest: i64,
+        token: FenceToken,
+        highest: FenceToken,
     },
     #[error("fencing token of control plane {control_plane:?}: {source}")]
     Io {
@@ -57,18 +58,22 @@ impl Fences {
     }
 
     /// The highest token seen for `cp` (`None`: none yet).
-    pub fn highest(&self, cp: &str) -> Result<Option<i64>, FenceError> {
+    pub fn highest(&self, cp: &str) -> Result<Option<FenceToken>, FenceError> {
         let io_err = |source| FenceError::Io {
             control_plane: cp.to_string(),
             source,
         };
         match fs::read_to_string(self.dir.join(cp)) {
-            Ok(text) => text.trim().parse().map(Some).map_err(|_| {
-                io_err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("{:?} is not a token", text.trim()),
-                ))
-            }),
+            Ok(text) => text
+                .trim()
+                .parse()
+                .map(|t| Some(FenceToken(t)))
+                .map_err(|_| {
+                    io_err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{:?} is not a token", text.trim()),
+                    ))
+                }),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err(e)),
         }
@@ -94,17 +99,19 @@ impl Fences {
         }
         let lock = self.lock(cp)?;
         let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
+        // The one place the wire's number becomes a token.
+        let token = FenceToken(fence.token);
         match self.highest(cp)? {
-            Some(highest) if fence.token < highest => {
+            Some(highest) if token < highest => {
                 return Err(FenceError::Stale {
                     control_plane: cp.to_string(),
-                    token: fence.token,
+                    token,
                     highest,
                 }
                 .into())
             }
-            Some(highest) if fence.token == highest => {}
-            _ => self.raise(cp, fence.token)?,
+            Some(highest) if token == highest => {}
+            _ => self.raise(cp, token)?,
         }
         act()
     }
@@ -122,7 +129,7 @@ impl Fences {
         Ok(l)
     }
 
-    fn raise(&self, cp: &str, token: i64) -> Result<(), FenceError> {
+    fn raise(&self, cp: &str, token: FenceToken) -> Result<(), FenceError> {
         let io_err = |source| FenceError::Io {
             control_plane: cp.to_string(),
             source,
@@ -178,7 +185,7 @@ mod tests {
         );
         // The mark survives a restart of the agent.
         let again = Fences::new(d.path());
-        assert_eq!(again.highest("prod").unwrap(), Some(9));
+        assert_eq!(again.highest("prod").unwrap(), Some(FenceToken(9)));
         assert_eq!(ran(&again, "prod", 8), (false, false));
     }
 

@@ -207,7 +207,9 @@ mod tests {
     impl HeartbeatWriter for Counting {
         fn beat(&mut self, beat: &Heartbeat) -> Result<(), StoreError> {
             if self.fenced.load(Ordering::SeqCst) {
-                return Err(StoreError::Fenced { token: 1 });
+                return Err(StoreError::Fenced {
+                    token: quorum_store::FenceToken(1),
+                });
             }
             self.beats.fetch_add(1, Ordering::SeqCst);
             *self.last.lock().unwrap() = Some(beat.clone());

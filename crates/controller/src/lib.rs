@@ -488,9 +488,7 @@ impl Controller {
         let campaign = self.sh.store().campaign(&self.sh.cfg.identity, ttl_ms)?;
         match campaign {
             Campaign::Leading { token } => {
-                self.sh
-                    .fence_token
-                    .store(token, std::sync::atomic::Ordering::SeqCst);
+                self.sh.set_fence_token(token);
                 self.forget_all();
                 self.leading = true;
                 self.last_standby = None;
@@ -506,8 +504,8 @@ impl Controller {
                     h.lead(self.sh.store().heartbeat_writer()?);
                 }
                 self.sh.metrics.leading(&self.sh.cfg.scope(), true);
-                if token != 0 {
-                    tracing::info!(token, ttl_ms, "leading");
+                if !token.is_embedded() {
+                    tracing::info!(token = token.0, ttl_ms, "leading");
                 }
                 Ok(Lead::Leading)
             }

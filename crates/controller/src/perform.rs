@@ -421,10 +421,7 @@ impl Reconciler {
     fn fence(&self, cp: &ControlPlane) -> quorum_agent::proto::Fence {
         quorum_agent::proto::Fence {
             control_plane: cp.name.clone(),
-            token: self
-                .sh
-                .fence_token
-                .load(std::sync::atomic::Ordering::SeqCst),
+            token: self.sh.fence_token().0,
         }
     }
 

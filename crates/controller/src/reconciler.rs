@@ -10,6 +10,7 @@
 //! member waits alone.
 
 use super::*;
+use quorum_core::lease::FenceToken;
 use quorum_core::pacing::{Attempt, PacingPolicy};
 use quorum_core::pass::{End, Memory, Note, Pass, Perform, Request};
 use std::sync::{Mutex, MutexGuard};
@@ -21,9 +22,9 @@ pub(crate) struct Shared {
     pub(crate) provider: LocalProvider,
     /// The `hosts` provider's connections to agents.
     pub(crate) hosts: crate::hosts::HostsProvider,
-    /// This replica's leadership token while it leads (the embedded store's is 0): the
-    /// fencing token every destructive call to an agent carries.
-    pub(crate) fence_token: std::sync::atomic::AtomicI64,
+    /// This replica's leadership token while it leads (`FenceToken`, held as its
+    /// number): the fencing token every destructive call to an agent carries.
+    fence_token: std::sync::atomic::AtomicI64,
     pub(crate) metrics: Arc<metrics::Metrics>,
     /// The store's data version, read at most once per poll for the whole replica.
     pub(crate) data_version: Arc<fleet::DataVersion>,
@@ -47,7 +48,7 @@ impl Shared {
             cfg,
             store: Mutex::new(store),
             hosts,
-            fence_token: std::sync::atomic::AtomicI64::new(0),
+            fence_token: std::sync::atomic::AtomicI64::new(FenceToken::EMBEDDED.0),
             provider,
             metrics: parts.metrics.clone(),
             data_version: parts.data_version.clone(),
@@ -55,6 +56,16 @@ impl Shared {
             acting: AtomicBool::new(false),
             trouble: Mutex::new(None),
         }
+    }
+
+    /// The fencing token of this replica's leadership (the embedded store's while it
+    /// has not led).
+    pub(crate) fn fence_token(&self) -> FenceToken {
+        FenceToken(self.fence_token.load(Ordering::SeqCst))
+    }
+
+    pub(crate) fn set_fence_token(&self, token: FenceToken) {
+        self.fence_token.store(token.0, Ordering::SeqCst);
     }
 
     pub(crate) fn acting(&self) -> bool {

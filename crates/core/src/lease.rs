@@ -7,6 +7,36 @@
 //! leader would do from the same durable intent (see ARCHITECTURE.md, "Several
 //! controllers").
 
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A leadership's fencing token: which term of leadership a store write or a call to an
+/// agent belongs to. A store (or an agent) refuses a token lower than the highest it
+/// has seen, or one that is no longer the leader key's. The etcd store's is the leader
+/// key's create revision; the embedded store (one process, nothing to fence) has
+/// `EMBEDDED`. A newtype, so that it is never confused with a revision, a member id or
+/// a count.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+#[serde(transparent)]
+pub struct FenceToken(pub i64);
+
+impl FenceToken {
+    /// The embedded store's token: one process leads alone, and nothing is fenced.
+    pub const EMBEDDED: FenceToken = FenceToken(0);
+
+    pub fn is_embedded(self) -> bool {
+        self == FenceToken::EMBEDDED
+    }
+}
+
+impl fmt::Display for FenceToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
 /// Default lease: a deposed or dead leader is replaced within about this long.
 pub const DEFAULT_LEASE_TTL_MS: u64 = 4_000;
 /// Shortest lease accepted (etcd raises shorter ones to about 1.5 s anyway).

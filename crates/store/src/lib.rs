@@ -32,6 +32,7 @@ mod sqlite;
 pub use etcd::{EtcdLocation, EtcdStore, EtcdTls};
 pub use event::{Event, EventKind, NewEvent, StepOutcome, UnknownKind};
 pub use quorum_core::failover::EndpointHealth;
+pub use quorum_core::lease::FenceToken;
 use sealed::next_ca_name;
 pub use sealed::NEXT_CA_SUFFIX;
 pub use sqlite::SqliteStore;
@@ -103,7 +104,7 @@ pub enum StoreError {
     /// The write was guarded by a leadership token that is no longer current: another
     /// replica leads now. Nothing was written.
     #[error("this controller no longer leads (its leadership token {token} is stale): the write was refused and nothing changed")]
-    Fenced { token: i64 },
+    Fenced { token: FenceToken },
     /// A side effect was about to be made by a replica that does not lead.
     #[error("this controller does not lead the controllers of this store (it has not won the leadership, or gave it up): it must not act")]
     NotLeading,
@@ -112,7 +113,7 @@ pub enum StoreError {
     LeaseEnding { left_ms: i64, margin_ms: u64 },
     /// The store said the leader's lease is gone: another replica may lead.
     #[error("this controller's leadership lease is gone from the store (leadership token {token}): it no longer leads")]
-    LeaseLost { token: i64 },
+    LeaseLost { token: FenceToken },
     #[error("{what} {} has mode {mode:o}: other users can read quorum's state; quorum refuses to use it until you run `chmod {want:o} {}`", path.display(), path.display())]
     NotPrivate {
         what: &'static str,
@@ -216,14 +217,14 @@ pub struct LeaderInfo {
     pub since_ms: i64,
     /// The leadership token (etcd: the leader key's create revision); writes are fenced
     /// with it.
-    pub token: i64,
+    pub token: FenceToken,
 }
 
 /// The answer to one attempt to lead.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Campaign {
     /// This replica leads, with this token, until its lease deadline.
-    Leading { token: i64 },
+    Leading { token: FenceToken },
     /// Another replica leads (or the key was just taken): wait and try again.
     Standby { leader: Option<LeaderInfo> },
 }
@@ -486,7 +487,9 @@ pub trait StateStore: Send {
     /// its lock file leads, any other stands by (no lease, no fencing: one host).
     fn campaign(&mut self, identity: &str, ttl_ms: u64) -> Result<Campaign> {
         let _ = (identity, ttl_ms);
-        Ok(Campaign::Leading { token: 0 })
+        Ok(Campaign::Leading {
+            token: FenceToken::EMBEDDED,
+        })
     }
 
     /// Before a side effect on a managed cluster: fails unless this replica still leads

@@ -128,7 +128,7 @@ impl SqliteStore {
                     holder.to_string()
                 },
                 since_ms,
-                token: 0,
+                token: FenceToken::EMBEDDED,
             }));
         }
         let since_ms = quorum_clock::now_ms();
@@ -148,10 +148,14 @@ impl StateStore for SqliteStore {
     /// twice on every step).
     fn campaign(&mut self, identity: &str, _ttl_ms: u64) -> Result<Campaign> {
         if self.controller_lock.is_some() {
-            return Ok(Campaign::Leading { token: 0 });
+            return Ok(Campaign::Leading {
+                token: FenceToken::EMBEDDED,
+            });
         }
         match self.try_lock_controller(identity)? {
-            None => Ok(Campaign::Leading { token: 0 }),
+            None => Ok(Campaign::Leading {
+                token: FenceToken::EMBEDDED,
+            }),
             Some(holder) => Ok(Campaign::Standby {
                 leader: Some(holder),
             }),

@@ -10,7 +10,7 @@
 //! saying the lease is gone (a renewal answered with TTL 0) ends the term.
 
 use super::call::Conn;
-use crate::{Heartbeat, HeartbeatWriter, Result, StoreError};
+use crate::{FenceToken, Heartbeat, HeartbeatWriter, Result, StoreError};
 use etcd_client::{Compare, CompareOp, Txn, TxnOp};
 use quorum_core::failover::{CALL_TIMEOUT_MS, ROUND_BACKOFF};
 use quorum_etcd::failover::FailoverError;
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 /// This replica's term: its token (the leader key's create revision), its lease, the
 /// deadline the keeper moves, and the keeper.
 pub(super) struct Leadership {
-    pub token: i64,
+    pub token: FenceToken,
     pub lease_id: i64,
     pub clock: Arc<LeaseClock>,
     pub keeper: tokio::task::JoinHandle<()>,
@@ -147,7 +147,7 @@ pub(super) struct EtcdHeartbeat {
     pub conn: Conn,
     pub key: String,
     pub leader_key: String,
-    pub fence: Option<i64>,
+    pub fence: Option<FenceToken>,
 }
 
 impl HeartbeatWriter for EtcdHeartbeat {
@@ -157,7 +157,7 @@ impl HeartbeatWriter for EtcdHeartbeat {
             txn = txn.when([Compare::create_revision(
                 self.leader_key.clone(),
                 CompareOp::Equal,
-                token,
+                token.0,
             )]);
         }
         let txn = txn.and_then([TxnOp::put(self.key.clone(), beat.encode(), None)]);

@@ -671,7 +671,7 @@ impl StateStore for EtcdStore {
         let info = LeaderInfo {
             identity: identity.to_string(),
             since_ms: crate::now_ms(),
-            token: 0,
+            token: FenceToken::EMBEDDED,
         };
         let put = TxnOp::put(
             key.clone(),
@@ -734,12 +734,14 @@ impl StateStore for EtcdStore {
             clock.clone(),
         );
         self.leadership = Some(Leadership {
-            token: revision,
+            token: FenceToken(revision),
             lease_id,
             clock,
             keeper,
         });
-        Ok(Campaign::Leading { token: revision })
+        Ok(Campaign::Leading {
+            token: FenceToken(revision),
+        })
     }
 
     fn ensure_leading(&self, margin_ms: Option<u64>) -> Result<()> {
@@ -823,7 +825,7 @@ impl StateStore for EtcdStore {
             return Ok(None);
         };
         let mut info: LeaderInfo = self.parse(&kv)?;
-        info.token = kv.create_revision;
+        info.token = FenceToken(kv.create_revision);
         Ok(Some(info))
     }
 
@@ -901,7 +903,7 @@ impl StateStore for EtcdStore {
         for kv in kvs.iter().filter(|kv| kv.key.ends_with("/leader")) {
             let scope = kv.key[base.len()..kv.key.len() - "/leader".len()].to_string();
             let mut info: LeaderInfo = self.parse(kv)?;
-            info.token = kv.create_revision;
+            info.token = FenceToken(kv.create_revision);
             out.push((scope, info));
         }
         Ok(out)

@@ -164,7 +164,7 @@ impl EtcdStore {
             return Ok(None);
         };
         let mut info: LeaderInfo = self.parse(&kv)?;
-        info.token = kv.create_revision;
+        info.token = FenceToken(kv.create_revision);
         Ok(Some(info))
     }
 
@@ -228,7 +228,7 @@ impl EtcdStore {
             compares.push(Compare::create_revision(
                 leader_key.clone(),
                 CompareOp::Equal,
-                token,
+                token.0,
             ));
         }
         let txn = Txn::new()
@@ -271,7 +271,7 @@ impl EtcdStore {
             }
         }
         match (fence, leader_now) {
-            (Some(token), Some(now)) if now != token => Err(StoreError::Fenced { token }),
+            (Some(token), Some(now)) if now != token.0 => Err(StoreError::Fenced { token }),
             _ => Ok(Committed::Conflict),
         }
     }
