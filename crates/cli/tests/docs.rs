@@ -64,28 +64,48 @@ fn the_code_map_has_a_section_per_crate_and_none_for_a_crate_gone() {
     }
 }
 
-#[test]
-fn the_core_section_names_every_core_module() {
+/// The `.rs` files of `dir` (but `skip`) whose name, as `name_of` writes it, the
+/// crate's section of ARCHITECTURE.md does not contain.
+fn unnamed(section: &str, dir: &str, skip: &str, name_of: &dyn Fn(&str) -> String) -> Vec<String> {
     let doc = read(&root().join("ARCHITECTURE.md"));
-    let core = sections(&doc)
+    let text = sections(&doc)
         .into_iter()
-        .find(|(n, _)| n == "core")
+        .find(|(n, _)| n == section)
         .map(|(_, t)| t)
-        .expect("a core section");
-    let dir = root().join("crates/core/src");
+        .unwrap_or_else(|| panic!("a {section} section"));
     let mut missing = Vec::new();
-    for entry in std::fs::read_dir(&dir).expect("crates/core/src") {
-        let name = entry
+    for entry in std::fs::read_dir(root().join(dir)).expect(dir) {
+        let file = entry
             .expect("an entry")
             .file_name()
             .to_string_lossy()
             .to_string();
-        if name.ends_with(".rs") && name != "lib.rs" && !core.contains(&name) {
-            missing.push(name);
+        if file.ends_with(".rs") && file != skip && !text.contains(&name_of(&file)) {
+            missing.push(file);
         }
     }
+    missing.sort();
+    missing
+}
+
+#[test]
+fn the_core_section_names_every_core_module() {
+    let missing = unnamed("core", "crates/core/src", "lib.rs", &|f| f.to_string());
     assert!(
         missing.is_empty(),
         "not in the core's code map: {missing:?}"
+    );
+}
+
+/// The command list of the cli section is every module of `crates/cli/src/cmd`, each
+/// as `` `name` ``.
+#[test]
+fn the_cli_section_names_every_command_module() {
+    let missing = unnamed("cli", "crates/cli/src/cmd", "mod.rs", &|f| {
+        format!("`{}`", f.trim_end_matches(".rs"))
+    });
+    assert!(
+        missing.is_empty(),
+        "commands not in the cli's code map: {missing:?}"
     );
 }
