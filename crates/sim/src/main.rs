@@ -2,9 +2,10 @@
 
 use clap::Parser;
 use quorum_sim::{
-    replay_command, run, BackupCounts, CaCounts, Config, InPlaceCounts, LeaseCounts, PacingCounts,
-    PublishCounts, RebuildCounts, RepairCounts, Scenario,
+    replay_command, run, BackupCounts, CaCounts, Config, InPlaceCounts, LeaseCounts, Outcome,
+    PacingCounts, PublishCounts, RebuildCounts, RepairCounts, Scenario,
 };
+use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Parser)]
@@ -84,14 +85,14 @@ fn parse_ttl_ms(s: &str) -> Result<u64, String> {
     quorum_core::lease::check_ttl_ms(ttl_ms)
 }
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
     let scenario = match args.scenario.as_deref().map(|s| (s, Scenario::parse(s))) {
         None => None,
         Some((_, Some(s))) => Some(s),
         Some((s, None)) => {
             eprintln!("error: unknown scenario '{s}': use rollout, rollout-surge0, scale-up, scale-down, orphans, in-place, in-place-5 or quorum-loss");
-            return std::process::ExitCode::from(2);
+            return ExitCode::from(2);
         }
     };
     if args.shards > 1 && args.replicas < 2 {
@@ -99,194 +100,239 @@ fn main() -> std::process::ExitCode {
             "error: --shards {} needs --replicas 2 or 3 (one replica holds every shard)",
             args.shards
         );
-        return std::process::ExitCode::from(2);
+        return ExitCode::from(2);
     }
-    let cfg = |seed| {
-        let mut c = Config::new(seed);
-        if let Some(s) = scenario {
-            c.scenario = s;
-        }
-        c.replicas = args.replicas;
-        c.lease_ttl_ms = args.lease_ttl_ms;
-        c.shards = args.shards;
-        c.faults_anywhere = args.faults_anywhere;
-        if let Some(p) = &args.provider {
-            c.hosts = p == "hosts";
-        }
-        if c.scenario == Scenario::QuorumLoss {
-            c.hosts = false;
-        }
-        c
+    let cfg = |seed| config(&args, scenario, seed);
+    let ok = if args.model_check {
+        model_check(args.faults_anywhere)
+    } else if let Some(n) = args.scale {
+        scale(n, args.from)
+    } else if let Some(seed) = args.seed {
+        replay(Config {
+            trace: args.trace,
+            ..cfg(seed)
+        })
+    } else {
+        seeds(&args, &cfg)
     };
-    if args.model_check {
-        let mut ok = true;
-        let total = Instant::now();
-        for mut v in quorum_sim::model::Variant::ALL {
-            v.faults_anywhere = args.faults_anywhere;
-            let t = Instant::now();
-            let r = quorum_sim::model::check(v);
-            println!(
-                "model check, 3-member rollout, {}, etcd strict check {}, deposed controller {}{}{}{}{}{}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
-                if v.in_place {
-                    "in place".to_string()
-                } else {
-                    format!("maxSurge {}", v.max_surge)
-                },
-                if v.etcd_strict { "on" } else { "off" },
-                if v.deposed { "yes" } else { "no" },
-                if v.sharded { ", sharded (the shard moves between replicas)" } else { "" },
-                if v.hosts { ", members on hosts (a host lost for a while)" } else { "" },
-                if v.recreate { ", deleted and brought back from a snapshot (a learner's publish lost)" } else { "" },
-                if v.requests { ", a member replaced and one restarted on request" } else { "" },
-                if v.faults_anywhere { ", faults anywhere" } else { "" },
-                r.states,
-                r.transitions,
-                r.max_depth,
-                r.goal_states,
-                t.elapsed().as_secs_f64(),
-                if r.violations.is_empty() { "every property holds".to_string() } else { r.violations.join("; ") }
-            );
-            ok &= r.violations.is_empty();
-        }
-        println!("model check: {:.2}s in all", total.elapsed().as_secs_f64());
-        return if ok {
-            std::process::ExitCode::SUCCESS
-        } else {
-            std::process::ExitCode::FAILURE
-        };
+    if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
-    if let Some(n) = args.scale {
-        let r = quorum_sim::run_many(n, args.from);
+}
+
+/// The run of `seed` as the flags ask.
+fn config(args: &Args, scenario: Option<Scenario>, seed: u64) -> Config {
+    let mut c = Config::new(seed);
+    if let Some(s) = scenario {
+        c.scenario = s;
+    }
+    c.replicas = args.replicas;
+    c.lease_ttl_ms = args.lease_ttl_ms;
+    c.shards = args.shards;
+    c.faults_anywhere = args.faults_anywhere;
+    if let Some(p) = &args.provider {
+        c.hosts = p == "hosts";
+    }
+    if c.scenario == Scenario::QuorumLoss {
+        c.hosts = false;
+    }
+    c
+}
+
+/// `--model-check`: every variant, one line each; true if every property holds.
+fn model_check(faults_anywhere: bool) -> bool {
+    let mut ok = true;
+    let total = Instant::now();
+    for mut v in quorum_sim::model::Variant::ALL {
+        v.faults_anywhere = faults_anywhere;
+        let t = Instant::now();
+        let r = quorum_sim::model::check(v);
         println!(
-            "{} control planes rolled 3.4.23 -> 3.5.1 at once: {} decisions in {:.1}s real ({:.0} decisions/s), {:.1}s simulated, {} violations, ~{} KiB resident per control plane",
-            r.control_planes,
-            r.decisions,
-            r.real_secs,
-            r.decisions as f64 / r.real_secs,
-            r.sim_secs,
-            r.violations,
-            r.bytes_per_control_plane / 1024
+            "model check, 3-member rollout, {}: {} states, {} transitions, depth {}, {} goal states, {:.2}s: {}",
+            variant_words(&v),
+            r.states,
+            r.transitions,
+            r.max_depth,
+            r.goal_states,
+            t.elapsed().as_secs_f64(),
+            if r.violations.is_empty() { "every property holds".to_string() } else { r.violations.join("; ") }
         );
-        return if r.violations == 0 {
-            std::process::ExitCode::SUCCESS
-        } else {
-            std::process::ExitCode::FAILURE
-        };
+        ok &= r.violations.is_empty();
     }
-    if let Some(seed) = args.seed {
-        let mut c = cfg(seed);
-        c.trace = args.trace;
-        let o = run(c);
-        print!("{}", o.trace);
+    println!("model check: {:.2}s in all", total.elapsed().as_secs_f64());
+    ok
+}
+
+/// A model-check variant in words.
+fn variant_words(v: &quorum_sim::model::Variant) -> String {
+    let extras = [
+        (v.sharded, ", sharded (the shard moves between replicas)"),
+        (v.hosts, ", members on hosts (a host lost for a while)"),
+        (
+            v.recreate,
+            ", deleted and brought back from a snapshot (a learner's publish lost)",
+        ),
+        (
+            v.requests,
+            ", a member replaced and one restarted on request",
+        ),
+        (v.faults_anywhere, ", faults anywhere"),
+    ];
+    format!(
+        "{}, etcd strict check {}, deposed controller {}{}",
+        if v.in_place {
+            "in place".to_string()
+        } else {
+            format!("maxSurge {}", v.max_surge)
+        },
+        if v.etcd_strict { "on" } else { "off" },
+        if v.deposed { "yes" } else { "no" },
+        extras
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, w)| *w)
+            .collect::<String>()
+    )
+}
+
+/// `--scale N`: many control planes at once; true without a violation.
+fn scale(n: usize, from: u64) -> bool {
+    let r = quorum_sim::run_many(n, from);
+    println!(
+        "{} control planes rolled 3.4.23 -> 3.5.1 at once: {} decisions in {:.1}s real ({:.0} decisions/s), {:.1}s simulated, {} violations, ~{} KiB resident per control plane",
+        r.control_planes,
+        r.decisions,
+        r.real_secs,
+        r.decisions as f64 / r.real_secs,
+        r.sim_secs,
+        r.violations,
+        r.bytes_per_control_plane / 1024
+    );
+    r.violations == 0
+}
+
+/// `--seed S`: one run, its trace if asked, and its figures; true without a violation.
+fn replay(c: Config) -> bool {
+    let o = run(c);
+    print!("{}", o.trace);
+    println!(
+        "seed {} ({}): {} steps, {} decisions, {} faults, {:.1}s simulated, trace hash {:016x}: {}",
+        o.seed,
+        o.scenario.name(),
+        o.steps,
+        o.decisions,
+        o.faults,
+        o.sim_ms as f64 / 1000.0,
+        o.trace_hash,
+        o.violation.as_deref().unwrap_or("ok")
+    );
+    println!("pacing: {}", o.pacing);
+    println!("repair: {}", o.repair);
+    println!("publish: {}", o.publish);
+    println!("in place: {}", o.in_place);
+    println!("CA rotations: {}", o.ca);
+    if o.hosts {
         println!(
-            "seed {} ({}): {} steps, {} decisions, {} faults, {:.1}s simulated, trace hash {:016x}: {}",
-            o.seed,
-            o.scenario.name(),
-            o.steps,
-            o.decisions,
-            o.faults,
-            o.sim_ms as f64 / 1000.0,
-            o.trace_hash,
-            o.violation.as_deref().unwrap_or("ok")
+            "hosts: {} lost, {} removed, {} stuck rollouts taken back",
+            o.hosts_lost, o.hosts_removed, o.rollouts_taken_back
         );
-        println!("pacing: {}", o.pacing);
-        println!("repair: {}", o.repair);
-        println!("publish: {}", o.publish);
-        println!("in place: {}", o.in_place);
-        println!("CA rotations: {}", o.ca);
-        if o.hosts {
-            println!(
-                "hosts: {} lost, {} removed, {} stuck rollouts taken back",
-                o.hosts_lost, o.hosts_removed, o.rollouts_taken_back
-            );
-        }
-        if o.replicas > 1 {
-            println!("{} replicas: {}", o.replicas, o.lease);
-        }
-        return if o.violation.is_some() {
-            std::process::ExitCode::FAILURE
-        } else {
-            std::process::ExitCode::SUCCESS
-        };
     }
+    if o.replicas > 1 {
+        println!("{} replicas: {}", o.replicas, o.lease);
+    }
+    o.violation.is_none()
+}
+
+/// What runs of many seeds add up to.
+#[derive(Default)]
+struct Totals {
+    seeds: u64,
+    decisions: u64,
+    faults: u64,
+    failed: Vec<Outcome>,
+    lease: LeaseCounts,
+    pacing: PacingCounts,
+    repair: RepairCounts,
+    in_place: InPlaceCounts,
+    backups: BackupCounts,
+    rebuilds: RebuildCounts,
+    ca: CaCounts,
+    publish: PublishCounts,
+    /// Runs with members on hosts, and hosts lost in them.
+    host_runs: u64,
+    hosts_lost: u64,
+}
+
+impl Totals {
+    fn add(&mut self, o: Outcome) {
+        self.seeds += 1;
+        self.decisions += o.decisions;
+        self.faults += o.faults;
+        self.lease.add(&o.lease);
+        self.pacing.add(&o.pacing);
+        self.repair.add(&o.repair);
+        self.in_place.add(&o.in_place);
+        self.backups.add(&o.backups);
+        self.rebuilds.add(&o.rebuilds);
+        self.ca.add(&o.ca);
+        self.publish.add(&o.publish);
+        self.host_runs += u64::from(o.hosts);
+        self.hosts_lost += o.hosts_lost;
+        if o.violation.is_some() {
+            self.failed.push(o);
+        }
+    }
+
+    fn merge(&mut self, t: Totals) {
+        self.seeds += t.seeds;
+        self.decisions += t.decisions;
+        self.faults += t.faults;
+        self.lease.add(&t.lease);
+        self.pacing.add(&t.pacing);
+        self.repair.add(&t.repair);
+        self.in_place.add(&t.in_place);
+        self.backups.add(&t.backups);
+        self.rebuilds.add(&t.rebuilds);
+        self.ca.add(&t.ca);
+        self.publish.add(&t.publish);
+        self.host_runs += t.host_runs;
+        self.hosts_lost += t.hosts_lost;
+        self.failed.extend(t.failed);
+    }
+}
+
+/// `--seeds N`: seeds `from..from+N` on `--threads` workers; true without a violation.
+fn seeds(args: &Args, cfg: &(dyn Fn(u64) -> Config + Sync)) -> bool {
     let t = Instant::now();
     let (from, n, threads) = (args.from, args.seeds, args.threads.max(1));
-    let results: Vec<_> = std::thread::scope(|s| {
+    let mut all = Totals::default();
+    std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|k| {
                 s.spawn(move || {
-                    let mut out = (
-                        0u64,
-                        0u64,
-                        0u64,
-                        Vec::new(),
-                        LeaseCounts::default(),
-                        PacingCounts::default(),
-                        RepairCounts::default(),
-                        InPlaceCounts::default(),
-                        BackupCounts::default(),
-                        RebuildCounts::default(),
-                        CaCounts::default(),
-                        (0u64, 0u64),
-                        PublishCounts::default(),
-                    );
+                    let mut out = Totals::default();
                     let mut seed = from + k;
                     while seed < from + n {
-                        let o = run(cfg(seed));
-                        out.0 += 1;
-                        out.1 += o.decisions;
-                        out.2 += o.faults;
-                        out.4.add(&o.lease);
-                        out.5.add(&o.pacing);
-                        out.6.add(&o.repair);
-                        out.7.add(&o.in_place);
-                        out.8.add(&o.backups);
-                        out.9.add(&o.rebuilds);
-                        out.10.add(&o.ca);
-                        out.12.add(&o.publish);
-                        out.11 .0 += u64::from(o.hosts);
-                        out.11 .1 += o.hosts_lost;
-                        if o.violation.is_some() {
-                            out.3.push(o);
-                        }
+                        out.add(run(cfg(seed)));
                         seed += threads;
                     }
                     out
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("worker"))
-            .collect()
+        for h in handles {
+            all.merge(h.join().expect("worker"));
+        }
     });
     let secs = t.elapsed().as_secs_f64();
-    let seeds: u64 = results.iter().map(|r| r.0).sum();
-    let decisions: u64 = results.iter().map(|r| r.1).sum();
-    let faults: u64 = results.iter().map(|r| r.2).sum();
-    let mut lease = LeaseCounts::default();
-    let mut pacing = PacingCounts::default();
-    let mut repair = RepairCounts::default();
-    let mut in_place = InPlaceCounts::default();
-    let mut backups = BackupCounts::default();
-    let mut rebuilds = RebuildCounts::default();
-    let mut ca = CaCounts::default();
-    let mut publish = PublishCounts::default();
-    for r in &results {
-        lease.add(&r.4);
-        pacing.add(&r.5);
-        repair.add(&r.6);
-        in_place.add(&r.7);
-        backups.add(&r.8);
-        rebuilds.add(&r.9);
-        ca.add(&r.10);
-        publish.add(&r.12);
-    }
-    let results_hosts = results
-        .iter()
-        .fold((0, 0), |a, r| (a.0 + r.11 .0, a.1 + r.11 .1));
-    let failed: Vec<_> = results.into_iter().flat_map(|r| r.3).collect();
-    for o in &failed {
+    print_totals(&all, from, n, secs, args.replicas);
+    all.failed.is_empty()
+}
+
+fn print_totals(all: &Totals, from: u64, n: u64, secs: f64, replicas: u8) {
+    for o in &all.failed {
         println!(
             "seed {} ({}) violated: {}\n  replay: {}",
             o.seed,
@@ -295,30 +341,26 @@ fn main() -> std::process::ExitCode {
             replay_command(o)
         );
     }
+    let (seeds, faults, decisions) = (all.seeds, all.faults, all.decisions);
     println!(
         "{seeds} seeds ({from}..{}), {} violations, {faults} faults injected, {decisions} decisions in {secs:.1}s: {:.0} seeds/s, {:.0} decisions/s",
         from + n,
-        failed.len(),
+        all.failed.len(),
         seeds as f64 / secs,
         decisions as f64 / secs
     );
-    println!("pacing: {pacing}");
-    println!("repair: {repair}");
-    println!("publish: {publish}");
-    println!("in place: {in_place}");
-    println!("backups: {backups}");
-    println!("rebuilds: {rebuilds}");
-    println!("CA rotations: {ca}");
+    println!("pacing: {}", all.pacing);
+    println!("repair: {}", all.repair);
+    println!("publish: {}", all.publish);
+    println!("in place: {}", all.in_place);
+    println!("backups: {}", all.backups);
+    println!("rebuilds: {}", all.rebuilds);
+    println!("CA rotations: {}", all.ca);
     println!(
         "hosts: {} runs with members on hosts, {} hosts lost",
-        results_hosts.0, results_hosts.1
+        all.host_runs, all.hosts_lost
     );
-    if args.replicas > 1 {
-        println!("{} replicas: {lease}", args.replicas);
-    }
-    if failed.is_empty() {
-        std::process::ExitCode::SUCCESS
-    } else {
-        std::process::ExitCode::FAILURE
+    if replicas > 1 {
+        println!("{replicas} replicas: {}", all.lease);
     }
 }

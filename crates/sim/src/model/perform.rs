@@ -21,21 +21,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             remediation,
         } => {
             if !fenced {
-                let tls = s.variant.ca_rotation;
-                let m = Machine {
-                    bootstrap: *bootstrap,
-                    remediation: remediation.clone(),
-                    tls,
-                    // The stores record a rotation's phase with the allocation.
-                    ca_step: s.cp.ca_step_now().filter(|_| tls),
-                    placement: None,
-                    address: s.take_address(),
-                    ..machine(s.next_serial, *version)
-                };
-                s.next_serial += 1;
-                s.procs
-                    .push(Proc::new(m.name.clone(), false, false, *version));
-                s.machines.push(m);
+                allocate(s, *bootstrap, *version, remediation.as_ref());
             }
         }
         Action::MarkDeleting {
@@ -44,14 +30,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
             ..
         } => {
             if !fenced {
-                if let Some(m) = s.machines.iter_mut().find(|m| &m.name == machine) {
-                    m.mark_deleting(remediation.as_ref());
-                    // It leaves the endpoints at the next pass: a new drain, and the
-                    // load balancer serves it until a pass brings it in step.
-                    s.drain_started = false;
-                    s.drain_passed = false;
-                    s.lb_serves.push(machine.clone());
-                }
+                mark_leaving(s, machine, remediation.as_ref());
             }
         }
         // The model's data directories carry their marker from their first start (it
@@ -74,175 +53,254 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         | Action::RestoreSnapshot { .. }
         | Action::ForceNewCluster { .. }
         | Action::FinishRebuild { .. } => s.perform_rebuild(a, fenced)?,
-        Action::SetCaPhase { phase } => {
-            if let (false, Some(r)) = (fenced, s.cp.ca_rotation.as_mut()) {
-                r.phase = *phase;
-            }
-        }
-        Action::FinishCaRotation { generation } => {
-            if !fenced && s.cp.ca_rotation.as_ref().map(|r| r.to) == Some(*generation) {
-                s.cp.ca_rotation = None;
-                s.cp.ca_generation = *generation;
+        Action::SetCaPhase { .. } | Action::FinishCaRotation { .. } => {
+            if !fenced {
+                record_ca(s, a);
             }
         }
         Action::BeginInPlace { .. }
         | Action::SetInPlacePhase { .. }
         | Action::EndInPlace { .. } => s.perform_in_place(a, fenced),
-        Action::StartMachine { machine, state, .. } => {
-            let found = s
-                .machines
-                .iter()
-                .find(|m| &m.name == machine)
-                .map(|m| (m.serial, m.version, s.cp.ca_generations(m.ca_step)));
-            let Some((serial, binary, files)) = found else {
-                return Ok(true);
-            };
-            // The provider leaves a running process alone.
-            if s.proc(machine).is_some_and(|p| p.running) {
-                return Ok(true);
-            }
-            // etcd ignores `new` where a member's data is (a deposed controller's stale
-            // start of a seed that served already is a restart); otherwise only a
-            // restore's fresh seed starts `new` (`rebuild.rs`).
-            let restart = s.variant.recreate
-                && s.proc(machine).is_some_and(|p| p.has_data)
-                && s.members.iter().any(|m| m.serial == serial && m.named);
-            if *state == quorum_core::ClusterState::New && !restart {
-                s.start_seed(machine)?;
-                return Ok(true);
-            }
-            let lost = s.members.iter().any(|m| m.serial == serial && m.named)
-                && s.proc(machine).is_some_and(|p| !p.has_data && !p.running);
-            if lost {
-                return Err(format!("{machine} started on lost data"));
-            }
-            let is_member = s.members.iter().any(|m| m.serial == serial);
-            // The binary of the record's version: below the cluster version, or broken
-            // on this machine, it exits at once.
-            let runs = s.check_binary(machine, binary)?;
-            if let Some(p) = s.proc_mut(machine) {
-                p.binary = binary;
-                p.files = files;
-            }
-            // etcd started for a machine that is not a member exits at once.
-            if is_member && runs {
-                s.note_start(machine);
-                if let Some(p) = s.proc_mut(machine) {
-                    p.running = true;
-                    p.has_data = true;
-                }
-                if let Some(m) = s.members.iter_mut().find(|m| m.serial == serial) {
-                    m.named = true;
-                }
-            }
-        }
-        Action::AddLearner { peer_url, .. } => {
-            if s.leader.is_none() {
-                return Ok(false);
-            }
-            if s.members.iter().any(|m| &m.peer_url == peer_url) {
-                return Ok(true); // already done
-            }
-            if s.members.iter().any(|m| m.is_learner) {
-                return Ok(false); // too many learners
-            }
-            let id = s.next_member_id;
-            s.next_member_id += 1;
-            s.members.push(MMember {
-                id,
-                peer_url: peer_url.clone(),
-                // The machine recorded at that URL now (addresses are taken again,
-                // `reach`, but never while a record holds them).
-                serial: s
-                    .machines
-                    .iter()
-                    .find(|m| m.peer_url() == *peer_url)
-                    .map_or_else(|| serial_of_url(peer_url), |m| m.serial),
-                named: false,
-                is_learner: true,
-                caught_up: false,
-            });
-        }
-        Action::Promote { member_id, .. } => {
-            if s.leader.is_none() {
-                return Ok(false);
-            }
-            match s.members.iter_mut().find(|m| m.id == *member_id) {
-                Some(m) if m.is_learner && !m.caught_up => return Ok(false),
-                Some(m) => m.is_learner = false,
-                None => return Ok(false),
-            }
-        }
-        Action::MoveLeader { to_member, .. } => {
-            let ok = s
-                .members
-                .iter()
-                .any(|m| m.id == *to_member && !m.is_learner && s.member_running(m));
-            if s.leader.is_none() || !ok {
-                return Ok(false);
-            }
-            s.leader = Some(*to_member);
-        }
+        Action::StartMachine { machine, state, .. } => start(s, machine, *state)?,
+        Action::AddLearner { peer_url, .. } => return Ok(add_learner(s, peer_url)),
+        Action::Promote { member_id, .. } => return Ok(promote(s, *member_id)),
+        Action::MoveLeader { to_member, .. } => return Ok(move_leader(s, *to_member)),
         Action::RemoveMember { member_id, machine } => {
-            if let Some(m) = machine {
-                s.check_removal_paced(m)?;
-            }
-            if s.leader.is_none() {
-                return Ok(false);
-            }
-            // etcd's strict reconfiguration check (on by default): a removal must leave a
-            // running majority of the remaining voters. quorum's own projection never
-            // relies on it; a deposed controller's stale removal, decided before a member
-            // died, is what it stops.
-            let remaining: Vec<&MMember> = s.voters().filter(|m| m.id != *member_id).collect();
-            let running = remaining.iter().filter(|m| s.member_running(m)).count();
-            let voter = s
-                .members
-                .iter()
-                .any(|m| m.id == *member_id && !m.is_learner);
-            if s.variant.etcd_strict && voter && running < quorum_size(remaining.len()) {
-                return Ok(false);
-            }
-            s.members.retain(|m| m.id != *member_id);
-            if s.leader == Some(*member_id) {
-                s.leader = None;
-            }
+            return remove_member(s, *member_id, machine.as_deref())
         }
-        Action::StopMachine { machine } => {
-            if !fenced {
-                s.check_learner_stop(machine)?;
-            }
-            let in_place = s.before_stop(machine)?;
-            if let Some(p) = s.proc_mut(machine) {
-                p.running = false;
-            }
-            if in_place {
-                s.after_stop(machine)?;
-            }
-        }
-        Action::DeleteMachine { machine } => {
-            if let Some(m) = s.machines.iter().find(|m| &m.name == machine) {
-                let serial = m.serial;
-                if s.members
-                    .iter()
-                    .any(|x| x.serial == serial && !x.is_learner)
-                {
-                    return Err(format!("{machine} deleted while its member votes"));
-                }
-            }
-            if let Some(p) = s.proc_mut(machine) {
-                p.running = false;
-                p.has_data = false;
-            }
-            if !fenced {
-                s.machines.retain(|m| &m.name != machine);
-                s.procs.retain(|p| &p.name != machine);
-                s.drained.retain(|m| m != machine);
-                s.lb_serves.retain(|m| m != machine);
-            }
-        }
+        Action::StopMachine { machine } => stop(s, machine, fenced)?,
+        Action::DeleteMachine { machine } => delete(s, machine, fenced)?,
     }
     Ok(true)
+}
+
+/// A new machine's record and its (stopped) process.
+fn allocate(
+    s: &mut State,
+    bootstrap: bool,
+    version: Version,
+    remediation: Option<&quorum_core::Remediation>,
+) {
+    let remediation = remediation.cloned();
+    let tls = s.variant.ca_rotation;
+    let m = Machine {
+        bootstrap,
+        remediation,
+        tls,
+        // The stores record a rotation's phase with the allocation.
+        ca_step: s.cp.ca_step_now().filter(|_| tls),
+        placement: None,
+        address: s.take_address(),
+        ..machine(s.next_serial, version)
+    };
+    s.next_serial += 1;
+    s.procs
+        .push(Proc::new(m.name.clone(), false, false, version));
+    s.machines.push(m);
+}
+
+/// A machine marked leaving (`Machine::mark_deleting`): it leaves the endpoints at the
+/// next pass.
+fn mark_leaving(s: &mut State, machine: &str, remediation: Option<&quorum_core::Remediation>) {
+    if let Some(m) = s.machines.iter_mut().find(|m| m.name == machine) {
+        m.mark_deleting(remediation);
+        // It leaves the endpoints at the next pass: a new drain, and the
+        // load balancer serves it until a pass brings it in step.
+        s.drain_started = false;
+        s.drain_passed = false;
+        s.lb_serves.push(machine.to_string());
+    }
+}
+
+/// A CA rotation's record writes.
+fn record_ca(s: &mut State, a: &Action) {
+    match a {
+        Action::SetCaPhase { phase } => {
+            if let Some(r) = s.cp.ca_rotation.as_mut() {
+                r.phase = *phase;
+            }
+        }
+        Action::FinishCaRotation { generation }
+            if s.cp.ca_rotation.as_ref().map(|r| r.to) == Some(*generation) =>
+        {
+            s.cp.ca_rotation = None;
+            s.cp.ca_generation = *generation;
+        }
+        _ => {}
+    }
+}
+
+/// A start: the provider's, with etcd's answer to it (a seed, a restart, a member that
+/// is none, a binary that cannot run).
+fn start(s: &mut State, machine: &str, state: quorum_core::ClusterState) -> Result<(), String> {
+    let found = s
+        .machines
+        .iter()
+        .find(|m| m.name == machine)
+        .map(|m| (m.serial, m.version, s.cp.ca_generations(m.ca_step)));
+    let Some((serial, binary, files)) = found else {
+        return Ok(());
+    };
+    // The provider leaves a running process alone.
+    if s.proc(machine).is_some_and(|p| p.running) {
+        return Ok(());
+    }
+    // etcd ignores `new` where a member's data is (a deposed controller's stale
+    // start of a seed that served already is a restart); otherwise only a
+    // restore's fresh seed starts `new` (`rebuild.rs`).
+    let restart = s.variant.recreate
+        && s.proc(machine).is_some_and(|p| p.has_data)
+        && s.members.iter().any(|m| m.serial == serial && m.named);
+    if state == quorum_core::ClusterState::New && !restart {
+        s.start_seed(machine)?;
+        return Ok(());
+    }
+    let lost = s.members.iter().any(|m| m.serial == serial && m.named)
+        && s.proc(machine).is_some_and(|p| !p.has_data && !p.running);
+    if lost {
+        return Err(format!("{machine} started on lost data"));
+    }
+    let is_member = s.members.iter().any(|m| m.serial == serial);
+    // The binary of the record's version: below the cluster version, or broken
+    // on this machine, it exits at once.
+    let runs = s.check_binary(machine, binary)?;
+    if let Some(p) = s.proc_mut(machine) {
+        p.binary = binary;
+        p.files = files;
+    }
+    // etcd started for a machine that is not a member exits at once.
+    if is_member && runs {
+        s.note_start(machine);
+        if let Some(p) = s.proc_mut(machine) {
+            p.running = true;
+            p.has_data = true;
+        }
+        if let Some(m) = s.members.iter_mut().find(|m| m.serial == serial) {
+            m.named = true;
+        }
+    }
+    Ok(())
+}
+
+/// `member add --learner`: false if etcd refused.
+fn add_learner(s: &mut State, peer_url: &str) -> bool {
+    if s.leader.is_none() {
+        return false;
+    }
+    if s.members.iter().any(|m| m.peer_url == peer_url) {
+        return true; // already done
+    }
+    if s.members.iter().any(|m| m.is_learner) {
+        return false; // too many learners
+    }
+    let id = s.next_member_id;
+    s.next_member_id += 1;
+    s.members.push(MMember {
+        id,
+        peer_url: peer_url.to_string(),
+        // The machine recorded at that URL now (addresses are taken again,
+        // `reach`, but never while a record holds them).
+        serial: s
+            .machines
+            .iter()
+            .find(|m| m.peer_url() == peer_url)
+            .map_or_else(|| serial_of_url(peer_url), |m| m.serial),
+        named: false,
+        is_learner: true,
+        caught_up: false,
+    });
+    true
+}
+
+/// `member promote`: false if etcd refused.
+fn promote(s: &mut State, member_id: u64) -> bool {
+    if s.leader.is_none() {
+        return false;
+    }
+    match s.members.iter_mut().find(|m| m.id == member_id) {
+        Some(m) if m.is_learner && !m.caught_up => return false,
+        Some(m) => m.is_learner = false,
+        None => return false,
+    }
+    true
+}
+
+/// `move-leader`: false if etcd refused.
+fn move_leader(s: &mut State, to_member: u64) -> bool {
+    let ok = s
+        .members
+        .iter()
+        .any(|m| m.id == to_member && !m.is_learner && s.member_running(m));
+    if s.leader.is_none() || !ok {
+        return false;
+    }
+    s.leader = Some(to_member);
+    true
+}
+
+/// `member remove`, checked against the drain: false if etcd refused.
+fn remove_member(s: &mut State, member_id: u64, machine: Option<&str>) -> Result<bool, String> {
+    if let Some(m) = machine {
+        s.check_removal_paced(m)?;
+    }
+    if s.leader.is_none() {
+        return Ok(false);
+    }
+    // etcd's strict reconfiguration check (on by default): a removal must leave a
+    // running majority of the remaining voters. quorum's own projection never
+    // relies on it; a deposed controller's stale removal, decided before a member
+    // died, is what it stops.
+    let remaining: Vec<&MMember> = s.voters().filter(|m| m.id != member_id).collect();
+    let running = remaining.iter().filter(|m| s.member_running(m)).count();
+    let voter = s.members.iter().any(|m| m.id == member_id && !m.is_learner);
+    if s.variant.etcd_strict && voter && running < quorum_size(remaining.len()) {
+        return Ok(false);
+    }
+    s.members.retain(|m| m.id != member_id);
+    if s.leader == Some(member_id) {
+        s.leader = None;
+    }
+    Ok(true)
+}
+
+/// A stop (a learner's only as the rules allow, an in-place one with its checks).
+fn stop(s: &mut State, machine: &str, fenced: bool) -> Result<(), String> {
+    if !fenced {
+        s.check_learner_stop(machine)?;
+    }
+    let in_place = s.before_stop(machine)?;
+    if let Some(p) = s.proc_mut(machine) {
+        p.running = false;
+    }
+    if in_place {
+        s.after_stop(machine)?;
+    }
+    Ok(())
+}
+
+/// A machine deleted (never while its member votes): its process and data go, and its
+/// record unless fenced.
+fn delete(s: &mut State, machine: &str, fenced: bool) -> Result<(), String> {
+    if let Some(m) = s.machines.iter().find(|m| m.name == machine) {
+        let serial = m.serial;
+        if s.members
+            .iter()
+            .any(|x| x.serial == serial && !x.is_learner)
+        {
+            return Err(format!("{machine} deleted while its member votes"));
+        }
+    }
+    if let Some(p) = s.proc_mut(machine) {
+        p.running = false;
+        p.has_data = false;
+    }
+    if !fenced {
+        s.machines.retain(|m| m.name != machine);
+        s.procs.retain(|p| p.name != machine);
+        s.drained.retain(|m| m != machine);
+        s.lb_serves.retain(|m| m != machine);
+    }
+    Ok(())
 }
 
 /// Every successor of `s`, or a violated property.
@@ -253,6 +311,7 @@ pub(super) fn successors(s: &State) -> Result<Vec<(String, State)>, String> {
     deposed_decides(s, &tracked, &pass, &mem, &mut out)?;
     stale_steps(s, &mut out)?;
     environment_steps(s, pass.decision(), idle, &mut out);
+    normalize(&mut out);
     Ok(out)
 }
 
@@ -466,6 +525,16 @@ fn stale_steps(s: &State, out: &mut Vec<(String, State)>) -> Result<(), String> 
 /// The environment's steps, and the person's. `idle`: no controller pass changes
 /// anything.
 fn environment_steps(s: &State, d: &Decision, idle: bool, out: &mut Vec<(String, State)>) {
+    settle_steps(s, out);
+    failure_steps(s, out);
+    s.publish_steps(out);
+    time_steps(s, out);
+    s.in_place_env(d, idle, out);
+    election_step(s, out);
+}
+
+/// Learners catch up, and removed members' processes exit.
+fn settle_steps(s: &State, out: &mut Vec<(String, State)>) {
     for (i, m) in s.members.iter().enumerate() {
         if m.is_learner && !m.caught_up && s.member_running(m) {
             let mut n = s.clone();
@@ -486,6 +555,10 @@ fn environment_steps(s: &State, d: &Decision, idle: bool, out: &mut Vec<(String,
             out.push((format!("removed member's process {} exits", p.name), n));
         }
     }
+}
+
+/// The run's one failure, where it may come, and a lost host's return.
+fn failure_steps(s: &State, out: &mut Vec<(String, State)>) {
     // One fault per run (a death or a cut-off member): a 3-member cluster tolerates one
     // failure. With two (a voter dead and the learner cut off), a deposed controller's
     // promote decided before both can lose quorum: that window is bounded by the
@@ -503,21 +576,7 @@ fn environment_steps(s: &State, d: &Decision, idle: bool, out: &mut Vec<(String,
     let leaving = s.machines.iter().any(|m| m.deleting);
     let disk_may_go = s.variant.faults_anywhere || !leaving;
     if fault_free && s.variant.hosts {
-        // A host is lost (once): its process stops, its agent goes silent; only when
-        // a majority would still run.
-        for (i, p) in s.procs.iter().enumerate() {
-            if !p.running {
-                continue;
-            }
-            let mut n = s.clone();
-            n.procs[i].running = false;
-            n.host_down = Some(p.name.clone());
-            n.host_used = true;
-            if n.has_quorum() {
-                n.forget_dead_leader();
-                out.push((format!("the host of {} is lost", p.name), n));
-            }
-        }
+        host_lost_steps(s, out);
     }
     if let Some(h) = &s.host_down {
         let mut n = s.clone();
@@ -525,51 +584,82 @@ fn environment_steps(s: &State, d: &Decision, idle: bool, out: &mut Vec<(String,
         out.push((format!("the host of {h} is back (its process stopped)"), n));
     }
     if fault_free && !s.variant.hosts {
-        // A member's process dies (once), or its disk is lost with it: only when a
-        // majority would still run, so any quorum loss is quorum's doing, not the
-        // environment's.
-        for (i, p) in s.procs.iter().enumerate() {
-            if !p.running {
-                continue;
-            }
-            let mut n = s.clone();
-            n.procs[i].running = false;
-            n.died = true;
-            if n.has_quorum() {
-                let mut lost = n.clone();
-                lost.died = false;
-                lost.disk_lost = true;
-                lost.procs[i].has_data = false;
-                if lost.leader.is_some_and(|l| {
-                    lost.members
-                        .iter()
-                        .find(|m| m.id == l)
-                        .is_some_and(|m| !lost.member_running(m))
-                }) {
-                    lost.leader = None;
-                }
-                if disk_may_go {
-                    out.push((format!("{} loses its disk", p.name), lost));
-                }
-                n.forget_dead_leader();
-                out.push((format!("{}'s process dies", p.name), n));
-            }
+        death_steps(s, disk_may_go, out);
+        hang_steps(s, out);
+    }
+}
+
+/// A host is lost (once).
+fn host_lost_steps(s: &State, out: &mut Vec<(String, State)>) {
+    // A host is lost (once): its process stops, its agent goes silent; only when
+    // a majority would still run.
+    for (i, p) in s.procs.iter().enumerate() {
+        if !p.running {
+            continue;
+        }
+        let mut n = s.clone();
+        n.procs[i].running = false;
+        n.host_down = Some(p.name.clone());
+        n.host_used = true;
+        if n.has_quorum() {
+            n.forget_dead_leader();
+            out.push((format!("the host of {} is lost", p.name), n));
         }
     }
-    if fault_free && !s.variant.hosts {
-        for m in s.members.iter().filter(|m| s.member_running(m)) {
-            let mut n = s.clone();
-            n.partitioned = Some(m.id);
-            n.partition_used = true;
-            if n.has_quorum() {
-                if n.leader == Some(m.id) {
-                    n.leader = None;
-                }
-                out.push((format!("member {} hangs (or is cut off)", m.id), n));
+}
+
+/// A member's process dies (once), or its disk is lost with it.
+fn death_steps(s: &State, disk_may_go: bool, out: &mut Vec<(String, State)>) {
+    // A member's process dies (once), or its disk is lost with it: only when a
+    // majority would still run, so any quorum loss is quorum's doing, not the
+    // environment's.
+    for (i, p) in s.procs.iter().enumerate() {
+        if !p.running {
+            continue;
+        }
+        let mut n = s.clone();
+        n.procs[i].running = false;
+        n.died = true;
+        if n.has_quorum() {
+            let mut lost = n.clone();
+            lost.died = false;
+            lost.disk_lost = true;
+            lost.procs[i].has_data = false;
+            if lost.leader.is_some_and(|l| {
+                lost.members
+                    .iter()
+                    .find(|m| m.id == l)
+                    .is_some_and(|m| !lost.member_running(m))
+            }) {
+                lost.leader = None;
             }
+            if disk_may_go {
+                out.push((format!("{} loses its disk", p.name), lost));
+            }
+            n.forget_dead_leader();
+            out.push((format!("{}'s process dies", p.name), n));
         }
     }
-    s.publish_steps(out);
+}
+
+/// A member hangs, or is cut off from its peers and the controller (once).
+fn hang_steps(s: &State, out: &mut Vec<(String, State)>) {
+    for m in s.members.iter().filter(|m| s.member_running(m)) {
+        let mut n = s.clone();
+        n.partitioned = Some(m.id);
+        n.partition_used = true;
+        if n.has_quorum() {
+            if n.leader == Some(m.id) {
+                n.leader = None;
+            }
+            out.push((format!("member {} hangs (or is cut off)", m.id), n));
+        }
+    }
+}
+
+/// Time passes: a hung member resumes, a remembered problem lasts, the drain passes, a
+/// shard moves, the load balancer comes and goes.
+fn time_steps(s: &State, out: &mut Vec<(String, State)>) {
     if s.partitioned.is_some() {
         let mut n = s.clone();
         n.partitioned = None;
@@ -624,7 +714,10 @@ fn environment_steps(s: &State, d: &Decision, idle: bool, out: &mut Vec<(String,
         n.lb_reachable = true;
         out.push(("the load balancer is reachable again".to_string(), n));
     }
-    s.in_place_env(d, idle, out);
+}
+
+/// A leaderless cluster with a quorum running elects.
+fn election_step(s: &State, out: &mut Vec<(String, State)>) {
     // A leader needs a quorum of running voters (with a majority gone, none is elected
     // until the recovery forces a cluster of one).
     if s.leader.is_none() && s.has_quorum() {
@@ -638,6 +731,10 @@ fn environment_steps(s: &State, d: &Decision, idle: bool, out: &mut Vec<(String,
             out.push((format!("member {} is elected", m.id), n));
         }
     }
+}
+
+/// Every successor in one canonical form (sorted lists), so equal states compare equal.
+fn normalize(out: &mut [(String, State)]) {
     for (_, n) in out.iter_mut() {
         n.members.sort_by_key(|m| m.id);
         n.procs.sort_by(|a, b| a.name.cmp(&b.name));
