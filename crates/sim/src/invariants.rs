@@ -125,4 +125,17 @@ impl World {
                 .as_ref()
                 .is_none_or(|lb| lb.down_until_step.is_none() && lb.backend == self.published)
     }
+
+    /// Converged, the clients are told every member: the published endpoints are the
+    /// client URLs of every machine (a pass that never published, or published late,
+    /// would leave clients on a list that moved on without them).
+    pub(crate) fn check_published(&mut self) {
+        let every: BTreeSet<String> = self.machines.iter().map(|m| m.client_url()).collect();
+        if self.published != every {
+            let told: Vec<&String> = self.published.iter().collect();
+            self.violate(format!(
+                "converged, but clients are told {told:?} while every member serves: {every:?}"
+            ));
+        }
+    }
 }

@@ -732,6 +732,7 @@ impl World {
         self.check_invariants();
         if !faults_on && self.impairment.is_none() && self.replicas_settled() && self.converged() {
             self.check_requests();
+            self.check_published();
             self.note("converged".into());
             return true;
         }
