@@ -345,3 +345,38 @@ fn a_stop_of_a_member_is_never_a_stale_step() {
     w.cfg.faults_anywhere = true;
     assert!(w.may_pause_in_flight(&stop("sim-1")));
 }
+
+/// A restart in place renews a TLS machine's certificates, as the controller's does
+/// (`Machine::apply` with the end date of certificates issued now): before the shared
+/// record write, the simulator recorded the phase and kept the old date.
+#[test]
+fn a_restart_in_place_renews_the_certificates_as_the_controller_does() {
+    let mut w = in_place(3, OLD, NEW, &[], false);
+    w.cfg.ca_rotation = true;
+    for m in &mut w.machines {
+        m.certificates_not_after_unix_s = Some(EPOCH_UNIX_S + 86_400);
+    }
+    begin(&mut w, "sim-2");
+    let restart = Action::SetInPlacePhase {
+        machine: "sim-2".into(),
+        phase: InPlacePhase::Restarting,
+        version: NEW,
+        failure: None,
+        ca_step: None,
+    };
+    assert!(matches!(w.perform(&restart, false), Answer::Done));
+    let renewed = w.renewed_not_after(w.now_unix_s());
+    assert!(renewed.is_some_and(|t| t > EPOCH_UNIX_S + 86_400));
+    let date = |w: &World, name: &str| {
+        w.machines
+            .iter()
+            .find(|m| m.name == name)
+            .and_then(|m| m.certificates_not_after_unix_s)
+    };
+    assert_eq!(date(&w, "sim-2"), renewed, "the restarted machine is renewed");
+    assert_eq!(
+        date(&w, "sim-1"),
+        Some(EPOCH_UNIX_S + 86_400),
+        "no other machine is"
+    );
+}
