@@ -55,9 +55,27 @@ impl World {
         let before_quorum = self.has_quorum();
         self.check_in_place_membership(a);
         let unreachable = World::provider_target(a).is_some_and(|m| self.on_down_host(m));
-        let answer = match a {
+        let answer = if unreachable {
             // The host's agent does not answer: nothing happens there.
-            _ if unreachable => Answer::Failed("the host's agent does not answer"),
+            Answer::Failed("the host's agent does not answer")
+        } else {
+            self.perform_reachable(a, fenced)
+        };
+        // A rebuild's fence gives up the old cluster by a person's choice: its own
+        // invariant is that no seed starts beside an old member (`rebuild.rs`).
+        let fence = matches!(a, Action::FenceMachine { .. });
+        if before_quorum && !self.has_quorum() && !fence {
+            let (v, c) = (self.voters().count(), self.connected_voters());
+            self.violate(format!(
+                "quorum lost by quorum's action '{a}': {c} of {v} voters connected"
+            ));
+        }
+        answer
+    }
+
+    /// `perform` where the machine's provider answers.
+    fn perform_reachable(&mut self, a: &Action, fenced: bool) -> Answer {
+        match a {
             Action::AllocateMachine { .. } | Action::MarkDeleting { .. } if fenced => {
                 Answer::Fenced
             }
@@ -65,43 +83,13 @@ impl World {
                 bootstrap,
                 version,
                 remediation,
-            } => {
-                if remediation.is_some() {
-                    self.repair.replacements += 1;
-                }
-                match self.alloc_machine(*bootstrap, *version, remediation.clone()) {
-                    Ok(m) => {
-                        let on = m
-                            .placement
-                            .as_ref()
-                            .map(|p| format!(" on {}", p.host))
-                            .unwrap_or_default();
-                        self.note(format!("  allocated {}{on}", m.name));
-                        Answer::Done
-                    }
-                    Err(e) => {
-                        self.note(format!("  placement refused: {e}"));
-                        Answer::Failed("no host can take the machine")
-                    }
-                }
-            }
+            } => self.allocate(*bootstrap, *version, remediation.as_ref()),
             Action::StartMachine {
                 machine,
                 state,
                 expect,
                 ..
-            } => {
-                // The provider's check just before etcd runs: the data directory still
-                // holds the marker the start was decided on (and, marked, its data).
-                let p = self.procs.get(machine.as_str());
-                let marker = p.and_then(|p| p.marker);
-                let has_data = p.is_some_and(|p| p.has_data);
-                if marker != *expect || (expect.is_some() && !has_data) {
-                    Answer::Failed("its data directory changed since the start was decided")
-                } else {
-                    self.start_machine(machine, *state, fenced)
-                }
-            }
+            } => self.start_checked(machine, *state, *expect, fenced),
             Action::AddLearner { peer_url, .. } => {
                 etcd_answer(EtcdCall::AddLearner, self.add_learner(peer_url))
             }
@@ -112,41 +100,14 @@ impl World {
                 machine,
                 remediation,
                 ..
-            } => {
-                if let Some(rec) = remediation {
-                    self.check_remediation(machine, rec);
-                }
-                if let Some(m) = self.machines.iter_mut().find(|m| &m.name == machine) {
-                    m.mark_deleting(remediation.as_ref());
-                }
-                Answer::Done
-            }
+            } => self.mark_leaving(machine, remediation.as_ref()),
             Action::MoveLeader { to_member, .. } => {
                 etcd_answer(EtcdCall::MoveLeader, self.move_leader(*to_member))
             }
             Action::RemoveMember { member_id, machine } => {
-                let answer = etcd_answer(EtcdCall::RemoveMember, self.remove_member(*member_id));
-                // A removal etcd refused disturbed no client (a deposed controller's stale
-                // one, against a cluster rebuilt meanwhile, is refused by etcd's strict
-                // reconfiguration check): the drain is checked for the ones it took.
-                if let (Some(m), Answer::Done) = (machine, &answer) {
-                    self.check_removal_paced(m);
-                }
-                answer
+                self.remove_paced(*member_id, machine.as_deref())
             }
-            Action::StopMachine { machine } => {
-                self.check_learner_stop(machine);
-                let in_place = self.before_in_place_stop(machine);
-                if let Some(p) = self.procs.get_mut(machine) {
-                    p.running = false;
-                    p.exit_at_ms = None;
-                    p.stop_asked = true;
-                }
-                if let Some(was_connected) = in_place {
-                    self.after_in_place_stop(machine, was_connected);
-                }
-                Answer::Done
-            }
+            Action::StopMachine { machine } => self.stop(machine),
             Action::DeleteMachine { machine } => self.delete_machine(machine, fenced),
             Action::ForgetControlPlane if fenced => Answer::Fenced,
             Action::ForgetControlPlane => Answer::Done,
@@ -169,17 +130,96 @@ impl World {
             Action::SetCaPhase { .. } | Action::FinishCaRotation { .. } => {
                 self.perform_ca(a, fenced)
             }
-        };
-        // A rebuild's fence gives up the old cluster by a person's choice: its own
-        // invariant is that no seed starts beside an old member (`rebuild.rs`).
-        let fence = matches!(a, Action::FenceMachine { .. });
-        if before_quorum && !self.has_quorum() && !fence {
-            let (v, c) = (self.voters().count(), self.connected_voters());
-            self.violate(format!(
-                "quorum lost by quorum's action '{a}': {c} of {v} voters connected"
-            ));
+        }
+    }
+
+    /// A new machine, placed (on hosts) by the core's placement.
+    fn allocate(
+        &mut self,
+        bootstrap: bool,
+        version: Version,
+        remediation: Option<&quorum_core::Remediation>,
+    ) -> Answer {
+        if remediation.is_some() {
+            self.repair.replacements += 1;
+        }
+        match self.alloc_machine(bootstrap, version, remediation.cloned()) {
+            Ok(m) => {
+                let on = m
+                    .placement
+                    .as_ref()
+                    .map(|p| format!(" on {}", p.host))
+                    .unwrap_or_default();
+                self.note(format!("  allocated {}{on}", m.name));
+                Answer::Done
+            }
+            Err(e) => {
+                self.note(format!("  placement refused: {e}"));
+                Answer::Failed("no host can take the machine")
+            }
+        }
+    }
+
+    /// The provider's check just before etcd runs: the data directory still holds the
+    /// marker the start was decided on (and, marked, its data); then the start.
+    fn start_checked(
+        &mut self,
+        machine: &str,
+        state: quorum_core::ClusterState,
+        expect: Option<DataMarker>,
+        fenced: bool,
+    ) -> Answer {
+        let p = self.procs.get(machine);
+        let marker = p.and_then(|p| p.marker);
+        let has_data = p.is_some_and(|p| p.has_data);
+        if marker != expect || (expect.is_some() && !has_data) {
+            Answer::Failed("its data directory changed since the start was decided")
+        } else {
+            self.start_machine(machine, state, fenced)
+        }
+    }
+
+    /// The record write of a machine leaving (`Machine::mark_deleting`), its remediation
+    /// checked against the ground truth first.
+    fn mark_leaving(
+        &mut self,
+        machine: &str,
+        remediation: Option<&quorum_core::Remediation>,
+    ) -> Answer {
+        if let Some(rec) = remediation {
+            self.check_remediation(machine, rec);
+        }
+        if let Some(m) = self.machines.iter_mut().find(|m| m.name == machine) {
+            m.mark_deleting(remediation);
+        }
+        Answer::Done
+    }
+
+    /// A member removed: a removal etcd refused disturbed no client (a deposed
+    /// controller's stale one, against a cluster rebuilt meanwhile, is refused by etcd's
+    /// strict reconfiguration check), so the drain is checked for the ones it took.
+    fn remove_paced(&mut self, member_id: u64, machine: Option<&str>) -> Answer {
+        let answer = etcd_answer(EtcdCall::RemoveMember, self.remove_member(member_id));
+        if let (Some(m), Answer::Done) = (machine, &answer) {
+            self.check_removal_paced(m);
         }
         answer
+    }
+
+    /// A process stopped (a learner's only as the rules allow; an in-place one with the
+    /// checks of its step).
+    fn stop(&mut self, machine: &str) -> Answer {
+        self.check_learner_stop(machine);
+        let in_place = self.before_in_place_stop(machine);
+        if let Some(p) = self.procs.get_mut(machine) {
+            p.running = false;
+            p.exit_at_ms = None;
+            p.stop_asked = true;
+        }
+        if let Some(was_connected) = in_place {
+            self.after_in_place_stop(machine, was_connected);
+        }
+        Answer::Done
     }
 
     /// The machine goes (process and data), then its record, a store write.

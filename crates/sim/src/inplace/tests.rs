@@ -373,7 +373,11 @@ fn a_restart_in_place_renews_the_certificates_as_the_controller_does() {
             .find(|m| m.name == name)
             .and_then(|m| m.certificates_not_after_unix_s)
     };
-    assert_eq!(date(&w, "sim-2"), renewed, "the restarted machine is renewed");
+    assert_eq!(
+        date(&w, "sim-2"),
+        renewed,
+        "the restarted machine is renewed"
+    );
     assert_eq!(
         date(&w, "sim-1"),
         Some(EPOCH_UNIX_S + 86_400),
