@@ -422,6 +422,14 @@ pub struct Controller {
     held: Option<(Instant, String)>,
 }
 
+/// What the supervisor does before its next turn.
+enum Turn {
+    /// Turn again at once (it just stepped down: campaign again).
+    Again,
+    /// Sleep this long (unless stopped).
+    Sleep(u64),
+}
+
 /// What one attempt to lead came to.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Lead {
@@ -629,84 +637,98 @@ impl Controller {
     /// The supervisor: leadership and the lease first, then the tasks (`fleet`), every
     /// `busy_poll_ms`. The reconciles themselves run in the tasks.
     async fn run_loop(&mut self, stop: &Arc<AtomicBool>) {
-        let standby_poll_ms = quorum_core::lease::standby_poll_ms(self.sh.cfg.lease_ttl_ms);
-        let busy_poll_ms = self.sh.cfg.busy_poll_ms;
         while !stop.load(Ordering::Relaxed) {
-            let health = self.sh.store().endpoint_health(false);
-            self.sh.metrics.store_endpoints(&health);
-            match self.lead() {
-                Ok(Lead::Leading) => {}
-                Ok(Lead::Standby(who)) => {
-                    if who.is_some() {
-                        self.store_answers();
-                    }
-                    sleep_unless(stop, standby_poll_ms).await;
-                    continue;
-                }
-                Err(e) if e.is_unavailable() => {
-                    self.hold(&e.to_string());
-                    sleep_unless(stop, standby_poll_ms).await;
-                    continue;
-                }
-                Err(e) => {
-                    tracing::error!("campaign: {e}");
-                    sleep_unless(stop, standby_poll_ms).await;
-                    continue;
-                }
+            match self.turn() {
+                Turn::Again => {}
+                Turn::Sleep(ms) => sleep_unless(stop, ms).await,
             }
-            // The lease, by this replica's own clock and by what the store said of it,
-            // before anything else happens, even with nothing to do.
-            if !failpoints::enabled("ignore-lease-deadline") {
-                let (left, lost) = {
-                    let s = self.sh.store();
-                    (s.lease_left_ms(), s.lease_lost())
-                };
-                match quorum_core::lease::standing(left, lost, 0) {
-                    Standing::Act => {}
-                    Standing::Lost => {
-                        self.step_down("the store says the leadership lease is gone");
-                        continue;
-                    }
-                    Standing::Hold => {
-                        self.sh.set_acting(false);
-                        let why = self.lease_unconfirmed();
-                        self.hold(&why);
-                        sleep_unless(stop, busy_poll_ms).await;
-                        continue;
-                    }
-                }
-            }
-            match self.sh.take_trouble() {
-                Some(fleet::Trouble::LostLeadership(why)) => {
-                    self.step_down(&why);
-                    continue;
-                }
-                Some(fleet::Trouble::Unavailable(why)) => {
-                    self.sh.set_acting(false);
-                    self.hold(&why);
-                    sleep_unless(stop, busy_poll_ms).await;
-                    continue;
-                }
-                None => {}
-            }
-            // Leading, the lease confirmed, nothing reported: the tasks may pass.
-            self.sh.set_acting(true);
-            match self.fleet.tend(&self.sh) {
-                Ok(()) => {
+        }
+    }
+
+    /// One turn of the supervisor: lead (or stand by), check the lease and what the
+    /// tasks reported, then tend the fleet. What to do before the next turn.
+    fn turn(&mut self) -> Turn {
+        let health = self.sh.store().endpoint_health(false);
+        self.sh.metrics.store_endpoints(&health);
+        self.campaign_turn()
+            .or_else(|| self.lease_turn())
+            .or_else(|| self.trouble_turn())
+            .unwrap_or_else(|| self.tend_turn())
+    }
+
+    /// Leadership: `None` while this replica leads; else how long to stand by.
+    fn campaign_turn(&mut self) -> Option<Turn> {
+        let standby_poll_ms = quorum_core::lease::standby_poll_ms(self.sh.cfg.lease_ttl_ms);
+        match self.lead() {
+            Ok(Lead::Leading) => return None,
+            Ok(Lead::Standby(who)) => {
+                if who.is_some() {
                     self.store_answers();
                 }
-                Err(e) if e.lost_leadership() => {
-                    self.step_down(&e.to_string());
-                    continue;
-                }
-                Err(e) if e.is_unavailable() => {
-                    self.sh.set_acting(false);
-                    self.hold(&e.to_string());
-                }
-                Err(e) => tracing::error!("listing the control planes: {e}"),
             }
-            sleep_unless(stop, busy_poll_ms).await;
+            Err(e) if e.is_unavailable() => self.hold(&e.to_string()),
+            Err(e) => tracing::error!("campaign: {e}"),
         }
+        Some(Turn::Sleep(standby_poll_ms))
+    }
+
+    /// The lease, by this replica's own clock and by what the store said of it, before
+    /// anything else happens, even with nothing to do: `None` if it may act.
+    fn lease_turn(&mut self) -> Option<Turn> {
+        if failpoints::enabled("ignore-lease-deadline") {
+            return None;
+        }
+        let (left, lost) = {
+            let s = self.sh.store();
+            (s.lease_left_ms(), s.lease_lost())
+        };
+        match quorum_core::lease::standing(left, lost, 0) {
+            Standing::Act => None,
+            Standing::Lost => {
+                self.step_down("the store says the leadership lease is gone");
+                Some(Turn::Again)
+            }
+            Standing::Hold => {
+                self.sh.set_acting(false);
+                let why = self.lease_unconfirmed();
+                self.hold(&why);
+                Some(Turn::Sleep(self.sh.cfg.busy_poll_ms))
+            }
+        }
+    }
+
+    /// What a task met that concerns the whole replica: `None` if nothing.
+    fn trouble_turn(&mut self) -> Option<Turn> {
+        match self.sh.take_trouble()? {
+            fleet::Trouble::LostLeadership(why) => {
+                self.step_down(&why);
+                Some(Turn::Again)
+            }
+            fleet::Trouble::Unavailable(why) => {
+                self.sh.set_acting(false);
+                self.hold(&why);
+                Some(Turn::Sleep(self.sh.cfg.busy_poll_ms))
+            }
+        }
+    }
+
+    /// Leading, the lease confirmed, nothing reported: the tasks may pass, and the
+    /// fleet is tended.
+    fn tend_turn(&mut self) -> Turn {
+        self.sh.set_acting(true);
+        match self.fleet.tend(&self.sh) {
+            Ok(()) => self.store_answers(),
+            Err(e) if e.lost_leadership() => {
+                self.step_down(&e.to_string());
+                return Turn::Again;
+            }
+            Err(e) if e.is_unavailable() => {
+                self.sh.set_acting(false);
+                self.hold(&e.to_string());
+            }
+            Err(e) => tracing::error!("listing the control planes: {e}"),
+        }
+        Turn::Sleep(self.sh.cfg.busy_poll_ms)
     }
 
     /// One pass over every control plane, one after another (for a caller driving
