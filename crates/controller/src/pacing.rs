@@ -1,20 +1,11 @@
 //! The controller's side of the one pacing policy (`quorum_core::pacing`, which the
-//! pass drives): its monotonic clock, `rand` for the jitter, and the translation of what
-//! it saw (the load balancer's sync, how an action ended) into the core's terms. The
-//! numbers and the rules live in the core; the simulator drives the same type.
+//! pass drives on `quorum_clock::monotonic_ms`): `rand` for the jitter, and the
+//! translation of what it saw (the load balancer's sync, how an action ended) into the
+//! core's terms. The numbers and the rules live in the core; the simulator drives the
+//! same type.
 
 use crate::{balancer, ActionError};
 use quorum_core::pacing::Attempt;
-use std::sync::OnceLock;
-use std::time::Instant;
-
-/// Milliseconds on a monotonic clock (counted from the first call in this process):
-/// drain and retry times must not move with the wall clock.
-pub fn clock_ms() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let ms = EPOCH.get_or_init(Instant::now).elapsed().as_millis();
-    u64::try_from(ms).unwrap_or(u64::MAX)
-}
 
 /// A uniform random value for the backoff's jitter.
 pub fn jitter() -> u64 {

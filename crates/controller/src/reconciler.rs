@@ -184,7 +184,7 @@ impl Reconciler {
             .map(|t| Instant::now().duration_since(t).as_millis() as i64);
         let mut balancer = None;
         let end = loop {
-            match pass.next(&mut self.st.memory, pacing::clock_ms()) {
+            match pass.next(&mut self.st.memory, quorum_clock::monotonic_ms()) {
                 Request::Record(Note::Refusal(msg)) => self.record_refusal(cp, &msg),
                 Request::Record(Note::Converged) => self.record_converged(cp, pass.machines()),
                 Request::Publish(endpoints) => self.publish(cp, &pass, &observed, endpoints)?,
@@ -292,7 +292,12 @@ impl Reconciler {
         let took_ms = t0.elapsed().as_millis() as i64;
         let attempt = pacing::attempt_of(&res);
         let memory = &mut self.st.memory;
-        pass.performed(memory, attempt, pacing::clock_ms(), pacing::jitter());
+        pass.performed(
+            memory,
+            attempt,
+            quorum_clock::monotonic_ms(),
+            pacing::jitter(),
+        );
         match res {
             Ok(allocated) => {
                 let why = [
