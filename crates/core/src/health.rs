@@ -314,11 +314,25 @@ impl Tracker {
             }
         }
         self.remediable = remediable;
-        // A loop lasts until the machine is fine again: between its restarts, while its
-        // process runs for a moment, it is the same loop, not a new one.
+        let crash_loops_started = self.loops_started(&problems);
+        let nospace_recurrences = self.nospace_seen(observed, now);
+        Tracked {
+            since_unix_s: self.since_unix_s.clone(),
+            crash_loops_started,
+            became_unhealthy,
+            recovered,
+            defragmented: self.defragmented.clone(),
+            nospace_recurrences,
+        }
+    }
+
+    /// The machines that entered a crash loop with this observation. A loop lasts until
+    /// the machine is fine again: between its restarts, while its process runs for a
+    /// moment, it is the same loop, not a new one.
+    fn loops_started(&mut self, problems: &BTreeMap<String, Vec<Problem>>) -> Vec<(String, u32)> {
         self.looping.retain(|m| problems.contains_key(m));
         let mut started = Vec::new();
-        for (m, ps) in &problems {
+        for (m, ps) in problems {
             for p in ps {
                 if let Problem::CrashLoop { starts } = p {
                     if !self.looping.contains(m) {
@@ -328,6 +342,12 @@ impl Tracker {
                 }
             }
         }
+        started
+    }
+
+    /// Takes in whether a NOSPACE alarm is raised now; returns how many times one
+    /// appeared within `NOSPACE_WINDOW_S`.
+    fn nospace_seen(&mut self, observed: &Observation, now: i64) -> u32 {
         let nospace = observed
             .alarms
             .iter()
@@ -346,19 +366,10 @@ impl Tracker {
             self.defragmented.clear();
         }
         self.nospace = nospace;
-        let nospace_recurrences = self
-            .nospace_seen_unix_s
+        self.nospace_seen_unix_s
             .iter()
             .filter(|t| now.saturating_sub(**t) < NOSPACE_WINDOW_S)
-            .count() as u32;
-        Tracked {
-            since_unix_s: self.since_unix_s.clone(),
-            crash_loops_started: started,
-            became_unhealthy,
-            recovered,
-            defragmented: self.defragmented.clone(),
-            nospace_recurrences,
-        }
+            .count() as u32
     }
 
     /// The runtime disarmed the NOSPACE alarm: an alarm seen after this is a new one
