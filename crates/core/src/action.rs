@@ -363,48 +363,12 @@ impl fmt::Display for ActionKind {
     }
 }
 
-impl fmt::Display for Action {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl Action {
+    /// The words of a membership change or a leadership move.
+    fn fmt_membership(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Action::AllocateMachine {
-                bootstrap,
-                version,
-                remediation,
-            } => {
-                if let Some(r) = remediation {
-                    return write!(
-                        f,
-                        "allocate a machine to replace {} (etcd {version})",
-                        r.machine
-                    );
-                }
-                let what = if *bootstrap {
-                    "initial machine"
-                } else {
-                    "machine"
-                };
-                write!(f, "allocate a new {what} (etcd {version})")
-            }
-            Action::StartMachine { machine, state, .. } => match state {
-                ClusterState::New => write!(f, "start {machine} (new cluster)"),
-                ClusterState::Existing => write!(f, "start {machine}"),
-            },
             Action::AddLearner { machine, .. } => write!(f, "add {machine} as a learner"),
             Action::Promote { machine, .. } => write!(f, "promote {machine} to voter"),
-            Action::MarkDeleting {
-                machine,
-                remediation: Some(r),
-                ..
-            } => write!(
-                f,
-                "mark {machine} for replacement (attempt {}: {})",
-                r.attempt, r.reason
-            ),
-            Action::MarkDeleting {
-                machine, reason, ..
-            } => {
-                write!(f, "mark {machine} for deletion ({reason})")
-            }
             Action::MoveLeader { to_machine, .. } => {
                 write!(f, "move leadership to {to_machine}")
             }
@@ -415,9 +379,14 @@ impl fmt::Display for Action {
                 member_id,
                 machine: None,
             } => write!(f, "remove orphan member {member_id:x}"),
-            Action::StopMachine { machine } => write!(f, "stop {machine}"),
-            Action::DeleteMachine { machine } => write!(f, "delete {machine}"),
-            Action::ForgetControlPlane => write!(f, "forget the control plane"),
+            // Never reached: `Display` sends it its own actions only.
+            other => f.write_str(other.kind().as_str()),
+        }
+    }
+
+    /// The words of an upkeep action: markers, space, snapshots, fenced directories.
+    fn fmt_upkeep(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Action::WriteMarker { machine, .. } => {
                 write!(f, "mark the data directory of {machine} as its member's")
             }
@@ -436,6 +405,14 @@ impl fmt::Display for Action {
             Action::PruneFenced { name } => {
                 write!(f, "remove the fenced directory {name} (kept long enough)")
             }
+            // Never reached: `Display` sends each its own actions.
+            other => f.write_str(other.kind().as_str()),
+        }
+    }
+
+    /// The words of an in-place step's beginning, by its reason.
+    fn fmt_begin_in_place(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Action::BeginInPlace {
                 machine,
                 to,
@@ -466,6 +443,15 @@ impl fmt::Display for Action {
                     "begin upgrading {machine} in place to etcd {to}: drain it"
                 )
             }
+            // Never reached: `fmt_in_place` sends it its own action only.
+            other => f.write_str(other.kind().as_str()),
+        }
+    }
+
+    /// The words of an in-place step's record writes.
+    fn fmt_in_place(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::BeginInPlace { .. } => self.fmt_begin_in_place(f),
             Action::SetInPlacePhase {
                 machine,
                 phase: InPlacePhase::RollingBack,
@@ -509,6 +495,14 @@ impl fmt::Display for Action {
                 machine,
                 outcome: InPlaceOutcome::Abandoned,
             } => write!(f, "forget {machine}'s in-place step"),
+            // Never reached: `Display` sends each its own actions.
+            other => f.write_str(other.kind().as_str()),
+        }
+    }
+
+    /// The words of a rebuild's and a CA rotation's steps.
+    fn fmt_recovery(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Action::FenceMachine { machine } => write!(
                 f,
                 "fence {machine}: stop it, move its data out of reach, forget it"
@@ -533,6 +527,75 @@ impl fmt::Display for Action {
                 f,
                 "CA rotation: every member trusts only the new CA; make it the CA in force (generation {generation}) and forget the old one"
             ),
+            // Never reached: `Display` sends each its own actions.
+            other => f.write_str(other.kind().as_str()),
+        }
+    }
+}
+
+impl fmt::Display for Action {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Action::AllocateMachine {
+                remediation: Some(r),
+                version,
+                ..
+            } => write!(
+                f,
+                "allocate a machine to replace {} (etcd {version})",
+                r.machine
+            ),
+            Action::AllocateMachine {
+                bootstrap: true,
+                version,
+                ..
+            } => write!(f, "allocate a new initial machine (etcd {version})"),
+            Action::AllocateMachine { version, .. } => {
+                write!(f, "allocate a new machine (etcd {version})")
+            }
+            Action::StartMachine { machine, state, .. } => match state {
+                ClusterState::New => write!(f, "start {machine} (new cluster)"),
+                ClusterState::Existing => write!(f, "start {machine}"),
+            },
+            Action::MarkDeleting {
+                machine,
+                remediation: Some(r),
+                ..
+            } => write!(
+                f,
+                "mark {machine} for replacement (attempt {}: {})",
+                r.attempt, r.reason
+            ),
+            Action::MarkDeleting {
+                machine, reason, ..
+            } => {
+                write!(f, "mark {machine} for deletion ({reason})")
+            }
+            Action::AddLearner { .. }
+            | Action::Promote { .. }
+            | Action::MoveLeader { .. }
+            | Action::RemoveMember { .. } => self.fmt_membership(f),
+            Action::StopMachine { machine } => write!(f, "stop {machine}"),
+            Action::DeleteMachine { machine } => write!(f, "delete {machine}"),
+            Action::ForgetControlPlane => write!(f, "forget the control plane"),
+            Action::WriteMarker { .. }
+            | Action::Compact { .. }
+            | Action::Defragment { .. }
+            | Action::DisarmAlarm { .. }
+            | Action::TakeSnapshot
+            | Action::PruneSnapshot { .. }
+            | Action::VerifySnapshot { .. }
+            | Action::PruneFenced { .. } => self.fmt_upkeep(f),
+            Action::BeginInPlace { .. }
+            | Action::SetInPlacePhase { .. }
+            | Action::EndInPlace { .. } => self.fmt_in_place(f),
+            Action::FenceMachine { .. }
+            | Action::SetRebuildPhase { .. }
+            | Action::RestoreSnapshot { .. }
+            | Action::ForceNewCluster { .. }
+            | Action::FinishRebuild { .. }
+            | Action::SetCaPhase { .. }
+            | Action::FinishCaRotation { .. } => self.fmt_recovery(f),
         }
     }
 }
