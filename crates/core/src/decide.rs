@@ -418,25 +418,37 @@ impl<'a> View<'a> {
         }
         let started = self.seen.iter().any(|s| s.running() || s.has_data());
         if !started && self.seen.len() < self.spec().replicas as usize {
-            let missing = self.spec().replicas as usize - self.seen.len();
-            let actions = (0..missing)
-                .map(|_| Action::AllocateMachine {
-                    bootstrap: true,
-                    version: self.spec().version,
-                    remediation: None,
-                })
-                .collect();
-            return Some(Step {
-                because: None,
-                actions,
-                operation: Operation::Bootstrapping,
-                waiting_for: None,
-                blocked: false,
-            });
+            return Some(self.allocate_initial());
         }
         if self.seen.is_empty() {
             return None;
         }
+        Some(self.start_initial())
+    }
+
+    /// A new cluster's missing initial machines, allocated.
+    fn allocate_initial(&self) -> Step {
+        let missing = (self.spec().replicas as usize).saturating_sub(self.seen.len());
+        let actions = (0..missing)
+            .map(|_| Action::AllocateMachine {
+                bootstrap: true,
+                version: self.spec().version,
+                remediation: None,
+            })
+            .collect();
+        Step {
+            because: None,
+            actions,
+            operation: Operation::Bootstrapping,
+            waiting_for: None,
+            blocked: false,
+        }
+    }
+
+    /// A new cluster's initial machines started, each with the initial cluster (a
+    /// machine with data restarts from it, etcd ignores the initial cluster then: `new`
+    /// only for one that never started), or the wait for them to elect a leader.
+    fn start_initial(&self) -> Step {
         let initial: Vec<InitialMember> = self
             .seen
             .iter()
@@ -445,8 +457,6 @@ impl<'a> View<'a> {
                 peer_url: s.machine.peer_url(),
             })
             .collect();
-        // A machine with data restarts from it (etcd ignores the initial cluster then):
-        // `new` only for one that never started.
         let actions: Vec<Action> = self
             .seen
             .iter()
@@ -463,18 +473,18 @@ impl<'a> View<'a> {
             })
             .collect();
         if actions.is_empty() {
-            return Some(Step::wait(
+            return Step::wait(
                 Operation::Bootstrapping,
                 "waiting for the initial members to elect a leader",
-            ));
+            );
         }
-        Some(Step {
+        Step {
             because: None,
             actions,
             operation: Operation::Bootstrapping,
             waiting_for: None,
             blocked: false,
-        })
+        }
     }
 
     /// The member list of the running cluster, for `--initial-cluster` of a joining member.

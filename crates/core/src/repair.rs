@@ -43,39 +43,7 @@ impl<'a> View<'a> {
             return out;
         }
         if !s.running() {
-            // Planned restarts (an in-place step's, a CA rotation's) are no crash.
-            let starts = s
-                .obs
-                .map(MachineObservation::crash_starts)
-                .unwrap_or_default();
-            let mut recent = health::recent_starts(&starts, self.now_unix_s);
-            // Stopped on purpose for an in-place step: the starts of earlier steps (a
-            // CA rotation restarts each member three times in a minute) are no crash
-            // loop; only those since this phase began count.
-            if let Some(ip) = s
-                .machine
-                .in_place
-                .as_ref()
-                .filter(|_| s.machine.in_place_out_of_service())
-            {
-                recent = starts
-                    .iter()
-                    .filter(|t| **t >= ip.since_unix_s)
-                    .count()
-                    .min(recent);
-            }
-            // A member that was added (or listed in the initial cluster) but never
-            // started is not down: it is due a start.
-            if !has_run(member) && recent == 0 {
-                return out;
-            }
-            out.push(if recent >= health::CRASH_LOOP_STARTS {
-                Problem::CrashLoop {
-                    starts: recent as u32,
-                }
-            } else {
-                Problem::Exited
-            });
+            out.extend(self.stopped_problem(s, member));
             return out;
         }
         let Some(st) = s.status() else {
@@ -90,6 +58,52 @@ impl<'a> View<'a> {
             });
             return out;
         }
+        out.extend(self.serving_problems(s, member, st));
+        out
+    }
+
+    /// The problem of a member whose process is not running: exited, or in a crash
+    /// loop; none for one that never ran (it is due a start).
+    fn stopped_problem(&self, s: &Seen<'_>, member: &Member) -> Option<Problem> {
+        // Planned restarts (an in-place step's, a CA rotation's) are no crash.
+        let starts = s
+            .obs
+            .map(MachineObservation::crash_starts)
+            .unwrap_or_default();
+        let mut recent = health::recent_starts(&starts, self.now_unix_s);
+        // Stopped on purpose for an in-place step: the starts of earlier steps (a CA
+        // rotation restarts each member three times in a minute) are no crash loop;
+        // only those since this phase began count.
+        if let Some(ip) = s
+            .machine
+            .in_place
+            .as_ref()
+            .filter(|_| s.machine.in_place_out_of_service())
+        {
+            recent = starts
+                .iter()
+                .filter(|t| **t >= ip.since_unix_s)
+                .count()
+                .min(recent);
+        }
+        // A member that was added (or listed in the initial cluster) but never started
+        // is not down: it is due a start.
+        if !has_run(member) && recent == 0 {
+            return None;
+        }
+        Some(if recent >= health::CRASH_LOOP_STARTS {
+            Problem::CrashLoop {
+                starts: recent as u32,
+            }
+        } else {
+            Problem::Exited
+        })
+    }
+
+    /// The problems a member that answers as itself reports: no leader, no quorum
+    /// read, a log behind the leader's, alarms.
+    fn serving_problems(&self, s: &Seen<'_>, member: &Member, st: &EndpointStatus) -> Vec<Problem> {
+        let mut out = Vec::new();
         if st.leader_id == 0 {
             out.push(Problem::NoLeader);
         }
