@@ -377,6 +377,20 @@ impl<'a> View<'a> {
         ))
     }
 
+    /// Whether the cluster may lose a member for a restart now: the preflight holds and
+    /// every voter answered a quorum read.
+    fn ready_to_restart(&self) -> Result<(), String> {
+        self.preflight()?;
+        let unread = self.seen.iter().find(|s| {
+            s.member.is_some_and(|m| !m.is_learner)
+                && s.obs.and_then(|o| o.quorum_read) != Some(true)
+        });
+        match unread {
+            Some(u) => Err(format!("{} has not answered a quorum read", u.machine.name)),
+            None => Ok(()),
+        }
+    }
+
     /// Begin the in-place step of the next outdated machine: followers first (oldest
     /// first), the leader last.
     pub(crate) fn begin_in_place(&self, outdated: &[&Seen<'a>]) -> Step {
@@ -410,21 +424,8 @@ impl<'a> View<'a> {
             return Step::wait(op, "nothing to upgrade");
         };
         let name = &victim.machine.name;
-        if let Err(why) = self.preflight() {
+        if let Err(why) = self.ready_to_restart() {
             return Step::wait(op, format!("not restarting {name} yet: {why}"));
-        }
-        let unread = self.seen.iter().find(|s| {
-            s.member.is_some_and(|m| !m.is_learner)
-                && s.obs.and_then(|o| o.quorum_read) != Some(true)
-        });
-        if let Some(u) = unread {
-            return Step::wait(
-                op,
-                format!(
-                    "not restarting {name} yet: {} has not answered a quorum read",
-                    u.machine.name
-                ),
-            );
         }
         let Some(member) = victim.member else {
             return Step::wait(op, format!("{name} has no member yet"));

@@ -57,22 +57,7 @@ impl View<'_> {
             );
         }
         let answering = self.seen.iter().filter(|s| s.status().is_some()).count();
-        let down: Vec<String> = self
-            .seen
-            .iter()
-            .filter(|s| !s.machine.deleting && s.status().is_none())
-            .map(|s| {
-                let wait = self.restart_wait_s(s);
-                let name = &s.machine.name;
-                if s.running() {
-                    format!("{name} unreachable")
-                } else if !s.has_data() {
-                    format!("{name} down without data")
-                } else {
-                    format!("{name} down (next start in {wait}s)")
-                }
-            })
-            .collect();
+        let down = self.down_in_words();
         let all_running = self.seen.iter().all(|s| s.running() || s.machine.deleting);
         let n = self.seen.iter().filter(|s| !s.machine.deleting).count();
         if down.is_empty() || (answering == 0 && all_running) || answering >= quorum_size(n) {
@@ -105,6 +90,26 @@ impl View<'_> {
                 quorum_size(n)
             ),
         )
+    }
+
+    /// The machines that do not answer, each with why in words (unreachable, down
+    /// without data, down until its next start).
+    fn down_in_words(&self) -> Vec<String> {
+        self.seen
+            .iter()
+            .filter(|s| !s.machine.deleting && s.status().is_none())
+            .map(|s| {
+                let wait = self.restart_wait_s(s);
+                let name = &s.machine.name;
+                if s.running() {
+                    format!("{name} unreachable")
+                } else if !s.has_data() {
+                    format!("{name} down without data")
+                } else {
+                    format!("{name} down (next start in {wait}s)")
+                }
+            })
+            .collect()
     }
 
     /// The rebuild's next step, while one is recorded.

@@ -296,45 +296,12 @@ impl<'a> View<'a> {
     }
 
     pub(crate) fn remediate_one(&self, s: &Seen<'a>, ps: &[Problem]) -> Option<Step> {
-        let spec = &self.spec().remediation;
         let name = &s.machine.name;
         let op = Operation::Repairing;
         let member = s.member?;
-        let attempt = match &s.machine.remediation {
-            Some(prev)
-                if self.now_unix_s - prev.at_unix_s < spec.min_healthy_period.as_secs() as i64 =>
-            {
-                let ago = self.now_unix_s - prev.at_unix_s;
-                if prev.attempt > spec.max_retry {
-                    return Some(Step::refuse(
-                        op,
-                        format!(
-                            // No figure that changes from one pass to the next (how
-                            // long ago): each distinct refusal is recorded once.
-                            "not remediating {name}: its slot was replaced {} time{} in a row within minHealthyPeriod {}, and remediation.maxRetry is {}. Find the cause (`quorum events {cp}`, the machine's etcd.log), then raise spec.remediation.maxRetry, or replace it by hand",
-                            prev.attempt,
-                            if prev.attempt == 1 { "" } else { "s" },
-                            spec.min_healthy_period,
-                            spec.max_retry,
-                            cp = self.cp.name,
-                        ),
-                    ));
-                }
-                let period_s = spec.retry_period.as_secs() as i64;
-                if ago < period_s {
-                    return Some(Step::wait(
-                        op,
-                        format!(
-                            "{name}: {}; replaced again in {}s (remediation.retryPeriod {})",
-                            words(ps),
-                            period_s - ago,
-                            spec.retry_period
-                        ),
-                    ));
-                }
-                prev.attempt + 1
-            }
-            _ => 1,
+        let attempt = match self.remediation_attempt(s, ps) {
+            Ok(attempt) => attempt,
+            Err(step) => return Some(step),
         };
         if !member.is_learner {
             if let Err(why) = self.safe_to_remove_voter(member.id) {
@@ -369,6 +336,48 @@ impl<'a> View<'a> {
                 }),
             },
         ))
+    }
+
+    /// Which remediation of its slot this one would be (1 after a healthy period), or
+    /// the step instead: refused past `maxRetry`, or waiting out `retryPeriod`.
+    fn remediation_attempt(&self, s: &Seen<'a>, ps: &[Problem]) -> Result<u32, Step> {
+        let spec = &self.spec().remediation;
+        let name = &s.machine.name;
+        let op = Operation::Repairing;
+        let Some(prev) = s.machine.remediation.as_ref().filter(|prev| {
+            self.now_unix_s - prev.at_unix_s < spec.min_healthy_period.as_secs() as i64
+        }) else {
+            return Ok(1);
+        };
+        let ago = self.now_unix_s - prev.at_unix_s;
+        if prev.attempt > spec.max_retry {
+            return Err(Step::refuse(
+                op,
+                format!(
+                    // No figure that changes from one pass to the next (how long ago):
+                    // each distinct refusal is recorded once.
+                    "not remediating {name}: its slot was replaced {} time{} in a row within minHealthyPeriod {}, and remediation.maxRetry is {}. Find the cause (`quorum events {cp}`, the machine's etcd.log), then raise spec.remediation.maxRetry, or replace it by hand",
+                    prev.attempt,
+                    if prev.attempt == 1 { "" } else { "s" },
+                    spec.min_healthy_period,
+                    spec.max_retry,
+                    cp = self.cp.name,
+                ),
+            ));
+        }
+        let period_s = spec.retry_period.as_secs() as i64;
+        if ago < period_s {
+            return Err(Step::wait(
+                op,
+                format!(
+                    "{name}: {}; replaced again in {}s (remediation.retryPeriod {})",
+                    words(ps),
+                    period_s - ago,
+                    spec.retry_period
+                ),
+            ));
+        }
+        Ok(prev.attempt + 1)
     }
 
     /// A remediated machine whose member is gone and whose process is stopped: record
