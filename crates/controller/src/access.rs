@@ -149,40 +149,15 @@ pub fn open(
         location: store.location(),
         detail,
     };
-    let mut read = cp.clone();
-    let mut attempt = 0;
-    let (current, next) = loop {
-        attempt += 1;
-        match load_cas(store, &read)? {
-            Loaded::None => {
-                return Ok(Access {
-                    etcd: Arc::new(Etcd::new(timeouts)),
-                    cas: None,
-                    client: None,
-                    renew_at_unix_s: i64::MAX,
-                    made_for: made_for(cp),
-                    clients_from_next: false,
-                })
-            }
-            Loaded::Cas(current, next) => break (current, next),
-            Loaded::NextMissing(to) => {
-                // The control plane and its CAs are separate reads: a rotation that
-                // finished between them (the controller deletes the new CA as it
-                // makes it current) looks like a missing CA. Read the control plane
-                // again; only a record that still says "rotating" is corruption.
-                let again = store.control_plane(&cp.name)?;
-                let moved = again.as_ref().map(made_for) != Some(made_for(&read));
-                match again {
-                    Some(again) if moved && attempt < LOAD_ATTEMPTS => read = again,
-                    _ => {
-                        return Err(corrupt(format!(
-                            "a CA rotation of {:?} to generation {to} is recorded but its new CA is missing",
-                            cp.name
-                        )))
-                    }
-                }
-            }
-        }
+    let Some((read, current, next)) = read_cas(store, cp)? else {
+        return Ok(Access {
+            etcd: Arc::new(Etcd::new(timeouts)),
+            cas: None,
+            client: None,
+            renew_at_unix_s: i64::MAX,
+            made_for: made_for(cp),
+            clients_from_next: false,
+        });
     };
     let current = Ca::from_pem(&cp.name, &current.cert_pem, &current.key_pem)
         .map_err(|e| corrupt(e.to_string()))?;
@@ -213,6 +188,49 @@ pub fn open(
         made_for: made_for(cp),
         clients_from_next,
     })
+}
+
+/// The control plane as last read, with its CA and the next one (a rotation's);
+/// `None` for a plaintext control plane. The control plane and its CAs are separate
+/// reads: a rotation that finished between them (the controller deletes the new CA as
+/// it makes it current) looks like a missing CA, so the control plane is read again,
+/// up to `LOAD_ATTEMPTS` times; only a record that still says "rotating" is corruption.
+fn read_cas(
+    store: &Store,
+    cp: &ControlPlane,
+) -> Result<
+    Option<(
+        ControlPlane,
+        quorum_store::StoredCa,
+        Option<quorum_store::StoredCa>,
+    )>,
+    StoreError,
+> {
+    let mut read = cp.clone();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match load_cas(store, &read)? {
+            Loaded::None => return Ok(None),
+            Loaded::Cas(current, next) => return Ok(Some((read, current, next))),
+            Loaded::NextMissing(to) => {
+                let again = store.control_plane(&cp.name)?;
+                let moved = again.as_ref().map(made_for) != Some(made_for(&read));
+                match again {
+                    Some(again) if moved && attempt < LOAD_ATTEMPTS => read = again,
+                    _ => {
+                        return Err(StoreError::Corrupt {
+                            location: store.location(),
+                            detail: format!(
+                                "a CA rotation of {:?} to generation {to} is recorded but its new CA is missing",
+                                cp.name
+                            ),
+                        })
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// What one read of a control plane's CAs found.

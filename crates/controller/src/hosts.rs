@@ -276,35 +276,17 @@ impl HostsProvider {
         out
     }
 
-    /// Chooses a host and ports for a new machine of `cp` (whose machines are
-    /// `machines`) and records it there, in one store write.
-    #[allow(clippy::too_many_arguments)]
-    pub async fn allocate(
+    /// What placement needs of each host: whether its agent answers now (within
+    /// `REPORT_TIMEOUT_MS`), its zone, whether it is being removed, and its load (the
+    /// members of every control plane it carries, of `all`).
+    async fn host_views(
         &self,
-        store: &std::sync::Mutex<Store>,
-        cp: &quorum_core::ControlPlane,
-        machines: &[Machine],
-        bootstrap: bool,
-        version: Version,
-        not_after: Option<i64>,
-        remediation: Option<quorum_core::Remediation>,
-    ) -> Result<Machine, HostsError> {
-        let _one = self.placing.lock().await;
-        let (hosts, tls) = {
-            let s = store.lock().unwrap_or_else(|p| p.into_inner());
-            (quorum_store::hosts::list(&s)?, self.tls(&s, now_unix_s())?)
-        };
-        // Who answers now, and every member each host carries (of every control plane).
-        let all = {
-            let s = store.lock().unwrap_or_else(|p| p.into_inner());
-            let mut all = Vec::new();
-            for c in s.control_planes()? {
-                all.extend(s.machines(&c.name)?);
-            }
-            all
-        };
+        hosts: &[HostRecord],
+        tls: &Arc<quorum_agent::tls::ClientConfig>,
+        all: &[Machine],
+    ) -> Vec<HostView> {
         let mut views = Vec::new();
-        for h in &hosts {
+        for h in hosts {
             let ready =
                 match tokio::time::timeout(Duration::from_millis(REPORT_TIMEOUT_MS), async {
                     let mut c = self.client(h, tls.clone()).await?;
@@ -329,6 +311,37 @@ impl HostsProvider {
                     .count(),
             });
         }
+        views
+    }
+
+    /// Chooses a host and ports for a new machine of `cp` (whose machines are
+    /// `machines`) and records it there, in one store write.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn allocate(
+        &self,
+        store: &std::sync::Mutex<Store>,
+        cp: &quorum_core::ControlPlane,
+        machines: &[Machine],
+        bootstrap: bool,
+        version: Version,
+        not_after: Option<i64>,
+        remediation: Option<quorum_core::Remediation>,
+    ) -> Result<Machine, HostsError> {
+        let _one = self.placing.lock().await;
+        let (hosts, tls) = {
+            let s = store.lock().unwrap_or_else(|p| p.into_inner());
+            (quorum_store::hosts::list(&s)?, self.tls(&s, now_unix_s())?)
+        };
+        // Every member each host carries (of every control plane).
+        let all = {
+            let s = store.lock().unwrap_or_else(|p| p.into_inner());
+            let mut all = Vec::new();
+            for c in s.control_planes()? {
+                all.extend(s.machines(&c.name)?);
+            }
+            all
+        };
+        let views = self.host_views(&hosts, &tls, &all).await;
         let replaces = remediation.as_ref().map(|r| r.machine.as_str());
         let beside: Vec<Machine> = placement::beside(machines, replaces)
             .into_iter()
