@@ -223,6 +223,104 @@ pub async fn change_with(
     )
 }
 
+/// The checks of a change against the cluster as it is: the strategy changes only
+/// between steps, the version rules (those that need no cluster first, then those that
+/// need its version), the binary installed, room on the hosts. True if the change
+/// cancels a rollout that changed no member (`quorum_core::abort`), which is no
+/// downgrade.
+async fn check_change(
+    ctx: &mut Ctx,
+    cp: &ControlPlane,
+    new: &ControlPlaneSpec,
+    machines: &[Machine],
+    force: bool,
+    allow_downgrade: bool,
+) -> Result<bool> {
+    let name = &cp.name;
+    let untouched = quorum_core::abort::untouched(&cp.spec, machines);
+    if new.rollout.strategy != cp.spec.rollout.strategy {
+        if let Some(busy) = quorum_core::abort::mid_step(&cp.spec, machines) {
+            bail!(
+                "{name}: the rollout strategy changes only between steps, and {busy}; wait for the step to finish (`quorum status {name}`), then change the strategy"
+            );
+        }
+    }
+    let cancels = untouched.is_some_and(|v| v == new.version && new.version != cp.spec.version);
+    let allow_downgrade = allow_downgrade || cancels;
+    let lowest = machines.iter().map(|m| m.version).min();
+    // The version rules that need no cluster first: they give the clearest answer. A
+    // downgrade is judged once the cluster version is known: "below the cluster
+    // version" is the final answer, which no confirmation lifts.
+    validate_spec_change(&cp.spec, new, lowest, None, force, true)?;
+    etcd_binary(ctx.provider.etcd_dir(), new.version)?;
+    let cluster_version = live_cluster_version(ctx, cp, new, force).await?;
+    validate_spec_change(
+        &cp.spec,
+        new,
+        lowest,
+        cluster_version,
+        force,
+        allow_downgrade,
+    )?;
+    if !force && !new.provider.is_local() {
+        let hosts: Vec<_> = quorum_store::hosts::list(&ctx.store)?
+            .iter()
+            .map(quorum_store::hosts::HostRecord::placement_view)
+            .collect();
+        if let Some(why) = crate::room::refusal(name, &cp.spec, new, machines, &hosts) {
+            bail!("{why}");
+        }
+    }
+    Ok(cancels)
+}
+
+/// Whether `new` changes the spec (saying so when it does not), checked on its own:
+/// a valid spec, and an S3 bucket that answers when it moves.
+fn changes(ctx: &Ctx, cp: &ControlPlane, new: &ControlPlaneSpec, force: bool) -> Result<bool> {
+    let name = &cp.name;
+    if *new == cp.spec {
+        say!(
+            ctx,
+            "{name}: unchanged (already {} at etcd {})",
+            status::plural(new.replicas, "replica"),
+            new.version
+        );
+        return Ok(false);
+    }
+    validate_spec(new, force)?;
+    if new.backup.s3 != cp.spec.backup.s3 {
+        if let Some(note) = crate::s3check::check(name, new)? {
+            say!(ctx, "{note}");
+        }
+    }
+    Ok(true)
+}
+
+/// What `--dry-run` says of a change: its plan, a warning for clients, the snapshot it
+/// would take first.
+fn say_dry_run(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    new: &ControlPlaneSpec,
+    machines: &[Machine],
+    snapshot_first: bool,
+) {
+    let name = &cp.name;
+    for line in plan(name, &cp.spec, new, machines) {
+        say!(ctx, "{line}");
+    }
+    if let Some(w) = reach_warning(name, cp, new, machines) {
+        say!(ctx, "{w}");
+    }
+    if snapshot_first {
+        say!(
+            ctx,
+            "{name}: would take a snapshot from the leader first (--no-snapshot: without one)"
+        );
+    }
+    say!(ctx, "dry run: nothing was changed");
+}
+
 /// One attempt of `change_with`: read, apply `f`, check, write if the spec is still
 /// the one read.
 async fn attempt_change(
@@ -247,74 +345,15 @@ async fn attempt_change(
         bail!("{name} is being deleted; create it again once `quorum list` no longer shows it");
     }
     let new = f(&cp.spec);
-    if new == cp.spec {
-        say!(
-            ctx,
-            "{name}: unchanged (already {} at etcd {})",
-            status::plural(new.replicas, "replica"),
-            new.version
-        );
+    if !changes(ctx, &cp, &new, force)? {
         return Ok(Attempt::Done);
     }
-    validate_spec(&new, force)?;
-    if new.backup.s3 != cp.spec.backup.s3 {
-        if let Some(note) = crate::s3check::check(name, &new)? {
-            say!(ctx, "{note}");
-        }
-    }
     let machines = ctx.store.machines(name)?;
-    // A rollout that changed no member is taken back or switched as if it never began
-    // (`quorum_core::abort`).
-    let untouched = quorum_core::abort::untouched(&cp.spec, &machines);
-    if new.rollout.strategy != cp.spec.rollout.strategy {
-        if let Some(busy) = quorum_core::abort::mid_step(&cp.spec, &machines) {
-            bail!(
-                "{name}: the rollout strategy changes only between steps, and {busy}; wait for the step to finish (`quorum status {name}`), then change the strategy"
-            );
-        }
-    }
-    let cancels = untouched.is_some_and(|v| v == new.version && new.version != cp.spec.version);
-    let allow_downgrade = allow_downgrade || cancels;
-    let lowest = machines.iter().map(|m| m.version).min();
-    // The version rules that need no cluster first: they give the clearest answer. A
-    // downgrade is judged once the cluster version is known: "below the cluster
-    // version" is the final answer, which no confirmation lifts.
-    validate_spec_change(&cp.spec, &new, lowest, None, force, true)?;
-    etcd_binary(ctx.provider.etcd_dir(), new.version)?;
-    let cluster_version = live_cluster_version(ctx, &cp, &new, force).await?;
-    validate_spec_change(
-        &cp.spec,
-        &new,
-        lowest,
-        cluster_version,
-        force,
-        allow_downgrade,
-    )?;
-    if !force && !new.provider.is_local() {
-        let hosts: Vec<_> = quorum_store::hosts::list(&ctx.store)?
-            .iter()
-            .map(quorum_store::hosts::HostRecord::placement_view)
-            .collect();
-        if let Some(why) = crate::room::refusal(name, &cp.spec, &new, &machines, &hosts) {
-            bail!("{why}");
-        }
-    }
+    let cancels = check_change(ctx, &cp, &new, &machines, force, allow_downgrade).await?;
     // A cancel changes no member: nothing to go back from.
     let snapshot_first = needs_snapshot(&cp.spec, &new, &machines) && !no_snapshot && !cancels;
     if dry_run {
-        for line in plan(name, &cp.spec, &new, &machines) {
-            say!(ctx, "{line}");
-        }
-        if let Some(w) = reach_warning(name, &cp, &new, &machines) {
-            say!(ctx, "{w}");
-        }
-        if snapshot_first {
-            say!(
-                ctx,
-                "{name}: would take a snapshot from the leader first (--no-snapshot: without one)"
-            );
-        }
-        say!(ctx, "dry run: nothing was changed");
+        say_dry_run(ctx, &cp, &new, &machines, snapshot_first);
         return Ok(Attempt::Done);
     }
     // The rollout starts when the spec changes: the snapshot comes before, or nothing
@@ -342,14 +381,17 @@ async fn attempt_change(
     if needs_snapshot(&cp.spec, &new, &machines) && no_snapshot && !cancels {
         say!(ctx, "{NO_SNAPSHOT_NOTE}");
     }
-    if new.haproxy != cp.spec.haproxy && !ctx.quiet {
-        say!(
-            ctx,
-            "{}",
-            haproxy_change(name, cp.spec.haproxy, new.haproxy).await?
-        );
-    }
+    say_haproxy_change(ctx, &cp, &new).await?;
     Ok(Attempt::Done)
+}
+
+/// A change of the load balancer's settings, in words (what to reload where).
+async fn say_haproxy_change(ctx: &Ctx, cp: &ControlPlane, new: &ControlPlaneSpec) -> Result<()> {
+    if new.haproxy != cp.spec.haproxy && !ctx.quiet {
+        let what = haproxy_change(&cp.name, cp.spec.haproxy.clone(), new.haproxy.clone()).await?;
+        say!(ctx, "{what}");
+    }
+    Ok(())
 }
 
 /// The refusal of a manifest read at spec version `read`: what changed since, and
