@@ -56,6 +56,10 @@ impl World {
     /// (restore, recovery) is a person's choice to start over and is not held to it;
     /// members on hosts follow their hosts.
     fn check_client_reach(&mut self) {
+        if self.cp.rebuild.is_some() {
+            // Clients are told the addresses again once the rebuilt cluster has them.
+            self.client_given = (0, Vec::new());
+        }
         if self.cfg.hosts || self.cp.rebuild.is_some() {
             return;
         }
