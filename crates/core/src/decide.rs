@@ -436,13 +436,7 @@ impl<'a> View<'a> {
                 remediation: None,
             })
             .collect();
-        Step {
-            because: None,
-            actions,
-            operation: Operation::Bootstrapping,
-            waiting_for: None,
-            blocked: false,
-        }
+        Step::many(Operation::Bootstrapping, actions)
     }
 
     /// A new cluster's initial machines started, each with the initial cluster (a
@@ -478,13 +472,7 @@ impl<'a> View<'a> {
                 "waiting for the initial members to elect a leader",
             );
         }
-        Step {
-            because: None,
-            actions,
-            operation: Operation::Bootstrapping,
-            waiting_for: None,
-            blocked: false,
-        }
+        Step::many(Operation::Bootstrapping, actions)
     }
 
     /// The member list of the running cluster, for `--initial-cluster` of a joining member.
