@@ -8,20 +8,26 @@ use super::*;
 use quorum_backup::{LocalDir, TakeRequest};
 use quorum_core::SnapshotReason;
 
-/// What the decision needs for `spec.backup`: the recorded snapshots, and when the
-/// control plane was created (the schedule counts from there until the first).
-pub fn snapshots_into(
-    store: &Store,
-    cp: &ControlPlane,
-    obs: &mut quorum_core::Observation,
-) -> Result<(), StoreError> {
-    obs.snapshots = store
-        .snapshots(&cp.name)?
-        .iter()
-        .map(|r| r.seen())
-        .collect();
-    obs.created_at_unix_s = store.created_at_ms(&cp.name)?.map(|ms| ms.div_euclid(1000));
-    Ok(())
+/// What an observation needs of a control plane's records besides its machines, for
+/// `spec.backup`: the snapshots recorded, and when the control plane was created (the
+/// schedule counts from there until the first).
+pub struct Recorded {
+    snapshots: Vec<quorum_core::SnapshotRecord>,
+    created_at_ms: Option<i64>,
+}
+
+impl Recorded {
+    pub fn read(store: &Store, cp: &str) -> Result<Recorded, StoreError> {
+        Ok(Recorded {
+            snapshots: store.snapshots(cp)?,
+            created_at_ms: store.created_at_ms(cp)?,
+        })
+    }
+
+    pub fn fill(self, obs: &mut quorum_core::Observation) {
+        obs.snapshots = self.snapshots.iter().map(|r| r.seen()).collect();
+        obs.created_at_unix_s = self.created_at_ms.map(|ms| ms.div_euclid(1000));
+    }
 }
 
 /// What the decision needs for `spec.recovery`: the control plane's fenced
@@ -76,8 +82,9 @@ impl Reconciler {
         let dir = LocalDir::for_control_plane(&self.sh.cfg.home, &cp.name);
         let recorded: Vec<String> = self
             .sh
-            .store()
-            .snapshots(&cp.name)?
+            .store
+            .snapshots(&cp.name)
+            .await?
             .into_iter()
             .map(|r| r.id)
             .collect();
@@ -99,7 +106,7 @@ impl Reconciler {
             // Into the bucket, if the spec names one, before the record says it is there.
             let (store, s3) = (cp.spec.backup.store.as_deref(), cp.spec.backup.s3.as_ref());
             quorum_backup::keep(store, s3, &dir, &mut rec).await?;
-            self.sh.store().record_snapshot(&rec)?;
+            self.sh.store.record_snapshot(rec.clone()).await?;
             Ok::<(), ActionError>(())
         }
         .await;
@@ -119,7 +126,7 @@ impl Reconciler {
         cp: &ControlPlane,
         id: &str,
     ) -> Result<(), ActionError> {
-        let recs = self.sh.store().snapshots(&cp.name)?;
+        let recs = self.sh.store.snapshots(&cp.name).await?;
         match recs.iter().find(|r| r.id == id) {
             Some(rec) => self.restore_and_record(cp, rec).await,
             None => Ok(()),
@@ -134,7 +141,10 @@ impl Reconciler {
         rec: &quorum_core::SnapshotRecord,
     ) -> Result<(), ActionError> {
         let v = self.restore(cp, rec).await?;
-        self.sh.store().record_verification(&cp.name, &rec.id, &v)?;
+        self.sh
+            .store
+            .record_verification(&cp.name, &rec.id, v)
+            .await?;
         Ok(())
     }
 
@@ -187,7 +197,12 @@ pub(crate) async fn remove_snapshot(
     s3: Option<&quorum_core::s3access::S3Access>,
 ) -> Result<(), ActionError> {
     let dir = LocalDir::for_control_plane(&sh.cfg.home, cp);
-    let rec = sh.store().snapshots(cp)?.into_iter().find(|r| r.id == id);
+    let rec = sh
+        .store
+        .snapshots(cp)
+        .await?
+        .into_iter()
+        .find(|r| r.id == id);
     match rec {
         Some(rec) => {
             let access = quorum_backup::access_of(&rec, s3);
@@ -207,6 +222,6 @@ pub(crate) async fn remove_snapshot(
             }
         }
     }
-    sh.store().delete_snapshot(cp, id)?;
+    sh.store.delete_snapshot(cp, id).await?;
     Ok(())
 }

@@ -140,10 +140,10 @@ impl DataVersion {
         }
     }
 
-    /// The version read within `fresh_ms`, or `read()` now.
-    pub(crate) fn read(
+    /// The version read within `fresh_ms`, or `read` now (awaited only then).
+    pub(crate) async fn read(
         &self,
-        read: impl FnOnce() -> Result<i64, StoreError>,
+        read: impl std::future::Future<Output = Result<i64, StoreError>>,
     ) -> Result<i64, StoreError> {
         let fresh = Duration::from_millis(self.fresh_ms);
         {
@@ -154,7 +154,7 @@ impl DataVersion {
                 }
             }
         }
-        let v = read()?;
+        let v = read.await?;
         *self.last.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), v));
         Ok(v)
     }
@@ -224,10 +224,10 @@ impl Fleet {
 
     /// Starts, wakes and reaps tasks (see the module doc). Lists the control planes only
     /// when the store changed, or `idle_poll_ms` after the last listing.
-    pub(crate) fn tend(&mut self, sh: &Arc<Shared>) -> Result<(), StoreError> {
+    pub(crate) async fn tend(&mut self, sh: &Arc<Shared>) -> Result<(), StoreError> {
         self.reap(sh);
         self.tend_orphans(sh);
-        let version = sh.data_version.read(|| sh.store().data_version())?;
+        let version = sh.data_version.read(sh.store.data_version()).await?;
         let due = self
             .listed_at
             .is_none_or(|t| t.elapsed() >= Duration::from_millis(sh.cfg.idle_poll_ms));
@@ -235,7 +235,7 @@ impl Fleet {
             self.publish(sh);
             return Ok(());
         }
-        let mut cps = sh.store().control_planes()?;
+        let mut cps = sh.store.control_planes().await?;
         // A sharded replica's controller runs only its shard's control planes.
         cps.retain(|c| sh.cfg.owns(&c.name));
         self.last_data_version = Some(version);
@@ -430,7 +430,7 @@ impl Drop for Running<'_> {
 /// One pass: the control plane's record read now, then a reconcile. `None` once the
 /// control plane is gone.
 async fn pass(r: &mut Reconciler, name: &str) -> Result<Option<Outcome>, StoreError> {
-    let cp = r.sh.store().control_plane(name)?;
+    let cp = r.sh.store.control_plane(name).await?;
     let Some(cp) = cp else {
         return Ok(None);
     };

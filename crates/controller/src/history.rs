@@ -7,12 +7,13 @@ use super::*;
 impl Reconciler {
     /// A refusal (the `Blocked` condition) is history too: what quorum would not do,
     /// and why (the pass hands out each distinct refusal once).
-    pub(crate) fn record_refusal(&mut self, cp: &ControlPlane, msg: &str) {
+    pub(crate) async fn record_refusal(&mut self, cp: &ControlPlane, msg: &str) {
         tracing::warn!(cp = %cp.name, "refusing: {msg}");
         self.event(
             cp,
             NewEvent::new(EventKind::Blocked, StepOutcome::Refused, msg),
-        );
+        )
+        .await;
     }
 
     /// One event for each member seen with a problem, each crash loop that starts and
@@ -33,7 +34,7 @@ impl Reconciler {
                 machine: Some(machine),
                 ..NewEvent::new(EventKind::Unhealthy, StepOutcome::Ok, words)
             };
-            self.event(cp, e);
+            self.event(cp, e).await;
         }
         for (machine, starts) in &t.crash_loops_started {
             let tail = self.crash_log(cp, machines, machine).await;
@@ -54,7 +55,7 @@ impl Reconciler {
                 machine: Some(machine),
                 ..NewEvent::new(EventKind::CrashLoop, StepOutcome::Failed, &msg)
             };
-            self.event(cp, e);
+            self.event(cp, e).await;
         }
         for (machine, lasted_s) in &t.recovered {
             let msg = format!("recovered after {lasted_s}s");
@@ -63,7 +64,7 @@ impl Reconciler {
                 machine: Some(machine),
                 ..NewEvent::new(EventKind::Recovered, StepOutcome::Ok, &msg)
             };
-            self.event(cp, e);
+            self.event(cp, e).await;
         }
     }
 }
@@ -84,7 +85,7 @@ impl Reconciler {
         let Some(m) = machines.iter().find(|m| m.name == machine) else {
             return Vec::new();
         };
-        let Ok(t) = self.target(m) else {
+        let Ok(t) = self.target(m).await else {
             return Vec::new();
         };
         match self.sh.hosts.logs(&t, m, CRASH_LOG_LINES as u32).await {

@@ -18,7 +18,7 @@ use quorum_core::placement::{self, HostView, PlacementError};
 use quorum_core::{DataMarker, Machine, Placement, ProcessState, Version};
 use quorum_provider::{DataDirState, MachineState};
 use quorum_store::hosts::{claim_is_fresh, port_claim_key, HostRecord};
-use quorum_store::{Placed, Store};
+use quorum_store::{Placed, Store, StoreTask};
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -124,19 +124,22 @@ impl HostsProvider {
         }
     }
 
-    fn tls(
+    /// The controller's TLS configuration towards agents, made again every
+    /// `CONTROLLER_CERT_REFRESH_S`.
+    async fn tls(
         &self,
-        store: &Store,
+        store: &StoreTask,
         now: i64,
     ) -> Result<Arc<quorum_agent::tls::ClientConfig>, HostsError> {
-        let mut t = self.tls.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, c)) = t.as_ref() {
+        if let Some((at, c)) = self.tls.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
             if now - at < CONTROLLER_CERT_REFRESH_S {
                 return Ok(c.clone());
             }
         }
-        let c = controller_tls(store, now)?;
-        *t = Some((now, c.clone()));
+        let c = store
+            .call("read the hosts' CA", move |s| controller_tls(s, now))
+            .await?;
+        *self.tls.lock().unwrap_or_else(|p| p.into_inner()) = Some((now, c.clone()));
         Ok(c)
     }
 
@@ -160,14 +163,23 @@ impl HostsProvider {
         self.clients.lock().await.remove(host);
     }
 
-    /// What a call to `host` needs: its record and the TLS configuration (read from
-    /// the store before any await, so no store lock is held across a call).
-    pub fn target(&self, store: &Store, host: &str) -> Result<Target, HostsError> {
-        let h = quorum_store::hosts::get(store, host)?
-            .ok_or_else(|| HostsError::UnknownHost(host.to_string()))?;
+    /// What a call to `host` needs: its record and the TLS configuration.
+    pub async fn target(&self, store: &StoreTask, host: &str) -> Result<Target, HostsError> {
+        let name = host.to_string();
+        let h = store
+            .call("read a host", move |s| host_record(s, &name))
+            .await?;
         Ok(Target {
             host: h,
-            tls: self.tls(store, now_unix_s())?,
+            tls: self.tls(store, now_unix_s()).await?,
+        })
+    }
+
+    /// `target`, for a caller holding the store itself (a command of the CLI).
+    pub fn target_in(&self, store: &Store, host: &str) -> Result<Target, HostsError> {
+        Ok(Target {
+            host: host_record(store, host)?,
+            tls: controller_tls(store, now_unix_s())?,
         })
     }
 
@@ -319,7 +331,7 @@ impl HostsProvider {
     #[allow(clippy::too_many_arguments)]
     pub async fn allocate(
         &self,
-        store: &std::sync::Mutex<Store>,
+        store: &StoreTask,
         cp: &quorum_core::ControlPlane,
         machines: &[Machine],
         bootstrap: bool,
@@ -328,19 +340,12 @@ impl HostsProvider {
         remediation: Option<quorum_core::Remediation>,
     ) -> Result<Machine, HostsError> {
         let _one = self.placing.lock().await;
-        let (hosts, tls) = {
-            let s = store.lock().unwrap_or_else(|p| p.into_inner());
-            (quorum_store::hosts::list(&s)?, self.tls(&s, now_unix_s())?)
-        };
+        let hosts = store
+            .call("list the hosts", |s| quorum_store::hosts::list(s))
+            .await?;
+        let tls = self.tls(store, now_unix_s()).await?;
         // Every member each host carries (of every control plane).
-        let all = {
-            let s = store.lock().unwrap_or_else(|p| p.into_inner());
-            let mut all = Vec::new();
-            for c in s.control_planes()? {
-                all.extend(s.machines(&c.name)?);
-            }
-            all
-        };
+        let all = store.call("read every machine", every_machine).await?;
         let views = self.host_views(&hosts, &tls, &all).await;
         let replaces = remediation.as_ref().map(|r| r.machine.as_str());
         let beside: Vec<Machine> = placement::beside(machines, replaces)
@@ -348,55 +353,32 @@ impl HostsProvider {
             .cloned()
             .collect();
         let host = placement::place(&views, &beside, cp.spec.replicas)?;
-        let h = hosts
-            .iter()
-            .find(|h| h.name == host)
-            .ok_or_else(|| HostsError::UnknownHost(host.clone()))?;
-        let IpAddr::V4(address) = h.address else {
-            return Err(HostsError::NotIpv4 {
-                host: h.name.clone(),
-                address: h.address,
-            });
+        let address = address_of(&hosts, &host)?;
+        let claim = Claim {
+            host,
+            claimant: format!("{} {:x}", cp.name, rand::random::<u64>()),
+            claimed_ms: now_ms(),
         };
-        let claimant = format!("{} {:x}", cp.name, rand::random::<u64>());
-        let claimed_ms = now_ms();
-        let client_port = {
-            let s = store.lock().unwrap_or_else(|p| p.into_inner());
-            let port = claim_port(&s, &host, &all, claimed_ms, &claimant)?;
-            // Read again after the claim: a `quorum host remove` that checked the
-            // claims before this one was made has marked the host by now (it marks,
-            // then checks), and one that checks later sees this claim and refuses.
-            match quorum_store::hosts::get(&s, &host)? {
-                Some(h) if h.removing_unix_s.is_none() => port,
-                _ => return Err(HostsError::Removing(host)),
-            }
-        };
-        let placed = Placed {
-            address,
-            placement: Placement {
-                host,
-                client_port,
-                peer_port: client_port + 1,
-            },
-        };
-        let mut s = store.lock().unwrap_or_else(|p| p.into_inner());
-        let m = s.allocate_machine_at(
-            &cp.name,
-            bootstrap,
-            version,
-            not_after,
-            remediation,
-            Some(&placed),
-            &|_| true,
-        )?;
-        // The machine record holds the port now; the claim is released so that a fresh
-        // claim always means an allocation under way (`quorum host remove` waits for
-        // those). Released or not (a crash here), it is stale after PORT_CLAIM_STALE_MS.
-        let claim = port_claim_key(&placed.placement.host, client_port);
-        if let Err(e) = s.remove_setting(&claim, &claim_value(&claimant, claimed_ms)) {
-            tracing::warn!(error = %e, %claim, "releasing a port claim failed; it goes stale");
-        }
-        Ok(m)
+        let cp = cp.name.clone();
+        store
+            .call("record a placed machine", move |s| {
+                let placed = Placed {
+                    address,
+                    placement: claim.port(s, &all)?,
+                };
+                let m = s.allocate_machine_at(
+                    &cp,
+                    bootstrap,
+                    version,
+                    not_after,
+                    remediation,
+                    Some(&placed),
+                    &|_| true,
+                )?;
+                claim.release(s, placed.placement.client_port);
+                Ok(m)
+            })
+            .await
     }
 
     /// Starts a member on `t` (its host): installs its version there first if the
@@ -544,6 +526,71 @@ pub fn claim_port(
         }
     }
     Err(HostsError::NoPorts(host.to_string()))
+}
+
+/// The record of `host`, which must be registered.
+fn host_record(store: &Store, host: &str) -> Result<HostRecord, HostsError> {
+    quorum_store::hosts::get(store, host)?.ok_or_else(|| HostsError::UnknownHost(host.to_string()))
+}
+
+/// The host's address, which a member's URLs carry (IPv4 only).
+fn address_of(hosts: &[HostRecord], host: &str) -> Result<std::net::Ipv4Addr, HostsError> {
+    let h = hosts
+        .iter()
+        .find(|h| h.name == host)
+        .ok_or_else(|| HostsError::UnknownHost(host.to_string()))?;
+    match h.address {
+        IpAddr::V4(address) => Ok(address),
+        address => Err(HostsError::NotIpv4 {
+            host: h.name.clone(),
+            address,
+        }),
+    }
+}
+
+/// Every machine recorded, of every control plane.
+fn every_machine(store: &mut Store) -> Result<Vec<Machine>, HostsError> {
+    let mut all = Vec::new();
+    for c in store.control_planes()? {
+        all.extend(store.machines(&c.name)?);
+    }
+    Ok(all)
+}
+
+/// One allocation's claim on a port pair of a host (`claim_port`).
+struct Claim {
+    host: String,
+    claimant: String,
+    claimed_ms: i64,
+}
+
+impl Claim {
+    /// Claims a port pair on the host, `all` being every machine recorded.
+    fn port(&self, store: &Store, all: &[Machine]) -> Result<Placement, HostsError> {
+        let client_port = claim_port(store, &self.host, all, self.claimed_ms, &self.claimant)?;
+        // Read again after the claim: a `quorum host remove` that checked the claims
+        // before this one was made has marked the host by now (it marks, then checks),
+        // and one that checks later sees this claim and refuses.
+        match quorum_store::hosts::get(store, &self.host)? {
+            Some(h) if h.removing_unix_s.is_none() => Ok(Placement {
+                host: self.host.clone(),
+                client_port,
+                peer_port: client_port + 1,
+            }),
+            _ => Err(HostsError::Removing(self.host.clone())),
+        }
+    }
+
+    /// The machine record holds the port now; the claim is released so that a fresh
+    /// claim always means an allocation under way (`quorum host remove` waits for
+    /// those). Released or not (a crash here), it is stale after PORT_CLAIM_STALE_MS.
+    fn release(&self, store: &mut Store, client_port: u16) {
+        let claim = port_claim_key(&self.host, client_port);
+        let value = claim_value(&self.claimant, self.claimed_ms);
+        if let Err(e) = store.remove_setting(&claim, &value) {
+            tracing::warn!(error = %e, %claim, "releasing a port claim failed; it goes stale");
+        }
+    }
 }
 
 /// A port claim's value: who claimed it, and when (its last word).

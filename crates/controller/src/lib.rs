@@ -14,7 +14,7 @@
 
 pub mod access;
 mod backups;
-pub use backups::{fenced_into, snapshot_source, snapshots_into};
+pub use backups::{fenced_into, snapshot_source, Recorded};
 pub mod balancer;
 pub mod failpoints;
 pub mod fleet;
@@ -44,6 +44,7 @@ use quorum_haproxy::LbOp;
 use quorum_provider::{etcd_binary, LocalProvider, MachineTls, ProviderError, StartRequest};
 use quorum_store::{
     Campaign, EventKind, NewEvent, PublishedStatus, StepOutcome, Store, StoreError, StoreLocation,
+    StoreTask,
 };
 use serde::Serialize;
 use std::collections::HashMap;
@@ -278,14 +279,13 @@ pub async fn observe_on(
 /// the same for the controller and for `quorum status`: the recorded snapshots and the
 /// fenced directories.
 pub fn complete(
-    store: &Store,
+    recorded: Recorded,
     provider: &LocalProvider,
     cp: &ControlPlane,
     observed: &mut Observed,
-) -> Result<(), StoreError> {
-    snapshots_into(store, cp, &mut observed.observation)?;
+) {
+    recorded.fill(&mut observed.observation);
     fenced_into(provider, cp, &mut observed.observation);
-    Ok(())
 }
 
 /// The rest of an observation, once the provider said what it sees of each machine.
@@ -455,6 +455,7 @@ impl Controller {
         if cfg.shard.is_some() {
             store.set_scope(&cfg.scope())?;
         }
+        let store = StoreTask::start(store)?;
         Ok(Controller {
             sh: Arc::new(Shared::new(cfg, store, parts)),
             inline: HashMap::new(),
@@ -480,7 +481,7 @@ impl Controller {
     /// One attempt to lead (the embedded store: always granted). On taking the lead,
     /// everything cached from an earlier term is dropped and a heartbeat is written at
     /// once: it is the new leader's first (fenced) write.
-    pub fn lead(&mut self) -> Result<Lead, StoreError> {
+    pub async fn lead(&mut self) -> Result<Lead, StoreError> {
         if self.leading {
             return Ok(Lead::Leading);
         }
@@ -493,7 +494,11 @@ impl Controller {
         if !quorum_core::lease::may_campaign(since_step_down_ms, ttl_ms) {
             return Ok(Lead::Standby(None));
         }
-        let campaign = self.sh.store().campaign(&self.sh.cfg.identity, ttl_ms)?;
+        let campaign = self
+            .sh
+            .store
+            .campaign(&self.sh.cfg.identity, ttl_ms)
+            .await?;
         match campaign {
             Campaign::Leading { token } => {
                 self.sh.set_fence_token(token);
@@ -501,15 +506,15 @@ impl Controller {
                 self.leading = true;
                 self.last_standby = None;
                 // Whose heartbeat this one replaces: another's is a takeover.
-                let before = self.sh.store().last_controller_heartbeat()?;
+                let before = self.sh.store.last_controller_heartbeat().await?;
                 let now = now_ms();
-                self.sh.store().controller_heartbeat(&self.beat(now))?;
+                self.sh.store.controller_heartbeat(self.beat(now)).await?;
                 self.last_heartbeat_ms = now;
                 if let Some(b) = before.filter(|b| b.identity != self.sh.cfg.identity) {
-                    self.record_takeover(&b, now);
+                    self.record_takeover(&b, now).await;
                 }
                 if let Some(h) = &self.heartbeats {
-                    h.lead(self.sh.store().heartbeat_writer()?);
+                    h.lead(self.sh.store.heartbeat_writer().await?);
                 }
                 self.sh.metrics.leading(&self.sh.cfg.scope(), true);
                 if !token.is_embedded() {
@@ -535,14 +540,14 @@ impl Controller {
     /// Says in the history of every control plane this replica acts on that it took
     /// over, from whom, and how long that one had been silent: without it, only the BY
     /// column changes, and `--wait` shows seconds of silence. Best effort.
-    fn record_takeover(&self, from: &quorum_store::Heartbeat, now: i64) {
+    async fn record_takeover(&self, from: &quorum_store::Heartbeat, now: i64) {
         let silent_s = (now - from.at_ms).max(0) as f64 / 1000.0;
         let msg = format!(
             "controller {} took over from {} (its last heartbeat {silent_s:.1}s ago)",
             self.sh.cfg.identity, from.identity
         );
         tracing::info!("{msg}");
-        let cps = match self.sh.store().control_planes() {
+        let cps = match self.sh.store.control_planes().await {
             Ok(cps) => cps,
             Err(e) => return tracing::warn!("recording the takeover failed: {e}"),
         };
@@ -551,14 +556,14 @@ impl Controller {
                 by: Some(&self.sh.cfg.identity),
                 ..NewEvent::new(EventKind::Takeover, StepOutcome::Ok, &msg)
             };
-            if let Err(err) = self.sh.store().record_event(&cp.name, now, &e) {
+            if let Err(err) = self.sh.store.record_event(&cp.name, now, &e).await {
                 tracing::warn!(cp = %cp.name, "recording the takeover failed: {err}");
             }
         }
     }
 
     /// Gives the leadership up (after the store refused a write, or the lease ran out).
-    fn step_down(&mut self, why: &str) {
+    async fn step_down(&mut self, why: &str) {
         if !self.leading {
             return;
         }
@@ -567,7 +572,7 @@ impl Controller {
         if let Some(h) = &self.heartbeats {
             h.stand_down();
         }
-        self.sh.store().step_down();
+        self.store_step_down().await;
         self.leading = false;
         self.stepped_down_at = Some(Instant::now());
         self.sh.metrics.leading(&self.sh.cfg.scope(), false);
@@ -591,7 +596,7 @@ impl Controller {
     pub async fn run(&mut self, stop: Arc<AtomicBool>) {
         tracing::info!(
             home = %self.sh.cfg.home.display(),
-            store = %self.sh.store().location(),
+            store = %self.sh.store.location(),
             concurrency = self.sh.cfg.concurrency,
             acts_on = %self.sh.cfg.acts_on(),
             "controller running"
@@ -623,11 +628,16 @@ impl Controller {
         // Said at once, so readers do not wait for the heartbeat to go stale (and while
         // still leading, so the write passes the fence).
         if self.leading {
-            if let Err(e) = self.sh.store().controller_stopped(&self.sh.cfg.identity) {
+            if let Err(e) = self
+                .sh
+                .store
+                .controller_stopped(&self.sh.cfg.identity)
+                .await
+            {
                 tracing::warn!("withdrawing the heartbeat: {e}");
             }
         }
-        self.sh.store().step_down();
+        self.store_step_down().await;
         if self.sh.cfg.shard.is_some() && self.leading {
             failpoints::crash_point("crash-after-shard-release");
         }
@@ -638,7 +648,7 @@ impl Controller {
     /// `busy_poll_ms`. The reconciles themselves run in the tasks.
     async fn run_loop(&mut self, stop: &Arc<AtomicBool>) {
         while !stop.load(Ordering::Relaxed) {
-            match self.turn() {
+            match self.turn().await {
                 Turn::Again => {}
                 Turn::Sleep(ms) => sleep_unless(stop, ms).await,
             }
@@ -647,19 +657,33 @@ impl Controller {
 
     /// One turn of the supervisor: lead (or stand by), check the lease and what the
     /// tasks reported, then tend the fleet. What to do before the next turn.
-    fn turn(&mut self) -> Turn {
-        let health = self.sh.store().endpoint_health(false);
+    async fn turn(&mut self) -> Turn {
+        let health = self.sh.store.endpoint_health(false).await;
         self.sh.metrics.store_endpoints(&health);
-        self.campaign_turn()
-            .or_else(|| self.lease_turn())
-            .or_else(|| self.trouble_turn())
-            .unwrap_or_else(|| self.tend_turn())
+        if let Some(t) = self.campaign_turn().await {
+            return t;
+        }
+        if let Some(t) = self.lease_turn().await {
+            return t;
+        }
+        if let Some(t) = self.trouble_turn().await {
+            return t;
+        }
+        self.tend_turn().await
+    }
+
+    /// Tells the store this replica no longer leads (its lease given up); a store that
+    /// cannot be told lets the lease run out.
+    async fn store_step_down(&self) {
+        if let Err(e) = self.sh.store.step_down().await {
+            tracing::warn!("giving up the lease: {e}; it runs out on its own");
+        }
     }
 
     /// Leadership: `None` while this replica leads; else how long to stand by.
-    fn campaign_turn(&mut self) -> Option<Turn> {
+    async fn campaign_turn(&mut self) -> Option<Turn> {
         let standby_poll_ms = quorum_core::lease::standby_poll_ms(self.sh.cfg.lease_ttl_ms);
-        match self.lead() {
+        match self.lead().await {
             Ok(Lead::Leading) => return None,
             Ok(Lead::Standby(who)) => {
                 if who.is_some() {
@@ -674,23 +698,29 @@ impl Controller {
 
     /// The lease, by this replica's own clock and by what the store said of it, before
     /// anything else happens, even with nothing to do: `None` if it may act.
-    fn lease_turn(&mut self) -> Option<Turn> {
+    async fn lease_turn(&mut self) -> Option<Turn> {
         if failpoints::enabled("ignore-lease-deadline") {
             return None;
         }
-        let (left, lost) = {
-            let s = self.sh.store();
-            (s.lease_left_ms(), s.lease_lost())
+        let (left, lost) = match self.sh.store.lease().await {
+            Ok(lease) => lease,
+            // The store's thread did not answer: nothing is confirmed.
+            Err(e) => {
+                self.sh.set_acting(false);
+                self.hold(&e.to_string());
+                return Some(Turn::Sleep(self.sh.cfg.busy_poll_ms));
+            }
         };
         match quorum_core::lease::standing(left, lost, 0) {
             Standing::Act => None,
             Standing::Lost => {
-                self.step_down("the store says the leadership lease is gone");
+                self.step_down("the store says the leadership lease is gone")
+                    .await;
                 Some(Turn::Again)
             }
             Standing::Hold => {
                 self.sh.set_acting(false);
-                let why = self.lease_unconfirmed();
+                let why = self.lease_unconfirmed().await;
                 self.hold(&why);
                 Some(Turn::Sleep(self.sh.cfg.busy_poll_ms))
             }
@@ -698,10 +728,10 @@ impl Controller {
     }
 
     /// What a task met that concerns the whole replica: `None` if nothing.
-    fn trouble_turn(&mut self) -> Option<Turn> {
+    async fn trouble_turn(&mut self) -> Option<Turn> {
         match self.sh.take_trouble()? {
             fleet::Trouble::LostLeadership(why) => {
-                self.step_down(&why);
+                self.step_down(&why).await;
                 Some(Turn::Again)
             }
             fleet::Trouble::Unavailable(why) => {
@@ -714,12 +744,12 @@ impl Controller {
 
     /// Leading, the lease confirmed, nothing reported: the tasks may pass, and the
     /// fleet is tended.
-    fn tend_turn(&mut self) -> Turn {
+    async fn tend_turn(&mut self) -> Turn {
         self.sh.set_acting(true);
-        match self.fleet.tend(&self.sh) {
+        match self.fleet.tend(&self.sh).await {
             Ok(()) => self.store_answers(),
             Err(e) if e.lost_leadership() => {
-                self.step_down(&e.to_string());
+                self.step_down(&e.to_string()).await;
                 return Turn::Again;
             }
             Err(e) if e.is_unavailable() => {
@@ -739,10 +769,10 @@ impl Controller {
         // Without `run`'s heartbeat thread (a caller driving passes itself), beat here.
         let every_ms = heartbeat::HEARTBEAT_EVERY_MS as i64;
         if self.heartbeats.is_none() && now - self.last_heartbeat_ms >= every_ms {
-            self.sh.store().controller_heartbeat(&self.beat(now))?;
+            self.sh.store.controller_heartbeat(self.beat(now)).await?;
             self.last_heartbeat_ms = now;
         }
-        let mut cps = self.sh.store().control_planes()?;
+        let mut cps = self.sh.store.control_planes().await?;
         cps.retain(|c| self.sh.cfg.owns(&c.name));
         self.inline.retain(|k, _| cps.iter().any(|c| &c.name == k));
         let mut overall = Outcome::Converged;

@@ -19,11 +19,11 @@ const MAX_ORPHAN_PRUNES_PER_PASS: usize = 64;
 /// One pass: removes what retention no longer keeps of deleted control planes'
 /// snapshots; how many it removed.
 pub(crate) async fn pass(sh: &Shared) -> Result<usize, ActionError> {
-    let names = orphaned(sh)?;
+    let names = orphaned(sh).await?;
     let now = now_unix_s();
     let mut removed = 0;
     for name in names {
-        let recs = sh.store().snapshots(&name)?;
+        let recs = sh.store.snapshots(&name).await?;
         for id in quorum_core::backup::orphan_prunes(&recs, now) {
             if removed >= MAX_ORPHAN_PRUNES_PER_PASS {
                 return Ok(removed);
@@ -36,15 +36,18 @@ pub(crate) async fn pass(sh: &Shared) -> Result<usize, ActionError> {
 }
 
 /// The names this replica owns that have snapshots and no control plane.
-fn orphaned(sh: &Shared) -> Result<Vec<String>, StoreError> {
-    let store = sh.store();
-    let existing: std::collections::HashSet<String> = store
-        .control_planes()?
+async fn orphaned(sh: &Shared) -> Result<Vec<String>, StoreError> {
+    let existing: std::collections::HashSet<String> = sh
+        .store
+        .control_planes()
+        .await?
         .into_iter()
         .map(|c| c.name)
         .collect();
-    Ok(store
-        .snapshotted_control_planes()?
+    Ok(sh
+        .store
+        .snapshotted_control_planes()
+        .await?
         .into_iter()
         .filter(|n| !existing.contains(n) && sh.cfg.owns(n))
         .collect())
@@ -53,7 +56,7 @@ fn orphaned(sh: &Shared) -> Result<Vec<String>, StoreError> {
 /// Removes one, as a leader with time to spare, between the crash points of
 /// `prune-snapshot`, and records it in the deleted control plane's history.
 async fn prune(sh: &Shared, name: &str, id: &str) -> Result<(), ActionError> {
-    sh.store().ensure_leading(sh.lease_margin_ms())?;
+    sh.store.ensure_leading(sh.lease_margin_ms()).await?;
     let kind = ActionKind::PruneSnapshot;
     failpoints::crash_point(&format!("crash-before-{kind}"));
     remove_snapshot(sh, name, id, None).await?;
@@ -63,7 +66,7 @@ async fn prune(sh: &Shared, name: &str, id: &str) -> Result<(), ActionError> {
         by: Some(&sh.cfg.identity),
         ..NewEvent::new(EventKind::Action(kind), StepOutcome::Ok, &msg)
     };
-    if let Err(err) = sh.store().record_event(name, now_ms(), &e) {
+    if let Err(err) = sh.store.record_event(name, now_ms(), &e).await {
         tracing::warn!("recording an event failed: {err}");
     }
     tracing::info!(cp = %name, id = %id, "removed a deleted control plane's snapshot");

@@ -19,7 +19,10 @@ impl Reconciler {
         let kind = action.kind();
         // Every action is a side effect (on a member, a machine or the store): only a
         // leader with time to spare may start one, and the store confirms the token.
-        self.sh.store().ensure_leading(self.sh.lease_margin_ms())?;
+        self.sh
+            .store
+            .ensure_leading(self.sh.lease_margin_ms())
+            .await?;
         // Under way from here (a `sleep(ms)` failpoint after it makes a long step).
         self.report_step(cp, Some(action));
         failpoints::crash_point(&format!("crash-before-{kind}"));
@@ -39,7 +42,7 @@ impl Reconciler {
         {
             // The origin bug report: the lease is lost right after etcd acknowledged the
             // removal; this replica does not know yet.
-            self.sh.store().release_lease_keeping_token()?;
+            self.sh.store.release_lease_keeping_token().await?;
             tracing::warn!("failpoint: the leadership lease was revoked after remove-member");
         }
         if failpoints::LOSABLE.contains(&kind) && failpoints::active(&format!("lose-answer-{kind}"))
@@ -111,7 +114,9 @@ impl Reconciler {
             | Action::SetInPlacePhase { .. }
             | Action::EndInPlace { .. }
             | Action::SetCaPhase { .. }
-            | Action::FinishCaRotation { .. } => self.perform_record(cx, action).map(|()| None),
+            | Action::FinishCaRotation { .. } => {
+                self.perform_record(cx, action).await.map(|()| None)
+            }
         }
     }
 
@@ -143,14 +148,17 @@ impl Reconciler {
                 .as_deref()
                 .map(quorum_core::reach::named_by)
                 .unwrap_or_default();
-            self.sh.store().allocate_machine(
-                &cp.name,
-                bootstrap,
-                version,
-                not_after,
-                remediation,
-                &|a| !named.contains(&a) && address_is_free(a),
-            )?
+            self.sh
+                .store
+                .allocate_machine(
+                    &cp.name,
+                    bootstrap,
+                    version,
+                    not_after,
+                    remediation,
+                    move |a| !named.contains(&a) && address_is_free(a),
+                )
+                .await?
         } else {
             let hosts = &self.sh.hosts;
             hosts
@@ -185,7 +193,7 @@ impl Reconciler {
                 self.start(cx, m, *state, initial_cluster, *expect).await
             }
             Action::StopMachine { machine } => {
-                self.check_still_draining(cp, machines, machine)?;
+                self.check_still_draining(cp, machines, machine).await?;
                 self.on_machine(cp, access, machines, machine, MachineOp::Stop)
                     .await
             }
@@ -193,13 +201,13 @@ impl Reconciler {
                 self.on_machine(cp, access, machines, machine, MachineOp::Delete)
                     .await?;
                 failpoints::crash_point("crash-after-destroy-machine");
-                Ok(self.sh.store().delete_machine(&cp.name, machine)?)
+                Ok(self.sh.store.delete_machine(&cp.name, machine).await?)
             }
             Action::WriteMarker { machine, marker } if !cp.spec.provider.is_local() => {
                 let Some(m) = cx.find(machine) else {
                     return Ok(());
                 };
-                let t = self.target(m)?;
+                let t = self.target(m).await?;
                 let fence = self.fence(cp);
                 Ok(self.sh.hosts.write_marker(&t, &fence, m, *marker).await?)
             }
@@ -242,7 +250,7 @@ impl Reconciler {
             self.sh.provider.start(&req)?;
         } else {
             let spec = start_spec(&req);
-            let t = self.target(m)?;
+            let t = self.target(m).await?;
             self.sh.hosts.start(&t, &self.fence(cp), &spec).await?;
         }
         Ok(())
@@ -309,11 +317,11 @@ impl Reconciler {
         let on_hosts = !cp.spec.provider.is_local();
         match action {
             Action::SetRebuildPhase { phase } => {
-                self.set_rebuild_phase(cp, Some(*phase))?;
+                self.set_rebuild_phase(cp, Some(*phase)).await?;
                 Ok(None)
             }
             Action::FinishRebuild { machine } => {
-                self.finish_rebuild(cp, machine)?;
+                self.finish_rebuild(cp, machine).await?;
                 Ok(None)
             }
             Action::FenceMachine { .. }
@@ -331,7 +339,8 @@ impl Reconciler {
                 self.restore_seed(cp, machines, machine, id).await
             }
             Action::ForceNewCluster { machine, expect } => {
-                self.force_new_cluster(cp, access, machines, machine, *expect)?;
+                self.force_new_cluster(cp, access, machines, machine, *expect)
+                    .await?;
                 Ok(None)
             }
             other => Err(misrouted(other, "a rebuild")),
@@ -340,7 +349,7 @@ impl Reconciler {
 
     /// A record the core asked for: a machine leaving, a control plane forgotten, an
     /// in-place step's phases, a CA rotation's.
-    fn perform_record(&mut self, cx: &Cx<'_>, action: &Action) -> Result<(), ActionError> {
+    async fn perform_record(&mut self, cx: &Cx<'_>, action: &Action) -> Result<(), ActionError> {
         let cp = cx.cp;
         match action {
             Action::MarkDeleting { machine, .. }
@@ -355,20 +364,25 @@ impl Reconciler {
                     Action::SetInPlacePhase { .. } => "record an in-place phase",
                     _ => "end an in-place step",
                 };
+                let applied = action.clone();
                 self.sh
-                    .store()
-                    .update_machine(&cp.name, machine, what, &|m| m.apply(action, &at))?;
+                    .store
+                    .update_machine(&cp.name, machine, what, move |m| m.apply(&applied, &at))
+                    .await?;
                 if let Action::BeginInPlace { to, .. } = action {
                     if !cp.spec.provider.is_local() {
-                        self.stage_version(cx.machines, *to);
+                        self.stage_version(cx.machines, *to).await;
                     }
                 }
                 Ok(())
             }
-            Action::ForgetControlPlane => Ok(self.sh.store().forget_control_plane(&cp.name)?),
-            Action::SetCaPhase { phase } => self.set_ca_phase(cp, *phase),
+            Action::ForgetControlPlane => Ok(self.sh.store.forget_control_plane(&cp.name).await?),
+            Action::SetCaPhase { phase } => self.set_ca_phase(cp, *phase).await,
             Action::FinishCaRotation { generation } => {
-                self.sh.store().finish_ca_rotation(&cp.name, *generation)?;
+                self.sh
+                    .store
+                    .finish_ca_rotation(&cp.name, *generation)
+                    .await?;
                 Ok(())
             }
             other => Err(misrouted(other, "a record")),
@@ -404,7 +418,7 @@ impl Reconciler {
 
     /// Records the CA rotation's next phase, if the rotation the decision saw is still
     /// the one recorded (a rotation moved on or finished meanwhile is left alone).
-    fn set_ca_phase(&self, cp: &ControlPlane, phase: CaPhase) -> Result<(), ActionError> {
+    async fn set_ca_phase(&self, cp: &ControlPlane, phase: CaPhase) -> Result<(), ActionError> {
         let Some(r) = &cp.ca_rotation else {
             return Ok(());
         };
@@ -413,7 +427,7 @@ impl Reconciler {
             since_unix_s: now_unix_s(),
             ..r.clone()
         };
-        self.sh.store().set_ca_rotation(&cp.name, &next)?;
+        self.sh.store.set_ca_rotation(&cp.name, next).await?;
         Ok(())
     }
 
@@ -430,14 +444,14 @@ impl Reconciler {
     /// at once, while the first member drains, instead of one host after another inside
     /// each member's restart. Best effort: a start installs what is missing anyway (and
     /// waits for a staged install under way on its host), and says so if that fails.
-    fn stage_version(&self, machines: &[Machine], version: quorum_core::Version) {
+    async fn stage_version(&self, machines: &[Machine], version: quorum_core::Version) {
         let mut seen = std::collections::BTreeSet::new();
         for m in machines.iter().filter(|m| !m.deleting) {
             let Some(host) = m.host() else { continue };
             if !seen.insert(host.to_string()) {
                 continue;
             }
-            let t = match self.target(m) {
+            let t = match self.target(m).await {
                 Ok(t) => t,
                 Err(e) => {
                     tracing::warn!(host, error = %e, "cannot stage etcd {version} there");
@@ -454,16 +468,16 @@ impl Reconciler {
     }
 
     /// The host of machine `m`, ready to call.
-    pub(crate) fn target(&self, m: &Machine) -> Result<hosts::Target, ActionError> {
+    pub(crate) async fn target(&self, m: &Machine) -> Result<hosts::Target, ActionError> {
         let host = hosts::placed_on(m)?;
-        Ok(self.sh.hosts.target(&self.sh.store(), &host)?)
+        Ok(self.sh.hosts.target(&self.sh.store, &host).await?)
     }
 
     /// The stop of an in-place step is checked against the store right before it: a
     /// member stopped on a stale look (a deposed controller's, resumed after its
     /// successor finished this member's step and began the next one's) would be a
     /// second member down. The record read now must still say `draining`.
-    fn check_still_draining(
+    async fn check_still_draining(
         &self,
         cp: &ControlPlane,
         machines: &[Machine],
@@ -477,7 +491,7 @@ impl Reconciler {
         if !machines.iter().any(|m| m.name == name && draining(m)) {
             return Ok(());
         }
-        let now = self.sh.store().machine(&cp.name, name)?;
+        let now = self.sh.store.machine(&cp.name, name).await?;
         if draining(&now) {
             return Ok(());
         }
@@ -522,7 +536,7 @@ impl Reconciler {
             let Some(m) = machines.iter().find(|m| m.name == name) else {
                 return Ok(());
             };
-            let t = self.target(m)?;
+            let t = self.target(m).await?;
             let fence = self.fence(cp);
             match op {
                 MachineOp::Stop => self.sh.hosts.stop(&t, &fence, m).await?,

@@ -26,7 +26,7 @@ impl Reconciler {
             access.etcd.forget(&m.client_url());
         }
         failpoints::crash_point(failpoints::CRASH_AFTER_FENCE_FILES);
-        self.sh.store().delete_machine(&cp.name, name)?;
+        self.sh.store.delete_machine(&cp.name, name).await?;
         tracing::warn!(cp = %cp.name, machine = %name, to = ?moved, "fenced");
         Ok(Some(match moved {
             Some(to) => format!(
@@ -38,7 +38,7 @@ impl Reconciler {
     }
 
     /// Records the rebuild's next phase (or, `None`, its end).
-    pub(crate) fn set_rebuild_phase(
+    pub(crate) async fn set_rebuild_phase(
         &mut self,
         cp: &ControlPlane,
         phase: Option<RebuildPhase>,
@@ -51,7 +51,7 @@ impl Reconciler {
             (Some(_), None) => return Err(ActionError::Rebuild(no_rebuild(cp))),
             (None, _) => None,
         };
-        self.sh.store().set_rebuild(&cp.name, next.as_ref())?;
+        self.sh.store.set_rebuild(&cp.name, next).await?;
         Ok(())
     }
 
@@ -59,21 +59,22 @@ impl Reconciler {
     /// (leaving, an in-place step: there is no other member to hand over to; the slot
     /// it replaced, whose retry count means nothing in a new cluster), then the
     /// rebuild's record goes. A crash in between repeats the first write, a no-op.
-    pub(crate) fn finish_rebuild(
+    pub(crate) async fn finish_rebuild(
         &mut self,
         cp: &ControlPlane,
         machine: &str,
     ) -> Result<(), ActionError> {
         self.sh
-            .store()
-            .update_machine(&cp.name, machine, "end a rebuild", &|m| {
+            .store
+            .update_machine(&cp.name, machine, "end a rebuild", |m| {
                 let changed = m.deleting || m.in_place.is_some() || m.remediation.is_some();
                 m.deleting = false;
                 m.in_place = None;
                 m.remediation = None;
                 changed
-            })?;
-        self.set_rebuild_phase(cp, None)
+            })
+            .await?;
+        self.set_rebuild_phase(cp, None).await
     }
 
     /// Restores snapshot `id` into `machine`'s (absent or empty) data directory, with
@@ -93,7 +94,7 @@ impl Reconciler {
             .iter()
             .find(|m| m.name == machine)
             .ok_or_else(|| ActionError::Rebuild(format!("{machine} has no record")))?;
-        let rec = self.sh.store().snapshots(&cp.name)?
+        let rec = self.sh.store.snapshots(&cp.name).await?
             .into_iter()
             .find(|r| r.id == id)
             .ok_or_else(|| {
@@ -124,7 +125,7 @@ impl Reconciler {
     }
 
     /// Starts `machine` with `--force-new-cluster` on the data the decision saw.
-    pub(crate) fn force_new_cluster(
+    pub(crate) async fn force_new_cluster(
         &self,
         cp: &ControlPlane,
         access: &Access,
@@ -137,7 +138,7 @@ impl Reconciler {
         };
         // Read again right before: a deposed controller's force, decided before the
         // rebuild ended and the cluster grew back, would cut the new members off.
-        let now = self.sh.store().control_plane(&cp.name)?;
+        let now = self.sh.store.control_plane(&cp.name).await?;
         let seeding = now
             .as_ref()
             .and_then(|c| c.rebuild.as_ref())

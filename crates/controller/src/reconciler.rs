@@ -3,22 +3,23 @@
 //!
 //! Architecture invariant: a reconciler touches only its own control plane. What every
 //! control plane shares (settings, the store, the machine provider, the metrics, the
-//! connection cache) is `Shared`, behind an `Arc`; the store sits behind a mutex held
-//! for one call at a time and never across an `.await` (the futures are `Send`, and a
-//! std `MutexGuard` is not: the compiler enforces it). So reconcilers of different
-//! control planes run at once, each on its own task, and one that waits on a hung
-//! member waits alone.
+//! connection cache) is `Shared`, behind an `Arc`; the store runs on a thread of its own
+//! (`quorum_store::StoreTask`): a store call is awaited, never made on a runtime thread,
+//! and no lock is held across one. So reconcilers of different control planes run at
+//! once, each on its own task, and one that waits on a hung member or a slow store
+//! waits alone.
 
 use super::*;
 use quorum_core::lease::FenceToken;
 use quorum_core::pacing::{Attempt, PacingPolicy};
 use quorum_core::pass::{End, Memory, Note, Pass, Perform, Request};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 
 /// What every reconciler of one controller shares.
 pub(crate) struct Shared {
     pub(crate) cfg: Config,
-    pub(crate) store: Mutex<Store>,
+    /// The store, on its own thread: every call is awaited (`StoreTask::call`).
+    pub(crate) store: StoreTask,
     pub(crate) provider: LocalProvider,
     /// The `hosts` provider's connections to agents.
     pub(crate) hosts: crate::hosts::HostsProvider,
@@ -40,13 +41,13 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) fn new(cfg: Config, store: Store, parts: &ReplicaParts) -> Self {
+    pub(crate) fn new(cfg: Config, store: StoreTask, parts: &ReplicaParts) -> Self {
         let provider = LocalProvider::new(&cfg.home, cfg.etcd_dir.clone());
         let hosts = crate::hosts::HostsProvider::new(cfg.etcd_dir.clone());
         Shared {
             access: fleet::AccessCache::new(cfg.max_open_control_planes),
             cfg,
-            store: Mutex::new(store),
+            store,
             hosts,
             fence_token: std::sync::atomic::AtomicI64::new(FenceToken::EMBEDDED.0),
             provider,
@@ -92,12 +93,6 @@ impl Shared {
             .take()
     }
 
-    /// The store, for one call. Every store call is one transaction, so a task that
-    /// panicked while holding the lock left nothing half-written: the lock is taken on.
-    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// The margin a step needs; `None` (skip the local deadline, leaving the store's
     /// fence as the only check) only under the `ignore-lease-deadline` failpoint.
     pub(crate) fn lease_margin_ms(&self) -> Option<u64> {
@@ -109,17 +104,19 @@ impl Shared {
 
     /// The credentials and adapter for a control plane's members, built once and
     /// rebuilt before the controller's own client certificate runs out.
-    pub(crate) fn access_for(&self, cp: &ControlPlane) -> Result<Arc<Access>, StoreError> {
+    pub(crate) async fn access_for(&self, cp: &ControlPlane) -> Result<Arc<Access>, StoreError> {
         if let Some(a) = self.access.get(cp, now_unix_s()) {
             return Ok(a);
         }
         let identity = format!("quorum-controller {}", self.cfg.identity);
-        let a = Arc::new(access::open(
-            &self.store(),
-            cp,
-            &identity,
-            Timeouts::default(),
-        )?);
+        let read = cp.clone();
+        let a = Arc::new(
+            self.store
+                .call("read a control plane's CAs", move |s| {
+                    access::open(s, &read, &identity, Timeouts::default())
+                })
+                .await?,
+        );
         self.access.insert(&cp.name, a.clone());
         Ok(a)
     }
@@ -185,9 +182,13 @@ impl Reconciler {
         let mut balancer = None;
         let end = loop {
             match pass.next(&mut self.st.memory, quorum_clock::monotonic_ms()) {
-                Request::Record(Note::Refusal(msg)) => self.record_refusal(cp, &msg),
-                Request::Record(Note::Converged) => self.record_converged(cp, pass.machines()),
-                Request::Publish(endpoints) => self.publish(cp, &pass, &observed, endpoints)?,
+                Request::Record(Note::Refusal(msg)) => self.record_refusal(cp, &msg).await,
+                Request::Record(Note::Converged) => {
+                    self.record_converged(cp, pass.machines()).await
+                }
+                Request::Publish(endpoints) => {
+                    self.publish(cp, &pass, &observed, endpoints).await?
+                }
                 Request::Balance => {
                     let (d, machines) = (pass.decision(), pass.machines());
                     balancer = self.sync_balancer(cp, &access, d, machines).await;
@@ -217,14 +218,28 @@ impl Reconciler {
         &mut self,
         cp: &ControlPlane,
     ) -> Result<(Pass, Arc<Access>, Observed), StoreError> {
-        let machines = self.sh.store().machines(&cp.name)?;
-        let access = self.sh.access_for(cp)?;
-        let view = crate::hosts_view(&self.sh.store(), cp.spec.provider);
-        let (provider, hosts) = (&self.sh.provider, &self.sh.hosts);
+        let machines = self.sh.store.machines(&cp.name).await?;
+        let access = self.sh.access_for(cp).await?;
         let kind = cp.spec.provider;
+        let view = self
+            .sh
+            .store
+            .call("read the hosts", move |s| {
+                Ok::<_, StoreError>(crate::hosts_view(s, kind))
+            })
+            .await?;
+        let (provider, hosts) = (&self.sh.provider, &self.sh.hosts);
         let mut observed =
             crate::observe_on(provider, hosts, view, kind, &access.etcd, &machines).await;
-        crate::complete(&self.sh.store(), provider, cp, &mut observed)?;
+        let name = cp.name.clone();
+        let recorded = self
+            .sh
+            .store
+            .call("read the snapshots", move |s| {
+                crate::Recorded::read(s, &name)
+            })
+            .await?;
+        crate::complete(recorded, provider, cp, &mut observed);
         // After a start, what the file holds is what is published.
         if self.st.last_endpoints.is_none() {
             self.st.last_endpoints = read_endpoints_file(&self.sh.cfg.home, &cp.name);
@@ -254,7 +269,7 @@ impl Reconciler {
     }
 
     /// One `Converged` event each time the control plane reaches its spec.
-    fn record_converged(&mut self, cp: &ControlPlane, machines: &[Machine]) {
+    async fn record_converged(&mut self, cp: &ControlPlane, machines: &[Machine]) {
         let n = machines.len();
         let msg = format!(
             "{n} machine{} at etcd {}, every member healthy",
@@ -264,7 +279,8 @@ impl Reconciler {
         self.event(
             cp,
             NewEvent::new(EventKind::Converged, StepOutcome::Ok, &msg),
-        );
+        )
+        .await;
     }
 
     /// Performs one action the pass handed out and answers it with how it ended; a
@@ -310,11 +326,12 @@ impl Reconciler {
                     took_ms,
                     waited_ms: cx.waited_ms,
                 };
-                self.performed(cp, &p.action, &done);
+                self.performed(cp, &p.action, &done).await;
             }
             Err(e) => {
                 let refused = attempt == Attempt::Refused;
-                self.did_not_perform(cp, &p.action, &e, refused, took_ms);
+                self.did_not_perform(cp, &p.action, &e, refused, took_ms)
+                    .await;
             }
         }
         Ok(())
@@ -324,7 +341,7 @@ impl Reconciler {
     /// control plane, its metric and its event (the pass took in what it changes in the
     /// health memory). `why` is
     /// added to the event's message (why the core decided it, how the machine stopped).
-    fn performed(&mut self, cp: &ControlPlane, action: &Action, done: &Done<'_>) {
+    async fn performed(&mut self, cp: &ControlPlane, action: &Action, done: &Done<'_>) {
         self.sh.metrics.operation(action.kind().as_str(), "ok");
         if let Action::ForgetControlPlane = action {
             self.sh.metrics.forget(&cp.name);
@@ -350,12 +367,13 @@ impl Reconciler {
                 took_ms: Some(took_ms),
                 ..NewEvent::new(action.kind(), StepOutcome::Ok, &message)
             },
-        );
+        )
+        .await;
     }
 
     /// An action refused for now or failed: its metric, and its event unless the same
     /// one was the last.
-    fn did_not_perform(
+    async fn did_not_perform(
         &mut self,
         cp: &ControlPlane,
         action: &Action,
@@ -390,7 +408,7 @@ impl Reconciler {
             took_ms: Some(took_ms),
             ..NewEvent::new(action.kind(), ended, &msg)
         };
-        self.event(cp, event);
+        self.event(cp, event).await;
     }
 
     /// Reads the backend, probes the members that should enter it (their own
@@ -484,7 +502,8 @@ impl Reconciler {
                     machine: Some(op.name()),
                     ..NewEvent::new(kind, StepOutcome::Ok, &message)
                 },
-            );
+            )
+            .await;
         }
         let problem = synced
             .blocked
@@ -499,7 +518,8 @@ impl Reconciler {
                 self.event(
                     cp,
                     NewEvent::new(EventKind::Error, StepOutcome::Failed, &message),
-                );
+                )
+                .await;
             }
         }
         Some(synced)
@@ -525,12 +545,12 @@ impl Reconciler {
 
     /// Records `e` as written by this controller. A failure is logged, not returned:
     /// the history is for people, and a step must not fail because of it.
-    pub(crate) fn event(&self, cp: &ControlPlane, e: NewEvent<'_>) {
+    pub(crate) async fn event(&self, cp: &ControlPlane, e: NewEvent<'_>) {
         let e = NewEvent {
             by: Some(&self.sh.cfg.identity),
             ..e
         };
-        if let Err(err) = self.sh.store().record_event(&cp.name, now_ms(), &e) {
+        if let Err(err) = self.sh.store.record_event(&cp.name, now_ms(), &e).await {
             tracing::warn!("recording an event failed: {err}");
         }
     }
@@ -538,7 +558,7 @@ impl Reconciler {
     /// Publishes the endpoints the pass hands out (`Some` when they change) to the
     /// endpoints file, and this pass's status to the store (when it changed, or every
     /// `PUBLISH_EVERY_MS`).
-    fn publish(
+    async fn publish(
         &mut self,
         cp: &ControlPlane,
         pass: &Pass,
@@ -561,7 +581,8 @@ impl Reconciler {
             self.event(
                 cp,
                 NewEvent::new(EventKind::Endpoints, StepOutcome::Ok, &msg),
-            );
+            )
+            .await;
         }
         let d = pass.decision();
         let memory = quorum_core::health::Memory::of(&o.observation);
@@ -581,14 +602,12 @@ impl Reconciler {
         }
         st.last_published = Some((text, now));
         failpoints::crash_point("crash-before-publish-status");
-        let res = self.sh.store().publish_status(
-            &cp.name,
-            &PublishedStatus {
-                updated_at_ms: now,
-                controller: self.sh.cfg.identity.clone(),
-                status,
-            },
-        );
+        let published = PublishedStatus {
+            updated_at_ms: now,
+            controller: self.sh.cfg.identity.clone(),
+            status,
+        };
+        let res = self.sh.store.publish_status(&cp.name, published).await;
         failpoints::crash_point("crash-after-publish-status");
         res
     }

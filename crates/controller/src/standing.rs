@@ -27,10 +27,10 @@ impl Controller {
     /// Why a leader holds while its lease is unconfirmed, with what the management
     /// etcd's members say when most do not serve. Without figures that change from one
     /// pass to the next: it is said once.
-    pub(crate) fn lease_unconfirmed(&self) -> String {
+    pub(crate) async fn lease_unconfirmed(&self) -> String {
         format!(
             "the store has not confirmed this controller's leadership lease in time (its renewals go unanswered{}); acting again once one is",
-            store_trouble(&self.sh.store().endpoint_health(false))
+            store_trouble(&self.sh.store.endpoint_health(false).await)
         )
     }
 }

@@ -192,7 +192,8 @@ pub async fn decision(
     // and decides as the controller does.
     let memory = remembered(store, &cp.name)?.of_problems_now(cp, &machines, &observed.observation);
     memory.fill(&mut observed.observation);
-    quorum_controller::complete(store, provider, cp, &mut observed)?;
+    let recorded = quorum_controller::Recorded::read(store, &cp.name)?;
+    quorum_controller::complete(recorded, provider, cp, &mut observed);
     let decision = decide(cp, &machines, &observed.observation);
     Ok((machines, observed, decision))
 }

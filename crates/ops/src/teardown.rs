@@ -27,7 +27,7 @@ pub async fn teardown(at: &Place, name: &str, print_since_ms: Option<i64>) -> Re
         ..Config::new(&at.home, default_etcd_dir())
     })?;
     // Acting as the controller takes the leadership, as any controller would.
-    if let quorum_controller::Lead::Standby(who) = c.lead()? {
+    if let quorum_controller::Lead::Standby(who) = c.lead().await? {
         bail!(
             "{name}: controller {} leads and will finish the deletion; follow it with `quorum status {name}`",
             who.as_deref().unwrap_or("(another)")

@@ -1,11 +1,18 @@
-//! quorum-store: durable state in one SQLite file (WAL mode) under the state directory.
+//! quorum-store: quorum's durable state, in one SQLite file (WAL mode) under the state
+//! directory, or in a management etcd cluster (`--store etcd://…`).
 //!
 //! Holds the control plane specs, the machine records (quorum's durable intent), the
-//! event history, and the controller's last published status. WAL mode lets the CLI
-//! read and write while a controller runs; every write is one transaction with
-//! `synchronous=FULL`, so an acknowledged intent survives a crash or power loss.
+//! event history, the controller's last published status, the sealed secrets, and the
+//! controllers' leadership, shards and heartbeats. Every write is one atomic step
+//! (SQLite: one immediate transaction with `synchronous=FULL`, WAL mode letting the CLI
+//! read and write while a controller runs; etcd: a transaction comparing on the
+//! revision read, fenced by the leader's token), so an acknowledged intent survives a
+//! crash or power loss and never overwrites another writer's.
 //!
-//! Architecture invariant: the store knows nothing of etcd or processes. It stores
+//! Async code reaches the store through [`StoreTask`] (`task.rs`): its calls block.
+//!
+//! Architecture invariant: the store knows nothing of the members it manages or their
+//! processes (the etcd it may talk to is its own, the management store). It stores
 //! `quorum-core` types as JSON and checks them on the way back in (a record that does
 //! not parse is reported as corruption, never skipped).
 
@@ -29,6 +36,7 @@ pub mod hosts;
 mod sealed;
 pub mod secrets;
 mod sqlite;
+mod task;
 pub use etcd::{EtcdLocation, EtcdStore, EtcdTls};
 pub use event::{Event, EventKind, NewEvent, StepOutcome, UnknownKind};
 pub use quorum_core::failover::EndpointHealth;
@@ -36,6 +44,7 @@ pub use quorum_core::lease::FenceToken;
 use sealed::next_ca_name;
 pub use sealed::NEXT_CA_SUFFIX;
 pub use sqlite::SqliteStore;
+pub use task::StoreTask;
 
 /// The file inside the state directory.
 pub const STATE_FILE: &str = "quorum.db";

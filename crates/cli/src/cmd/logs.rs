@@ -62,7 +62,7 @@ pub async fn run(at: &Place, a: LogsArgs) -> Result<()> {
     loop {
         for (i, m) in machines.iter().enumerate() {
             let host = placed_on(m)?;
-            let t = agents.target(&ctx.store, &host)?;
+            let t = agents.target_in(&ctx.store, &host)?;
             let got = agents
                 .logs(&t, m, lines)
                 .await
