@@ -79,22 +79,10 @@ impl Reconciler {
         machines: &[Machine],
         machine: &str,
     ) -> Vec<String> {
-        if cp.spec.provider.is_local() {
-            return self.sh.provider.last_log_lines(machine, CRASH_LOG_LINES);
-        }
         let Some(m) = machines.iter().find(|m| m.name == machine) else {
             return Vec::new();
         };
-        let Ok(t) = self.target(m).await else {
-            return Vec::new();
-        };
-        match self.sh.hosts.logs(&t, m, CRASH_LOG_LINES as u32).await {
-            Ok(lines) => lines,
-            Err(e) => {
-                tracing::warn!(cp = %cp.name, machine, error = %e, "no log lines from its host");
-                Vec::new()
-            }
-        }
+        self.machines_of(cp).log_tail(m, CRASH_LOG_LINES).await
     }
 }
 

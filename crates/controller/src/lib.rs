@@ -22,6 +22,7 @@ pub mod heartbeat;
 mod history;
 pub mod hosts;
 pub mod metrics;
+mod on_hosts;
 mod orphans;
 pub mod pacing;
 mod perform;
@@ -93,6 +94,8 @@ pub enum ActionError {
     Rebuild(String),
     #[error(transparent)]
     Hosts(#[from] hosts::HostsError),
+    #[error(transparent)]
+    Machine(#[from] quorum_provider::MachineError),
     #[error("{kind} was routed to the performer of {performer}, which does not perform it")]
     Misrouted {
         kind: ActionKind,

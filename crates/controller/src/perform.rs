@@ -3,7 +3,8 @@
 //! write, a machine, or a membership call to the leader).
 
 use super::*;
-use quorum_core::{CaPhase, CaRotation, InPlacePhase};
+use quorum_core::{CaPhase, CaRotation, InPlacePhase, ProviderKind};
+use quorum_provider::MachineProvider;
 
 impl Reconciler {
     /// Performs one action, with its failpoints around it. Returns the name of the
@@ -203,20 +204,11 @@ impl Reconciler {
                 failpoints::crash_point("crash-after-destroy-machine");
                 Ok(self.sh.store.delete_machine(&cp.name, machine).await?)
             }
-            Action::WriteMarker { machine, marker } if !cp.spec.provider.is_local() => {
+            Action::WriteMarker { machine, marker } => {
                 let Some(m) = cx.find(machine) else {
                     return Ok(());
                 };
-                let t = self.target(m).await?;
-                let fence = self.fence(cp);
-                Ok(self.sh.hosts.write_marker(&t, &fence, m, *marker).await?)
-            }
-            Action::WriteMarker { machine, marker } => {
-                let (p, n, marker) = (self.sh.provider.clone(), machine.clone(), *marker);
-                tokio::task::spawn_blocking(move || p.write_marker(&n, marker))
-                    .await
-                    .map_err(|e| ActionError::Join(e.to_string()))??;
-                Ok(())
+                Ok(self.machines_of(cp).write_marker(m, *marker).await?)
             }
             other => Err(misrouted(other, "a machine")),
         }
@@ -246,14 +238,7 @@ impl Reconciler {
             expect_marker: Some(expect),
             force_new_cluster: false,
         };
-        if cp.spec.provider.is_local() {
-            self.sh.provider.start(&req)?;
-        } else {
-            let spec = start_spec(&req);
-            let t = self.target(m).await?;
-            self.sh.hosts.start(&t, &self.fence(cp), &spec).await?;
-        }
-        Ok(())
+        Ok(self.machines_of(cp).start(&req).await?)
     }
 
     /// A call to etcd: a membership change through the leader, or upkeep.
@@ -370,9 +355,7 @@ impl Reconciler {
                     .update_machine(&cp.name, machine, what, move |m| m.apply(&applied, &at))
                     .await?;
                 if let Action::BeginInPlace { to, .. } = action {
-                    if !cp.spec.provider.is_local() {
-                        self.stage_version(cx.machines, *to).await;
-                    }
+                    self.machines_of(cp).prepare(cx.machines, *to);
                 }
                 Ok(())
             }
@@ -439,38 +422,17 @@ impl Reconciler {
         }
     }
 
-    /// Installs `version` on every host the control plane's members run on, each in a
-    /// task of its own, when an in-place step begins: the binaries travel to all hosts
-    /// at once, while the first member drains, instead of one host after another inside
-    /// each member's restart. Best effort: a start installs what is missing anyway (and
-    /// waits for a staged install under way on its host), and says so if that fails.
-    async fn stage_version(&self, machines: &[Machine], version: quorum_core::Version) {
-        let mut seen = std::collections::BTreeSet::new();
-        for m in machines.iter().filter(|m| !m.deleting) {
-            let Some(host) = m.host() else { continue };
-            if !seen.insert(host.to_string()) {
-                continue;
-            }
-            let t = match self.target(m).await {
-                Ok(t) => t,
-                Err(e) => {
-                    tracing::warn!(host, error = %e, "cannot stage etcd {version} there");
-                    continue;
-                }
-            };
-            let sh = self.sh.clone();
-            tokio::spawn(async move {
-                if let Err(e) = sh.hosts.ensure_version(&t, version).await {
-                    tracing::warn!(host = %t.host.name, %version, error = %e, "staging the new version failed; a start there installs it");
-                }
-            });
+    /// Where `cp`'s members run, to act on them: the one place a step looks at
+    /// `spec.provider` (`quorum_provider::MachineProvider`).
+    pub(crate) fn machines_of(&self, cp: &ControlPlane) -> Box<dyn MachineProvider> {
+        match cp.spec.provider {
+            ProviderKind::Local => Box::new(self.sh.provider.clone()),
+            ProviderKind::Hosts => Box::new(crate::on_hosts::OnHosts {
+                hosts: self.sh.hosts.clone(),
+                store: self.sh.store.clone(),
+                fence: self.fence(cp),
+            }),
         }
-    }
-
-    /// The host of machine `m`, ready to call.
-    pub(crate) async fn target(&self, m: &Machine) -> Result<hosts::Target, ActionError> {
-        let host = hosts::placed_on(m)?;
-        Ok(self.sh.hosts.target(&self.sh.store, &host).await?)
     }
 
     /// The stop of an in-place step is checked against the store right before it: a
@@ -522,8 +484,8 @@ impl Reconciler {
         })
     }
 
-    /// Runs a (blocking, bounded) provider operation on a machine off the async threads,
-    /// then drops the cached etcd client of the machine, which no longer serves.
+    /// Stops or deletes a machine through its provider, then drops the cached etcd
+    /// client of the machine, which no longer serves. One with no record is gone.
     async fn on_machine(
         &self,
         cp: &ControlPlane,
@@ -532,31 +494,15 @@ impl Reconciler {
         name: &str,
         op: MachineOp,
     ) -> Result<(), ActionError> {
-        if !cp.spec.provider.is_local() {
-            let Some(m) = machines.iter().find(|m| m.name == name) else {
-                return Ok(());
-            };
-            let t = self.target(m).await?;
-            let fence = self.fence(cp);
-            match op {
-                MachineOp::Stop => self.sh.hosts.stop(&t, &fence, m).await?,
-                MachineOp::Delete => self.sh.hosts.delete(&t, &fence, m).await?,
-            }
-            access.etcd.forget(&m.client_url());
+        let Some(m) = machines.iter().find(|m| m.name == name) else {
             return Ok(());
-        }
-        let p = self.sh.provider.clone();
-        let n = name.to_string();
-        let op: fn(&LocalProvider, &str) -> Result<(), ProviderError> = match op {
-            MachineOp::Stop => LocalProvider::stop,
-            MachineOp::Delete => LocalProvider::delete,
         };
-        tokio::task::spawn_blocking(move || op(&p, &n))
-            .await
-            .map_err(|e| ActionError::Join(e.to_string()))??;
-        if let Some(m) = machines.iter().find(|m| m.name == name) {
-            access.etcd.forget(&m.client_url());
+        let provider = self.machines_of(cp);
+        match op {
+            MachineOp::Stop => provider.stop(m).await?,
+            MachineOp::Delete => provider.delete(m).await?,
         }
+        access.etcd.forget(&m.client_url());
         Ok(())
     }
 }
@@ -599,7 +545,7 @@ pub(crate) fn done_message(action: &Action, allocated: Option<&str>) -> String {
 }
 
 /// A start as the agent takes it (owned).
-fn start_spec(req: &StartRequest<'_>) -> quorum_agent::StartSpec {
+pub(crate) fn start_spec(req: &StartRequest<'_>) -> quorum_agent::StartSpec {
     quorum_agent::StartSpec {
         machine: req.machine.clone(),
         cluster_token: req.cluster_token.to_string(),

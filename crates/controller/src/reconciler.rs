@@ -22,7 +22,7 @@ pub(crate) struct Shared {
     pub(crate) store: StoreTask,
     pub(crate) provider: LocalProvider,
     /// The `hosts` provider's connections to agents.
-    pub(crate) hosts: crate::hosts::HostsProvider,
+    pub(crate) hosts: Arc<crate::hosts::HostsProvider>,
     /// This replica's leadership token while it leads (`FenceToken`, held as its
     /// number): the fencing token every destructive call to an agent carries.
     fence_token: std::sync::atomic::AtomicI64,
@@ -43,7 +43,7 @@ pub(crate) struct Shared {
 impl Shared {
     pub(crate) fn new(cfg: Config, store: StoreTask, parts: &ReplicaParts) -> Self {
         let provider = LocalProvider::new(&cfg.home, cfg.etcd_dir.clone());
-        let hosts = crate::hosts::HostsProvider::new(cfg.etcd_dir.clone());
+        let hosts = Arc::new(crate::hosts::HostsProvider::new(cfg.etcd_dir.clone()));
         Shared {
             access: fleet::AccessCache::new(cfg.max_open_control_planes),
             cfg,
@@ -218,27 +218,22 @@ impl Reconciler {
         &mut self,
         cp: &ControlPlane,
     ) -> Result<(Pass, Arc<Access>, Observed), StoreError> {
-        let machines = self.sh.store.machines(&cp.name).await?;
-        let access = self.sh.access_for(cp).await?;
-        let kind = cp.spec.provider;
-        let view = self
+        // One call for every record the pass reads: each call waits its turn on the
+        // store's thread, behind every other control plane's.
+        let (name, kind) = (cp.name.clone(), cp.spec.provider);
+        let (machines, view, recorded) = self
             .sh
             .store
-            .call("read the hosts", move |s| {
-                Ok::<_, StoreError>(crate::hosts_view(s, kind))
+            .call("read the records", move |s| {
+                let machines = s.machines(&name)?;
+                let view = crate::hosts_view(s, kind);
+                Ok::<_, StoreError>((machines, view, crate::Recorded::read(s, &name)?))
             })
             .await?;
+        let access = self.sh.access_for(cp).await?;
         let (provider, hosts) = (&self.sh.provider, &self.sh.hosts);
         let mut observed =
             crate::observe_on(provider, hosts, view, kind, &access.etcd, &machines).await;
-        let name = cp.name.clone();
-        let recorded = self
-            .sh
-            .store
-            .call("read the snapshots", move |s| {
-                crate::Recorded::read(s, &name)
-            })
-            .await?;
         crate::complete(recorded, provider, cp, &mut observed);
         // After a start, what the file holds is what is published.
         if self.st.last_endpoints.is_none() {
@@ -525,20 +520,11 @@ impl Reconciler {
         Some(synced)
     }
 
-    /// For a start of a machine whose process ran before: a planned restart (quorum
-    /// stopped it: its own stop ends in SIGKILL once etcd has closed its data, which
-    /// is no news), or how that process ended (`killed by signal 9`), from the files the
-    /// provider keeps beside its data. Read before the start, which takes both. On hosts
-    /// the agent keeps it (`quorum host list -o json`).
+    /// For a start of a machine whose process ran before: why it stopped, as its
+    /// provider knows (`MachineProvider::why_it_stopped`).
     fn why_it_stopped(&self, cp: &ControlPlane, action: &Action) -> Option<String> {
         match action {
-            Action::StartMachine { machine, .. } if cp.spec.provider.is_local() => {
-                if self.sh.provider.stop_was_requested(machine) {
-                    return Some("a planned restart: quorum stopped it".into());
-                }
-                let why = self.sh.provider.last_exit(machine)?;
-                Some(format!("its process had ended: {why}"))
-            }
+            Action::StartMachine { machine, .. } => self.machines_of(cp).why_it_stopped(machine),
             _ => None,
         }
     }

@@ -10,9 +10,11 @@
 //! membership; it starts, stops, observes and deletes processes and directories.
 
 pub mod data;
+pub mod machines;
 pub mod management;
 
 pub use data::{DataDirState, LOG_TAIL_BYTES, MARKER_FILE, STARTS_KEPT, UNREADABLE_MARKER};
+pub use machines::{MachineError, MachineProvider};
 
 use quorum_core::{ClusterState, DataMarker, InitialMember, Machine, ProcessState, Version};
 use std::fs;
