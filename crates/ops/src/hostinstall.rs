@@ -90,7 +90,7 @@ pub async fn install(
         req.known_hosts.display()
     ));
     let ssh = Session::connect(&req.target, &req.key, &req.known_hosts).await?;
-    let probe = probe(&ssh, req).await?;
+    let probe = probe_host(&ssh, req).await?;
     let systemd = probe.systemd && probe.root;
     let probe_ms = ms(t);
 
@@ -155,7 +155,7 @@ fn host_address(req: &InstallHost, existing: Option<&HostRecord>) -> Result<IpAd
 
 /// Probes the host (nothing written): what it runs and has, refused unless it is of
 /// this binary's architecture.
-async fn probe(ssh: &Session, req: &InstallHost) -> Result<plan::Probe> {
+async fn probe_host(ssh: &Session, req: &InstallHost) -> Result<plan::Probe> {
     let probe = ssh
         .run(
             "the probe",
