@@ -108,6 +108,22 @@ pub fn sha256_file(path: &std::path::Path) -> Result<String, crate::BackupError>
     }
 }
 
+/// Refuses a snapshot file whose SHA-256 is not the one recorded when it was taken.
+pub(crate) fn check_unchanged(
+    rec: &quorum_core::SnapshotRecord,
+    file: &std::path::Path,
+) -> Result<(), crate::BackupError> {
+    let sha = sha256_file(file)?;
+    if sha != rec.sha256 {
+        return Err(crate::BackupError::Facts(format!(
+            "{} changed since it was taken: its sha256 is {sha}, the record says {}",
+            file.display(),
+            rec.sha256
+        )));
+    }
+    Ok(())
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }

@@ -11,7 +11,7 @@
 //! from the peer URLs and the token, so the new cluster can never be taken for the old
 //! one, nor an old member for one of its own.
 
-use crate::{sha256_file, BackupError};
+use crate::BackupError;
 use quorum_core::SnapshotRecord;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -82,24 +82,40 @@ pub async fn restore_seed(req: &SeedRequest<'_>) -> Result<Seeded, BackupError> 
             took_ms: 0,
         });
     }
-    let sha = sha256_file(req.file)?;
-    if sha != req.rec.sha256 {
-        return Err(BackupError::Facts(format!(
-            "{} changed since it was taken: its sha256 is {sha}, the record says {}",
-            req.file.display(),
-            req.rec.sha256
-        )));
-    }
+    crate::digest::check_unchanged(req.rec, req.file)?;
     let staging = restoring_dir(req.data_dir);
-    remove_if_present(&staging)?;
+    clear_the_way(req.data_dir, &staging)?;
+    let bumped = supports_revision_bump(req.tool).await;
+    restore_into(req, &staging, bumped).await?;
+    std::fs::rename(&staging, req.data_dir).map_err(|e| store_error(req.data_dir, e))?;
+    Ok(Seeded {
+        bumped,
+        already: false,
+        took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+/// Removes what is in the way of a restore into `data_dir` through `staging` (an
+/// earlier restore's staging, an empty data directory), and makes its parent.
+fn clear_the_way(data_dir: &Path, staging: &Path) -> Result<(), BackupError> {
+    remove_if_present(staging)?;
     // An empty data directory (made by anything but a restore) is in the rename's way.
-    if req.data_dir.is_dir() {
-        std::fs::remove_dir(req.data_dir).map_err(|e| store_error(req.data_dir, e))?;
+    if data_dir.is_dir() {
+        std::fs::remove_dir(data_dir).map_err(|e| store_error(data_dir, e))?;
     }
-    if let Some(parent) = req.data_dir.parent() {
+    if let Some(parent) = data_dir.parent() {
         quorum_pki::create_private_dir(parent).map_err(|e| store_error(parent, e))?;
     }
-    let bumped = supports_revision_bump(req.tool).await;
+    Ok(())
+}
+
+/// Restores the snapshot into `staging` as the one member of a new cluster (revisions
+/// moved on if `bumped`), and checks that it left member data there.
+async fn restore_into(
+    req: &SeedRequest<'_>,
+    staging: &Path,
+    bumped: bool,
+) -> Result<(), BackupError> {
     let mut cmd = tokio::process::Command::new(req.tool);
     cmd.args(["snapshot", "restore"])
         .arg(req.file)
@@ -127,7 +143,7 @@ pub async fn restore_seed(req: &SeedRequest<'_>) -> Result<Seeded, BackupError> 
         .map_err(|e| tool_error(format!("running {}: {e}", req.tool.display())))?;
     if !out.status.success() {
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let _ = std::fs::remove_dir_all(&staging);
+        let _ = std::fs::remove_dir_all(staging);
         return Err(tool_error(format!(
             "restore of {} failed ({}): {}",
             req.rec.id,
@@ -142,12 +158,7 @@ pub async fn restore_seed(req: &SeedRequest<'_>) -> Result<Seeded, BackupError> 
             staging.display()
         )));
     }
-    std::fs::rename(&staging, req.data_dir).map_err(|e| store_error(req.data_dir, e))?;
-    Ok(Seeded {
-        bumped,
-        already: false,
-        took_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
-    })
+    Ok(())
 }
 
 /// Where a restore into `data_dir` is written before it is renamed into place.

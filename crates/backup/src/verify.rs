@@ -3,7 +3,7 @@
 //! throwaway single member on a private loopback address, and read back (its revision
 //! must be the recorded one; its keys are counted), then stopped and removed.
 
-use crate::{sha256_file, BackupError};
+use crate::BackupError;
 use etcd_client::{Client, ConnectOptions, GetOptions};
 use quorum_core::{SnapshotRecord, Verification, Version};
 use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
@@ -90,14 +90,7 @@ async fn restore_and_read(
     etcd: &Path,
     scratch_parent: &Path,
 ) -> Result<(i64, u64), BackupError> {
-    let sha = sha256_file(file)?;
-    if sha != rec.sha256 {
-        return Err(BackupError::Facts(format!(
-            "{} changed since it was taken: its sha256 is {sha}, the record says {}",
-            file.display(),
-            rec.sha256
-        )));
-    }
+    crate::digest::check_unchanged(rec, file)?;
     std::fs::create_dir_all(scratch_parent).map_err(|e| scratch_error(scratch_parent, e))?;
     let scratch = tempfile::Builder::new()
         .prefix(".verify-")
@@ -107,6 +100,28 @@ async fn restore_and_read(
     let data = scratch.path().join("data");
     let peer = format!("http://{addr}:{}", quorum_core::PEER_PORT);
     let client = format!("http://{addr}:{}", quorum_core::CLIENT_PORT);
+    restore(tool, file, &data, &peer).await?;
+    let mut member = start_member(etcd, scratch.path(), &data, &peer, &client)?;
+    let read = read_back(&client, &mut member.0).await;
+    drop(member);
+    let (revision, keys) = read.map_err(|e| {
+        let log = std::fs::read_to_string(scratch.path().join("etcd.log")).unwrap_or_default();
+        let last = log.lines().last().unwrap_or("").to_string();
+        tool_error(format!("the restored member: {e} (its log: {last})"))
+    })?;
+    // A keyspace never written to is at revision 0 in the file and 1 once served.
+    if revision != rec.facts.revision.max(1) {
+        return Err(BackupError::Facts(format!(
+            "the restored member is at revision {revision}, the snapshot's facts say {}",
+            rec.facts.revision
+        )));
+    }
+    Ok((revision, keys))
+}
+
+/// Restores the snapshot `file` into `data` with `tool`, as a one-member cluster whose
+/// member listens for peers on `peer`.
+async fn restore(tool: &Path, file: &Path, data: &Path, peer: &str) -> Result<(), BackupError> {
     let mut restore = tokio::process::Command::new(tool);
     restore
         .args(["snapshot", "restore"])
@@ -130,8 +145,20 @@ async fn restore_and_read(
             stderr.trim().lines().last().unwrap_or("no message")
         )));
     }
-    let log = std::fs::File::create(scratch.path().join("etcd.log"))
-        .map_err(|e| scratch_error(scratch.path(), e))?;
+    Ok(())
+}
+
+/// Starts the throwaway member on the restored `data`, its standard error to
+/// `etcd.log` in `scratch`.
+fn start_member(
+    etcd: &Path,
+    scratch: &Path,
+    data: &Path,
+    peer: &str,
+    client: &str,
+) -> Result<Throwaway, BackupError> {
+    let log =
+        std::fs::File::create(scratch.join("etcd.log")).map_err(|e| scratch_error(scratch, e))?;
     let mut cmd = Command::new(etcd);
     die_with_parent(&mut cmd);
     let child = cmd
@@ -145,22 +172,7 @@ async fn restore_and_read(
         .stderr(log)
         .spawn()
         .map_err(|e| tool_error(format!("starting {}: {e}", etcd.display())))?;
-    let mut member = Throwaway(child);
-    let read = read_back(&client, &mut member.0).await;
-    drop(member);
-    let (revision, keys) = read.map_err(|e| {
-        let log = std::fs::read_to_string(scratch.path().join("etcd.log")).unwrap_or_default();
-        let last = log.lines().last().unwrap_or("").to_string();
-        tool_error(format!("the restored member: {e} (its log: {last})"))
-    })?;
-    // A keyspace never written to is at revision 0 in the file and 1 once served.
-    if revision != rec.facts.revision.max(1) {
-        return Err(BackupError::Facts(format!(
-            "the restored member is at revision {revision}, the snapshot's facts say {}",
-            rec.facts.revision
-        )));
-    }
-    Ok((revision, keys))
+    Ok(Throwaway(child))
 }
 
 /// The throwaway member dies with the process that started it: a controller killed

@@ -210,6 +210,21 @@ pub fn start_controller(home: &Path, stop: Arc<AtomicBool>) -> Result<std::threa
 
 async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     let mut ctx = Ctx::open(&Place::embedded(home))?;
+    let strategy = create_step(&mut ctx, args).await?;
+    let (tls, values) = write_step(&ctx, args).await?;
+    let (after, total) = upgrade_step(&mut ctx, args, strategy).await?;
+
+    println!("\n== 4. verify");
+    verify(&ctx, args, tls.as_ref(), &values).await?;
+
+    let events = ctx.store.events_after(NAME, after, 10_000)?;
+    print_report(&events, total);
+    Ok(())
+}
+
+/// Step 1: creates the control plane (in place when no host is spare for a
+/// replacement) and follows it until it converged; the rollout strategy it got.
+async fn create_step(ctx: &mut Ctx, args: &DemoArgs) -> Result<quorum_core::Strategy> {
     let mut spec = args.rollout.initial_spec();
     if !args.rollout.hosts_allow_replacement() {
         // One member per host: with no spare host, each member is upgraded where it is.
@@ -225,7 +240,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     );
     let t_create = Instant::now();
     let strategy = spec.rollout.strategy;
-    create(&mut ctx, NAME, spec, false)?;
+    create(ctx, NAME, spec, false)?;
     ctx.follow(
         NAME,
         wait::Goal::Converged,
@@ -235,7 +250,15 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     )
     .await?;
     println!("created in {:.1}s", t_create.elapsed().as_secs_f64());
+    Ok(strategy)
+}
 
+/// Step 2: writes the keys through the published endpoints; the clients' credentials
+/// and what was written.
+async fn write_step(
+    ctx: &Ctx,
+    args: &DemoArgs,
+) -> Result<(Option<ClientTls>, Vec<(String, String)>)> {
     let cp = ctx.store.get_control_plane(NAME)?;
     let s = ctx.live(&cp).await?;
     println!(
@@ -251,7 +274,16 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         args.keys,
         t_write.elapsed().as_secs_f64()
     );
+    Ok((tls, values))
+}
 
+/// Step 3: upgrades to the new version and follows the rollout until it converged; the
+/// last event before it, and how long it took.
+async fn upgrade_step(
+    ctx: &mut Ctx,
+    args: &DemoArgs,
+    strategy: quorum_core::Strategy,
+) -> Result<(i64, Duration)> {
     let how = match strategy {
         quorum_core::Strategy::InPlace => {
             "in place: each member restarted on the new binary with its data (no spare host for a replacement)"
@@ -261,7 +293,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
     println!("\n== 3. upgrade to etcd {}, {how}", args.rollout.to);
     let after = ctx.store.last_event_id(NAME)?;
     let t_up = Instant::now();
-    change(&mut ctx, NAME, false, |s| ControlPlaneSpec {
+    change(ctx, NAME, false, |s| ControlPlaneSpec {
         version: args.rollout.to,
         ..s.clone()
     })
@@ -274,14 +306,7 @@ async fn body(home: &Path, args: &DemoArgs) -> Result<()> {
         now_ms(),
     )
     .await?;
-    let total = t_up.elapsed();
-
-    println!("\n== 4. verify");
-    verify(&ctx, args, tls.as_ref(), &values).await?;
-
-    let events = ctx.store.events_after(NAME, after, 10_000)?;
-    print_report(&events, total);
-    Ok(())
+    Ok((after, t_up.elapsed()))
 }
 
 /// Every key reads back intact, every member runs the new version, and the cluster

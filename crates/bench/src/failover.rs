@@ -187,39 +187,63 @@ fn measure((runs, lease_ttl, replicas): (u32, Duration, u32), fleet: &mut Fleet)
     for run in 1..=runs {
         // Every replica is up and the standbys are standing by before the kill.
         wait_standbys(fleet, replicas as usize, &leader)?;
-        let idx = fleet
-            .replicas
-            .iter()
-            .position(|r| r.id == leader)
-            .ok_or_else(|| anyhow!("the leader {leader:?} is not one of ours"))?;
-        // Kill at a random moment of the lease's renewal cycle, once the leader has
-        // renewed at least once (right after a takeover its lease is fresh, which
-        // would measure only the worst case).
-        let phase_ms = phase_ms(run, lease_ttl);
-        std::thread::sleep(Duration::from_millis(phase_ms));
-        let killed_at_ms = now_ms();
-        let killed = Instant::now();
-        fleet.replicas[idx].child.kill()?;
-        fleet.replicas[idx].child.wait()?;
-        let new = wait_new_leader(&store, Some(&leader), killed, &fleet.stop)?;
-        let beat = store
-            .last_controller_heartbeat()?
-            .ok_or_else(|| anyhow!("no heartbeat after the takeover"))?;
-        if beat.identity != new {
-            bail!("the heartbeat is {:?}'s, the leader {new:?}", beat.identity);
-        }
-        let ms = beat.at_ms - killed_at_ms;
+        let (new, ms) = kill_leader(fleet, &store, &leader, run, lease_ttl)?;
         eprintln!("run {run:>3}: {leader} killed, {new} led after {ms} ms");
         takeovers_ms.push(ms);
         // The killed replica comes back as a standby.
-        let id = fleet.replicas[idx].id.clone();
-        fleet.replicas[idx] = fleet.spawn(&id, &url, lease_ttl)?;
+        restart(fleet, &leader, &url, lease_ttl)?;
         leader = new;
     }
     Ok(Report {
         version: version.to_string(),
         takeovers_ms,
     })
+}
+
+/// Kills the replica that leads (`leader`) at a moment of its lease's renewal cycle
+/// that varies with `run`, and waits for another to take over; the new leader, and
+/// the milliseconds from the kill to its first heartbeat.
+fn kill_leader(
+    fleet: &mut Fleet,
+    store: &Store,
+    leader: &str,
+    run: u32,
+    lease_ttl: Duration,
+) -> Result<(String, i64)> {
+    let idx = replica_index(fleet, leader)?;
+    // Kill at a random moment of the lease's renewal cycle, once the leader has
+    // renewed at least once (right after a takeover its lease is fresh, which
+    // would measure only the worst case).
+    let phase_ms = phase_ms(run, lease_ttl);
+    std::thread::sleep(Duration::from_millis(phase_ms));
+    let killed_at_ms = now_ms();
+    let killed = Instant::now();
+    fleet.replicas[idx].child.kill()?;
+    fleet.replicas[idx].child.wait()?;
+    let new = wait_new_leader(store, Some(leader), killed, &fleet.stop)?;
+    let beat = store
+        .last_controller_heartbeat()?
+        .ok_or_else(|| anyhow!("no heartbeat after the takeover"))?;
+    if beat.identity != new {
+        bail!("the heartbeat is {:?}'s, the leader {new:?}", beat.identity);
+    }
+    Ok((new, beat.at_ms - killed_at_ms))
+}
+
+/// Starts the replica `id` again (after its kill), as a standby.
+fn restart(fleet: &mut Fleet, id: &str, url: &str, lease_ttl: Duration) -> Result<()> {
+    let idx = replica_index(fleet, id)?;
+    fleet.replicas[idx] = fleet.spawn(id, url, lease_ttl)?;
+    Ok(())
+}
+
+/// Where replica `id` is in the fleet.
+fn replica_index(fleet: &Fleet, id: &str) -> Result<usize> {
+    fleet
+        .replicas
+        .iter()
+        .position(|r| r.id == id)
+        .ok_or_else(|| anyhow!("the leader {id:?} is not one of ours"))
 }
 
 /// A delay in `[ttl/3, ttl)` that varies from run to run (splitmix64 of the run and

@@ -140,58 +140,36 @@ pub struct ControllerFigures {
 }
 
 pub async fn run(args: FleetArgs) -> Result<()> {
-    let etcd_dir = default_etcd_dir();
-    let installed = installed_versions(&etcd_dir);
-    let from: Version = args.from.parse()?;
-    let to: Version = args.to.parse()?;
-    for v in [from, to] {
-        if !installed.contains(&v) {
-            bail!(
-                "etcd {v} is not installed in {} (see `quorum versions`; scripts/install.sh installs 3.4.23, 3.5.0 and 3.5.1)",
-                etcd_dir.display()
-            );
-        }
-    }
-    quorum_core::check_version_change(from, None, to, false)
-        .map_err(|e| anyhow!("--from {from} --to {to}: {e}"))?;
-    if args.members.is_multiple_of(2) {
-        bail!(
-            "--members {}: an even member count tolerates no more failures than one fewer; use an odd count",
-            args.members
-        );
-    }
-    let shards = match (args.shards, args.replicas) {
-        (Some(n), 1) if n > 1 => bail!(
-            "--shards {n} needs --replicas 2 or more (sharding needs a management etcd, which \
-             this bench starts only for several replicas)"
-        ),
-        (Some(n), _) => n,
-        (None, 1) => 1,
-        (None, r) => 3 * r,
-    };
+    let plan = Plan::of(&args)?;
     let dir = std::env::temp_dir().join(format!(
         "quorum-bench-fleet-{}-{}",
         std::process::id(),
         now_ms()
     ));
     quorum_pki::create_private_dir(&dir)?;
+    let outcome = measure_on_own_thread(plan, &dir).await;
+    if args.keep {
+        eprintln!("kept {}", dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let report = outcome?;
+    if args.output == "json" {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    Ok(())
+}
+
+/// Measures `plan` in `dir` until it ends or a signal (Ctrl-C, SIGTERM) stops it.
+async fn measure_on_own_thread(plan: Plan, dir: &std::path::Path) -> Result<Report> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let stop = Arc::new(AtomicBool::new(false));
     // The measurement blocks (process waits, store calls): it runs on a thread of its
     // own that owns everything it starts, so a signal only has to ask it to stop.
     let (tx, rx) = tokio::sync::oneshot::channel();
-    let (d2, s2) = (dir.clone(), stop.clone());
-    let plan = Plan {
-        n: args.control_planes,
-        members: args.members,
-        from,
-        to,
-        replicas: args.replicas,
-        shards,
-        concurrency: args.concurrency,
-        timeout: args.timeout,
-        quiet: args.output == "json",
-    };
+    let (d2, s2) = (dir.to_path_buf(), stop.clone());
     let worker = std::thread::spawn(move || {
         let mut started = Started {
             dir: d2,
@@ -210,18 +188,7 @@ pub async fn run(args: FleetArgs) -> Result<()> {
     };
     stop.store(true, Ordering::Relaxed);
     let _ = tokio::task::spawn_blocking(move || worker.join()).await;
-    if args.keep {
-        eprintln!("kept {}", dir.display());
-    } else {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-    let report = outcome?;
-    if args.output == "json" {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print_table(&report);
-    }
-    Ok(())
+    outcome
 }
 
 struct Plan {
@@ -236,6 +203,54 @@ struct Plan {
     quiet: bool,
 }
 
+impl Plan {
+    /// The run `args` ask for, refused before anything starts: both versions installed,
+    /// a version change the rules allow, an odd member count, shards only with several
+    /// replicas (default: 3 per replica).
+    fn of(args: &FleetArgs) -> Result<Plan> {
+        let etcd_dir = default_etcd_dir();
+        let installed = installed_versions(&etcd_dir);
+        let from: Version = args.from.parse()?;
+        let to: Version = args.to.parse()?;
+        for v in [from, to] {
+            if !installed.contains(&v) {
+                bail!(
+                    "etcd {v} is not installed in {} (see `quorum versions`; scripts/install.sh installs 3.4.23, 3.5.0 and 3.5.1)",
+                    etcd_dir.display()
+                );
+            }
+        }
+        quorum_core::check_version_change(from, None, to, false)
+            .map_err(|e| anyhow!("--from {from} --to {to}: {e}"))?;
+        if args.members.is_multiple_of(2) {
+            bail!(
+                "--members {}: an even member count tolerates no more failures than one fewer; use an odd count",
+                args.members
+            );
+        }
+        let shards = match (args.shards, args.replicas) {
+            (Some(n), 1) if n > 1 => bail!(
+                "--shards {n} needs --replicas 2 or more (sharding needs a management etcd, which \
+                 this bench starts only for several replicas)"
+            ),
+            (Some(n), _) => n,
+            (None, 1) => 1,
+            (None, r) => 3 * r,
+        };
+        Ok(Plan {
+            n: args.control_planes,
+            members: args.members,
+            from,
+            to,
+            replicas: args.replicas,
+            shards,
+            concurrency: args.concurrency,
+            timeout: args.timeout,
+            quiet: args.output == "json",
+        })
+    }
+}
+
 fn say(plan: &Plan, line: &str) {
     if !plan.quiet {
         eprintln!("{line}");
@@ -247,30 +262,7 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
         .enable_all()
         .build()?;
     let home = started.dir.join("home");
-    let location = if plan.replicas > 1 {
-        let version = *installed_versions(&default_etcd_dir())
-            .iter()
-            .max()
-            .ok_or_else(|| anyhow!("no etcd installed; run scripts/install.sh"))?;
-        // A loopback /24 of our own, away from 127.0.x.x and from the machines' subnets.
-        let x = (std::process::id() as u64 ^ now_ms() as u64).wrapping_mul(2_654_435_761);
-        let (a, b) = (16 + (x >> 24) % 200, (x >> 8) % 250);
-        let addrs: Vec<Ipv4Addr> = (252..=254)
-            .map(|d| Ipv4Addr::new(127, a as u8, b as u8, d))
-            .collect();
-        let mgmt = ManagementEtcd::start(
-            &started.dir.join("mgmt"),
-            &default_etcd_dir(),
-            version,
-            &addrs,
-        )?;
-        let url = mgmt.store_url("quorum");
-        started.mgmt = Some(mgmt);
-        say(plan, &format!("management etcd {version}: {url}"));
-        StoreLocation::parse(&url, None).map_err(|e| anyhow!(e))?
-    } else {
-        StoreLocation::Embedded
-    };
+    let location = store_location(plan, started)?;
     let at = Place {
         home: home.clone(),
         store: location.clone(),
@@ -284,6 +276,75 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
         started.replicas.push(r);
     }
     let names: Vec<String> = (1..=plan.n).map(|i| format!("fleet-{i:03}")).collect();
+    let create_wall_ms = create_fleet(plan, started, &mut ctx, &names)?;
+
+    for r in &mut started.replicas {
+        r.cpu_ticks_at_upgrade = cpu_ticks(r.child.id());
+    }
+    let before_event: HashMap<String, i64> = names
+        .iter()
+        .map(|n| Ok((n.clone(), ctx.store.last_event_id(n)?)))
+        .collect::<Result<_>>()?;
+    let t_rollout = Instant::now();
+    let took = upgrade_fleet(plan, started, &rt, &mut ctx, &names)?;
+    let rollout_wall_ms = t_rollout.elapsed().as_millis() as u64;
+    let share = shares(&ctx.store, &names, &before_event)?;
+    let report = Report {
+        control_planes: plan.n,
+        members: plan.members,
+        replicas: plan.replicas,
+        shards: plan.shards,
+        concurrency: plan.concurrency,
+        from: plan.from.to_string(),
+        to: plan.to.to_string(),
+        create_wall_ms,
+        rollout_wall_ms,
+        rollout_p50_ms: percentile(&took, 50),
+        rollout_p99_ms: percentile(&took, 99),
+        rollout_max_ms: took.last().copied().unwrap_or(0),
+        controllers: controller_figures(started, &share),
+    };
+    say(plan, "deleting the fleet");
+    teardown(&mut ctx, &names, &started.stop)?;
+    Ok(report)
+}
+
+/// Where the controllers keep their state: the embedded store for one replica; for
+/// several, a management etcd started on a loopback /24 of the run's own.
+fn store_location(plan: &Plan, started: &mut Started) -> Result<StoreLocation> {
+    if plan.replicas <= 1 {
+        return Ok(StoreLocation::Embedded);
+    }
+    let version = *installed_versions(&default_etcd_dir())
+        .iter()
+        .max()
+        .ok_or_else(|| anyhow!("no etcd installed; run scripts/install.sh"))?;
+    // A loopback /24 of our own, away from 127.0.x.x and from the machines' subnets.
+    let x = (std::process::id() as u64 ^ now_ms() as u64).wrapping_mul(2_654_435_761);
+    let (a, b) = (16 + (x >> 24) % 200, (x >> 8) % 250);
+    let addrs: Vec<Ipv4Addr> = (252..=254)
+        .map(|d| Ipv4Addr::new(127, a as u8, b as u8, d))
+        .collect();
+    let mgmt = ManagementEtcd::start(
+        &started.dir.join("mgmt"),
+        &default_etcd_dir(),
+        version,
+        &addrs,
+    )?;
+    let url = mgmt.store_url("quorum");
+    started.mgmt = Some(mgmt);
+    say(plan, &format!("management etcd {version}: {url}"));
+    StoreLocation::parse(&url, None).map_err(|e| anyhow!(e))
+}
+
+/// Creates the control planes `names` and waits until every one converged; the wall
+/// time it took.
+fn create_fleet(
+    plan: &Plan,
+    started: &mut Started,
+    ctx: &mut Ctx,
+    names: &[String],
+) -> Result<u64> {
     say(
         plan,
         &format!(
@@ -299,8 +360,8 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
         ),
     );
     let t_create = Instant::now();
-    for name in &names {
-        quorum_ops::create(&mut ctx, name, spec(plan), false)?;
+    for name in names {
+        quorum_ops::create(ctx, name, spec(plan), false)?;
     }
     let requested: HashMap<String, i64> = names.iter().map(|n| (n.clone(), 0)).collect();
     wait_all(plan, started, &ctx.store, &requested, plan.from)?;
@@ -313,24 +374,27 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
             plan.to
         ),
     );
+    Ok(create_wall_ms)
+}
 
-    for r in &mut started.replicas {
-        r.cpu_ticks_at_upgrade = cpu_ticks(r.child.id());
-    }
-    let before_event: HashMap<String, i64> = names
-        .iter()
-        .map(|n| Ok((n.clone(), ctx.store.last_event_id(n)?)))
-        .collect::<Result<_>>()?;
-    let t_rollout = Instant::now();
+/// Upgrades every control plane of `names` at once and waits until every one is at
+/// the new version; how long each took from its upgrade's record, shortest first.
+fn upgrade_fleet(
+    plan: &Plan,
+    started: &mut Started,
+    rt: &tokio::runtime::Runtime,
+    ctx: &mut Ctx,
+    names: &[String],
+) -> Result<Vec<u64>> {
     let mut requested = HashMap::new();
-    for name in &names {
+    for name in names {
         let opts = ChangeOptions {
             no_snapshot: true,
             ..ChangeOptions::default()
         };
         let to = plan.to;
         requested.insert(name.clone(), now_ms());
-        rt.block_on(quorum_ops::change_with(&mut ctx, name, opts, |s| {
+        rt.block_on(quorum_ops::change_with(ctx, name, opts, |s| {
             ControlPlaneSpec {
                 version: to,
                 ..s.clone()
@@ -339,14 +403,21 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
         .with_context(|| format!("upgrading {name}"))?;
     }
     let done_ms = wait_all(plan, started, &ctx.store, &requested, plan.to)?;
-    let rollout_wall_ms = t_rollout.elapsed().as_millis() as u64;
     let mut took: Vec<u64> = names
         .iter()
         .map(|n| (done_ms[n] - requested[n]).max(0) as u64)
         .collect();
     took.sort_unstable();
-    let share = shares(&ctx.store, &names, &before_event)?;
-    let controllers = started
+    Ok(took)
+}
+
+/// Each controller's figures since the upgrade began, with the control planes whose
+/// steps it recorded (`share`).
+fn controller_figures(
+    started: &Started,
+    share: &BTreeMap<String, usize>,
+) -> Vec<ControllerFigures> {
+    started
         .replicas
         .iter()
         .map(|r| ControllerFigures {
@@ -358,25 +429,7 @@ fn measure(plan: &Plan, started: &mut Started) -> Result<Report> {
             peak_fds: r.peak_fds,
             control_planes: share.get(&r.id).copied().unwrap_or(0),
         })
-        .collect();
-    let report = Report {
-        control_planes: plan.n,
-        members: plan.members,
-        replicas: plan.replicas,
-        shards: plan.shards,
-        concurrency: plan.concurrency,
-        from: plan.from.to_string(),
-        to: plan.to.to_string(),
-        create_wall_ms,
-        rollout_wall_ms,
-        rollout_p50_ms: percentile(&took, 50),
-        rollout_p99_ms: percentile(&took, 99),
-        rollout_max_ms: took.last().copied().unwrap_or(0),
-        controllers,
-    };
-    say(plan, "deleting the fleet");
-    teardown(&mut ctx, &names, &started.stop)?;
-    Ok(report)
+        .collect()
 }
 
 fn spec(plan: &Plan) -> ControlPlaneSpec {

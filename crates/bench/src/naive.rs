@@ -12,10 +12,12 @@ use anyhow::{bail, Context, Result};
 use etcd_client::Client;
 use quorum_clock::now_ms;
 use quorum_clock::now_unix_s;
+use quorum_controller::access::Access;
 use quorum_controller::address_is_free;
 use quorum_controller::balancer::LbTls;
 use quorum_core::{
-    ActionKind, ClusterState, EtcdCall, GrpcCode, InitialMember, Machine, Refusal, Verdict, Version,
+    ActionKind, ClusterState, ControlPlane, EtcdCall, GrpcCode, InitialMember, Machine, Refusal,
+    Verdict, Version,
 };
 use quorum_etcd::ClientTls;
 use quorum_haproxy::RuntimeApi;
@@ -59,17 +61,12 @@ pub async fn rollout(
 ) -> Result<Vec<Step>> {
     let control_plane = ctx.store.get_control_plane(cp)?;
     let access = ctx.access(&control_plane)?;
-    let tls = access.client.clone();
-    let tls = tls.as_ref();
-    let mut steps = Vec::new();
-    let mut step = |kind: StepKind, machine: &str, message: String| {
-        steps.push(Step {
-            at_ms: now_ms() - t0_ms,
-            kind,
-            machine: Some(machine.to_string()),
-            message,
-            took_ms: None,
-        })
+    let mut script = Script {
+        cp: &control_plane,
+        access: &access,
+        clients,
+        t0_ms,
+        steps: Vec::new(),
     };
     let mut old: Vec<Machine> = ctx
         .store
@@ -85,20 +82,88 @@ pub async fn rollout(
             .iter()
             .map(Machine::client_url)
             .collect();
-        let mut client = connect(&endpoints, tls).await?;
-        let certificates = &control_plane.spec.certificates;
-        let not_after = access
+        let mut client = connect(&endpoints, script.tls()).await?;
+        let new = script.add_new(ctx, &mut client, to).await?;
+        script.remove_old(ctx, &mut client, &new, &o).await?;
+    }
+    Ok(script.steps)
+}
+
+/// What the script keeps while it rolls: the control plane, how to reach it, where it
+/// tells clients, and the steps it took.
+struct Script<'a> {
+    cp: &'a ControlPlane,
+    access: &'a Access,
+    clients: &'a Clients,
+    /// The steps' times count from it.
+    t0_ms: i64,
+    steps: Vec<Step>,
+}
+
+impl Script<'_> {
+    fn tls(&self) -> Option<&ClientTls> {
+        self.access.client.as_ref()
+    }
+
+    /// Records a step on `machine`, at the time now.
+    fn step(&mut self, kind: StepKind, machine: &str, message: String) {
+        self.steps.push(Step {
+            at_ms: now_ms() - self.t0_ms,
+            kind,
+            machine: Some(machine.to_string()),
+            message,
+            took_ms: None,
+        })
+    }
+
+    /// A new machine at `to`: added as a voter, started, handed to the clients at
+    /// once, and answering.
+    async fn add_new(
+        &mut self,
+        ctx: &mut Ctx,
+        client: &mut Client,
+        to: Version,
+    ) -> Result<Machine> {
+        let cp = &self.cp.name;
+        let certificates = &self.cp.spec.certificates;
+        let not_after = self
+            .access
             .ca()
             .map(|ca| certificates.not_after_unix_s(now_unix_s(), ca.not_after_unix_s()));
         let new = ctx
             .store
             .allocate_machine(cp, false, to, not_after, None, &address_is_free)?;
-        let add = add_voter(&mut client, &new).await?;
-        step(
+        let add = add_voter(client, &new).await?;
+        self.step(
             StepKind::AddVoter,
             &new.name,
             format!("added {} as a voter", new.name),
         );
+        self.start(ctx, &new, &add, not_after)?;
+        self.step(
+            StepKind::Action(ActionKind::StartMachine),
+            &new.name,
+            format!("started {}", new.name),
+        );
+        add_to_clients(self.clients, &new)?;
+        self.step(
+            StepKind::AddEndpoint,
+            &new.name,
+            format!("clients may use {} at once", new.name),
+        );
+        wait_answers(&self.access.etcd, &new).await?;
+        Ok(new)
+    }
+
+    /// Starts the new machine into the cluster its add answered with (`add`), with
+    /// certificates valid until `not_after` for a TLS control plane.
+    fn start(
+        &self,
+        ctx: &Ctx,
+        new: &Machine,
+        add: &[etcd_client::Member],
+        not_after: Option<i64>,
+    ) -> Result<()> {
         let initial: Vec<InitialMember> = add
             .iter()
             .flat_map(|m| {
@@ -113,7 +178,7 @@ pub async fn rollout(
                 })
             })
             .collect();
-        let certs = match (access.ca(), not_after) {
+        let certs = match (self.access.ca(), not_after) {
             (Some(ca), Some(t)) => Some((
                 ca,
                 ca.issue_machine_from(
@@ -127,8 +192,8 @@ pub async fn rollout(
             _ => None,
         };
         ctx.provider.start(&StartRequest {
-            machine: &new,
-            cluster_token: cp,
+            machine: new,
+            cluster_token: &self.cp.name,
             state: ClusterState::Existing,
             initial_cluster: &initial,
             tls: certs.as_ref().map(|(ca, certs)| MachineTls {
@@ -139,18 +204,18 @@ pub async fn rollout(
             expect_marker: None,
             force_new_cluster: false,
         })?;
-        step(
-            StepKind::Action(ActionKind::StartMachine),
-            &new.name,
-            format!("started {}", new.name),
-        );
-        add_to_clients(clients, &new)?;
-        step(
-            StepKind::AddEndpoint,
-            &new.name,
-            format!("clients may use {} at once", new.name),
-        );
-        wait_answers(&access.etcd, &new).await?;
+        Ok(())
+    }
+
+    /// Removes the old machine `o`'s member (through the new member), kills its
+    /// process and deletes it, leaving its address where the clients find it.
+    async fn remove_old(
+        &mut self,
+        ctx: &mut Ctx,
+        client: &mut Client,
+        new: &Machine,
+        o: &Machine,
+    ) -> Result<()> {
         let members = bounded("list members", client.member_list()).await?;
         let id = members
             .members()
@@ -160,7 +225,7 @@ pub async fn rollout(
         if let Some(id) = id {
             // Through any member, and without moving leadership first: if `o` leads,
             // the cluster has no leader until an election ends.
-            let mut c = connect(&[new.client_url()], tls).await?;
+            let mut c = connect(&[new.client_url()], self.tls()).await?;
             let start = Instant::now();
             while let Err(e) = bounded("remove a member", c.member_remove(id)).await {
                 match verdict(EtcdCall::RemoveMember, &e) {
@@ -171,22 +236,22 @@ pub async fn rollout(
                 }
                 tokio::time::sleep(Duration::from_millis(RETRY_MS)).await;
             }
-            step(
+            self.step(
                 StepKind::Action(ActionKind::RemoveMember),
                 &o.name,
                 format!("removed {}'s member", o.name),
             );
         }
         ctx.provider.kill(&o.name)?;
-        step(
+        self.step(
             StepKind::KillMachine,
             &o.name,
             format!("killed {} (SIGKILL)", o.name),
         );
         ctx.provider.delete(&o.name)?;
-        ctx.store.delete_machine(cp, &o.name)?;
+        ctx.store.delete_machine(&self.cp.name, &o.name)?;
+        Ok(())
     }
-    Ok(steps)
 }
 
 /// The core's verdict (the one classifier of etcd's answers) on a call that failed.

@@ -125,7 +125,38 @@ pub(crate) fn print(reports: &[Report]) {
 }
 
 fn print_table(r: &Report) {
-    let mut rows = vec![
+    let mut rows = measured_rows(r);
+    if let Some(p) = &r.preload {
+        rows.push(vec!["preloaded data".into(), preload_line(p)]);
+    }
+    for g in &r.goals {
+        let mark = if g.met { "met" } else { "MISSED" };
+        rows.push(vec![
+            format!("goal {}", g.goal),
+            format!("{mark}: {}", g.measured),
+        ]);
+    }
+    if let Some(line) = haproxy_backend(r) {
+        rows.push(vec!["haproxy backend".into(), line]);
+    }
+    if let Some(p) = &r.patterns {
+        rows.extend(pattern_rows(p));
+    }
+    print!("{}", status::columns(&rows));
+    for (kind, msg) in &r.error_samples {
+        println!("  first '{kind}' failure: {msg}");
+    }
+    if let Some(line) = failures_beside_steps(r) {
+        println!("  {line}");
+    }
+    if let Some(p) = &r.plot {
+        println!("  picture: {}", p.display());
+    }
+}
+
+/// The rows every run has: the workload, what its operations saw, the rollout.
+fn measured_rows(r: &Report) -> Vec<Vec<String>> {
+    vec![
         vec!["workload".to_string(), workload(r)],
         vec!["operations".into(), operations(r)],
         vec![
@@ -164,46 +195,22 @@ fn print_table(r: &Report) {
             },
             new_members(r),
         ],
-    ];
-    if let Some(p) = &r.preload {
-        rows.push(vec![
-            "preloaded data".into(),
-            format!(
-                "{} MiB in {} keys of {} bytes ({} written in {:.1} s); database {:.0} MiB; \
-                 {} keys after the rollout",
-                p.mib,
-                p.keys,
-                p.value_bytes,
-                p.written,
-                p.took_ms as f64 / 1000.0,
-                p.db_size_bytes as f64 / (1024.0 * 1024.0),
-                p.keys_after
-            ),
-        ]);
-    }
-    for g in &r.goals {
-        let mark = if g.met { "met" } else { "MISSED" };
-        rows.push(vec![
-            format!("goal {}", g.goal),
-            format!("{mark}: {}", g.measured),
-        ]);
-    }
-    if let Some(line) = haproxy_backend(r) {
-        rows.push(vec!["haproxy backend".into(), line]);
-    }
-    if let Some(p) = &r.patterns {
-        rows.extend(pattern_rows(p));
-    }
-    print!("{}", status::columns(&rows));
-    for (kind, msg) in &r.error_samples {
-        println!("  first '{kind}' failure: {msg}");
-    }
-    if let Some(line) = failures_beside_steps(r) {
-        println!("  {line}");
-    }
-    if let Some(p) = &r.plot {
-        println!("  picture: {}", p.display());
-    }
+    ]
+}
+
+/// The preloaded data, and how much of it was there after the rollout.
+fn preload_line(p: &crate::preload::Preload) -> String {
+    format!(
+        "{} MiB in {} keys of {} bytes ({} written in {:.1} s); database {:.0} MiB; \
+         {} keys after the rollout",
+        p.mib,
+        p.keys,
+        p.value_bytes,
+        p.written,
+        p.took_ms as f64 / 1000.0,
+        p.db_size_bytes as f64 / (1024.0 * 1024.0),
+        p.keys_after
+    )
 }
 
 /// The watch and lease patterns' rows.
@@ -354,49 +361,9 @@ pub(crate) fn summarize(
     rollout_ms: i64,
     steps: Vec<Step>,
 ) -> Report {
-    let mut failed_by_kind = BTreeMap::new();
-    let mut error_samples = BTreeMap::new();
-    for (kind, msg) in ops.iter().filter_map(|o| o.error.as_ref()) {
-        *failed_by_kind.entry(kind.as_str()).or_insert(0) += 1;
-        error_samples
-            .entry(kind.as_str())
-            .or_insert_with(|| msg.clone());
-    }
-    let mut lat: Vec<f64> = ops
-        .iter()
-        .filter(|o| o.error.is_none())
-        .map(|o| o.latency_us as f64 / 1000.0)
-        .collect();
-    lat.sort_by(|a, b| a.total_cmp(b));
-    // The longest gap between successive successes, counting the run's edges.
-    let mut ends: Vec<i64> = ops
-        .iter()
-        .filter(|o| o.error.is_none())
-        .map(|o| o.end_ms)
-        .collect();
-    ends.sort_unstable();
-    let mut longest = 0;
-    let mut prev = t0;
-    for e in ends.iter().copied().chain(std::iter::once(t1)) {
-        longest = longest.max(e - prev);
-        prev = e;
-    }
+    let (failed_by_kind, error_samples) = failures_by_kind(ops);
+    let lat = success_latencies_ms(ops);
     let failed = ops.iter().filter(|o| o.error.is_some()).count();
-    let mut failures: Vec<Failure> = ops
-        .iter()
-        .filter_map(|o| {
-            let (kind, message) = o.error.as_ref()?;
-            Some(Failure {
-                at_ms: o.start_ms - t0,
-                took_ms: o.latency_us as f64 / 1000.0,
-                write: o.write,
-                kind: kind.as_str(),
-                message: message.clone(),
-            })
-        })
-        .collect();
-    failures.sort_by_key(|f| f.at_ms);
-    failures.truncate(MAX_FAILURES_LISTED);
     Report {
         strategy,
         client_mode,
@@ -414,11 +381,11 @@ pub(crate) fn summarize(
         retried_reads: ops.iter().filter(|o| o.retried).count(),
         failed_by_kind,
         error_samples,
-        failures,
+        failures: first_failures(ops, t0),
         latency_ms_p50: percentile(&lat, 0.50),
         latency_ms_p99: percentile(&lat, 0.99),
         latency_ms_max: lat.last().copied().unwrap_or(0.0),
-        longest_no_success_ms: longest,
+        longest_no_success_ms: longest_no_success_ms(ops, t0, t1),
         acknowledged_writes: acknowledged,
         lost_writes: lost,
         rollout_ms,
@@ -431,6 +398,73 @@ pub(crate) fn summarize(
         preload: None,
         goals: Vec::new(),
     }
+}
+
+/// How many operations failed of each kind, and the first message of each kind.
+fn failures_by_kind(
+    ops: &[Op],
+) -> (
+    BTreeMap<&'static str, usize>,
+    BTreeMap<&'static str, String>,
+) {
+    let mut failed_by_kind = BTreeMap::new();
+    let mut error_samples = BTreeMap::new();
+    for (kind, msg) in ops.iter().filter_map(|o| o.error.as_ref()) {
+        *failed_by_kind.entry(kind.as_str()).or_insert(0) += 1;
+        error_samples
+            .entry(kind.as_str())
+            .or_insert_with(|| msg.clone());
+    }
+    (failed_by_kind, error_samples)
+}
+
+/// The latencies of the operations that succeeded, in milliseconds, lowest first.
+fn success_latencies_ms(ops: &[Op]) -> Vec<f64> {
+    let mut lat: Vec<f64> = ops
+        .iter()
+        .filter(|o| o.error.is_none())
+        .map(|o| o.latency_us as f64 / 1000.0)
+        .collect();
+    lat.sort_by(|a, b| a.total_cmp(b));
+    lat
+}
+
+/// The longest gap between successive successes, counting the run's edges (`t0`,
+/// `t1`).
+fn longest_no_success_ms(ops: &[Op], t0: i64, t1: i64) -> i64 {
+    let mut ends: Vec<i64> = ops
+        .iter()
+        .filter(|o| o.error.is_none())
+        .map(|o| o.end_ms)
+        .collect();
+    ends.sort_unstable();
+    let mut longest = 0;
+    let mut prev = t0;
+    for e in ends.iter().copied().chain(std::iter::once(t1)) {
+        longest = longest.max(e - prev);
+        prev = e;
+    }
+    longest
+}
+
+/// The failed operations in the order they began, the first `MAX_FAILURES_LISTED`.
+fn first_failures(ops: &[Op], t0: i64) -> Vec<Failure> {
+    let mut failures: Vec<Failure> = ops
+        .iter()
+        .filter_map(|o| {
+            let (kind, message) = o.error.as_ref()?;
+            Some(Failure {
+                at_ms: o.start_ms - t0,
+                took_ms: o.latency_us as f64 / 1000.0,
+                write: o.write,
+                kind: kind.as_str(),
+                message: message.clone(),
+            })
+        })
+        .collect();
+    failures.sort_by_key(|f| f.at_ms);
+    failures.truncate(MAX_FAILURES_LISTED);
+    failures
 }
 
 #[cfg(test)]

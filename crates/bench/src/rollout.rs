@@ -464,6 +464,45 @@ async fn client_loop(
 }
 
 pub async fn run(mut args: BenchArgs) -> Result<()> {
+    check_args(&mut args)?;
+    let home =
+        std::env::temp_dir().join(format!("quorum-bench-{}-{}", std::process::id(), now_ms()));
+    // The hosts outlive every run (each run's control plane is placed on them anew);
+    // their join service stops with them.
+    let join_stop = Arc::new(AtomicBool::new(false));
+    let hosts = start_hosts(&home, args.rollout.hosts, &join_stop).await?;
+    let mut reports = Vec::new();
+    let mut result = Ok(());
+    'runs: for strategy in args.strategy.clone() {
+        for mode in args.client_mode.clone() {
+            let name = format!("bench-{}-{}", label(strategy), label(mode));
+            match run_with_controller(&home, &args, &name, strategy, mode).await {
+                Ok(r) => reports.push(r),
+                Err(e) => {
+                    result = Err(e.context(format!("run {name}")));
+                    break 'runs;
+                }
+            }
+        }
+    }
+    join_stop.store(true, Ordering::Relaxed);
+    drop(hosts);
+    demo::kill_leftovers(&home);
+    let _ = std::fs::remove_dir_all(&home);
+    // The runs that finished are reported even when a later one failed.
+    if args.output == "json" {
+        let doc = serde_json::json!({ "runs": reports });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        report::print(&reports);
+    }
+    result?;
+    check_data_kept(&reports)
+}
+
+/// Refuses arguments that cannot run (before anything starts), and puts the strategies
+/// and client modes in run order, once each.
+fn check_args(args: &mut BenchArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&args.write_ratio) {
         bail!(
             "--write-ratio must be between 0 and 1, got {}",
@@ -507,65 +546,57 @@ pub async fn run(mut args: BenchArgs) -> Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("--plot: cannot create {}", dir.display()))?;
     }
-    let home =
-        std::env::temp_dir().join(format!("quorum-bench-{}-{}", std::process::id(), now_ms()));
-    // The hosts outlive every run (each run's control plane is placed on them anew);
-    // their join service stops with them.
-    let join_stop = Arc::new(AtomicBool::new(false));
-    let hosts = match args.rollout.hosts {
-        0 => None,
-        n => {
-            let t = Instant::now();
-            let h = crate::hosts::Hosts::start(&home, n, &join_stop).await?;
-            eprintln!(
-                "bench: {n} hosts ready in {:.1}s",
-                t.elapsed().as_secs_f64()
-            );
-            Some(h)
-        }
+    Ok(())
+}
+
+/// The `n` hosts the runs place their members on (none for 0).
+async fn start_hosts(
+    home: &Path,
+    n: usize,
+    join_stop: &Arc<AtomicBool>,
+) -> Result<Option<crate::hosts::Hosts>> {
+    if n == 0 {
+        return Ok(None);
+    }
+    let t = Instant::now();
+    let h = crate::hosts::Hosts::start(home, n, join_stop).await?;
+    eprintln!(
+        "bench: {n} hosts ready in {:.1}s",
+        t.elapsed().as_secs_f64()
+    );
+    Ok(Some(h))
+}
+
+/// One run (`run_one`) with a controller of its own, then its control plane torn down
+/// and its balancer stopped, whatever the run's end (Ctrl-C included).
+async fn run_with_controller(
+    home: &Path,
+    args: &BenchArgs,
+    name: &str,
+    strategy: Strategy,
+    mode: ClientMode,
+) -> Result<Report> {
+    // A controller per run: it is stopped before the teardown, which acts as the home's
+    // one controller.
+    let stop = Arc::new(AtomicBool::new(false));
+    let controller = demo::start_controller(home, stop.clone())?;
+    // The balancer outlives the control plane's teardown, which drains it.
+    let mut balancer = None;
+    let r = tokio::select! {
+        r = run_one(home, args, name, strategy, mode, &mut balancer) => r,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
     };
-    let mut reports = Vec::new();
-    let mut result = Ok(());
-    'runs: for strategy in args.strategy.clone() {
-        for mode in args.client_mode.clone() {
-            let name = format!("bench-{}-{}", label(strategy), label(mode));
-            // A controller per run: it is stopped before the teardown, which acts as
-            // the home's one controller.
-            let stop = Arc::new(AtomicBool::new(false));
-            let controller = demo::start_controller(&home, stop.clone())?;
-            // The balancer outlives the control plane's teardown, which drains it.
-            let mut balancer = None;
-            let r = tokio::select! {
-                r = run_one(&home, &args, &name, strategy, mode, &mut balancer) => r,
-                _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
-            };
-            stop.store(true, Ordering::Relaxed);
-            let _ = controller.join();
-            let cleanup = teardown(&Place::embedded(&home), &name, None).await;
-            if let Some(mut b) = balancer {
-                b.process.stop();
-            }
-            match r.and_then(|r| cleanup.map(|_| r)) {
-                Ok(r) => reports.push(r),
-                Err(e) => {
-                    result = Err(e.context(format!("run {name}")));
-                    break 'runs;
-                }
-            }
-        }
+    stop.store(true, Ordering::Relaxed);
+    let _ = controller.join();
+    let cleanup = teardown(&Place::embedded(home), name, None).await;
+    if let Some(mut b) = balancer {
+        b.process.stop();
     }
-    join_stop.store(true, Ordering::Relaxed);
-    drop(hosts);
-    demo::kill_leftovers(&home);
-    let _ = std::fs::remove_dir_all(&home);
-    // The runs that finished are reported even when a later one failed.
-    if args.output == "json" {
-        let doc = serde_json::json!({ "runs": reports });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        report::print(&reports);
-    }
-    result?;
+    r.and_then(|r| cleanup.map(|_| r))
+}
+
+/// Fails the bench when a run lost an acknowledged write or a preloaded key.
+fn check_data_kept(reports: &[Report]) -> Result<()> {
     let lost: usize = reports.iter().map(|r| r.lost_writes).sum();
     if lost > 0 {
         bail!("{lost} acknowledged writes were lost");
@@ -599,79 +630,25 @@ async fn run_one(
     ctx.quiet = true;
     let (tls, source) = prepare(&mut ctx, home, args, name, (strategy, mode), balancer).await?;
     let balancer = balancer.as_ref();
-    let mut preloaded = None;
-    if args.preload_mib > 0 {
-        // Straight to the members, not through a balancer.
-        let endpoints = read_endpoints(&endpoints_path(home, name));
-        eprintln!("bench {name}: preloading {} MiB", args.preload_mib);
-        preloaded = Some(preload::preload(&endpoints, tls.as_ref(), args.preload_mib).await?);
-    }
-    // The watch and lease patterns, on the addresses such a client is given: the
-    // control plane's client addresses, the naive script's list, or HAProxy's.
-    let pattern_urls = match (&source, strategy) {
-        (Source::File(_), Strategy::Safe | Strategy::InPlace) => {
-            let cp = ctx.store.get_control_plane(name)?;
-            quorum_core::reach::client_urls(&cp, &ctx.store.machines(name)?)
-        }
-        (s, _) => s.endpoints(),
-    };
+    let mut preloaded = preload_if_asked(home, args, name, tls.as_ref()).await?;
+    let pattern_urls = pattern_urls(&ctx, name, &source, strategy)?;
     let patterns = Patterns::start(&pattern_urls, &connect_options(tls.as_ref()), name);
     let workload = Workload::start(args, &source, &tls, home, name).await;
     let t0 = now_ms();
-    eprintln!(
-        "bench {name}: {} ops/s from {} clients; {} rollout to {} after {:?}",
-        args.rate,
-        args.clients,
-        label(strategy),
-        args.rollout.to,
-        args.settle
-    );
+    say_workload(args, name, strategy);
     tokio::time::sleep(args.settle).await;
     let after = ctx.store.last_event_id(name)?;
     let up_start = now_ms();
-    let to = args.rollout.to;
     let naive_steps = match strategy {
-        Strategy::Safe => {
-            change(&mut ctx, name, false, |s| ControlPlaneSpec {
-                version: to,
-                ..s.clone()
-            })
-            .await?;
-            quiet_wait(&ctx, name, args.rollout.timeout).await?;
-            None
-        }
-        Strategy::InPlace => {
-            // As `quorum upgrade --strategy InPlace`: the strategy changes with the
-            // version, while no rollout runs.
-            change(&mut ctx, name, false, |s| ControlPlaneSpec {
-                version: to,
-                rollout: RolloutStrategy {
-                    strategy: quorum_core::Strategy::InPlace,
-                    ..s.rollout
-                },
-                ..s.clone()
-            })
-            .await?;
-            quiet_wait(&ctx, name, args.rollout.timeout).await?;
-            None
-        }
         Strategy::Naive => {
-            // The controller keeps its hands off: paused, and no longer minding HAProxy.
-            // The bug report's script takes no snapshot either (quorum's strategies
-            // do, and their times include it).
-            let opts = ChangeOptions {
-                no_snapshot: true,
-                ..ChangeOptions::default()
-            };
-            change_with(&mut ctx, name, opts, |s| ControlPlaneSpec {
-                version: to,
-                paused: true,
-                haproxy: None,
-                ..s.clone()
-            })
-            .await?;
+            let to = args.rollout.to;
+            hand_to_naive_script(&mut ctx, name, to).await?;
             let clients = naive_clients(balancer, &source, tls.as_ref(), name)?;
             Some(naive::rollout(&mut ctx, name, to, &clients, t0).await?)
+        }
+        _ => {
+            roll_with_quorum(&mut ctx, args, name, strategy).await?;
+            None
         }
     };
     let rollout_ms = now_ms() - up_start;
@@ -686,13 +663,7 @@ async fn run_one(
         Some(s) => s,
         None => recorded_steps(&ctx, name, after, t0)?,
     };
-    let cp = ctx.store.get_control_plane(name)?;
-    let endpoints = ctx.live(&cp).await?.endpoints;
-    // Acknowledged writes missing (or changed) when read back are lost writes.
-    let (lost, _) = demo::missing_keys(&endpoints, tls.as_ref(), KEY_PREFIX, &acked).await?;
-    if let Some(p) = preloaded.as_mut() {
-        p.keys_after = preload::count(&endpoints, tls.as_ref()).await?;
-    }
+    let lost = read_back(&ctx, name, tls.as_ref(), &acked, preloaded.as_mut()).await?;
     let new_members = serving::started(&steps, &began, t0);
     let mut report = report::summarize(
         args,
@@ -709,12 +680,130 @@ async fn run_one(
     report.preload = preloaded;
     report.goals = report::goals(&report);
     if let Some(dir) = &args.plot {
-        let path = dir.join(format!("{}-{}.svg", label(strategy), label(mode)));
-        std::fs::write(&path, picture(&report, &ops, t0, t1)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-        report.plot = Some(path);
+        report.plot = Some(plot(dir, (strategy, mode), &report, &ops, (t0, t1))?);
     }
     Ok(report)
+}
+
+/// What the run's workload is, said as it begins.
+fn say_workload(args: &BenchArgs, name: &str, strategy: Strategy) {
+    eprintln!(
+        "bench {name}: {} ops/s from {} clients; {} rollout to {} after {:?}",
+        args.rate,
+        args.clients,
+        label(strategy),
+        args.rollout.to,
+        args.settle
+    );
+}
+
+/// Writes the run's picture into `dir`; its path.
+fn plot(
+    dir: &Path,
+    (strategy, mode): (Strategy, ClientMode),
+    report: &Report,
+    ops: &[Op],
+    (t0, t1): (i64, i64),
+) -> Result<PathBuf> {
+    let path = dir.join(format!("{}-{}.svg", label(strategy), label(mode)));
+    std::fs::write(&path, picture(report, ops, t0, t1)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// The preloaded data `--preload-mib` asks for, written straight to the members (not
+/// through a balancer).
+async fn preload_if_asked(
+    home: &Path,
+    args: &BenchArgs,
+    name: &str,
+    tls: Option<&ClientTls>,
+) -> Result<Option<Preload>> {
+    if args.preload_mib == 0 {
+        return Ok(None);
+    }
+    let endpoints = read_endpoints(&endpoints_path(home, name));
+    eprintln!("bench {name}: preloading {} MiB", args.preload_mib);
+    Ok(Some(
+        preload::preload(&endpoints, tls, args.preload_mib).await?,
+    ))
+}
+
+/// Reads back, after the rollout, every acknowledged write (those missing or changed
+/// are lost writes: how many) and counts the preloaded keys.
+async fn read_back(
+    ctx: &Ctx,
+    name: &str,
+    tls: Option<&ClientTls>,
+    acked: &[(String, String)],
+    preloaded: Option<&mut Preload>,
+) -> Result<usize> {
+    let cp = ctx.store.get_control_plane(name)?;
+    let endpoints = ctx.live(&cp).await?.endpoints;
+    let (lost, _) = demo::missing_keys(&endpoints, tls, KEY_PREFIX, acked).await?;
+    if let Some(p) = preloaded {
+        p.keys_after = preload::count(&endpoints, tls).await?;
+    }
+    Ok(lost)
+}
+
+/// The addresses the watch and lease patterns use, those such a client is given: the
+/// control plane's client addresses, the naive script's list, or HAProxy's.
+fn pattern_urls(ctx: &Ctx, name: &str, source: &Source, strategy: Strategy) -> Result<Vec<String>> {
+    Ok(match (source, strategy) {
+        (Source::File(_), Strategy::Safe | Strategy::InPlace) => {
+            let cp = ctx.store.get_control_plane(name)?;
+            quorum_core::reach::client_urls(&cp, &ctx.store.machines(name)?)
+        }
+        (s, _) => s.endpoints(),
+    })
+}
+
+/// Quorum's rollout to the bench's version (`safe`: by replacement; `in-place`: as
+/// `quorum upgrade --strategy InPlace`), waited for until it converged.
+async fn roll_with_quorum(
+    ctx: &mut Ctx,
+    args: &BenchArgs,
+    name: &str,
+    strategy: Strategy,
+) -> Result<()> {
+    let to = args.rollout.to;
+    if strategy == Strategy::InPlace {
+        // The strategy changes with the version, while no rollout runs.
+        change(ctx, name, false, |s| ControlPlaneSpec {
+            version: to,
+            rollout: RolloutStrategy {
+                strategy: quorum_core::Strategy::InPlace,
+                ..s.rollout
+            },
+            ..s.clone()
+        })
+        .await?;
+    } else {
+        change(ctx, name, false, |s| ControlPlaneSpec {
+            version: to,
+            ..s.clone()
+        })
+        .await?;
+    }
+    quiet_wait(ctx, name, args.rollout.timeout).await
+}
+
+/// Records the version `to` for the naive script to roll to, with the controller's
+/// hands off: paused, and no longer minding HAProxy. The bug report's script takes no
+/// snapshot either (quorum's strategies do, and their times include it).
+async fn hand_to_naive_script(ctx: &mut Ctx, name: &str, to: quorum_core::Version) -> Result<()> {
+    let opts = ChangeOptions {
+        no_snapshot: true,
+        ..ChangeOptions::default()
+    };
+    change_with(ctx, name, opts, |s| ControlPlaneSpec {
+        version: to,
+        paused: true,
+        haproxy: None,
+        ..s.clone()
+    })
+    .await
 }
 
 /// Creates the control plane (and its HAProxy, in that mode) and waits until it serves:

@@ -453,231 +453,238 @@ pub fn run_case(case: &Case, d: &mut dyn Driver) -> Result<(), String> {
 /// in its own crate's tests, with a fresh driver per row), and the core's own. Jitter:
 /// `random` 0 picks the lowest delay (half the ceiling), `u64::MAX` one near the top.
 pub fn table() -> Vec<Case> {
-    let remove = |m: &str| Action::RemoveMember {
-        member_id: 0x11,
-        machine: Some(m.to_string()),
-    };
-    let orphan = Action::RemoveMember {
-        member_id: 0x99,
-        machine: None,
-    };
-    let add = Action::AddLearner {
-        machine: "cp-4".into(),
-        peer_url: "https://127.0.0.4:2380".into(),
-    };
-    let promote = Action::Promote {
-        machine: "cp-4".into(),
-        member_id: 0x44,
-    };
-    let go = Verdict::Go;
-    let off = |until_ms, failures| Verdict::Wait(Hold::BackingOff { until_ms, failures });
-    let draining = |until_ms| Verdict::Wait(Hold::Draining { until_ms });
-    let lb_behind = Verdict::Wait(Hold::LoadBalancerBehind);
-    let check = |now_ms, action: &Action, lb_in_step, expect| Step::Check {
-        now_ms,
-        action: action.clone(),
-        lb_in_step,
-        expect,
-    };
-    let attempt = |now_ms, action: &Action, outcome, random, due_ms| Step::Attempt {
-        now_ms,
-        action: action.clone(),
-        outcome,
-        random,
-        due_ms,
-    };
-    vec![
-        Case {
-            name:
-                "a removal waits for the drain, counted from when the machine is first seen leaving",
-            steps: vec![
-                Step::Machines {
-                    now_ms: 1_000,
-                    machines: vec![("cp-1", false), ("cp-2", false)],
-                },
-                Step::Machines {
-                    now_ms: 2_000,
-                    machines: vec![("cp-1", true), ("cp-2", false)],
-                },
-                // Seen leaving again later: the clock does not restart.
-                Step::Machines {
-                    now_ms: 2_300,
-                    machines: vec![("cp-1", true), ("cp-2", false)],
-                },
-                check(2_000, &remove("cp-1"), true, draining(2_500)),
-                check(2_499, &remove("cp-1"), true, draining(2_500)),
-                check(2_500, &remove("cp-1"), true, go),
-                // Other actions and orphans never drain.
-                check(
-                    2_000,
-                    &Action::StopMachine {
-                        machine: "cp-1".into(),
-                    },
-                    true,
-                    go,
-                ),
-                check(2_000, &orphan, true, go),
-            ],
-        },
-        Case {
-            name: "a removal of a machine never seen leaving is held for a whole drain",
-            steps: vec![check(7_000, &remove("cp-9"), true, draining(7_500))],
-        },
-        Case {
-            name: "the load balancer holds a drained removal until it is in step",
-            steps: vec![
-                Step::Machines {
-                    now_ms: 0,
-                    machines: vec![("cp-1", true)],
-                },
-                check(400, &remove("cp-1"), false, draining(500)),
-                check(600, &remove("cp-1"), false, lb_behind),
-                check(5_000, &remove("cp-1"), false, lb_behind),
-                check(5_000, &remove("cp-1"), true, go),
-                // An orphan member is in no backend.
-                check(600, &orphan, false, go),
-                check(600, &add, false, go),
-            ],
-        },
-        Case {
-            name: "refusals back off 100 ms doubling to 250 ms, with jitter in the upper half",
-            steps: vec![
-                attempt(10_000, &add, Attempt::Refused, 0, Some(10_050)),
-                check(10_049, &add, true, off(10_050, 1)),
-                check(10_050, &add, true, go),
-                attempt(
-                    10_050,
-                    &add,
-                    Attempt::Refused,
-                    u64::MAX,
-                    Some(10_050 + 100 + (u64::MAX % 101)),
-                ),
-                attempt(11_000, &add, Attempt::Refused, 0, Some(11_125)),
-                attempt(12_000, &add, Attempt::Refused, 125, Some(12_250)),
-                attempt(13_000, &add, Attempt::Refused, 126, Some(13_125)),
-                // Another step backs off on its own.
-                check(13_000, &promote, true, go),
-                attempt(13_500, &add, Attempt::Done, 0, None),
-                check(13_500, &add, true, go),
-                // Done resets the count.
-                attempt(14_000, &add, Attempt::Refused, 0, Some(14_050)),
-            ],
-        },
-        Case {
-            name: "failures back off 100 ms doubling to 5 s",
-            steps: vec![
-                attempt(0, &promote, Attempt::Failed, 0, Some(50)),
-                attempt(100, &promote, Attempt::Failed, 0, Some(200)),
-                attempt(300, &promote, Attempt::Failed, 0, Some(500)),
-                attempt(600, &promote, Attempt::Failed, 0, Some(1_000)),
-                attempt(1_000, &promote, Attempt::Failed, 0, Some(1_800)),
-                attempt(2_000, &promote, Attempt::Failed, 0, Some(3_600)),
-                attempt(4_000, &promote, Attempt::Failed, 0, Some(6_500)),
-                attempt(7_000, &promote, Attempt::Failed, 2_500, Some(12_000)),
-                check(11_999, &promote, true, off(12_000, 8)),
-                // A refusal after failures keeps the count, with the refusal's cap.
-                attempt(12_000, &promote, Attempt::Refused, 0, Some(12_125)),
-                check(12_000, &promote, true, off(12_125, 9)),
-            ],
-        },
-        Case {
-            name: "a backing-off removal waits for the drain and the load balancer first",
-            steps: vec![
-                Step::Machines {
-                    now_ms: 0,
-                    machines: vec![("cp-1", true)],
-                },
-                attempt(600, &remove("cp-1"), Attempt::Refused, 0, Some(650)),
-                check(620, &remove("cp-1"), false, lb_behind),
-                check(620, &remove("cp-1"), true, off(650, 1)),
-                check(650, &remove("cp-1"), true, go),
-            ],
-        },
-        Case {
-            name: "a machine that is gone is forgotten, its retries with it",
-            steps: vec![
-                Step::Machines {
-                    now_ms: 0,
-                    machines: vec![("cp-1", true), ("cp-4", false)],
-                },
-                attempt(
-                    0,
-                    &Action::StopMachine {
-                        machine: "cp-1".into(),
-                    },
-                    Attempt::Failed,
-                    0,
-                    Some(50),
-                ),
-                attempt(0, &orphan, Attempt::Failed, 0, Some(50)),
-                Step::Machines {
-                    now_ms: 10,
-                    machines: vec![("cp-4", false)],
-                },
-                check(
-                    10,
-                    &Action::StopMachine {
-                        machine: "cp-1".into(),
-                    },
-                    true,
-                    go,
-                ),
-                check(10, &orphan, true, off(50, 1)),
-                // A machine of the same name leaving again (names are never reused, but
-                // the rule holds) starts a new drain.
-                Step::Machines {
-                    now_ms: 20,
-                    machines: vec![("cp-1", true), ("cp-4", false)],
-                },
-                check(20, &remove("cp-1"), true, draining(520)),
-            ],
-        },
-        Case {
-            name: "retries are keyed by kind and subject, not by the action's details",
-            steps: vec![
-                attempt(
-                    0,
-                    &Action::MoveLeader {
-                        from_member: 1,
-                        to_member: 2,
-                        to_machine: "cp-2".into(),
-                    },
-                    Attempt::Failed,
-                    0,
-                    Some(50),
-                ),
-                check(
-                    10,
-                    &Action::MoveLeader {
-                        from_member: 3,
-                        to_member: 2,
-                        to_machine: "cp-2".into(),
-                    },
-                    true,
-                    off(50, 1),
-                ),
-                check(
-                    10,
-                    &Action::MoveLeader {
-                        from_member: 1,
-                        to_member: 3,
-                        to_machine: "cp-3".into(),
-                    },
-                    true,
-                    go,
-                ),
-                check(
-                    10,
-                    &Action::RemoveMember {
-                        member_id: 0x98,
-                        machine: None,
-                    },
-                    true,
-                    go,
-                ),
-            ],
-        },
-    ]
+    [rows::drain(), rows::backoff(), rows::memory()].concat()
+}
+
+/// The rows of `table` by topic, written in a few words (below) so that each step
+/// reads as a row: when, what, and what pacing must answer.
+mod rows {
+    use super::{Attempt, Case, Hold, Step, Verdict};
+    use crate::Action;
+
+    /// A removal waits for its machine's drain, and then for the load balancer.
+    pub(super) fn drain() -> Vec<Case> {
+        vec![
+            Case {
+                name: "a removal waits for the drain, counted from when the machine is first seen leaving",
+                steps: vec![
+                    seen(1_000, &[("cp-1", false), ("cp-2", false)]),
+                    seen(2_000, &[("cp-1", true), ("cp-2", false)]),
+                    // Seen leaving again later: the clock does not restart.
+                    seen(2_300, &[("cp-1", true), ("cp-2", false)]),
+                    check(2_000, remove("cp-1"), true, draining(2_500)),
+                    check(2_499, remove("cp-1"), true, draining(2_500)),
+                    check(2_500, remove("cp-1"), true, GO),
+                    // Other actions and orphans never drain.
+                    check(2_000, stop("cp-1"), true, GO),
+                    check(2_000, orphan(), true, GO),
+                ],
+            },
+            Case {
+                name: "a removal of a machine never seen leaving is held for a whole drain",
+                steps: vec![check(7_000, remove("cp-9"), true, draining(7_500))],
+            },
+            Case {
+                name: "the load balancer holds a drained removal until it is in step",
+                steps: vec![
+                    seen(0, &[("cp-1", true)]),
+                    check(400, remove("cp-1"), false, draining(500)),
+                    check(600, remove("cp-1"), false, LB_BEHIND),
+                    check(5_000, remove("cp-1"), false, LB_BEHIND),
+                    check(5_000, remove("cp-1"), true, GO),
+                    // An orphan member is in no backend.
+                    check(600, orphan(), false, GO),
+                    check(600, add(), false, GO),
+                ],
+            },
+        ]
+    }
+
+    /// Refusals and failures back off, each with its own ceiling; a removal backing off
+    /// still waits for the drain and the load balancer first.
+    pub(super) fn backoff() -> Vec<Case> {
+        vec![
+            Case {
+                name: "refusals back off 100 ms doubling to 250 ms, with jitter in the upper half",
+                steps: vec![
+                    attempt(10_000, add(), Attempt::Refused, 0, Some(10_050)),
+                    check(10_049, add(), true, off(10_050, 1)),
+                    check(10_050, add(), true, GO),
+                    attempt(
+                        10_050,
+                        add(),
+                        Attempt::Refused,
+                        u64::MAX,
+                        Some(10_050 + 100 + (u64::MAX % 101)),
+                    ),
+                    attempt(11_000, add(), Attempt::Refused, 0, Some(11_125)),
+                    attempt(12_000, add(), Attempt::Refused, 125, Some(12_250)),
+                    attempt(13_000, add(), Attempt::Refused, 126, Some(13_125)),
+                    // Another step backs off on its own.
+                    check(13_000, promote(), true, GO),
+                    attempt(13_500, add(), Attempt::Done, 0, None),
+                    check(13_500, add(), true, GO),
+                    // Done resets the count.
+                    attempt(14_000, add(), Attempt::Refused, 0, Some(14_050)),
+                ],
+            },
+            Case {
+                name: "failures back off 100 ms doubling to 5 s",
+                steps: vec![
+                    attempt(0, promote(), Attempt::Failed, 0, Some(50)),
+                    attempt(100, promote(), Attempt::Failed, 0, Some(200)),
+                    attempt(300, promote(), Attempt::Failed, 0, Some(500)),
+                    attempt(600, promote(), Attempt::Failed, 0, Some(1_000)),
+                    attempt(1_000, promote(), Attempt::Failed, 0, Some(1_800)),
+                    attempt(2_000, promote(), Attempt::Failed, 0, Some(3_600)),
+                    attempt(4_000, promote(), Attempt::Failed, 0, Some(6_500)),
+                    attempt(7_000, promote(), Attempt::Failed, 2_500, Some(12_000)),
+                    check(11_999, promote(), true, off(12_000, 8)),
+                    // A refusal after failures keeps the count, with the refusal's cap.
+                    attempt(12_000, promote(), Attempt::Refused, 0, Some(12_125)),
+                    check(12_000, promote(), true, off(12_125, 9)),
+                ],
+            },
+            Case {
+                name: "a backing-off removal waits for the drain and the load balancer first",
+                steps: vec![
+                    seen(0, &[("cp-1", true)]),
+                    attempt(600, remove("cp-1"), Attempt::Refused, 0, Some(650)),
+                    check(620, remove("cp-1"), false, LB_BEHIND),
+                    check(620, remove("cp-1"), true, off(650, 1)),
+                    check(650, remove("cp-1"), true, GO),
+                ],
+            },
+        ]
+    }
+
+    /// What pacing remembers: a machine's retries only while it exists, and retries by
+    /// kind and subject.
+    pub(super) fn memory() -> Vec<Case> {
+        vec![
+            Case {
+                name: "a machine that is gone is forgotten, its retries with it",
+                steps: vec![
+                    seen(0, &[("cp-1", true), ("cp-4", false)]),
+                    attempt(0, stop("cp-1"), Attempt::Failed, 0, Some(50)),
+                    attempt(0, orphan(), Attempt::Failed, 0, Some(50)),
+                    seen(10, &[("cp-4", false)]),
+                    check(10, stop("cp-1"), true, GO),
+                    check(10, orphan(), true, off(50, 1)),
+                    // A machine of the same name leaving again (names are never reused,
+                    // but the rule holds) starts a new drain.
+                    seen(20, &[("cp-1", true), ("cp-4", false)]),
+                    check(20, remove("cp-1"), true, draining(520)),
+                ],
+            },
+            Case {
+                name: "retries are keyed by kind and subject, not by the action's details",
+                steps: vec![
+                    attempt(0, move_leader(1, 2, "cp-2"), Attempt::Failed, 0, Some(50)),
+                    check(10, move_leader(3, 2, "cp-2"), true, off(50, 1)),
+                    check(10, move_leader(1, 3, "cp-3"), true, GO),
+                    check(10, remove_member(0x98), true, GO),
+                ],
+            },
+        ]
+    }
+
+    // The actions the rows act on.
+
+    /// The removal of machine `m`'s member.
+    fn remove(m: &str) -> Action {
+        Action::RemoveMember {
+            member_id: 0x11,
+            machine: Some(m.to_string()),
+        }
+    }
+
+    /// The removal of an orphan member (no machine).
+    fn orphan() -> Action {
+        remove_member(0x99)
+    }
+
+    /// The removal of member `member_id`, of no machine.
+    fn remove_member(member_id: u64) -> Action {
+        Action::RemoveMember {
+            member_id,
+            machine: None,
+        }
+    }
+
+    fn add() -> Action {
+        Action::AddLearner {
+            machine: "cp-4".into(),
+            peer_url: "https://127.0.0.4:2380".into(),
+        }
+    }
+
+    fn promote() -> Action {
+        Action::Promote {
+            machine: "cp-4".into(),
+            member_id: 0x44,
+        }
+    }
+
+    fn stop(m: &str) -> Action {
+        Action::StopMachine { machine: m.into() }
+    }
+
+    fn move_leader(from_member: u64, to_member: u64, to_machine: &str) -> Action {
+        Action::MoveLeader {
+            from_member,
+            to_member,
+            to_machine: to_machine.into(),
+        }
+    }
+
+    // What pacing answers.
+
+    const GO: Verdict = Verdict::Go;
+    const LB_BEHIND: Verdict = Verdict::Wait(Hold::LoadBalancerBehind);
+
+    fn off(until_ms: u64, failures: u32) -> Verdict {
+        Verdict::Wait(Hold::BackingOff { until_ms, failures })
+    }
+
+    fn draining(until_ms: u64) -> Verdict {
+        Verdict::Wait(Hold::Draining { until_ms })
+    }
+
+    // The steps.
+
+    /// The stored machines at `now_ms`: (name, marked deleting).
+    fn seen(now_ms: u64, machines: &[(&'static str, bool)]) -> Step {
+        Step::Machines {
+            now_ms,
+            machines: machines.to_vec(),
+        }
+    }
+
+    fn check(now_ms: u64, action: Action, lb_in_step: bool, expect: Verdict) -> Step {
+        Step::Check {
+            now_ms,
+            action,
+            lb_in_step,
+            expect,
+        }
+    }
+
+    fn attempt(
+        now_ms: u64,
+        action: Action,
+        outcome: Attempt,
+        random: u64,
+        due_ms: Option<u64>,
+    ) -> Step {
+        Step::Attempt {
+            now_ms,
+            action,
+            outcome,
+            random,
+            due_ms,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -105,6 +105,23 @@ fn tried_text(tried: &[(String, String)]) -> String {
         .join("; ")
 }
 
+/// What a call has been through so far.
+struct Call {
+    /// The last error of each member asked, by endpoint.
+    tried: Vec<(String, String)>,
+    /// Some attempt may have applied it.
+    maybe_applied: bool,
+    attempts: u32,
+}
+
+/// What one attempt of a call came to.
+enum Attempt<T> {
+    /// The call ends with this.
+    Ends(Result<Served<T>, FailoverError>),
+    /// The member could not serve it, for this reason: another is asked.
+    Failed(String),
+}
+
 /// The clients of one cluster and what is known of its members.
 pub struct Failover {
     endpoints: Vec<String>,
@@ -213,10 +230,12 @@ impl Failover {
     {
         let start = Instant::now();
         let deadline = start + Duration::from_millis(self.deadlines.call_ms);
-        let mut tried: Vec<(String, String)> = Vec::new();
-        let mut maybe_applied = false;
+        let mut call = Call {
+            tried: Vec::new(),
+            maybe_applied: false,
+            attempts: 0,
+        };
         let mut round = 0u32;
-        let mut attempts = 0u32;
         loop {
             let order = self.lock().order();
             let mut refused = 0;
@@ -226,82 +245,22 @@ impl Failover {
                     break;
                 }
                 let limit = left.min(Duration::from_millis(self.deadlines.attempt_ms));
-                let endpoint = &self.endpoints[i];
                 let attempt_started = Instant::now();
-                attempts += 1;
-                let why = match tokio::time::timeout(limit, f(self.clients[i].clone())).await {
-                    Ok(Ok(value)) => {
-                        self.lock().served(i, self.now_ms());
-                        return Ok(Served {
-                            value,
-                            endpoint: endpoint.clone(),
-                            maybe_applied_before: maybe_applied,
-                            attempts,
-                        });
-                    }
-                    Ok(Err(e)) => {
-                        let (code, message) = code_and_message(&e);
-                        match next_after_error(code, &message) {
-                            Next::Return => {
-                                // It answered: it serves.
-                                self.lock().served(i, self.now_ms());
-                                return Err(FailoverError::Answer {
-                                    endpoint: endpoint.clone(),
-                                    code,
-                                    message,
-                                });
-                            }
-                            Next::TryAnother { maybe_applied: m } => {
-                                maybe_applied |= m;
-                                if m && retry == Retry::UnlessMaybeApplied {
-                                    self.lock()
-                                        .failed(i, self.now_ms(), &message, rand::random());
-                                    return Err(FailoverError::MaybeApplied {
-                                        endpoint: endpoint.clone(),
-                                        code,
-                                        message,
-                                    });
-                                }
-                                one_line(&message)
-                            }
-                        }
-                    }
-                    Err(_) => {
-                        maybe_applied = true;
-                        let why = format!("{NO_ANSWER} {} ms", limit.as_millis());
-                        if retry == Retry::UnlessMaybeApplied {
-                            self.lock().failed(i, self.now_ms(), &why, rand::random());
-                            return Err(FailoverError::MaybeApplied {
-                                endpoint: endpoint.clone(),
-                                code: GrpcCode::DeadlineExceeded,
-                                message: why,
-                            });
-                        }
-                        why
-                    }
+                call.attempts += 1;
+                let why = match self.attempt(i, limit, retry, &mut f, &mut call).await {
+                    Attempt::Ends(result) => return result,
+                    Attempt::Failed(why) => why,
                 };
-                tracing::debug!(
-                    endpoint = %endpoint,
-                    after_ms = attempt_started.elapsed().as_millis() as u64,
-                    "attempt failed, asking another member: {why}"
-                );
-                // Refused connections only: a member that does not answer in time may be a
-                // follower waiting on a leader that just died (an election, not a loss).
-                if is_connect_error(&why) {
+                if self.note_failure(i, why, attempt_started, &mut call) {
                     refused += 1;
-                }
-                self.lock().failed(i, self.now_ms(), &why, rand::random());
-                match tried.iter_mut().find(|(e, _)| e == endpoint) {
-                    Some(t) => t.1 = why,
-                    None => tried.push((endpoint.clone(), why)),
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() || refused > self.endpoints.len() / 2 {
                 return Err(FailoverError::Unavailable {
                     waited_ms: u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX),
-                    tried,
-                    maybe_applied,
+                    tried: call.tried,
+                    maybe_applied: call.maybe_applied,
                     health: self.health(),
                 });
             }
@@ -309,6 +268,101 @@ impl Failover {
             let pause = Duration::from_millis(ROUND_BACKOFF.delay_ms(round, rand::random()));
             tokio::time::sleep(pause.min(left)).await;
         }
+    }
+
+    /// One attempt of a call with member `i`'s client, within `limit`: the call ends
+    /// (served, answered, or failed in a way `retry` does not go on from), or the
+    /// member could not serve it.
+    async fn attempt<T, F, Fut>(
+        &self,
+        i: usize,
+        limit: Duration,
+        retry: Retry,
+        f: &mut F,
+        call: &mut Call,
+    ) -> Attempt<T>
+    where
+        F: FnMut(Client) -> Fut,
+        Fut: Future<Output = Result<T, etcd_client::Error>>,
+    {
+        let endpoint = &self.endpoints[i];
+        match tokio::time::timeout(limit, f(self.clients[i].clone())).await {
+            Ok(Ok(value)) => {
+                self.lock().served(i, self.now_ms());
+                Attempt::Ends(Ok(Served {
+                    value,
+                    endpoint: endpoint.clone(),
+                    maybe_applied_before: call.maybe_applied,
+                    attempts: call.attempts,
+                }))
+            }
+            Ok(Err(e)) => {
+                let (code, message) = code_and_message(&e);
+                match next_after_error(code, &message) {
+                    Next::Return => {
+                        // It answered: it serves.
+                        self.lock().served(i, self.now_ms());
+                        Attempt::Ends(Err(FailoverError::Answer {
+                            endpoint: endpoint.clone(),
+                            code,
+                            message,
+                        }))
+                    }
+                    Next::TryAnother { maybe_applied: m } => {
+                        call.maybe_applied |= m;
+                        if m && retry == Retry::UnlessMaybeApplied {
+                            self.lock()
+                                .failed(i, self.now_ms(), &message, rand::random());
+                            return Attempt::Ends(Err(FailoverError::MaybeApplied {
+                                endpoint: endpoint.clone(),
+                                code,
+                                message,
+                            }));
+                        }
+                        Attempt::Failed(one_line(&message))
+                    }
+                }
+            }
+            Err(_) => {
+                call.maybe_applied = true;
+                let why = format!("{NO_ANSWER} {} ms", limit.as_millis());
+                if retry == Retry::UnlessMaybeApplied {
+                    self.lock().failed(i, self.now_ms(), &why, rand::random());
+                    return Attempt::Ends(Err(FailoverError::MaybeApplied {
+                        endpoint: endpoint.clone(),
+                        code: GrpcCode::DeadlineExceeded,
+                        message: why,
+                    }));
+                }
+                Attempt::Failed(why)
+            }
+        }
+    }
+
+    /// Records that member `i` could not serve the call (`why`), for the set and for
+    /// the call's error; true if it refused the connection.
+    fn note_failure(
+        &self,
+        i: usize,
+        why: String,
+        attempt_started: Instant,
+        call: &mut Call,
+    ) -> bool {
+        let endpoint = &self.endpoints[i];
+        tracing::debug!(
+            endpoint = %endpoint,
+            after_ms = attempt_started.elapsed().as_millis() as u64,
+            "attempt failed, asking another member: {why}"
+        );
+        // Refused connections only: a member that does not answer in time may be a
+        // follower waiting on a leader that just died (an election, not a loss).
+        let refused = is_connect_error(&why);
+        self.lock().failed(i, self.now_ms(), &why, rand::random());
+        match call.tried.iter_mut().find(|(e, _)| e == endpoint) {
+            Some(t) => t.1 = why,
+            None => call.tried.push((endpoint.clone(), why)),
+        }
+        refused
     }
 
     /// Probes member `i` (its status, within `PROBE_TIMEOUT_MS`): in service if it

@@ -4,6 +4,14 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
 
+/// Mutual TLS on the frontend: HAProxy's own certificate (certificate and key in one
+/// file) and the control plane's CA, which clients' certificates must be signed by.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FrontendTls {
+    pub crt: std::path::PathBuf,
+    pub ca_file: std::path::PathBuf,
+}
+
 /// The initial HAProxy configuration for `control_plane`: a global section with the
 /// admin runtime socket at `socket`, defaults for gRPC over h2, a frontend on `bind`
 /// (cleartext h2 with prior knowledge, as etcd clients speak it) and the backend
@@ -13,14 +21,6 @@ use std::path::Path;
 /// Names are written as given: `backend` and server names must be HAProxy names
 /// (letters, digits, `.`, `-`, `_`, `:`), and `socket` must not contain a `'` (it is
 /// single-quoted); `haproxy -c` rejects the text otherwise.
-/// Mutual TLS on the frontend: HAProxy's own certificate (certificate and key in one
-/// file) and the control plane's CA, which clients' certificates must be signed by.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FrontendTls {
-    pub crt: std::path::PathBuf,
-    pub ca_file: std::path::PathBuf,
-}
-
 pub fn config(
     control_plane: &str,
     bind: SocketAddr,
@@ -29,13 +29,49 @@ pub fn config(
     servers: &[(String, SocketAddr)],
     tls: Option<&FrontendTls>,
 ) -> String {
+    // Writing to a String cannot fail; the results are ignored below for that reason.
+    let mut s = String::new();
+    write_global(&mut s, control_plane, socket);
+    let _ = writeln!(s, "{DEFAULTS}");
+    write_frontend(&mut s, bind, backend, tls);
+    write_backend(&mut s, backend, servers, tls);
+    s
+}
+
+/// The defaults section: gRPC balanced call by call, and the timeouts and retries
+/// that keep a member's death short for clients.
+const DEFAULTS: &str = "\ndefaults\n    \
+     # HTTP mode so that gRPC calls (h2 streams) are balanced one by one across\n    \
+     # members, not whole client connections as TCP mode would.\n    \
+     mode http\n    \
+     # A member that does not accept a connection within 1 s is down or\n    \
+     # overloaded; waiting longer only delays the client's own retry.\n    \
+     timeout connect 1s\n    \
+     # A connection refused or timed out (a member that just died, not yet\n    \
+     # drained) is tried again on another member: nothing was sent to the first,\n    \
+     # so even a write is safe to send elsewhere. Without it HAProxy retried the\n    \
+     # dead member 3 times, a second apart, and the request failed after 3 s.\n    \
+     retries 2\n    \
+     option redispatch 1\n    \
+     # Inactivity limits on each side. They also apply to a gRPC stream that\n    \
+     # carries no data (an etcd watch with no events): HAProxy ends it after\n    \
+     # 60 s and etcd's client resumes the watch from its last revision (measured\n    \
+     # with etcdctl watch). No 'timeout http-keep-alive':\n    \
+     # unset, an idle client h2 connection falls back to 'timeout client' (and\n    \
+     # HAProxy 2.6 caps it there anyway, haproxy issue 2334).\n    \
+     timeout client 60s\n    \
+     timeout server 60s\n    \
+     # Deliberately no 'option http-server-close' or 'option httpclose': gRPC\n    \
+     # needs persistent h2 connections on both sides, and closing after each\n    \
+     # call would cost a connection setup per etcd request.";
+
+/// The file's heading and the global section (the admin runtime socket at `socket`).
+fn write_global(s: &mut String, control_plane: &str, socket: &Path) {
     // A comment is one line: keep the control plane's name from starting another.
     let cp: String = control_plane
         .chars()
         .map(|c| if c.is_control() { '?' } else { c })
         .collect();
-    let mut s = String::new();
-    // Writing to a String cannot fail; the results are ignored below for that reason.
     let _ = writeln!(
         s,
         "# HAProxy in front of the client endpoints of etcd control plane {cp}.\n\
@@ -52,33 +88,10 @@ pub fn config(
          stats timeout 10s",
         socket.display()
     );
-    let _ = writeln!(
-        s,
-        "\ndefaults\n    \
-         # HTTP mode so that gRPC calls (h2 streams) are balanced one by one across\n    \
-         # members, not whole client connections as TCP mode would.\n    \
-         mode http\n    \
-         # A member that does not accept a connection within 1 s is down or\n    \
-         # overloaded; waiting longer only delays the client's own retry.\n    \
-         timeout connect 1s\n    \
-         # A connection refused or timed out (a member that just died, not yet\n    \
-         # drained) is tried again on another member: nothing was sent to the first,\n    \
-         # so even a write is safe to send elsewhere. Without it HAProxy retried the\n    \
-         # dead member 3 times, a second apart, and the request failed after 3 s.\n    \
-         retries 2\n    \
-         option redispatch 1\n    \
-         # Inactivity limits on each side. They also apply to a gRPC stream that\n    \
-         # carries no data (an etcd watch with no events): HAProxy ends it after\n    \
-         # 60 s and etcd's client resumes the watch from its last revision (measured\n    \
-         # with etcdctl watch). No 'timeout http-keep-alive':\n    \
-         # unset, an idle client h2 connection falls back to 'timeout client' (and\n    \
-         # HAProxy 2.6 caps it there anyway, haproxy issue 2334).\n    \
-         timeout client 60s\n    \
-         timeout server 60s\n    \
-         # Deliberately no 'option http-server-close' or 'option httpclose': gRPC\n    \
-         # needs persistent h2 connections on both sides, and closing after each\n    \
-         # call would cost a connection setup per etcd request."
-    );
+}
+
+/// The frontend on `bind`: cleartext h2, or mutual TLS with `tls`.
+fn write_frontend(s: &mut String, bind: SocketAddr, backend: &str, tls: Option<&FrontendTls>) {
     match tls {
         None => {
             let _ = writeln!(
@@ -103,6 +116,15 @@ pub fn config(
             );
         }
     }
+}
+
+/// The backend `backend` (round robin) with its initial `servers`.
+fn write_backend(
+    s: &mut String,
+    backend: &str,
+    servers: &[(String, SocketAddr)],
+    tls: Option<&FrontendTls>,
+) {
     let _ = writeln!(
         s,
         "\nbackend {backend}\n    \
@@ -133,7 +155,6 @@ pub fn config(
             }
         }
     }
-    s
 }
 
 #[cfg(test)]

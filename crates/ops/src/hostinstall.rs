@@ -9,8 +9,9 @@
 //! key), a binary in place is not sent again, a running agent is restarted (its members
 //! are detached and keep running).
 
-use crate::hosts::{self, AddHost};
+use crate::hosts::{self, AddHost, HostRecord};
 use anyhow::{anyhow, bail, Context, Result};
+use quorum_agent::token::JoinToken;
 use quorum_ssh::{plan, Session, Target};
 use quorum_store::Store;
 use std::collections::BTreeMap;
@@ -77,14 +78,65 @@ pub async fn install(
     mut step: impl FnMut(&str),
 ) -> Result<Installed> {
     plan::check_prefix(&req.prefix)?;
-    if !quorum_agent::valid_host_name(&req.name) {
+    hosts::check_host_name(&req.name)?;
+    let existing = hosts::get(store, &req.name)?;
+    let address = host_address(req, existing.as_ref())?;
+    let (sha256, size) = digest(&req.binary)?;
+
+    let t = Instant::now();
+    step(&format!(
+        "connecting to {} (host key checked against {})",
+        req.target,
+        req.known_hosts.display()
+    ));
+    let ssh = Session::connect(&req.target, &req.key, &req.known_hosts).await?;
+    let probe = probe_host(&ssh, req).await?;
+    let systemd = probe.systemd && probe.root;
+    let probe_ms = ms(t);
+
+    let token = host_token(store, req, existing.as_ref(), address, now_unix_s)?;
+
+    let t = Instant::now();
+    let installed = probe.installed_sha256.as_deref();
+    let uploaded_bytes = send_binary(&ssh, req, installed, &sha256, size, &mut step).await?;
+    let upload_ms = ms(t);
+
+    let started = start_agent(&ssh, req, systemd, token.as_ref()).await?;
+    step(&format!(
+        "agent started ({started}); waiting for it to join and answer"
+    ));
+
+    let t = Instant::now();
+    if let Err(e) = wait_ready(store, &req.name, token.is_some()).await {
+        let log = agent_log(&ssh, req, systemd).await;
+        ssh.close().await;
         bail!(
-            "{:?} is not a host name: use 1 to 63 lower-case letters, digits or '-' (not at either end)",
-            req.name
+            "{e}\nthe agent's last log lines on {}:\n{}",
+            req.name,
+            log.trim_end()
         );
     }
-    let existing = hosts::get(store, &req.name)?;
-    let address = match (&existing, req.address) {
+    if token.is_some() {
+        forget_token(&ssh, req).await;
+    }
+    ssh.close().await;
+    Ok(Installed {
+        address,
+        sha256,
+        uploaded_bytes,
+        started,
+        joined_now: token.is_some(),
+        probe_ms,
+        upload_ms,
+        join_ms: ms(t),
+    })
+}
+
+/// The address the agent and members listen on: the recorded one for a host recorded
+/// already (another is refused, as its members' URLs name it), else the one asked
+/// for, else the SSH host if it is an address.
+fn host_address(req: &InstallHost, existing: Option<&HostRecord>) -> Result<IpAddr> {
+    Ok(match (existing, req.address) {
         (Some(h), Some(a)) if h.address != a => bail!(
             "host {} is at {}, not {a}: a host keeps its address (its members' URLs name it)",
             req.name,
@@ -98,16 +150,12 @@ pub async fn install(
                 req.target.host
             )
         })?,
-    };
-    let (sha256, size) = digest(&req.binary)?;
+    })
+}
 
-    let t = Instant::now();
-    step(&format!(
-        "connecting to {} (host key checked against {})",
-        req.target,
-        req.known_hosts.display()
-    ));
-    let ssh = Session::connect(&req.target, &req.key, &req.known_hosts).await?;
+/// Probes the host (nothing written): what it runs and has, refused unless it is of
+/// this binary's architecture.
+async fn probe_host(ssh: &Session, req: &InstallHost) -> Result<plan::Probe> {
     let probe = ssh
         .run(
             "the probe",
@@ -133,11 +181,19 @@ pub async fn install(
             probe.arch
         );
     }
-    let systemd = probe.systemd && probe.root;
-    let probe_ms = ms(t);
+    Ok(probe)
+}
 
-    // The host's record, and a token unless its agent joined already.
-    let token = match (&existing, req.rejoin) {
+/// The host's record, and a token unless its agent joined already (and is not asked to
+/// join again).
+fn host_token(
+    store: &Store,
+    req: &InstallHost,
+    existing: Option<&HostRecord>,
+    address: IpAddr,
+    now_unix_s: i64,
+) -> Result<Option<JoinToken>> {
+    Ok(match (existing, req.rejoin) {
         (Some(h), false) if h.key_sha256.is_some() => None,
         _ => {
             let add = AddHost {
@@ -151,37 +207,60 @@ pub async fn install(
             };
             Some(hosts::add(store, &add, now_unix_s)?)
         }
-    };
+    })
+}
 
-    let t = Instant::now();
-    let uploaded_bytes = if probe.installed_sha256.as_deref() == Some(sha256.as_str()) {
+/// Sends the binary (`sha256`, `size` bytes) unless the host has it already
+/// (`installed`); the bytes sent.
+async fn send_binary(
+    ssh: &Session,
+    req: &InstallHost,
+    installed: Option<&str>,
+    sha256: &str,
+    size: u64,
+    step: &mut impl FnMut(&str),
+) -> Result<u64> {
+    if installed == Some(sha256) {
         step(&format!("{}/bin/quorum is this binary already", req.prefix));
-        0
-    } else {
-        step(&format!(
-            "sending the binary ({} MB) to {}/bin/quorum",
-            size / 1_000_000,
-            req.prefix
-        ));
-        let mut file = tokio::fs::File::open(&req.binary)
-            .await
-            .with_context(|| format!("cannot read {}", req.binary.display()))?;
-        let up = ssh
-            .run(
-                "the upload",
-                &plan::upload_script(&req.prefix, &sha256),
-                Some(&mut file),
-                UPLOAD_TIMEOUT_MS,
-            )
-            .await?;
-        if !up.success() {
-            bail!("the upload to {} failed: {}", req.target, up.stderr.trim());
-        }
-        size
-    };
-    let upload_ms = ms(t);
+        return Ok(0);
+    }
+    step(&format!(
+        "sending the binary ({} MB) to {}/bin/quorum",
+        size / 1_000_000,
+        req.prefix
+    ));
+    upload(ssh, req, sha256).await?;
+    Ok(size)
+}
 
-    let encoded = token.as_ref().map(|t| t.encode());
+/// Sends the binary to `bin/quorum` under the prefix (`sha256` checked on the host).
+async fn upload(ssh: &Session, req: &InstallHost, sha256: &str) -> Result<()> {
+    let mut file = tokio::fs::File::open(&req.binary)
+        .await
+        .with_context(|| format!("cannot read {}", req.binary.display()))?;
+    let up = ssh
+        .run(
+            "the upload",
+            &plan::upload_script(&req.prefix, sha256),
+            Some(&mut file),
+            UPLOAD_TIMEOUT_MS,
+        )
+        .await?;
+    if !up.success() {
+        bail!("the upload to {} failed: {}", req.target, up.stderr.trim());
+    }
+    Ok(())
+}
+
+/// Starts the agent (with `token` to join, if any); how it runs: "systemd" or
+/// "detached pid N".
+async fn start_agent(
+    ssh: &Session,
+    req: &InstallHost,
+    systemd: bool,
+    token: Option<&JoinToken>,
+) -> Result<String> {
+    let encoded = token.map(|t| t.encode());
     let start = ssh
         .run(
             "starting the agent",
@@ -197,57 +276,38 @@ pub async fn install(
             start.stderr.trim()
         );
     }
-    let started = start
+    Ok(start
         .stdout
         .lines()
         .find_map(|l| l.strip_prefix("started="))
         .unwrap_or("?")
-        .replace("pid=", "pid ");
-    step(&format!(
-        "agent started ({started}); waiting for it to join and answer"
-    ));
+        .replace("pid=", "pid "))
+}
 
-    let t = Instant::now();
-    if let Err(e) = wait_ready(store, &req.name, token.is_some()).await {
-        let log = ssh
-            .run(
-                "reading the agent's log",
-                &plan::log_tail_script(&req.prefix, systemd, LOG_LINES),
-                None,
-                STEP_TIMEOUT_MS,
-            )
-            .await
-            .map(|o| o.stdout)
-            .unwrap_or_default();
-        ssh.close().await;
-        bail!(
-            "{e}\nthe agent's last log lines on {}:\n{}",
-            req.name,
-            log.trim_end()
-        );
-    }
-    if token.is_some() {
-        // Best effort: a token left behind is spent already.
-        let _ = ssh
-            .run(
-                "removing the spent token",
-                &plan::forget_token_script(&req.prefix),
-                None,
-                STEP_TIMEOUT_MS,
-            )
-            .await;
-    }
-    ssh.close().await;
-    Ok(Installed {
-        address,
-        sha256,
-        uploaded_bytes,
-        started,
-        joined_now: token.is_some(),
-        probe_ms,
-        upload_ms,
-        join_ms: ms(t),
-    })
+/// The last `LOG_LINES` of the agent's log (empty if they cannot be read): what an
+/// error about an agent that did not become ready shows.
+async fn agent_log(ssh: &Session, req: &InstallHost, systemd: bool) -> String {
+    ssh.run(
+        "reading the agent's log",
+        &plan::log_tail_script(&req.prefix, systemd, LOG_LINES),
+        None,
+        STEP_TIMEOUT_MS,
+    )
+    .await
+    .map(|o| o.stdout)
+    .unwrap_or_default()
+}
+
+/// Removes the token from the host. Best effort: a token left behind is spent already.
+async fn forget_token(ssh: &Session, req: &InstallHost) {
+    let _ = ssh
+        .run(
+            "removing the spent token",
+            &plan::forget_token_script(&req.prefix),
+            None,
+            STEP_TIMEOUT_MS,
+        )
+        .await;
 }
 
 /// Waits (up to `JOIN_DEADLINE_MS`) until host `name` joined (when it was given a

@@ -92,12 +92,49 @@ pub fn hosts_ca(store: &Store, now_unix_s: i64) -> Result<quorum_pki::Ca> {
 /// Records host `req.name` (or, with `rejoin`, a new token for it) and returns its join
 /// token.
 pub fn add(store: &Store, req: &AddHost, now_unix_s: i64) -> Result<JoinToken> {
-    if !quorum_agent::valid_host_name(&req.name) {
+    check_add(req)?;
+    let endpoint = join_endpoint(store, req)?;
+    let ca = hosts_ca(store, now_unix_s)?;
+    let secret = JoinToken::new_secret();
+    let join = PendingJoin {
+        secret_sha256: JoinToken::secret_sha256(&secret),
+        expires_unix_s: now_unix_s
+            .saturating_add(i64::try_from(req.token_ttl_s).unwrap_or(i64::MAX)),
+    };
+    match (read(store, &req.name)?, req.rejoin) {
+        (Some(_), false) => bail!(
+            "host {} exists; to give its agent a new token (state lost, or its certificate expired long ago): quorum host add {} --address {} --rejoin",
+            req.name,
+            req.name,
+            req.address
+        ),
+        (None, true) => bail!("no host {} to rejoin; add it without --rejoin", req.name),
+        (Some((h, text)), true) => record_rejoin(store, req, h, &text, join)?,
+        (None, false) => record_new(store, req, join, now_unix_s)?,
+    }
+    Ok(JoinToken {
+        host: req.name.clone(),
+        address: req.address,
+        endpoint,
+        ca_sha256: quorum_pki::agents::certificate_sha256(ca.cert_pem())?,
+        secret,
+    })
+}
+
+/// Refuses a name that is not a host name.
+pub(crate) fn check_host_name(name: &str) -> Result<()> {
+    if !quorum_agent::valid_host_name(name) {
         bail!(
-            "{:?} is not a host name: use 1 to 63 lower-case letters, digits or '-' (not at either end)",
-            req.name
+            "{name:?} is not a host name: use 1 to 63 lower-case letters, digits or '-' (not at either end)"
         );
     }
+    Ok(())
+}
+
+/// The checks of a request on its own: a host name, an address members can listen on,
+/// not too many labels, a certificate lifetime that leaves time to renew.
+fn check_add(req: &AddHost) -> Result<()> {
+    check_host_name(&req.name)?;
     if req.address.is_unspecified() || req.address.is_multicast() {
         bail!(
             "{} cannot be a host's address: give the address its agent and members listen on",
@@ -112,8 +149,14 @@ pub fn add(store: &Store, req: &AddHost, now_unix_s: i64) -> Result<JoinToken> {
             "a certificate lifetime under {MIN_AGENT_CERT_LIFETIME_S} s leaves no time to renew it"
         );
     }
-    let endpoint = match req.endpoint {
-        Some(e) => e,
+    Ok(())
+}
+
+/// Where the agent joins: the endpoint asked for, else the one the controller serving
+/// joins recorded.
+fn join_endpoint(store: &Store, req: &AddHost) -> Result<SocketAddr> {
+    match req.endpoint {
+        Some(e) => Ok(e),
         None => store
             .setting(JOIN_ENDPOINT_SETTING)?
             .and_then(|s| s.parse().ok())
@@ -121,72 +164,73 @@ pub fn add(store: &Store, req: &AddHost, now_unix_s: i64) -> Result<JoinToken> {
                 anyhow!(
                     "no join service is known: start the controller with --join-listen IP:PORT, or give --join-endpoint IP:PORT"
                 )
-            })?,
-    };
-    let ca = hosts_ca(store, now_unix_s)?;
-    let secret = JoinToken::new_secret();
-    let join = PendingJoin {
-        secret_sha256: JoinToken::secret_sha256(&secret),
-        expires_unix_s: now_unix_s
-            .saturating_add(i64::try_from(req.token_ttl_s).unwrap_or(i64::MAX)),
-    };
-    let existing = read(store, &req.name)?;
-    match (existing, req.rejoin) {
-        (Some(_), false) => bail!(
-            "host {} exists; to give its agent a new token (state lost, or its certificate expired long ago): quorum host add {} --address {} --rejoin",
-            req.name,
-            req.name,
-            req.address
-        ),
-        (None, true) => bail!("no host {} to rejoin; add it without --rejoin", req.name),
-        (Some((h, text)), true) => {
-            if h.address != req.address {
-                bail!(
-                    "host {} is at {}, not {}: a host keeps its address (its members' URLs name it)",
-                    req.name,
-                    h.address,
-                    req.address
-                );
-            }
-            let next = HostRecord {
-                join: Some(join),
-                labels: if req.labels.is_empty() { h.labels.clone() } else { req.labels.clone() },
-                certificate_lifetime_s: req.certificate_lifetime_s,
-                ..h
-            };
-            if !store.replace_setting(&key(&req.name), &text, &to_json(&next))? {
-                bail!("host {} changed while its token was made; run the command again", req.name);
-            }
-        }
-        (None, false) => {
-            if let Some(other) = list(store)?.into_iter().find(|h| h.address == req.address) {
-                bail!("{} is already the address of host {}", req.address, other.name);
-            }
-            let rec = HostRecord {
-                name: req.name.clone(),
-                address: req.address,
-                labels: req.labels.clone(),
-                certificate_lifetime_s: req.certificate_lifetime_s,
-                added_unix_s: now_unix_s,
-                join: Some(join),
-                key_sha256: None,
-                joined_unix_s: None,
-                certificate_not_after_unix_s: None,
-                removing_unix_s: None,
-            };
-            let text = to_json(&rec);
-            if store.setting_or_init(&key(&req.name), &text)? != text {
-                bail!("host {} was added by someone else meanwhile", req.name);
-            }
-        }
+            }),
     }
-    Ok(JoinToken {
-        host: req.name.clone(),
+}
+
+/// Gives the recorded host `h` (read as `text`) the new `join`, with the labels and
+/// certificate lifetime asked for; its address stays.
+fn record_rejoin(
+    store: &Store,
+    req: &AddHost,
+    h: HostRecord,
+    text: &str,
+    join: PendingJoin,
+) -> Result<()> {
+    if h.address != req.address {
+        bail!(
+            "host {} is at {}, not {}: a host keeps its address (its members' URLs name it)",
+            req.name,
+            h.address,
+            req.address
+        );
+    }
+    let next = HostRecord {
+        join: Some(join),
+        labels: if req.labels.is_empty() {
+            h.labels.clone()
+        } else {
+            req.labels.clone()
+        },
+        certificate_lifetime_s: req.certificate_lifetime_s,
+        ..h
+    };
+    if !store.replace_setting(&key(&req.name), text, &to_json(&next))? {
+        bail!(
+            "host {} changed while its token was made; run the command again",
+            req.name
+        );
+    }
+    Ok(())
+}
+
+/// Records a new host with `join`, unless another host has its address or someone
+/// added it meanwhile.
+fn record_new(store: &Store, req: &AddHost, join: PendingJoin, now_unix_s: i64) -> Result<()> {
+    if let Some(other) = list(store)?.into_iter().find(|h| h.address == req.address) {
+        bail!(
+            "{} is already the address of host {}",
+            req.address,
+            other.name
+        );
+    }
+    let rec = HostRecord {
+        name: req.name.clone(),
         address: req.address,
-        endpoint,
-        ca_sha256: quorum_pki::agents::certificate_sha256(ca.cert_pem())?,
-        secret,
-    })
+        labels: req.labels.clone(),
+        certificate_lifetime_s: req.certificate_lifetime_s,
+        added_unix_s: now_unix_s,
+        join: Some(join),
+        key_sha256: None,
+        joined_unix_s: None,
+        certificate_not_after_unix_s: None,
+        removing_unix_s: None,
+    };
+    let text = to_json(&rec);
+    if store.setting_or_init(&key(&req.name), &text)? != text {
+        bail!("host {} was added by someone else meanwhile", req.name);
+    }
+    Ok(())
 }
 
 /// What `quorum host remove` did.

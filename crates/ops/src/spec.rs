@@ -87,15 +87,7 @@ pub fn create_with(
     spec: ControlPlaneSpec,
     opts: ChangeOptions,
 ) -> Result<()> {
-    validate_name(name)?;
-    validate_spec(&spec, opts.force)?;
-    etcd_binary(ctx.provider.etcd_dir(), spec.version)?;
-    if let Some(note) = crate::s3check::check(name, &spec)? {
-        say!(ctx, "{note}");
-    }
-    if ctx.store.control_plane(name)?.is_some() {
-        bail!("{name} already exists; change it with `quorum apply`, `upgrade` or `scale`");
-    }
+    check_create(ctx, name, &spec, opts.force)?;
     if opts.dry_run {
         say!(
             ctx,
@@ -116,20 +108,45 @@ pub fn create_with(
         rebuild: None,
     };
     // The control plane's own CA, stored with it in one transaction.
-    let ca = if spec.tls() {
-        let ca = quorum_pki::Ca::generate(
-            name,
-            quorum_clock::now_unix_s(),
-            quorum_pki::DEFAULT_CA_LIFETIME_S,
-        )?;
-        Some(quorum_store::StoredCa {
-            cert_pem: ca.cert_pem().to_string(),
-            key_pem: ca.key_pem().to_string(),
-        })
-    } else {
-        None
-    };
+    let ca = own_ca(name, &spec)?;
     ctx.store.create_control_plane(&cp, ca.as_ref(), now_ms())?;
+    say_created(ctx, name, &spec)
+}
+
+/// The checks of a new control plane: a valid name and spec, its etcd binary
+/// installed, an S3 bucket that answers, a name no control plane has.
+fn check_create(ctx: &Ctx, name: &str, spec: &ControlPlaneSpec, force: bool) -> Result<()> {
+    validate_name(name)?;
+    validate_spec(spec, force)?;
+    etcd_binary(ctx.provider.etcd_dir(), spec.version)?;
+    if let Some(note) = crate::s3check::check(name, spec)? {
+        say!(ctx, "{note}");
+    }
+    if ctx.store.control_plane(name)?.is_some() {
+        bail!("{name} already exists; change it with `quorum apply`, `upgrade` or `scale`");
+    }
+    Ok(())
+}
+
+/// A new CA for control plane `name`, if its spec uses TLS.
+fn own_ca(name: &str, spec: &ControlPlaneSpec) -> Result<Option<quorum_store::StoredCa>> {
+    if !spec.tls() {
+        return Ok(None);
+    }
+    let ca = quorum_pki::Ca::generate(
+        name,
+        quorum_clock::now_unix_s(),
+        quorum_pki::DEFAULT_CA_LIFETIME_S,
+    )?;
+    Ok(Some(quorum_store::StoredCa {
+        cert_pem: ca.cert_pem().to_string(),
+        key_pem: ca.key_pem().to_string(),
+    }))
+}
+
+/// What `create` says once the control plane is recorded: what it is, and the notes
+/// and warnings its spec calls for.
+fn say_created(ctx: &Ctx, name: &str, spec: &ControlPlaneSpec) -> Result<()> {
     say!(
         ctx,
         "{name}: created: {} at etcd {}",
@@ -141,7 +158,7 @@ pub fn create_with(
     }
     if !spec.provider.is_local() {
         let registered = quorum_store::hosts::list(&ctx.store)?.len();
-        if let Some(note) = hosts_note(name, &spec, registered) {
+        if let Some(note) = hosts_note(name, spec, registered) {
             say!(ctx, "{note}");
         }
     }

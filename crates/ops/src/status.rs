@@ -10,7 +10,7 @@ use quorum_core::{
 };
 use quorum_etcd::Etcd;
 use quorum_provider::LocalProvider;
-use quorum_store::Store;
+use quorum_store::{Heartbeat, PublishedStatus, Store};
 use serde::Serialize;
 use std::net::SocketAddr;
 
@@ -223,6 +223,8 @@ fn memory_in(status: &serde_json::Value, age_ms: i64) -> Memory {
         .unwrap_or_default()
 }
 
+/// The status of `cp` as observed now (the controller's observation and decision),
+/// with its load balancer's backend and what its controller last published.
 pub async fn live(
     store: &Store,
     provider: &LocalProvider,
@@ -248,35 +250,10 @@ pub async fn live(
     // does not make a live controller look dead), not from when it last published.
     // Sharded, the controller that acts on this control plane is its shard's leader.
     let (controller_leader, beat) = store.controller_of(&cp.name)?;
-    let shard = store
-        .setting(quorum_store::SHARDS_SETTING)?
-        .and_then(|n| n.trim().parse::<u32>().ok())
-        .filter(|count| *count > 1)
-        .map(|count| ShardInfo {
-            index: quorum_core::shards::shard_of(&cp.name, count),
-            count,
-        });
-    let controller = store.published_status(&cp.name)?.map(|p| {
-        let now = now_ms();
-        let beat = beat.filter(|b| b.identity == p.controller);
-        let seen_ms = beat
-            .as_ref()
-            .map_or(p.updated_at_ms, |b| b.at_ms.max(p.updated_at_ms));
-        let working_on = beat
-            .as_ref()
-            .and_then(|b| b.step.as_ref())
-            .filter(|step| step.control_plane == cp.name)
-            .map(|step| StepInfo {
-                step: step.description.clone(),
-                for_ms: (now - step.since_ms).max(0),
-            });
-        ControllerInfo {
-            active: beat.is_some_and(|b| now - b.at_ms < CONTROLLER_STALE_MS),
-            identity: p.controller,
-            last_seen_ms_ago: now - seen_ms,
-            working_on,
-        }
-    });
+    let shard = ShardInfo::of(store, &cp.name)?;
+    let controller = store
+        .published_status(&cp.name)?
+        .map(|p| ControllerInfo::of(p, beat, &cp.name));
     Ok(Status {
         name: cp.name.clone(),
         spec: cp.spec.clone(),
@@ -307,11 +284,51 @@ pub async fn live(
     })
 }
 
+impl ControllerInfo {
+    /// The controller that published `p` for control plane `cp`, judged alive by its
+    /// heartbeat `beat` (one of another controller says nothing of it).
+    fn of(p: PublishedStatus, beat: Option<Heartbeat>, cp: &str) -> ControllerInfo {
+        let now = now_ms();
+        let beat = beat.filter(|b| b.identity == p.controller);
+        let seen_ms = beat
+            .as_ref()
+            .map_or(p.updated_at_ms, |b| b.at_ms.max(p.updated_at_ms));
+        let working_on = beat
+            .as_ref()
+            .and_then(|b| b.step.as_ref())
+            .filter(|step| step.control_plane == cp)
+            .map(|step| StepInfo {
+                step: step.description.clone(),
+                for_ms: (now - step.since_ms).max(0),
+            });
+        ControllerInfo {
+            active: beat.is_some_and(|b| now - b.at_ms < CONTROLLER_STALE_MS),
+            identity: p.controller,
+            last_seen_ms_ago: now - seen_ms,
+            working_on,
+        }
+    }
+}
+
 /// A control plane's shard in a sharded fleet.
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct ShardInfo {
     pub index: u32,
     pub count: u32,
+}
+
+impl ShardInfo {
+    /// The shard of control plane `cp`, when the store's fleet is sharded.
+    fn of(store: &Store, cp: &str) -> Result<Option<ShardInfo>> {
+        Ok(store
+            .setting(quorum_store::SHARDS_SETTING)?
+            .and_then(|n| n.trim().parse::<u32>().ok())
+            .filter(|count| *count > 1)
+            .map(|count| ShardInfo {
+                index: quorum_core::shards::shard_of(cp, count),
+                count,
+            }))
+    }
 }
 
 /// Reads the backend of `h` (off the async threads; bounded) and compares it with the

@@ -1,6 +1,6 @@
 //! `--wait`: follow a control plane until its spec is met, printing each step.
 
-use crate::status::{live, CONTROLLER_STALE_MS};
+use crate::status::{live, Status, CONTROLLER_STALE_MS};
 use anyhow::{bail, Result};
 use quorum_core::{Action, ActionKind, ControlPlane, Decision};
 use quorum_etcd::Etcd;
@@ -140,21 +140,11 @@ pub async fn wait(
     after_event: i64,
     since_ms: i64,
 ) -> Result<()> {
-    let tty = std::io::stderr().is_terminal();
-    let clear = || {
-        if tty {
-            eprint!("\r\x1b[K");
-        }
-    };
-    let start = Instant::now();
-    let mut last_event = after_event;
-    let mut warned_no_controller = false;
-    let mut refused = None;
-    let mut last_reason = String::new();
+    let mut follow = Follow::new(store, name, after_event, since_ms);
     loop {
-        refused = print_events(store, name, &mut last_event, since_ms, tty, refused)?;
+        follow.print_events()?;
         let Some(cp) = store.control_plane(name)? else {
-            clear();
+            follow.clear();
             if goal == Goal::Gone {
                 return Ok(());
             }
@@ -163,54 +153,134 @@ pub async fn wait(
         let adapter = etcd(&cp)?;
         let s = live(store, provider, &adapter, &cp).await?;
         if goal == Goal::Converged && s.converged {
-            clear();
-            // The steps recorded while the status was read (the last promotion, the
-            // endpoints it published) come before the line that says it is done.
-            print_events(store, name, &mut last_event, since_ms, false, None)?;
-            let n = s.machines.len();
-            println!(
-                "[{:>6.1}s] ✓ {name}: {n} machine{} at etcd {}, every member healthy; client endpoints: {}",
-                (quorum_clock::now_ms() - since_ms) as f64 / 1000.0,
-                if n == 1 { "" } else { "s" },
-                s.spec.version,
-                s.endpoints.join(" ")
-            );
-            return Ok(());
+            return follow.say_converged(&s);
         }
         if goal == Goal::Converged && s.spec.paused {
-            clear();
+            follow.clear();
             bail!("'{name}' is paused, so nothing changes until `quorum pause {name} --resume`; the change is recorded");
         }
-        let reason = live_reason(&s.decision, refused.as_ref());
-        if !warned_no_controller
-            && start.elapsed() > Duration::from_millis(CONTROLLER_STALE_MS as u64)
-            && !controller_active(store)
-        {
-            warned_no_controller = true;
-            clear();
-            eprintln!("note: no controller is running on this home: start one with `quorum controller` (in another terminal)");
-        }
-        if start.elapsed() >= timeout {
-            clear();
+        let reason = live_reason(&s.decision, follow.refused.as_ref());
+        follow.warn_if_no_controller();
+        if follow.start.elapsed() >= timeout {
+            follow.clear();
             bail!(
                 "'{name}' did not reach its spec within {}s: {} ({reason})",
                 timeout.as_secs(),
                 s.operation
             );
         }
-        if tty {
+        follow.show_progress(&s, reason);
+        tokio::time::sleep(Duration::from_millis(WAIT_POLL_MS)).await;
+    }
+}
+
+/// What `wait` keeps from one look at the control plane to the next.
+struct Follow<'a> {
+    store: &'a Store,
+    name: &'a str,
+    /// When the command started: the lines' times count from it.
+    since_ms: i64,
+    /// Standard error is a terminal, so it shows a live line.
+    tty: bool,
+    /// When the wait started: its timeout counts from it.
+    start: Instant,
+    /// The last event printed.
+    last_event: i64,
+    /// The step etcd refused and that is being retried, if any.
+    refused: Option<Refusal>,
+    warned_no_controller: bool,
+    /// The live line's reason as last shown.
+    last_reason: String,
+}
+
+impl<'a> Follow<'a> {
+    fn new(store: &'a Store, name: &'a str, after_event: i64, since_ms: i64) -> Follow<'a> {
+        Follow {
+            store,
+            name,
+            since_ms,
+            tty: std::io::stderr().is_terminal(),
+            start: Instant::now(),
+            last_event: after_event,
+            refused: None,
+            warned_no_controller: false,
+            last_reason: String::new(),
+        }
+    }
+
+    /// Clears the live line, on a terminal.
+    fn clear(&self) {
+        if self.tty {
+            eprint!("\r\x1b[K");
+        }
+    }
+
+    /// Prints the events since the last look, and keeps the refusal they leave pending.
+    fn print_events(&mut self) -> Result<()> {
+        self.refused = print_events(
+            self.store,
+            self.name,
+            &mut self.last_event,
+            self.since_ms,
+            self.tty,
+            self.refused.take(),
+        )?;
+        Ok(())
+    }
+
+    /// Prints the last steps and the line that says the spec is met.
+    fn say_converged(&mut self, s: &Status) -> Result<()> {
+        self.clear();
+        let name = self.name;
+        // The steps recorded while the status was read (the last promotion, the
+        // endpoints it published) come before the line that says it is done.
+        print_events(
+            self.store,
+            name,
+            &mut self.last_event,
+            self.since_ms,
+            false,
+            None,
+        )?;
+        let n = s.machines.len();
+        println!(
+            "[{:>6.1}s] ✓ {name}: {n} machine{} at etcd {}, every member healthy; client endpoints: {}",
+            (quorum_clock::now_ms() - self.since_ms) as f64 / 1000.0,
+            if n == 1 { "" } else { "s" },
+            s.spec.version,
+            s.endpoints.join(" ")
+        );
+        Ok(())
+    }
+
+    /// Says once, when the wait has lasted longer than a controller's heartbeat may
+    /// be stale, that no controller runs (nothing would change without one).
+    fn warn_if_no_controller(&mut self) {
+        if !self.warned_no_controller
+            && self.start.elapsed() > Duration::from_millis(CONTROLLER_STALE_MS as u64)
+            && !controller_active(self.store)
+        {
+            self.warned_no_controller = true;
+            self.clear();
+            eprintln!("note: no controller is running on this home: start one with `quorum controller` (in another terminal)");
+        }
+    }
+
+    /// The live line on a terminal; elsewhere, a line each time the reason the control
+    /// plane is blocked changes.
+    fn show_progress(&mut self, s: &Status, reason: String) {
+        if self.tty {
             eprint!(
                 "\r\x1b[K  {:>5.1}s  {}: {}",
-                start.elapsed().as_secs_f64(),
+                self.start.elapsed().as_secs_f64(),
                 s.operation,
                 reason
             );
             let _ = std::io::stderr().flush();
-        } else if reason != last_reason && s.decision.is_blocked() {
+        } else if reason != self.last_reason && s.decision.is_blocked() {
             println!("  ... {reason}");
         }
-        last_reason = reason;
-        tokio::time::sleep(Duration::from_millis(WAIT_POLL_MS)).await;
+        self.last_reason = reason;
     }
 }
 

@@ -21,6 +21,34 @@ pub struct ManagementEtcd {
     tls: Option<(String, Vec<quorum_pki::MachineCerts>)>,
 }
 
+/// The machines of the management etcd: `mgmt-1`... one per address, at `version`,
+/// with TLS and certificates until the end of `tls`'s lifetime for a TLS cluster.
+fn member_machines(
+    addresses: &[Ipv4Addr],
+    version: Version,
+    tls: Option<(&quorum_pki::Ca, i64, i64)>,
+) -> Vec<Machine> {
+    addresses
+        .iter()
+        .enumerate()
+        .map(|(i, a)| Machine {
+            requested: None,
+            ca_step: None,
+            placement: None,
+            name: format!("mgmt-{}", i + 1),
+            serial: i as u64 + 1,
+            address: *a,
+            version,
+            bootstrap: true,
+            deleting: false,
+            tls: tls.is_some(),
+            certificates_not_after_unix_s: tls.map(|(_, now, life)| now + life),
+            remediation: None,
+            in_place: None,
+        })
+        .collect()
+}
+
 impl ManagementEtcd {
     /// Starts one member per address (plain HTTP, standard ports) in `dir`, and waits
     /// until each member's client port accepts connections.
@@ -70,25 +98,7 @@ impl ManagementEtcd {
     ) -> Result<Self> {
         let provider =
             LocalProvider::new(dir, etcd_dir.to_path_buf()).with_etcd_flags(flags.to_vec());
-        let machines: Vec<Machine> = addresses
-            .iter()
-            .enumerate()
-            .map(|(i, a)| Machine {
-                requested: None,
-                ca_step: None,
-                placement: None,
-                name: format!("mgmt-{}", i + 1),
-                serial: i as u64 + 1,
-                address: *a,
-                version,
-                bootstrap: true,
-                deleting: false,
-                tls: tls.is_some(),
-                certificates_not_after_unix_s: tls.map(|(_, now, life)| now + life),
-                remediation: None,
-                in_place: None,
-            })
-            .collect();
+        let machines = member_machines(addresses, version, tls);
         let initial: Vec<InitialMember> = machines
             .iter()
             .map(|m| InitialMember {
@@ -104,40 +114,7 @@ impl ManagementEtcd {
         };
         let mut all_certs = Vec::new();
         for m in &me.machines {
-            let certs = match tls {
-                Some((ca, now, life)) => Some(
-                    ca.issue_machine_from(
-                        &m.name,
-                        m.address.into(),
-                        &[crate::LOCAL_SOURCE_ADDRESS],
-                        now,
-                        now + life,
-                    )
-                    .map_err(|e| ProviderError::Io {
-                        machine: m.name.clone(),
-                        what: "issue certificates",
-                        source: std::io::Error::other(e.to_string()),
-                    })?,
-                ),
-                None => None,
-            };
-            me.provider.start(&StartRequest {
-                machine: m,
-                cluster_token: "quorum-management",
-                state: ClusterState::New,
-                initial_cluster: &me.initial,
-                tls: match (tls, &certs) {
-                    (Some((ca, _, _)), Some(certs)) => Some(MachineTls {
-                        ca_pem: ca.cert_pem(),
-                        certs,
-                    }),
-                    _ => None,
-                },
-                quota_backend_bytes: None,
-                expect_marker: None,
-                force_new_cluster: false,
-            })?;
-            all_certs.extend(certs);
+            all_certs.extend(me.start_member(m, tls)?);
         }
         if let Some((ca, _, _)) = tls {
             me.tls = Some((ca.cert_pem().to_string(), all_certs));
@@ -146,6 +123,49 @@ impl ManagementEtcd {
             me.wait_accepting(i)?;
         }
         Ok(me)
+    }
+
+    /// Starts the member of machine `m` into the new cluster, with certificates issued
+    /// by the CA of `tls` (its time now and their lifetime) for a TLS cluster: returned.
+    fn start_member(
+        &self,
+        m: &Machine,
+        tls: Option<(&quorum_pki::Ca, i64, i64)>,
+    ) -> Result<Option<quorum_pki::MachineCerts>> {
+        let certs = match tls {
+            Some((ca, now, life)) => Some(
+                ca.issue_machine_from(
+                    &m.name,
+                    m.address.into(),
+                    &[crate::LOCAL_SOURCE_ADDRESS],
+                    now,
+                    now + life,
+                )
+                .map_err(|e| ProviderError::Io {
+                    machine: m.name.clone(),
+                    what: "issue certificates",
+                    source: std::io::Error::other(e.to_string()),
+                })?,
+            ),
+            None => None,
+        };
+        self.provider.start(&StartRequest {
+            machine: m,
+            cluster_token: "quorum-management",
+            state: ClusterState::New,
+            initial_cluster: &self.initial,
+            tls: match (tls, &certs) {
+                (Some((ca, _, _)), Some(certs)) => Some(MachineTls {
+                    ca_pem: ca.cert_pem(),
+                    certs,
+                }),
+                _ => None,
+            },
+            quota_backend_bytes: None,
+            expect_marker: None,
+            force_new_cluster: false,
+        })?;
+        Ok(certs)
     }
 
     /// Waits until member `i`'s client port accepts connections.

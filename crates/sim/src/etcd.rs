@@ -62,7 +62,31 @@ impl World {
 
     /// One tick of the cluster: elections, replication, client writes, exits.
     pub(crate) fn tick_etcd(&mut self) {
-        // Removed members shut down by themselves (a hung one once it resumes).
+        let resumed = self.end_exits_and_stalls();
+        self.reconnect_machines(&resumed);
+        self.tick_publish();
+        self.tick_leadership();
+        // A client write per tick while there is a leader: committed on a quorum of
+        // connected voters (unless the keyspace refuses it: NOSPACE), and replicated to
+        // every connected member.
+        if let Some(l) = self.leader {
+            if self.client_write(l) {
+                self.commit += 1;
+                self.acked = self.commit;
+            }
+            self.replicate();
+            debug_assert!(self
+                .members
+                .iter()
+                .any(|m| m.id == l && m.log == self.commit));
+            self.grow_db_files();
+        }
+        self.monitor_cluster_version();
+    }
+
+    /// Removed members shut down by themselves (a hung one once it resumes), and
+    /// defragmentations due end; the machines whose stall ended.
+    fn end_exits_and_stalls(&mut self) -> Vec<String> {
         let now = self.now_ms;
         let hung = match &self.impairment {
             Some((Impairment::Hung(n), _)) => Some(n.clone()),
@@ -79,69 +103,67 @@ impl World {
                 resumed.push(name.clone());
             }
         }
-        self.reconnect_machines(&resumed);
-        self.tick_publish();
-        // Leadership.
+        resumed
+    }
+
+    /// A leader that lost its quorum or its connection is lost; after `ELECTION_MS`
+    /// without one, the connected voter with the longest log wins, if there is a
+    /// quorum.
+    fn tick_leadership(&mut self) {
+        let now = self.now_ms;
         let leader_ok = self
             .leader
             .and_then(|id| self.members.iter().find(|m| m.id == id))
             .is_some_and(|m| !m.is_learner && self.member_connected(m))
             && self.has_quorum();
-        if !leader_ok {
-            if self.leader.is_some() {
-                self.leader = None;
-                self.leaderless_since_ms = now;
-                self.note("leader lost".into());
-            }
-            if self.has_quorum() && now - self.leaderless_since_ms >= ELECTION_MS {
-                // The connected voter with the longest log wins.
-                let winner = self
-                    .voters()
-                    .filter(|m| self.member_connected(m))
-                    .max_by_key(|m| (m.log, m.id))
-                    .map(|m| m.id);
-                if let Some(w) = winner {
-                    self.leader = Some(w);
-                    self.term += 1;
-                    self.note(format!("elected {w:x} in term {}", self.term));
-                }
+        if leader_ok {
+            return;
+        }
+        if self.leader.is_some() {
+            self.leader = None;
+            self.leaderless_since_ms = now;
+            self.note("leader lost".into());
+        }
+        if self.has_quorum() && now - self.leaderless_since_ms >= ELECTION_MS {
+            // The connected voter with the longest log wins.
+            let winner = self
+                .voters()
+                .filter(|m| self.member_connected(m))
+                .max_by_key(|m| (m.log, m.id))
+                .map(|m| m.id);
+            if let Some(w) = winner {
+                self.leader = Some(w);
+                self.term += 1;
+                self.note(format!("elected {w:x} in term {}", self.term));
             }
         }
-        // A client write per tick while there is a leader: committed on a quorum of
-        // connected voters (unless the keyspace refuses it: NOSPACE), and replicated to
-        // every connected member.
-        if let Some(l) = self.leader {
-            if self.client_write(l) {
-                self.commit += 1;
-                self.acked = self.commit;
+    }
+
+    /// Every connected member takes the leader's log; a learner far behind catches up
+    /// by snapshot in a few ticks (slowly if slow).
+    fn replicate(&mut self) {
+        let commit = self.commit;
+        let connected: Vec<bool> = self
+            .members
+            .iter()
+            .map(|m| self.member_connected(m))
+            .collect();
+        let slow = self.slow_learners.clone();
+        for (m, conn) in self.members.iter_mut().zip(connected) {
+            if !conn {
+                continue;
             }
-            let commit = self.commit;
-            let connected: Vec<bool> = self
-                .members
-                .iter()
-                .map(|m| self.member_connected(m))
-                .collect();
-            let slow = self.slow_learners.clone();
-            for (m, conn) in self.members.iter_mut().zip(connected) {
-                if !conn {
-                    continue;
-                }
-                if m.is_learner && m.log + 50 < commit {
-                    // A learner catches up by snapshot in a few ticks (slowly if slow).
-                    let step = if slow.contains(&m.id) {
-                        commit / 40 + 1
-                    } else {
-                        commit / 2 + 1
-                    };
-                    m.log = (m.log + step).min(commit);
+            if m.is_learner && m.log + 50 < commit {
+                let step = if slow.contains(&m.id) {
+                    commit / 40 + 1
                 } else {
-                    m.log = commit;
-                }
+                    commit / 2 + 1
+                };
+                m.log = (m.log + step).min(commit);
+            } else {
+                m.log = commit;
             }
-            debug_assert!(self.members.iter().any(|m| m.id == l && m.log == commit));
-            self.grow_db_files();
         }
-        self.monitor_cluster_version();
     }
 
     /// Peers reconnect to the members of these machines (their stall ended).
@@ -379,16 +401,21 @@ impl World {
         pass
     }
 
+    /// What the controller observes this step: each machine through the provider and
+    /// its endpoint, and the member list, alarms and cluster version from the leader.
     pub(crate) fn observe(&self) -> Observation {
-        let hidden = match &self.impairment {
-            Some((Impairment::HiddenFromController(n), _)) => Some(n.as_str()),
-            _ => None,
+        let sight = Sight {
+            hidden: match &self.impairment {
+                Some((Impairment::HiddenFromController(n), _)) => Some(n.as_str()),
+                _ => None,
+            },
+            lagging: match &self.impairment {
+                Some((Impairment::Lagging(id), _)) => Some(*id),
+                _ => None,
+            },
+            in_use_bytes: self.space.in_use_bytes(),
+            down_host: self.down_host(),
         };
-        let lagging = match &self.impairment {
-            Some((Impairment::Lagging(id), _)) => Some(*id),
-            _ => None,
-        };
-        let in_use = self.space.in_use_bytes();
         let mut obs = Observation {
             now_unix_s: self.now_unix_s(),
             compacted: self.space.nospace().then(|| self.space.compacted()),
@@ -398,100 +425,127 @@ impl World {
             hosts: self.observed_hosts(),
             ..Observation::default()
         };
-        let down = self.down_host();
         for mach in &self.machines {
-            let p = self.procs.get(&mach.name).cloned().unwrap_or_default();
-            // On a host that does not answer, the hosts provider reports its machines as
-            // last seen, taken to run (`HostsProvider::observe`): etcd judges them.
-            let silent =
-                down.is_some() && mach.placement.as_ref().map(|pl| pl.host.as_str()) == down;
-            let member = self.member_of_machine(&mach.name);
-            let answers = self.responsive(&mach.name)
-                && hidden != Some(mach.name.as_str())
-                && !self.publish_silent(&mach.name);
-            let status = match member {
-                Some(m) if answers => Some(EndpointStatus {
-                    member_id: m.id,
-                    leader_id: if self.member_connected(m) {
-                        self.leader.unwrap_or(0)
-                    } else {
-                        0
-                    },
-                    raft_term: self.term,
-                    raft_index: m.log,
-                    raft_applied_index: if lagging == Some(m.id) {
-                        m.log.saturating_sub(repair::LAG_ENTRIES)
-                    } else {
-                        m.log
-                    },
-                    // What it runs, which is the record's version only once restarted.
-                    version: p.binary,
-                    is_learner: m.is_learner,
-                    alarms: self.space.alarms_of(m.id),
-                    cluster_id: repair::CLUSTER_ID,
-                    revision: self.space.revision,
-                    db_size_bytes: p.db_size_bytes.max(in_use),
-                    db_size_in_use_bytes: in_use,
-                }),
-                _ => None,
-            };
-            // A linearizable read needs the leader's read index: a connected member of
-            // a cluster with a leader. Not tried through a learner (it refuses them) or
-            // a member that did not answer its status.
-            let quorum_read = match (member, &status) {
-                (Some(m), Some(_)) if !m.is_learner => {
-                    Some(self.member_connected(m) && self.leader.is_some())
-                }
-                _ => None,
-            };
-            obs.machines.insert(
-                mach.name.clone(),
-                MachineObservation {
-                    process: if p.running || silent {
-                        ProcessState::Running
-                    } else {
-                        ProcessState::Stopped
-                    },
-                    has_data: p.has_data,
-                    status,
-                    marker: p.marker,
-                    quorum_read,
-                    starts_unix_s: p.starts_unix_s.clone(),
-                    planned_starts_unix_s: p.planned_starts_unix_s.clone(),
-                    running_version: p.binary.filter(|_| p.running && !silent),
-                },
-            );
+            obs.machines
+                .insert(mach.name.clone(), self.observe_machine(mach, &sight));
         }
         // The member list comes from the leader, if the controller can reach it.
-        let leader_visible = self.leader.is_some_and(|l| {
-            self.members
-                .iter()
-                .find(|m| m.id == l)
-                .and_then(|m| self.machine_of_member(m))
-                .is_some_and(|mach| hidden != Some(mach.name.as_str()))
-                || self.external_running.contains(&l)
-        });
-        if leader_visible {
-            obs.members = Some(
-                self.members
-                    .iter()
-                    .map(|m| Member {
-                        id: m.id,
-                        name: m.name.clone(),
-                        peer_urls: vec![m.peer_url.clone()],
-                        client_urls: if m.name.is_empty() {
-                            vec![]
-                        } else {
-                            vec![m.peer_url.replace("2380", "2379")]
-                        },
-                        is_learner: m.is_learner,
-                    })
-                    .collect(),
-            );
+        if self.leader_visible(sight.hidden) {
+            obs.members = Some(self.member_list());
             // The leader's alarm list: every alarm, that of a removed member too.
             obs.alarms = self.space.alarms.iter().cloned().collect();
             obs.cluster_version = Some(self.cluster_version);
         }
         obs
     }
+
+    /// What the provider and the endpoint of machine `mach` say of it.
+    fn observe_machine(&self, mach: &Machine, sight: &Sight<'_>) -> MachineObservation {
+        let p = self.procs.get(&mach.name).cloned().unwrap_or_default();
+        // On a host that does not answer, the hosts provider reports its machines as
+        // last seen, taken to run (`HostsProvider::observe`): etcd judges them.
+        let silent = sight.down_host.is_some()
+            && mach.placement.as_ref().map(|pl| pl.host.as_str()) == sight.down_host;
+        let member = self.member_of_machine(&mach.name);
+        let answers = self.responsive(&mach.name)
+            && sight.hidden != Some(mach.name.as_str())
+            && !self.publish_silent(&mach.name);
+        let status = match member {
+            Some(m) if answers => Some(self.endpoint_status(m, &p, sight)),
+            _ => None,
+        };
+        // A linearizable read needs the leader's read index: a connected member of
+        // a cluster with a leader. Not tried through a learner (it refuses them) or
+        // a member that did not answer its status.
+        let quorum_read = match (member, &status) {
+            (Some(m), Some(_)) if !m.is_learner => {
+                Some(self.member_connected(m) && self.leader.is_some())
+            }
+            _ => None,
+        };
+        MachineObservation {
+            process: if p.running || silent {
+                ProcessState::Running
+            } else {
+                ProcessState::Stopped
+            },
+            has_data: p.has_data,
+            status,
+            marker: p.marker,
+            quorum_read,
+            starts_unix_s: p.starts_unix_s.clone(),
+            planned_starts_unix_s: p.planned_starts_unix_s.clone(),
+            running_version: p.binary.filter(|_| p.running && !silent),
+        }
+    }
+
+    /// The status the endpoint of member `m` (process `p`) answers.
+    fn endpoint_status(&self, m: &SimMember, p: &Proc, sight: &Sight<'_>) -> EndpointStatus {
+        EndpointStatus {
+            member_id: m.id,
+            leader_id: if self.member_connected(m) {
+                self.leader.unwrap_or(0)
+            } else {
+                0
+            },
+            raft_term: self.term,
+            raft_index: m.log,
+            raft_applied_index: if sight.lagging == Some(m.id) {
+                m.log.saturating_sub(repair::LAG_ENTRIES)
+            } else {
+                m.log
+            },
+            // What it runs, which is the record's version only once restarted.
+            version: p.binary,
+            is_learner: m.is_learner,
+            alarms: self.space.alarms_of(m.id),
+            cluster_id: repair::CLUSTER_ID,
+            revision: self.space.revision,
+            db_size_bytes: p.db_size_bytes.max(sight.in_use_bytes),
+            db_size_in_use_bytes: sight.in_use_bytes,
+        }
+    }
+
+    /// The controller reaches the leader: through its machine, unless that is hidden,
+    /// or an orphan leader running outside quorum's machines.
+    fn leader_visible(&self, hidden: Option<&str>) -> bool {
+        self.leader.is_some_and(|l| {
+            self.members
+                .iter()
+                .find(|m| m.id == l)
+                .and_then(|m| self.machine_of_member(m))
+                .is_some_and(|mach| hidden != Some(mach.name.as_str()))
+                || self.external_running.contains(&l)
+        })
+    }
+
+    /// The member list as the leader gives it (an unstarted member has no name and no
+    /// client URL).
+    fn member_list(&self) -> Vec<Member> {
+        self.members
+            .iter()
+            .map(|m| Member {
+                id: m.id,
+                name: m.name.clone(),
+                peer_urls: vec![m.peer_url.clone()],
+                client_urls: if m.name.is_empty() {
+                    vec![]
+                } else {
+                    vec![m.peer_url.replace("2380", "2379")]
+                },
+                is_learner: m.is_learner,
+            })
+            .collect()
+    }
+}
+
+/// What the controller's sight of the machines depends on this step.
+struct Sight<'a> {
+    /// The machine whose endpoint is hidden from the controller, if any.
+    hidden: Option<&'a str>,
+    /// The member applying far behind its log, if any.
+    lagging: Option<u64>,
+    in_use_bytes: u64,
+    /// The host that does not answer, if any.
+    down_host: Option<&'a str>,
 }

@@ -17,6 +17,8 @@ const KEYSPACE_FILL: u64 = 11;
 const NOT_MEMBER_FAULTS: [u64; 4] = [3, 4, 6, 11];
 
 impl World {
+    /// At the run's fault rate, one fault of a kind the run allows now, unless a fault
+    /// is in force already or a rebuild is pending.
     pub(crate) fn maybe_fault(&mut self) {
         if !self.rng.chance(self.cfg.fault_per_mille) {
             return;
@@ -32,10 +34,27 @@ impl World {
         }
         self.faults += 1;
         let heal_at = self.step + 5 + self.rng.below(40);
+        let kinds = self.fault_kinds();
+        let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
+        match kind {
+            BAD_BINARY => self.bad_binary_fault(),
+            HOST_LOST => self.host_fault(heal_at),
+            7..=12 => self.repair_fault(kind, heal_at),
+            6 => self.load_balancer_fault(heal_at),
+            0 | 5 => self.process_fault(kind == 5, heal_at),
+            1 => self.partition_fault(heal_at),
+            2 => self.hide_from_controller_fault(heal_at),
+            3 => self.slow_learner_fault(),
+            _ => self.leader_change_fault(),
+        }
+    }
+
+    /// The fault kinds this run may inject now.
+    fn fault_kinds(&self) -> Vec<u64> {
         // Kind 6 (the load balancer) only in runs that have one. While NOSPACE is
         // active, no member fault (`Config::faults_anywhere` lifts this).
         let quiet_members = self.keyspace_full() && !self.cfg.faults_anywhere;
-        let kinds: Vec<u64> = (0..FAULT_KINDS)
+        (0..FAULT_KINDS)
             .filter(|k| *k != 6 || self.lb.is_some())
             .filter(|k| *k != BAD_BINARY || self.in_place_strategy())
             .filter(|k| *k != HOST_LOST || self.cfg.hosts)
@@ -43,95 +62,99 @@ impl World {
             // A rebuilt cluster is one member for a while: NOSPACE there has no quorum
             // margin to defragment into, a case held back everywhere (`faults_anywhere`).
             .filter(|k| *k != KEYSPACE_FILL || self.cfg.scenario != Scenario::QuorumLoss)
+            .collect()
+    }
+
+    /// The load balancer is unreachable: it keeps serving what it served, and cannot be
+    /// brought in step until it heals. Not a member impairment.
+    fn load_balancer_fault(&mut self, heal_at: u64) {
+        if let Some(lb) = self.lb.as_mut() {
+            if lb.down_until_step.is_none() {
+                lb.down_until_step = Some(heal_at);
+                self.pacing_counts.lb_faults += 1;
+                self.note("FAULT the load balancer is unreachable".into());
+            }
+        }
+    }
+
+    /// A member process dies (the controller restarts it), or, `broken`, its machine
+    /// breaks for a while (its process cannot start until it heals).
+    fn process_fault(&mut self, broken: bool, heal_at: u64) {
+        let running: Vec<String> = self
+            .procs
+            .iter()
+            .filter(|(_, p)| p.running)
+            .map(|(n, _)| n.clone())
             .collect();
-        let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
-        match kind {
-            BAD_BINARY => self.bad_binary_fault(),
-            HOST_LOST => self.host_fault(heal_at),
-            7..=12 => self.repair_fault(kind, heal_at),
-            6 => {
-                // The load balancer is unreachable: it keeps serving what it served, and
-                // cannot be brought in step until it heals. Not a member impairment.
-                if let Some(lb) = self.lb.as_mut() {
-                    if lb.down_until_step.is_none() {
-                        lb.down_until_step = Some(heal_at);
-                        self.pacing_counts.lb_faults += 1;
-                        self.note("FAULT the load balancer is unreachable".into());
-                    }
+        if let Some(n) = self.pick(&running) {
+            if self.safe_to_impair_machine(&n) {
+                self.note(format!(
+                    "FAULT {n} {}",
+                    if broken { "breaks" } else { "process dies" }
+                ));
+                if let Some(p) = self.procs.get_mut(&n) {
+                    p.running = false;
+                }
+                if broken {
+                    self.impairment = Some((Impairment::Down(n), heal_at));
                 }
             }
-            0 | 5 => {
-                // A member process dies (the controller restarts it), or its machine
-                // breaks for a while (its process cannot start until it heals).
-                let broken = kind == 5;
-                let running: Vec<String> = self
-                    .procs
-                    .iter()
-                    .filter(|(_, p)| p.running)
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                if let Some(n) = self.pick(&running) {
-                    if self.safe_to_impair_machine(&n) {
-                        self.note(format!(
-                            "FAULT {n} {}",
-                            if broken { "breaks" } else { "process dies" }
-                        ));
-                        if let Some(p) = self.procs.get_mut(&n) {
-                            p.running = false;
-                        }
-                        if broken {
-                            self.impairment = Some((Impairment::Down(n), heal_at));
-                        }
-                    }
-                }
+        }
+    }
+
+    /// A member is cut off from its peers until `heal_at`.
+    fn partition_fault(&mut self, heal_at: u64) {
+        let ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
+        if let Some(id) = self.pick(&ids) {
+            let name = self
+                .members
+                .iter()
+                .find(|m| m.id == id)
+                .map(|m| m.name.clone())
+                .unwrap_or_default();
+            if self.safe_to_impair_member(id) {
+                self.note(format!("FAULT {id:x} ({name}) partitioned from its peers"));
+                self.impairment = Some((Impairment::PartitionedFromPeers(id), heal_at));
             }
-            1 => {
-                let ids: Vec<u64> = self.members.iter().map(|m| m.id).collect();
-                if let Some(id) = self.pick(&ids) {
-                    let name = self
-                        .members
-                        .iter()
-                        .find(|m| m.id == id)
-                        .map(|m| m.name.clone())
-                        .unwrap_or_default();
-                    if self.safe_to_impair_member(id) {
-                        self.note(format!("FAULT {id:x} ({name}) partitioned from its peers"));
-                        self.impairment = Some((Impairment::PartitionedFromPeers(id), heal_at));
-                    }
-                }
-            }
-            2 => {
-                let names: Vec<String> = self.machines.iter().map(|m| m.name.clone()).collect();
-                if let Some(n) = self.pick(&names) {
-                    self.note(format!("FAULT {n} unreachable from the controller"));
-                    self.impairment = Some((Impairment::HiddenFromController(n), heal_at));
-                }
-            }
-            3 => {
-                let learners: Vec<u64> = self
-                    .members
-                    .iter()
-                    .filter(|m| m.is_learner)
-                    .map(|m| m.id)
-                    .collect();
-                if let Some(id) = self.pick(&learners) {
-                    self.note(format!("FAULT learner {id:x} is slow"));
-                    self.slow_learners.insert(id);
-                }
-            }
-            _ => {
-                let candidates: Vec<u64> = self
-                    .voters()
-                    .filter(|m| self.member_connected(m) && Some(m.id) != self.leader)
-                    .map(|m| m.id)
-                    .collect();
-                if let Some(id) = self.pick(&candidates) {
-                    if self.leader.is_some() {
-                        self.note(format!("FAULT leadership moves to {id:x}"));
-                        self.leader = Some(id);
-                        self.term += 1;
-                    }
-                }
+        }
+    }
+
+    /// A machine's endpoint is hidden from the controller until `heal_at`.
+    fn hide_from_controller_fault(&mut self, heal_at: u64) {
+        let names: Vec<String> = self.machines.iter().map(|m| m.name.clone()).collect();
+        if let Some(n) = self.pick(&names) {
+            self.note(format!("FAULT {n} unreachable from the controller"));
+            self.impairment = Some((Impairment::HiddenFromController(n), heal_at));
+        }
+    }
+
+    /// A learner becomes slow to catch up.
+    fn slow_learner_fault(&mut self) {
+        let learners: Vec<u64> = self
+            .members
+            .iter()
+            .filter(|m| m.is_learner)
+            .map(|m| m.id)
+            .collect();
+        if let Some(id) = self.pick(&learners) {
+            self.note(format!("FAULT learner {id:x} is slow"));
+            self.slow_learners.insert(id);
+        }
+    }
+
+    /// Leadership moves to another connected voter (in a new term), if there is a
+    /// leader.
+    fn leader_change_fault(&mut self) {
+        let candidates: Vec<u64> = self
+            .voters()
+            .filter(|m| self.member_connected(m) && Some(m.id) != self.leader)
+            .map(|m| m.id)
+            .collect();
+        if let Some(id) = self.pick(&candidates) {
+            if self.leader.is_some() {
+                self.note(format!("FAULT leadership moves to {id:x}"));
+                self.leader = Some(id);
+                self.term += 1;
             }
         }
     }
@@ -141,81 +164,93 @@ impl World {
     /// behind. Each member fault only where the cluster keeps a quorum without the
     /// member, so any quorum loss is still quorum's own doing.
     fn repair_fault(&mut self, kind: u64, heal_at: u64) {
-        // Machines with a member, by whether their process runs.
-        let with_member = |w: &World, running: bool| -> Vec<String> {
-            w.machines
-                .iter()
-                .filter(|x| w.member_of_machine(&x.name).is_some())
-                .filter(|x| {
-                    w.procs
-                        .get(&x.name)
-                        .is_some_and(|p| p.has_data && (!running || w.responsive(&x.name)))
-                })
-                .map(|x| x.name.clone())
-                .collect()
-        };
         // Data lost for good while a machine leaves: nothing repairs it (see
         // `Config::faults_anywhere`).
-        let leaving = self.machines.iter().any(|x| x.deleting)
-            || self
-                .replicas
-                .iter()
-                .any(|r| matches!(r.in_flight, Some(Action::MarkDeleting { .. })));
-        if matches!(kind, 7 | 10) && leaving && !self.cfg.faults_anywhere {
+        if matches!(kind, 7 | 10) && self.machine_leaving() && !self.cfg.faults_anywhere {
             return;
         }
         match kind {
             7 => {
-                if let Some(n) = self.pick(&with_member(self, false)) {
-                    if self.safe_to_impair_machine(&n) {
-                        self.lose_disk(&n);
-                    }
+                if let Some(n) = self.pick_impairable(false) {
+                    self.lose_disk(&n);
                 }
             }
             8 => {
-                if let Some(n) = self.pick(&with_member(self, true)) {
-                    if self.safe_to_impair_machine(&n) {
-                        let starts = 2 + self.rng.below(5) as u32;
-                        self.crash_loop(&n, starts);
-                    }
+                if let Some(n) = self.pick_impairable(true) {
+                    let starts = 2 + self.rng.below(5) as u32;
+                    self.crash_loop(&n, starts);
                 }
             }
             9 => {
-                if let Some(n) = self.pick(&with_member(self, true)) {
-                    if self.safe_to_impair_machine(&n) {
-                        self.hang(&n, heal_at);
-                    }
+                if let Some(n) = self.pick_impairable(true) {
+                    self.hang(&n, heal_at);
                 }
             }
             10 => {
-                if let Some(n) = self.pick(&with_member(self, false)) {
-                    if self.safe_to_impair_machine(&n) {
-                        let member_id = self.rng.next_u64();
-                        self.replace_data(&n, member_id);
-                    }
+                if let Some(n) = self.pick_impairable(false) {
+                    let member_id = self.rng.next_u64();
+                    self.replace_data(&n, member_id);
                 }
             }
-            11 => {
-                // At most `NOSPACE_MAX_RECURRENCES - 1` bursts a run: an alarm that comes
-                // back that often is, to the core, live data filling the quota, which it
-                // leaves to a person (and the run's history is small).
-                let bursts = self.repair.nospace < u64::from(health::NOSPACE_MAX_RECURRENCES) - 1;
-                let may = self.cfg.faults_anywhere || (bursts && self.nospace_repairable());
-                if !self.keyspace_full() && may {
-                    self.fill_keyspace();
-                }
-            }
-            _ => {
-                let ids: Vec<u64> = self
-                    .members
-                    .iter()
-                    .filter(|m| self.member_connected(m))
-                    .map(|m| m.id)
-                    .collect();
-                if let Some(id) = self.pick(&ids) {
-                    self.lag(id, heal_at);
-                }
-            }
+            11 => self.keyspace_fill_fault(),
+            _ => self.lag_fault(heal_at),
+        }
+    }
+
+    /// A machine is leaving (marked, or being marked by a replica's step in flight).
+    fn machine_leaving(&self) -> bool {
+        self.machines.iter().any(|x| x.deleting)
+            || self
+                .replicas
+                .iter()
+                .any(|r| matches!(r.in_flight, Some(Action::MarkDeleting { .. })))
+    }
+
+    /// A machine with a member and data (and, if `running`, a process that answers)
+    /// picked by the seed, if the cluster keeps a quorum without it.
+    fn pick_impairable(&mut self, running: bool) -> Option<String> {
+        let candidates = self.machines_with_member(running);
+        self.pick(&candidates)
+            .filter(|n| self.safe_to_impair_machine(n))
+    }
+
+    /// Machines with a member and data, and if `running`, a process that answers.
+    fn machines_with_member(&self, running: bool) -> Vec<String> {
+        self.machines
+            .iter()
+            .filter(|x| self.member_of_machine(&x.name).is_some())
+            .filter(|x| {
+                self.procs
+                    .get(&x.name)
+                    .is_some_and(|p| p.has_data && (!running || self.responsive(&x.name)))
+            })
+            .map(|x| x.name.clone())
+            .collect()
+    }
+
+    /// The keyspace fills to its quota (NOSPACE), unless full already or, unless
+    /// anywhere goes, where the core would not repair it.
+    fn keyspace_fill_fault(&mut self) {
+        // At most `NOSPACE_MAX_RECURRENCES - 1` bursts a run: an alarm that comes back
+        // that often is, to the core, live data filling the quota, which it leaves to a
+        // person (and the run's history is small).
+        let bursts = self.repair.nospace < u64::from(health::NOSPACE_MAX_RECURRENCES) - 1;
+        let may = self.cfg.faults_anywhere || (bursts && self.nospace_repairable());
+        if !self.keyspace_full() && may {
+            self.fill_keyspace();
+        }
+    }
+
+    /// A connected member applies far behind its log until `heal_at`.
+    fn lag_fault(&mut self, heal_at: u64) {
+        let ids: Vec<u64> = self
+            .members
+            .iter()
+            .filter(|m| self.member_connected(m))
+            .map(|m| m.id)
+            .collect();
+        if let Some(id) = self.pick(&ids) {
+            self.lag(id, heal_at);
         }
     }
 

@@ -159,18 +159,39 @@ impl World {
             .as_deref()
             .filter(|_| beside.len() < self.machines.len())
         {
-            // Left out: its member removed and its process stopped, as the core records
-            // a replacement only then.
-            let member = self.member_of_machine(r).is_some();
-            let running = self.procs.get(r).is_some_and(|p| p.running);
-            if member || running {
-                self.violate(format!(
-                    "a replacement placed beside {r}, which still has a member or runs"
-                ));
-            }
+            self.check_left_out(r);
         }
         let host =
             placement::place(&views, &beside, self.cp.spec.replicas).map_err(|e| e.to_string())?;
+        self.check_placed_on(&host, &views, &beside);
+        let k = self
+            .host_views()
+            .iter()
+            .find(|v| v.name == host)
+            .map_or(0, |v| v.load) as u16;
+        Ok(Some(Placement {
+            host,
+            client_port: FIRST_CLIENT_PORT + 2 * k,
+            peer_port: FIRST_CLIENT_PORT + 1 + 2 * k,
+        }))
+    }
+
+    /// The machine `r` a replacement was placed without: left out only once its member
+    /// is removed and its process stopped, as the core records a replacement only then.
+    fn check_left_out(&mut self, r: &str) {
+        let member = self.member_of_machine(r).is_some();
+        let running = self.procs.get(r).is_some_and(|p| p.running);
+        if member || running {
+            self.violate(format!(
+                "a replacement placed beside {r}, which still has a member or runs"
+            ));
+        }
+    }
+
+    /// The host chosen for a new machine beside `beside` answers, is not being
+    /// removed, has no other machine of the control plane, and leaves its failure
+    /// domain with no more machines than the replicas can lose.
+    fn check_placed_on(&mut self, host: &str, views: &[HostView], beside: &[Machine]) {
         let view = views.iter().find(|v| v.name == host);
         if !view.is_some_and(|v| v.ready) {
             self.violate(format!("a machine placed on {host}, which does not answer"));
@@ -209,16 +230,6 @@ impl World {
                 self.cp.spec.replicas
             ));
         }
-        let k = self
-            .host_views()
-            .iter()
-            .find(|v| v.name == host)
-            .map_or(0, |v| v.load) as u16;
-        Ok(Some(Placement {
-            host,
-            client_port: FIRST_CLIENT_PORT + 2 * k,
-            peer_port: FIRST_CLIENT_PORT + 1 + 2 * k,
-        }))
     }
 
     /// The operator's removal of a spare host (hosts runs): marked at a step the seed

@@ -371,9 +371,90 @@ pub struct World {
 const OLD: Version = Version::new(3, 4, 23);
 const NEW: Version = Version::new(3, 5, 1);
 
+/// How a scenario starts: the members the cluster has, then the replicas, the version
+/// and the maxSurge its spec asks for.
+fn start_of(scenario: Scenario) -> (u32, u32, Version, u32) {
+    match scenario {
+        Scenario::Rollout => (3, 3, NEW, 1),
+        Scenario::RolloutSurge0 => (3, 3, NEW, 0),
+        Scenario::ScaleUp => (1, 3, OLD, 1),
+        Scenario::ScaleDown => (5, 3, OLD, 1),
+        Scenario::Orphans => (3, 3, OLD, 1),
+        Scenario::InPlace => (3, 3, OLD, 1),
+        Scenario::InPlace5 => (5, 5, OLD, 1),
+        Scenario::QuorumLoss => (3, 3, NEW, 1),
+    }
+}
+
+/// The control plane a run manages, as created: three replicas on the old version,
+/// plain HTTP, the simulator's recovery, remediation and backup settings, on hosts in
+/// a hosts run.
+fn sim_control_plane(cfg: &Config) -> ControlPlane {
+    ControlPlane {
+        spec_version: 0,
+        client_addresses: Vec::new(),
+        ca_generation: 0,
+        ca_rotation: None,
+        name: "sim".into(),
+        spec: ControlPlaneSpec {
+            recovery: SIM_RECOVERY,
+            deletion_protection: false,
+            replicas: 3,
+            version: OLD,
+            rollout: RolloutStrategy::default(),
+            paused: false,
+            haproxy: None,
+            certificates: Default::default(),
+            insecure_plaintext: true,
+            remediation: SIM_REMEDIATION,
+            maintenance: Default::default(),
+            backup: backups::sim_backup(),
+            provider: if cfg.hosts {
+                quorum_core::ProviderKind::Hosts
+            } else {
+                quorum_core::ProviderKind::Local
+            },
+        },
+        deleting: false,
+        rebuild: None,
+    }
+}
+
 impl World {
     pub fn new(cfg: Config) -> World {
-        let mut w = World {
+        let mut w = World::blank(cfg);
+        let (start, spec_replicas, version, surge) = start_of(cfg.scenario);
+        let (from, version) = match cfg.scenario {
+            Scenario::InPlace | Scenario::InPlace5 => {
+                let from = w.plan_in_place();
+                (from, w.cp.spec.version)
+            }
+            _ => (OLD, version),
+        };
+        // Created with as many replicas as it starts with (the stores reserve the client
+        // addresses for them); the spec's count below is a person's later change.
+        w.cp.spec.replicas = start;
+        for _ in 0..start {
+            w.seed_member(from);
+        }
+        w.cluster_version = inplace::line_of(from);
+        if cfg.scenario == Scenario::Orphans {
+            w.seed_orphans();
+        }
+        w.leader = w.members.first().map(|m| m.id);
+        w.cp.spec.replicas = spec_replicas;
+        w.cp.spec.version = version;
+        w.cp.spec.rollout.max_surge = surge;
+        // The cluster has been up a while: the first change need not wait.
+        w.now_ms = HEALTH_INTERVAL_MS;
+        w.note_start(start, from, version);
+        w.start_replicas();
+        w
+    }
+
+    /// The world before its cluster is seeded: no member, no machine, nothing counted.
+    fn blank(cfg: Config) -> World {
+        World {
             cfg,
             rng: Rng::new(cfg.seed),
             now_ms: 0,
@@ -391,34 +472,7 @@ impl World {
             slow_learners: BTreeSet::new(),
             impairment: None,
             procs: BTreeMap::new(),
-            cp: ControlPlane {
-                spec_version: 0,
-                client_addresses: Vec::new(),
-                ca_generation: 0,
-                ca_rotation: None,
-                name: "sim".into(),
-                spec: ControlPlaneSpec {
-                    recovery: SIM_RECOVERY,
-                    deletion_protection: false,
-                    replicas: 3,
-                    version: OLD,
-                    rollout: RolloutStrategy::default(),
-                    paused: false,
-                    haproxy: None,
-                    certificates: Default::default(),
-                    insecure_plaintext: true,
-                    remediation: SIM_REMEDIATION,
-                    maintenance: Default::default(),
-                    backup: backups::sim_backup(),
-                    provider: if cfg.hosts {
-                        quorum_core::ProviderKind::Hosts
-                    } else {
-                        quorum_core::ProviderKind::Local
-                    },
-                },
-                deleting: false,
-                rebuild: None,
-            },
+            cp: sim_control_plane(&cfg),
             machines: vec![],
             next_serial: 1,
             next_address: 1,
@@ -471,67 +525,45 @@ impl World {
             trace: String::new(),
             hash: 0xcbf2_9ce4_8422_2325,
             violation: None,
-        };
-        let (start, spec_replicas, version, surge) = match cfg.scenario {
-            Scenario::Rollout => (3, 3, NEW, 1),
-            Scenario::RolloutSurge0 => (3, 3, NEW, 0),
-            Scenario::ScaleUp => (1, 3, OLD, 1),
-            Scenario::ScaleDown => (5, 3, OLD, 1),
-            Scenario::Orphans => (3, 3, OLD, 1),
-            Scenario::InPlace => (3, 3, OLD, 1),
-            Scenario::InPlace5 => (5, 5, OLD, 1),
-            Scenario::QuorumLoss => (3, 3, NEW, 1),
-        };
-        let (from, version) = match cfg.scenario {
-            Scenario::InPlace | Scenario::InPlace5 => {
-                let from = w.plan_in_place();
-                (from, w.cp.spec.version)
-            }
-            _ => (OLD, version),
-        };
-        // Created with as many replicas as it starts with (the stores reserve the client
-        // addresses for them); the spec's count below is a person's later change.
-        w.cp.spec.replicas = start;
-        for _ in 0..start {
-            w.seed_member(from);
         }
-        w.cluster_version = inplace::line_of(from);
-        if cfg.scenario == Scenario::Orphans {
-            // A voter whose machine record was lost, running outside quorum's machines,
-            // and a learner that was added but never started.
-            let id = w.new_member_id();
-            w.members.push(SimMember {
-                id,
-                name: "ghost".into(),
-                peer_url: "http://127.250.0.1:2380".into(),
-                is_learner: false,
-                log: w.commit,
-                connected_since_ms: 0,
-                machine: None,
-            });
-            w.external_running.insert(id);
-            let id = w.new_member_id();
-            w.members.push(SimMember {
-                id,
-                name: String::new(),
-                peer_url: "http://127.250.0.2:2380".into(),
-                is_learner: true,
-                log: 0,
-                connected_since_ms: 0,
-                machine: None,
-            });
-        }
-        w.leader = w.members.first().map(|m| m.id);
-        w.cp.spec.replicas = spec_replicas;
-        w.cp.spec.version = version;
-        w.cp.spec.rollout.max_surge = surge;
-        // The cluster has been up a while: the first change need not wait.
-        w.now_ms = HEALTH_INTERVAL_MS;
-        w.note(format!(
+    }
+
+    /// The orphan members of `Scenario::Orphans`: a voter whose machine record was
+    /// lost, running outside quorum's machines, and a learner that was added but never
+    /// started.
+    fn seed_orphans(&mut self) {
+        let id = self.new_member_id();
+        self.members.push(SimMember {
+            id,
+            name: "ghost".into(),
+            peer_url: "http://127.250.0.1:2380".into(),
+            is_learner: false,
+            log: self.commit,
+            connected_since_ms: 0,
+            machine: None,
+        });
+        self.external_running.insert(id);
+        let id = self.new_member_id();
+        self.members.push(SimMember {
+            id,
+            name: String::new(),
+            peer_url: "http://127.250.0.2:2380".into(),
+            is_learner: true,
+            log: 0,
+            connected_since_ms: 0,
+            machine: None,
+        });
+    }
+
+    /// The trace's first line: how the run starts (`start` members on etcd `from`) and
+    /// what its spec asks for.
+    fn note_start(&mut self, start: u32, from: Version, version: Version) {
+        let cfg = self.cfg;
+        self.note(format!(
             "start {} with {start} members on etcd {from}, spec etcd {version}{}{}, strict reconfig {}{}",
             cfg.scenario.name(),
-            if w.in_place_strategy() { " in place" } else { "" },
-            w.plan.iter().map(|v| format!(" then {v}")).collect::<String>(),
+            if self.in_place_strategy() { " in place" } else { "" },
+            self.plan.iter().map(|v| format!(" then {v}")).collect::<String>(),
             if cfg.strict_reconfig { "on" } else { "off" },
             if cfg.load_balancer {
                 ", behind a load balancer"
@@ -539,8 +571,6 @@ impl World {
                 ""
             }
         ));
-        w.start_replicas();
-        w
     }
 
     /// One replica leading without a lease, or two with replica 0 holding the key.

@@ -185,6 +185,77 @@ impl Output {
     }
 }
 
+/// The private key at `key`: an OpenSSH key without a passphrase.
+fn load_key(key: &Path) -> Result<keys::PrivateKey, SshError> {
+    if let Err(e) = std::fs::File::open(key) {
+        return Err(SshError::Key {
+            path: key.to_path_buf(),
+            detail: e.to_string(),
+        });
+    }
+    keys::load_secret_key(key, None).map_err(|e| SshError::Key {
+        path: key.to_path_buf(),
+        detail: match e {
+            keys::Error::KeyIsEncrypted => {
+                "it is protected by a passphrase; give a key without one (a key made for installing agents)".into()
+            }
+            e => format!("{e} (it must be an OpenSSH private key, ed25519 or ECDSA)"),
+        },
+    })
+}
+
+/// Connects to `target` (its host key checked against `known_hosts`: a refusal is
+/// the error) and authenticates with `private` (read from `key`).
+async fn log_in(
+    target: &Target,
+    key: &Path,
+    private: keys::PrivateKey,
+    known_hosts: &Path,
+) -> Result<client::Handle<Checker>, SshError> {
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let checker = Checker {
+        target: target.clone(),
+        known_hosts: known_hosts.to_path_buf(),
+        seen: seen.clone(),
+    };
+    let config = Arc::new(client::Config {
+        inactivity_timeout: Some(Duration::from_secs(INACTIVITY_TIMEOUT_S)),
+        ..Default::default()
+    });
+    let t = target.to_string();
+    let addr = (target.host.as_str(), target.port);
+    let mut handle = match client::connect(config, addr, checker).await {
+        Ok(h) => h,
+        Err(e) => {
+            let refused = seen.lock().ok().and_then(|mut s| s.refusal.take());
+            return Err(refused.unwrap_or_else(|| SshError::Connect {
+                target: t.clone(),
+                detail: describe(&e),
+            }));
+        }
+    };
+    let hash = handle
+        .best_supported_rsa_hash()
+        .await
+        .map_err(|e| protocol(&t, e))?
+        .flatten();
+    let auth = handle
+        .authenticate_publickey(
+            target.user.clone(),
+            PrivateKeyWithHashAlg::new(Arc::new(private), hash),
+        )
+        .await
+        .map_err(|e| protocol(&t, e))?;
+    if !auth.success() {
+        return Err(SshError::AuthRejected {
+            target: t.clone(),
+            user: target.user.clone(),
+            key: key.display().to_string(),
+        });
+    }
+    Ok(handle)
+}
+
 /// An authenticated session.
 pub struct Session {
     target: Target,
@@ -199,65 +270,9 @@ impl Session {
         key: &Path,
         known_hosts: &Path,
     ) -> Result<Session, SshError> {
-        if let Err(e) = std::fs::File::open(key) {
-            return Err(SshError::Key {
-                path: key.to_path_buf(),
-                detail: e.to_string(),
-            });
-        }
-        let private = keys::load_secret_key(key, None).map_err(|e| SshError::Key {
-            path: key.to_path_buf(),
-            detail: match e {
-                keys::Error::KeyIsEncrypted => {
-                    "it is protected by a passphrase; give a key without one (a key made for installing agents)".into()
-                }
-                e => format!("{e} (it must be an OpenSSH private key, ed25519 or ECDSA)"),
-            },
-        })?;
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let checker = Checker {
-            target: target.clone(),
-            known_hosts: known_hosts.to_path_buf(),
-            seen: seen.clone(),
-        };
-        let config = Arc::new(client::Config {
-            inactivity_timeout: Some(Duration::from_secs(INACTIVITY_TIMEOUT_S)),
-            ..Default::default()
-        });
+        let private = load_key(key)?;
         let t = target.to_string();
-        let login = async {
-            let addr = (target.host.as_str(), target.port);
-            let mut handle = match client::connect(config, addr, checker).await {
-                Ok(h) => h,
-                Err(e) => {
-                    let refused = seen.lock().ok().and_then(|mut s| s.refusal.take());
-                    return Err(refused.unwrap_or_else(|| SshError::Connect {
-                        target: t.clone(),
-                        detail: describe(&e),
-                    }));
-                }
-            };
-            let hash = handle
-                .best_supported_rsa_hash()
-                .await
-                .map_err(|e| protocol(&t, e))?
-                .flatten();
-            let auth = handle
-                .authenticate_publickey(
-                    target.user.clone(),
-                    PrivateKeyWithHashAlg::new(Arc::new(private), hash),
-                )
-                .await
-                .map_err(|e| protocol(&t, e))?;
-            if !auth.success() {
-                return Err(SshError::AuthRejected {
-                    target: t.clone(),
-                    user: target.user.clone(),
-                    key: key.display().to_string(),
-                });
-            }
-            Ok(handle)
-        };
+        let login = log_in(target, key, private, known_hosts);
         let handle = tokio::time::timeout(Duration::from_millis(CONNECT_TIMEOUT_MS), login)
             .await
             .map_err(|_| SshError::Timeout {

@@ -504,6 +504,8 @@ pub fn initial(variant: Variant) -> State {
     initial_rollout(variant)
 }
 
+/// The rollout variants' start: 3 healthy members at OLD (at NEW for a CA rotation or
+/// a person's requests), spec at NEW.
 fn initial_rollout(variant: Variant) -> State {
     // A CA rotation and a person's requests run on their own: the members are on the
     // spec's version already.
@@ -512,59 +514,10 @@ fn initial_rollout(variant: Variant) -> State {
     } else {
         OLD
     };
-    let asked = |i: u64| match i {
-        1 if variant.requests => Some(MachineRequest::Replace),
-        2 if variant.requests => Some(MachineRequest::Restart),
-        _ => None,
-    };
-    let machines: Vec<Machine> = (1..=3)
-        .map(|i| Machine {
-            tls: variant.ca_rotation,
-            requested: asked(i),
-            ..machine(i, from)
-        })
-        .collect();
-    let max_surge = variant.max_surge;
+    let machines = initial_machines(variant, from);
     State {
         variant,
-        cp: ControlPlane {
-            spec_version: 0,
-            client_addresses: given_addresses(),
-            ca_generation: 0,
-            ca_rotation: variant.ca_rotation.then_some(CaRotation {
-                from: 0,
-                to: 1,
-                phase: CaPhase::Trust,
-                since_unix_s: NOW_UNIX_S,
-                started_unix_s: NOW_UNIX_S,
-            }),
-            name: "m".into(),
-            spec: ControlPlaneSpec {
-                recovery: Default::default(),
-                deletion_protection: false,
-                replicas: 3,
-                version: NEW,
-                rollout: RolloutStrategy {
-                    max_surge,
-                    strategy: if variant.in_place {
-                        Strategy::InPlace
-                    } else {
-                        Strategy::Replace
-                    },
-                    ..RolloutStrategy::default()
-                },
-                paused: false,
-                haproxy: None,
-                certificates: Default::default(),
-                insecure_plaintext: true,
-                remediation: Default::default(),
-                maintenance: Default::default(),
-                backup: Default::default(),
-                provider: Default::default(),
-            },
-            deleting: false,
-            rebuild: None,
-        },
+        cp: rollout_control_plane(variant),
         procs: machines
             .iter()
             .map(|m| Proc::new(m.name.clone(), true, true, from))
@@ -610,6 +563,66 @@ fn initial_rollout(variant: Variant) -> State {
     }
 }
 
+/// The three machines at `from` (with TLS in a CA rotation; in the requests variant,
+/// a replacement asked of m-1 and a restart of m-2).
+fn initial_machines(variant: Variant, from: Version) -> Vec<Machine> {
+    let asked = |i: u64| match i {
+        1 if variant.requests => Some(MachineRequest::Replace),
+        2 if variant.requests => Some(MachineRequest::Restart),
+        _ => None,
+    };
+    (1..=3)
+        .map(|i| Machine {
+            tls: variant.ca_rotation,
+            requested: asked(i),
+            ..machine(i, from)
+        })
+        .collect()
+}
+
+/// The control plane of the rollout variants: 3 replicas at NEW, rolled out as the
+/// variant says, with a CA rotation begun in the rotation variant.
+fn rollout_control_plane(variant: Variant) -> ControlPlane {
+    ControlPlane {
+        spec_version: 0,
+        client_addresses: given_addresses(),
+        ca_generation: 0,
+        ca_rotation: variant.ca_rotation.then_some(CaRotation {
+            from: 0,
+            to: 1,
+            phase: CaPhase::Trust,
+            since_unix_s: NOW_UNIX_S,
+            started_unix_s: NOW_UNIX_S,
+        }),
+        name: "m".into(),
+        spec: ControlPlaneSpec {
+            recovery: Default::default(),
+            deletion_protection: false,
+            replicas: 3,
+            version: NEW,
+            rollout: RolloutStrategy {
+                max_surge: variant.max_surge,
+                strategy: if variant.in_place {
+                    Strategy::InPlace
+                } else {
+                    Strategy::Replace
+                },
+                ..RolloutStrategy::default()
+            },
+            paused: false,
+            haproxy: None,
+            certificates: Default::default(),
+            insecure_plaintext: true,
+            remediation: Default::default(),
+            maintenance: Default::default(),
+            backup: Default::default(),
+            provider: Default::default(),
+        },
+        deleting: false,
+        rebuild: None,
+    }
+}
+
 impl State {
     fn proc(&self, name: &str) -> Option<&Proc> {
         self.procs.iter().find(|p| p.name == name)
@@ -641,103 +654,113 @@ impl State {
         v > 0 && self.voters().filter(|m| self.member_running(m)).count() >= quorum_size(v)
     }
 
+    /// What the controller observes in this state.
     fn observe(&self) -> Observation {
         let mut obs = Observation::default();
         for mach in &self.machines {
-            let p = self.proc(&mach.name);
-            let running = p.is_some_and(|p| p.running);
-            // A silent host's machines are reported as last seen: taken to run.
-            let silent = self.host_down.as_deref() == Some(mach.name.as_str());
-            let member = self.members.iter().find(|m| m.serial == mach.serial);
-            let status = match member {
-                Some(m)
-                    if running
-                        && s_partitioned_not(self, m.id)
-                        && !self.publish_silent(&mach.name) =>
-                {
-                    Some(EndpointStatus {
-                        member_id: m.id,
-                        leader_id: self.leader.unwrap_or(0),
-                        raft_term: 1,
-                        raft_index: if m.caught_up { 100 } else { 0 },
-                        raft_applied_index: if m.caught_up { 100 } else { 0 },
-                        version: p.map(|p| p.binary),
-                        is_learner: m.is_learner,
-                        alarms: vec![],
-                        cluster_id: CLUSTER_ID,
-                        revision: 0,
-                        db_size_bytes: 0,
-                        db_size_in_use_bytes: 0,
-                    })
-                }
-                _ => None,
-            };
-            let (starts_unix_s, planned_starts_unix_s) = self.starts_of(&mach.name);
-            // A linearizable read through a voter that answers, as the simulator tries
-            // it: the in-place preflight needs every voter's (a requested restart is an
-            // in-place step). (The other variants leave it untried, as before.)
-            let tried = self.variant.in_place || self.variant.requests;
-            let quorum_read = match (member, &status) {
-                (Some(m), Some(_)) if tried && !m.is_learner => Some(self.leader.is_some()),
-                _ => None,
-            };
-            obs.machines.insert(
-                mach.name.clone(),
-                MachineObservation {
-                    planned_starts_unix_s,
-                    process: if running || silent {
-                        ProcessState::Running
-                    } else {
-                        ProcessState::Stopped
-                    },
-                    has_data: p.is_some_and(|p| p.has_data),
-                    status,
-                    // Written with the data at its first start (the simulator covers the
-                    // marker's own step; data restored from a snapshot has none until
-                    // then); gone with it.
-                    marker: member
-                        .filter(|m| m.named && p.is_some_and(|p| p.has_data))
-                        .map(|m| DataMarker {
-                            cluster_id: CLUSTER_ID,
-                            member_id: m.id,
-                        }),
-                    quorum_read,
-                    starts_unix_s,
-                    running_version: p.filter(|p| p.running && !silent).map(|p| p.binary),
-                },
-            );
+            obs.machines
+                .insert(mach.name.clone(), self.observe_machine(mach));
         }
         obs.now_unix_s = NOW_UNIX_S;
         let after_s = self.cp.spec.remediation.unhealthy_after.as_secs() as i64;
         obs.problem_since_unix_s = problem_since(&self.memory, after_s);
         if self.leader.is_some() {
             obs.cluster_version = Some(self.cluster_version());
-            obs.members = Some(
-                self.members
-                    .iter()
-                    .map(|m| Member {
-                        id: m.id,
-                        name: if m.named {
-                            self.machine_of(m)
-                                .map(|x| x.name.clone())
-                                .unwrap_or_default()
-                        } else {
-                            String::new()
-                        },
-                        peer_urls: vec![m.peer_url.clone()],
-                        // etcd lists a member's client URLs once it has started (the
-                        // core's sign that it ran).
-                        client_urls: if m.named {
-                            vec![m.peer_url.replace(":2380", ":2379")]
-                        } else {
-                            vec![]
-                        },
-                        is_learner: m.is_learner,
-                    })
-                    .collect(),
-            );
+            obs.members = Some(self.member_list());
         }
         obs
+    }
+
+    /// What the provider and the endpoint of machine `mach` say of it.
+    fn observe_machine(&self, mach: &Machine) -> MachineObservation {
+        let p = self.proc(&mach.name);
+        let running = p.is_some_and(|p| p.running);
+        // A silent host's machines are reported as last seen: taken to run.
+        let silent = self.host_down.as_deref() == Some(mach.name.as_str());
+        let member = self.members.iter().find(|m| m.serial == mach.serial);
+        let status = match member {
+            Some(m)
+                if running && s_partitioned_not(self, m.id) && !self.publish_silent(&mach.name) =>
+            {
+                Some(self.endpoint_status(m, p))
+            }
+            _ => None,
+        };
+        let (starts_unix_s, planned_starts_unix_s) = self.starts_of(&mach.name);
+        // A linearizable read through a voter that answers, as the simulator tries
+        // it: the in-place preflight needs every voter's (a requested restart is an
+        // in-place step). (The other variants leave it untried, as before.)
+        let tried = self.variant.in_place || self.variant.requests;
+        let quorum_read = match (member, &status) {
+            (Some(m), Some(_)) if tried && !m.is_learner => Some(self.leader.is_some()),
+            _ => None,
+        };
+        MachineObservation {
+            planned_starts_unix_s,
+            process: if running || silent {
+                ProcessState::Running
+            } else {
+                ProcessState::Stopped
+            },
+            has_data: p.is_some_and(|p| p.has_data),
+            status,
+            // Written with the data at its first start (the simulator covers the
+            // marker's own step; data restored from a snapshot has none until
+            // then); gone with it.
+            marker: member
+                .filter(|m| m.named && p.is_some_and(|p| p.has_data))
+                .map(|m| DataMarker {
+                    cluster_id: CLUSTER_ID,
+                    member_id: m.id,
+                }),
+            quorum_read,
+            starts_unix_s,
+            running_version: p.filter(|p| p.running && !silent).map(|p| p.binary),
+        }
+    }
+
+    /// The status the endpoint of member `m` (process `p`) answers.
+    fn endpoint_status(&self, m: &MMember, p: Option<&Proc>) -> EndpointStatus {
+        EndpointStatus {
+            member_id: m.id,
+            leader_id: self.leader.unwrap_or(0),
+            raft_term: 1,
+            raft_index: if m.caught_up { 100 } else { 0 },
+            raft_applied_index: if m.caught_up { 100 } else { 0 },
+            version: p.map(|p| p.binary),
+            is_learner: m.is_learner,
+            alarms: vec![],
+            cluster_id: CLUSTER_ID,
+            revision: 0,
+            db_size_bytes: 0,
+            db_size_in_use_bytes: 0,
+        }
+    }
+
+    /// The member list as the leader gives it.
+    fn member_list(&self) -> Vec<Member> {
+        self.members
+            .iter()
+            .map(|m| Member {
+                id: m.id,
+                name: if m.named {
+                    self.machine_of(m)
+                        .map(|x| x.name.clone())
+                        .unwrap_or_default()
+                } else {
+                    String::new()
+                },
+                peer_urls: vec![m.peer_url.clone()],
+                // etcd lists a member's client URLs once it has started (the
+                // core's sign that it ran).
+                client_urls: if m.named {
+                    vec![m.peer_url.replace(":2380", ":2379")]
+                } else {
+                    vec![]
+                },
+                is_learner: m.is_learner,
+            })
+            .collect()
     }
 
     fn goal(&self) -> bool {
