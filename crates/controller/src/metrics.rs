@@ -57,28 +57,51 @@ struct ScopeFigures {
 
 pub struct Metrics {
     registry: Registry,
-    reconciles: Family<Labels, Counter>,
-    reconcile_seconds: Family<Labels, Histogram, fn() -> Histogram>,
-    queue_depth: Gauge,
-    in_flight: Gauge,
-    tasks: Gauge,
-    open: Gauge,
-    by_state: Family<Labels, Gauge>,
+    /// Figures per control plane.
+    cps: ControlPlaneFigures,
+    /// Figures of this replica.
+    replica: ReplicaFigures,
     /// Each control plane's last state, to move it between `by_state`'s counts.
     states: std::sync::Mutex<HashMap<String, &'static str>>,
+    /// What each leadership of this replica (`""` unsharded, `shard/3`) holds and runs:
+    /// the replica's gauges are their sums.
+    scopes: std::sync::Mutex<HashMap<String, ScopeFigures>>,
+}
+
+/// The metrics labelled by control plane.
+struct ControlPlaneFigures {
+    reconciles: Family<Labels, Counter>,
+    reconcile_seconds: Family<Labels, Histogram, fn() -> Histogram>,
     operations: Family<Labels, Counter>,
     up_to_date: Family<Labels, Gauge<f64, AtomicU64>>,
     quorum_margin: Family<Labels, Gauge>,
     unhealthy: Family<Labels, Gauge>,
     crash_loops: Family<Labels, Counter>,
+    verifications: Family<Labels, Counter>,
+    by_state: Family<Labels, Gauge>,
+}
+
+/// The metrics of the replica as a whole.
+struct ReplicaFigures {
+    queue_depth: Gauge,
+    in_flight: Gauge,
+    tasks: Gauge,
+    open: Gauge,
     leader: Gauge,
     shards_held: Gauge,
     replicas: Gauge,
-    /// What each leadership of this replica (`""` unsharded, `shard/3`) holds and runs:
-    /// the gauges above are their sums.
-    scopes: std::sync::Mutex<HashMap<String, ScopeFigures>>,
     store_up: Family<Labels, Gauge>,
-    verifications: Family<Labels, Counter>,
+}
+
+/// `metric`, registered in `r` under `name` with `help`.
+fn registered<M: prometheus_client::registry::Metric + Clone>(
+    r: &mut Registry,
+    name: &str,
+    help: &str,
+    metric: M,
+) -> M {
+    r.register(name, help, metric.clone());
+    metric
 }
 
 impl Default for Metrics {
@@ -90,128 +113,14 @@ impl Default for Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::with_prefix("quorum");
-        let reconciles = Family::<Labels, Counter>::default();
-        let reconcile_seconds =
-            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.001, 2.0, 14))
-            });
-        let operations = Family::<Labels, Counter>::default();
-        let up_to_date = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-        let quorum_margin = Family::<Labels, Gauge>::default();
-        registry.register("reconciles", "Reconciles by outcome", reconciles.clone());
-        registry.register(
-            "reconcile_duration_seconds",
-            "Time for one reconcile of one control plane",
-            reconcile_seconds.clone(),
-        );
-        registry.register(
-            "membership_operations",
-            "Actions performed, by kind and outcome",
-            operations.clone(),
-        );
-        registry.register(
-            "rollout_up_to_date_ratio",
-            "Machines at the spec's version over replicas",
-            up_to_date.clone(),
-        );
-        registry.register(
-            "quorum_margin",
-            "Healthy voters minus the quorum size (0: one more failure loses quorum)",
-            quorum_margin.clone(),
-        );
-        let unhealthy = Family::<Labels, Gauge>::default();
-        registry.register(
-            "unhealthy_members",
-            "Members with a problem now (the health model's)",
-            unhealthy.clone(),
-        );
-        let crash_loops = Family::<Labels, Counter>::default();
-        registry.register(
-            "crash_loops",
-            "Crash loops that started (a member's process kept exiting after its starts)",
-            crash_loops.clone(),
-        );
-        let queue_depth = Gauge::default();
-        registry.register(
-            "reconcile_queue_depth",
-            "Control planes due for a pass and waiting for a permit (--concurrency)",
-            queue_depth.clone(),
-        );
-        let in_flight = Gauge::default();
-        registry.register(
-            "reconciles_in_flight",
-            "Reconciles running now",
-            in_flight.clone(),
-        );
-        let tasks = Gauge::default();
-        registry.register(
-            "control_plane_tasks",
-            "Control planes this replica runs a task for (its share of the fleet)",
-            tasks.clone(),
-        );
-        let open = Gauge::default();
-        registry.register(
-            "open_control_planes",
-            "Control planes whose connections are open (cached)",
-            open.clone(),
-        );
-        let by_state = Family::<Labels, Gauge>::default();
-        registry.register(
-            "control_planes",
-            "Control planes by state (converged, rolling, degraded, blocked)",
-            by_state.clone(),
-        );
-        let leader = Gauge::default();
-        registry.register(
-            "leader",
-            "1 while this replica leads the controllers of its store",
-            leader.clone(),
-        );
-        let shards_held = Gauge::default();
-        registry.register(
-            "shards_held",
-            "Shards this replica leads (--shards; 0 without)",
-            shards_held.clone(),
-        );
-        let replicas = Gauge::default();
-        registry.register(
-            "controller_replicas",
-            "Live controller replicas this replica sees (--shards; 0 without)",
-            replicas.clone(),
-        );
-        let store_up = Family::<Labels, Gauge>::default();
-        registry.register(
-            "store_endpoint_up",
-            "1 while a member of the management etcd serves requests (has a leader), else 0",
-            store_up.clone(),
-        );
-        let verifications = Family::<Labels, Counter>::default();
-        registry.register(
-            "snapshot_verifications",
-            "The controller's test restores of snapshots, by control plane and outcome (ok, failed)",
-            verifications.clone(),
-        );
+        let cps = ControlPlaneFigures::register(&mut registry);
+        let replica = ReplicaFigures::register(&mut registry);
         Metrics {
-            verifications,
-            leader,
-            shards_held,
-            replicas,
-            scopes: std::sync::Mutex::new(HashMap::new()),
-            store_up,
             registry,
-            reconciles,
-            reconcile_seconds,
-            queue_depth,
-            in_flight,
-            tasks,
-            open,
-            by_state,
+            cps,
+            replica,
             states: std::sync::Mutex::new(HashMap::new()),
-            operations,
-            up_to_date,
-            quorum_margin,
-            unhealthy,
-            crash_loops,
+            scopes: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -222,7 +131,9 @@ impl Metrics {
 
     /// The live replicas a sharded replica sees.
     pub fn replicas(&self, n: usize) {
-        self.replicas.set(i64::try_from(n).unwrap_or(i64::MAX));
+        self.replica
+            .replicas
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// A leadership ended for good (a shard given up): its part leaves the sums.
@@ -241,29 +152,32 @@ impl Metrics {
     fn sum(&self, scopes: &HashMap<String, ScopeFigures>) {
         let n = |x: usize| i64::try_from(x).unwrap_or(i64::MAX);
         let total = |f: fn(&ScopeFigures) -> usize| n(scopes.values().map(f).sum());
-        self.leader
+        self.replica
+            .leader
             .set(i64::from(scopes.values().any(|f| f.leading)));
-        self.shards_held.set(n(scopes
+        self.replica.shards_held.set(n(scopes
             .iter()
             .filter(|(k, f)| k.starts_with("shard/") && f.leading)
             .count()));
-        self.tasks.set(total(|f| f.tasks));
-        self.in_flight.set(total(|f| f.in_flight));
-        self.open.set(total(|f| f.open));
+        self.replica.tasks.set(total(|f| f.tasks));
+        self.replica.in_flight.set(total(|f| f.in_flight));
+        self.replica.open.set(total(|f| f.open));
     }
 
     pub fn reconciled(&self, cp: &str, outcome: &str, seconds: f64) {
-        self.reconciles
+        self.cps
+            .reconciles
             .get_or_create(&vec![("outcome".into(), outcome.into())])
             .inc();
-        self.reconcile_seconds
+        self.cps
+            .reconcile_seconds
             .get_or_create(&vec![("control_plane".into(), cp.into())])
             .observe(seconds);
     }
 
     /// A control plane's task is due and waits for a permit (`+1`), or got one (`-1`).
     pub fn queued(&self, delta: i64) {
-        self.queue_depth.inc_by(delta);
+        self.replica.queue_depth.inc_by(delta);
     }
 
     /// The fleet of leadership `scope` as its supervisor last saw it.
@@ -283,17 +197,20 @@ impl Metrics {
             return;
         }
         if let Some(b) = before {
-            self.by_state
+            self.cps
+                .by_state
                 .get_or_create(&vec![("state".into(), b.into())])
                 .dec();
         }
-        self.by_state
+        self.cps
+            .by_state
             .get_or_create(&vec![("state".into(), state.into())])
             .inc();
     }
 
     pub fn operation(&self, kind: &str, outcome: &str) {
-        self.operations
+        self.cps
+            .operations
             .get_or_create(&vec![
                 ("kind".into(), kind.into()),
                 ("outcome".into(), outcome.into()),
@@ -303,18 +220,20 @@ impl Metrics {
 
     pub fn control_plane(&self, cp: &str, up_to_date_ratio: f64, quorum_margin: i64) {
         let l = vec![("control_plane".to_string(), cp.to_string())];
-        self.up_to_date.get_or_create(&l).set(up_to_date_ratio);
-        self.quorum_margin.get_or_create(&l).set(quorum_margin);
+        self.cps.up_to_date.get_or_create(&l).set(up_to_date_ratio);
+        self.cps.quorum_margin.get_or_create(&l).set(quorum_margin);
     }
 
     /// The health model's view of one control plane: members with a problem now, and
     /// crash loops that started since the last call.
     pub fn health(&self, cp: &str, unhealthy_members: usize, crash_loops_started: usize) {
         let l = vec![("control_plane".to_string(), cp.to_string())];
-        self.unhealthy
+        self.cps
+            .unhealthy
             .get_or_create(&l)
             .set(i64::try_from(unhealthy_members).unwrap_or(i64::MAX));
-        self.crash_loops
+        self.cps
+            .crash_loops
             .get_or_create(&l)
             .inc_by(crash_loops_started as u64);
     }
@@ -322,7 +241,8 @@ impl Metrics {
     /// A test restore of a scheduled snapshot came to `ok` or not.
     pub fn verified(&self, cp: &str, ok: bool) {
         let outcome = if ok { "ok" } else { "failed" };
-        self.verifications
+        self.cps
+            .verifications
             .get_or_create(&vec![
                 ("control_plane".to_string(), cp.to_string()),
                 ("outcome".to_string(), outcome.to_string()),
@@ -334,21 +254,22 @@ impl Metrics {
     pub fn store_endpoints(&self, health: &[quorum_store::EndpointHealth]) {
         for h in health {
             let l = vec![("endpoint".to_string(), h.endpoint.clone())];
-            self.store_up.get_or_create(&l).set(i64::from(h.up));
+            self.replica.store_up.get_or_create(&l).set(i64::from(h.up));
         }
     }
 
     /// Forgets a control plane's gauges (it was deleted).
     pub fn forget(&self, cp: &str) {
         let l = vec![("control_plane".to_string(), cp.to_string())];
-        self.up_to_date.remove(&l);
-        self.quorum_margin.remove(&l);
-        self.unhealthy.remove(&l);
-        self.crash_loops.remove(&l);
-        self.reconcile_seconds.remove(&l);
+        self.cps.up_to_date.remove(&l);
+        self.cps.quorum_margin.remove(&l);
+        self.cps.unhealthy.remove(&l);
+        self.cps.crash_loops.remove(&l);
+        self.cps.reconcile_seconds.remove(&l);
         let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(b) = states.remove(cp) {
-            self.by_state
+            self.cps
+                .by_state
                 .get_or_create(&vec![("state".into(), b.into())])
                 .dec();
         }
@@ -424,6 +345,113 @@ fn answer<B>(req: &hyper::Request<B>, m: &Metrics) -> hyper::Response<Full<Bytes
         ),
     );
     res
+}
+
+impl ControlPlaneFigures {
+    fn register(r: &mut Registry) -> Self {
+        let by_state = "Control planes by state (converged, rolling, degraded, blocked)";
+        let verifications = "The controller's test restores of snapshots, by control plane and outcome (ok, failed)";
+        ControlPlaneFigures {
+            reconciles: registered(r, "reconciles", "Reconciles by outcome", Family::default()),
+            reconcile_seconds: registered(
+                r,
+                "reconcile_duration_seconds",
+                "Time for one reconcile of one control plane",
+                Family::new_with_constructor(|| {
+                    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+                }),
+            ),
+            operations: registered(
+                r,
+                "membership_operations",
+                "Actions performed, by kind and outcome",
+                Family::default(),
+            ),
+            up_to_date: registered(
+                r,
+                "rollout_up_to_date_ratio",
+                "Machines at the spec's version over replicas",
+                Family::default(),
+            ),
+            quorum_margin: registered(
+                r,
+                "quorum_margin",
+                "Healthy voters minus the quorum size (0: one more failure loses quorum)",
+                Family::default(),
+            ),
+            unhealthy: registered(
+                r,
+                "unhealthy_members",
+                "Members with a problem now (the health model's)",
+                Family::default(),
+            ),
+            crash_loops: registered(
+                r,
+                "crash_loops",
+                "Crash loops that started (a member's process kept exiting after its starts)",
+                Family::default(),
+            ),
+            by_state: registered(r, "control_planes", by_state, Family::default()),
+            verifications: registered(
+                r,
+                "snapshot_verifications",
+                verifications,
+                Family::default(),
+            ),
+        }
+    }
+}
+
+impl ReplicaFigures {
+    fn register(r: &mut Registry) -> Self {
+        let store_up =
+            "1 while a member of the management etcd serves requests (has a leader), else 0";
+        ReplicaFigures {
+            queue_depth: registered(
+                r,
+                "reconcile_queue_depth",
+                "Control planes due for a pass and waiting for a permit (--concurrency)",
+                Gauge::default(),
+            ),
+            in_flight: registered(
+                r,
+                "reconciles_in_flight",
+                "Reconciles running now",
+                Gauge::default(),
+            ),
+            tasks: registered(
+                r,
+                "control_plane_tasks",
+                "Control planes this replica runs a task for (its share of the fleet)",
+                Gauge::default(),
+            ),
+            open: registered(
+                r,
+                "open_control_planes",
+                "Control planes whose connections are open (cached)",
+                Gauge::default(),
+            ),
+            leader: registered(
+                r,
+                "leader",
+                "1 while this replica leads the controllers of its store",
+                Gauge::default(),
+            ),
+            shards_held: registered(
+                r,
+                "shards_held",
+                "Shards this replica leads (--shards; 0 without)",
+                Gauge::default(),
+            ),
+            replicas: registered(
+                r,
+                "controller_replicas",
+                "Live controller replicas this replica sees (--shards; 0 without)",
+                Gauge::default(),
+            ),
+            store_up: registered(r, "store_endpoint_up", store_up, Family::default()),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -415,19 +415,22 @@ impl LocalProvider {
         if let Some(expected) = req.expect_marker {
             self.check_data(&m.name, expected)?;
         }
-        let io_err = |what, source| ProviderError::Io {
-            machine: m.name.clone(),
-            what,
-            source,
-        };
         let bin = etcd_binary(&self.etcd_dir, m.version)?;
         let dir = self.machine_dir(&m.name);
         // Owner-only: the directory holds the machine's private keys and its data.
-        quorum_pki::create_private_dir(&dir).map_err(|e| io_err("create machine directory", e))?;
-        let data_dir = self.data_dir(&m.name);
+        quorum_pki::create_private_dir(&dir)
+            .map_err(|e| io_error(m, "create machine directory", e))?;
+        let args = self.etcd_args(req)?;
+        let cmd = self.command(m, &bin, &args)?;
+        self.spawn_recorded(m, cmd)
+    }
+
+    /// The flags of `req.machine`'s etcd (its certificates written where they point).
+    fn etcd_args(&self, req: &StartRequest<'_>) -> Result<Vec<String>> {
+        let m = req.machine;
         let mut args: Vec<String> = vec![
             format!("--name={}", m.name),
-            format!("--data-dir={}", data_dir.display()),
+            format!("--data-dir={}", self.data_dir(&m.name).display()),
             format!("--listen-client-urls={}", m.client_url()),
             format!("--advertise-client-urls={}", m.client_url()),
             format!("--listen-peer-urls={}", m.peer_url()),
@@ -452,22 +455,7 @@ impl LocalProvider {
             })?;
             args.extend(self.write_tls(&m.name, tls)?);
         }
-        if !req.initial_cluster.is_empty() {
-            let cluster = req
-                .initial_cluster
-                .iter()
-                .map(|im| format!("{}={}", im.name, im.peer_url))
-                .collect::<Vec<_>>()
-                .join(",");
-            args.push(format!("--initial-cluster={cluster}"));
-            args.push(format!(
-                "--initial-cluster-state={}",
-                match req.state {
-                    ClusterState::New => "new",
-                    ClusterState::Existing => "existing",
-                }
-            ));
-        }
+        args.extend(cluster_args(req));
         if let Some(q) = req.quota_backend_bytes {
             args.push(format!("--quota-backend-bytes={q}"));
         }
@@ -475,15 +463,23 @@ impl LocalProvider {
             args.push("--force-new-cluster".into());
         }
         args.extend(self.etcd_flags.iter().cloned());
+        Ok(args)
+    }
+
+    /// The command that runs `bin` with `args` for `m`: in its directory, its output to
+    /// its log, in a session of its own.
+    fn command(&self, m: &Machine, bin: &Path, args: &[String]) -> Result<Command> {
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(self.log_path(&m.name))
-            .map_err(|e| io_err("open log file", e))?;
-        let log2 = log.try_clone().map_err(|e| io_err("open log file", e))?;
-        let mut cmd = Command::new(&bin);
-        cmd.args(&args)
-            .current_dir(&dir)
+            .map_err(|e| io_error(m, "open log file", e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| io_error(m, "open log file", e))?;
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
+            .current_dir(self.machine_dir(&m.name))
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(log2);
@@ -503,20 +499,27 @@ impl LocalProvider {
                 Ok(())
             });
         }
+        Ok(cmd)
+    }
+
+    /// Spawns `cmd` for `m`, with its pid file, a reaper that records how it exits, and
+    /// the start in its history.
+    fn spawn_recorded(&self, m: &Machine, mut cmd: Command) -> Result<i32> {
+        let dir = self.machine_dir(&m.name);
         // The last exit describes the process started now once it ends, never an
         // earlier one (a process that outlives this one ends unseen: no file).
-        data::clear_exit(&dir).map_err(|e| io_err("clear the last exit", e))?;
+        data::clear_exit(&dir).map_err(|e| io_error(m, "clear the last exit", e))?;
         // A start after a stop quorum asked for (an in-place step's, a CA rotation's)
         // is recorded as planned (`data::read_planned_starts`).
         let planned =
-            data::take_stop_request(&dir).map_err(|e| io_err("read the stop request", e))?;
-        let mut child = cmd.spawn().map_err(|e| io_err("spawn etcd", e))?;
+            data::take_stop_request(&dir).map_err(|e| io_error(m, "read the stop request", e))?;
+        let mut child = cmd.spawn().map_err(|e| io_error(m, "spawn etcd", e))?;
         let pid = child.id() as i32;
         // Write the pid file atomically: a reader never sees a partial pid.
         let tmp = dir.join("pid.tmp");
         fs::write(&tmp, pid.to_string())
             .and_then(|_| fs::rename(&tmp, self.pid_path(&m.name)))
-            .map_err(|e| io_err("write pid file", e))?;
+            .map_err(|e| io_error(m, "write pid file", e))?;
         // Reap the child when it exits so it does not linger as a zombie while this
         // process lives; if this process dies first, init adopts and reaps it.
         let reaped_dir = dir.clone();
@@ -528,11 +531,11 @@ impl LocalProvider {
                     let _ = data::record_exit(&reaped_dir, status);
                 }
             })
-            .map_err(|e| io_err("spawn reaper thread", e))?;
+            .map_err(|e| io_error(m, "spawn reaper thread", e))?;
         // Every start is counted (a crash loop is seen from these); the process runs
         // either way, so a failure here is reported after the reaper is in place.
         data::record_start(&dir, now_unix_s(), planned)
-            .map_err(|e| io_err("record the start", e))?;
+            .map_err(|e| io_error(m, "record the start", e))?;
         Ok(pid)
     }
 
@@ -868,4 +871,35 @@ fn wait_gone(pid: i32, data_dir: &Path, limit: Duration) -> bool {
         }
         std::thread::sleep(Duration::from_millis(STOP_POLL_MS));
     }
+}
+
+/// An I/O failure of machine `m`'s, saying what was being done.
+fn io_error(m: &Machine, what: &'static str, source: io::Error) -> ProviderError {
+    ProviderError::Io {
+        machine: m.name.clone(),
+        what,
+        source,
+    }
+}
+
+/// `--initial-cluster` and `--initial-cluster-state`, when the request names a cluster
+/// to join or form (none: the member's data says it).
+fn cluster_args(req: &StartRequest<'_>) -> Vec<String> {
+    if req.initial_cluster.is_empty() {
+        return Vec::new();
+    }
+    let cluster = req
+        .initial_cluster
+        .iter()
+        .map(|im| format!("{}={}", im.name, im.peer_url))
+        .collect::<Vec<_>>()
+        .join(",");
+    let state = match req.state {
+        ClusterState::New => "new",
+        ClusterState::Existing => "existing",
+    };
+    vec![
+        format!("--initial-cluster={cluster}"),
+        format!("--initial-cluster-state={state}"),
+    ]
 }

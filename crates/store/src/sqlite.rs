@@ -632,39 +632,15 @@ impl StateStore for SqliteStore {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(sql)?;
-        let row: Option<(i64, String)> = tx
-            .query_row(
-                "SELECT next_serial, doc FROM control_planes WHERE name = ?1",
-                params![cp],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
-            .map_err(sql)?;
-        let Some((serial, doc)) = row else {
-            return Err(StoreError::NotFound(cp.to_string()));
-        };
-        let mut record =
-            serde_json::from_str::<ControlPlane>(&doc).map_err(|e| StoreError::Corrupt {
-                location: path.display().to_string(),
-                detail: format!("control plane '{cp}': {e}"),
-            })?;
+        let (serial, mut record) = control_plane_in(&tx, cp, &path)?;
         // The CA files of a rotation's phase, read in the same transaction as the
         // allocation: a machine recorded now starts with them.
         let ca_step = record.ca_step_now();
         let held = machines_in(&tx, cp, &path)?;
-        let next_addr: i64 = tx
-            .query_row(
-                "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'next_address'",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(sql)?
-            .unwrap_or(0);
         // A fresh address was never used by another control plane; one of this control
         // plane's own is taken again only once no machine of it holds it and nothing
         // listens there (`quorum_core::reach`).
-        let mut next = next_addr as u64;
+        let mut next = next_address_in(&tx).map_err(sql)?;
         let address = choose_address(&mut record, &held, subnet, &mut next, at, is_free)?;
         let machine = new_machine(
             cp,
@@ -677,26 +653,9 @@ impl StateStore for SqliteStore {
             remediation,
             ca_step,
         )?;
-        let next_addr = next as i64;
-        tx.execute(
-            "INSERT INTO machines(control_plane, name, doc) VALUES (?1, ?2, ?3)",
-            params![cp, machine.name, to_json(&machine)],
-        )
-        .and_then(|_| {
-            tx.execute(
-                "UPDATE control_planes SET next_serial = ?2, doc = ?3 WHERE name = ?1",
-                params![cp, serial + 1, to_json(&record)],
-            )
-        })
-        .and_then(|_| {
-            tx.execute(
-                "INSERT INTO meta(key, value) VALUES ('next_address', ?1)
-                 ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                params![next_addr.to_string()],
-            )
-        })
-        .and_then(|_| tx.commit())
-        .map_err(sql)?;
+        record_allocation(&tx, cp, &machine, serial, &record, next)
+            .and_then(|_| tx.commit())
+            .map_err(sql)?;
         Ok(machine)
     }
 
@@ -873,4 +832,66 @@ fn sql_error(path: &Path) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ 
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// Control plane `cp`'s next machine serial and its record, read in `tx`.
+fn control_plane_in(
+    tx: &rusqlite::Transaction<'_>,
+    cp: &str,
+    path: &Path,
+) -> Result<(i64, ControlPlane)> {
+    let row: Option<(i64, String)> = tx
+        .query_row(
+            "SELECT next_serial, doc FROM control_planes WHERE name = ?1",
+            params![cp],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(sql_error(path))?;
+    let Some((serial, doc)) = row else {
+        return Err(StoreError::NotFound(cp.to_string()));
+    };
+    let record = serde_json::from_str::<ControlPlane>(&doc).map_err(|e| StoreError::Corrupt {
+        location: path.display().to_string(),
+        detail: format!("control plane '{cp}': {e}"),
+    })?;
+    Ok((serial, record))
+}
+
+/// The next fresh loopback address's number in this state directory (0 at first).
+fn next_address_in(tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<u64> {
+    let next: Option<i64> = tx
+        .query_row(
+            "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'next_address'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(next.unwrap_or(0) as u64)
+}
+
+/// Writes a new machine of `cp`, its control plane's next serial and record (`serial` was
+/// the machine's), and the next fresh address's number, in `tx`.
+fn record_allocation(
+    tx: &rusqlite::Transaction<'_>,
+    cp: &str,
+    machine: &Machine,
+    serial: i64,
+    record: &ControlPlane,
+    next_address: u64,
+) -> rusqlite::Result<()> {
+    tx.execute(
+        "INSERT INTO machines(control_plane, name, doc) VALUES (?1, ?2, ?3)",
+        params![cp, machine.name, to_json(machine)],
+    )?;
+    tx.execute(
+        "UPDATE control_planes SET next_serial = ?2, doc = ?3 WHERE name = ?1",
+        params![cp, serial + 1, to_json(record)],
+    )?;
+    tx.execute(
+        "INSERT INTO meta(key, value) VALUES ('next_address', ?1)
+         ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        params![(next_address as i64).to_string()],
+    )?;
+    Ok(())
 }

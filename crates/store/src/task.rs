@@ -46,7 +46,7 @@ impl StoreTask {
         let location: Arc<str> = store.location().into();
         let (jobs, mut queue) = mpsc::channel::<Job>(QUEUE_BOUND);
         std::thread::Builder::new()
-            .name("quorum-store".into())
+            .name("quorum-store-calls".into())
             .spawn(move || {
                 let mut store = store;
                 while let Some(job) = queue.blocking_recv() {
@@ -151,7 +151,7 @@ mod tests {
         }
         for c in calls {
             let name = c.await.expect("answered");
-            assert_eq!(name.as_deref(), Some("quorum-store"));
+            assert_eq!(name.as_deref(), Some("quorum-store-calls"));
         }
         assert_eq!(
             *seen.lock().expect("not poisoned"),

@@ -24,19 +24,7 @@ impl EtcdStore {
             let Some((mut rec, cp_rev)) = self.cp_record(cp)? else {
                 return Err(StoreError::NotFound(cp.to_string()));
             };
-            let (mut next_addr, addr_cmp) = match self.get(&addr_key, "read the next address")? {
-                Some(kv) => {
-                    let n: u64 = std::str::from_utf8(&kv.value)
-                        .ok()
-                        .and_then(|s| s.parse().ok())
-                        .ok_or_else(|| self.corrupt("next-address is not a number"))?;
-                    (
-                        n,
-                        Compare::mod_revision(addr_key.clone(), CompareOp::Equal, kv.mod_revision),
-                    )
-                }
-                None => (0, absent(&addr_key)),
-            };
+            let (mut next_addr, addr_cmp) = self.next_address(&addr_key)?;
             // A fresh address was never used by another control plane; one of this
             // control plane's own only once no machine holds it (see the embedded
             // store). A machine recorded meanwhile changes the record compared below.
@@ -86,5 +74,20 @@ impl EtcdStore {
             }
         }
         Err(self.conflict(format!("machine allocation of {cp:?}")))
+    }
+
+    /// The next fresh address's number (0 at first), and the comparison that holds
+    /// while no other allocation took it.
+    fn next_address(&self, addr_key: &str) -> Result<(u64, Compare)> {
+        let Some(kv) = self.get(addr_key, "read the next address")? else {
+            return Ok((0, absent(addr_key)));
+        };
+        let n: u64 = std::str::from_utf8(&kv.value)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| self.corrupt("next-address is not a number"))?;
+        let unchanged =
+            Compare::mod_revision(addr_key.to_string(), CompareOp::Equal, kv.mod_revision);
+        Ok((n, unchanged))
     }
 }

@@ -667,65 +667,9 @@ impl StateStore for EtcdStore {
             let r = c.lease_grant(ttl_s, None).await?;
             Ok((r.id(), r.ttl()))
         })?;
-        let key = self.scoped("leader");
-        let info = LeaderInfo {
-            identity: identity.to_string(),
-            since_ms: crate::now_ms(),
-            token: FenceToken::EMBEDDED,
+        let Some(revision) = self.take_leader_key(identity, lease_id)? else {
+            return self.lost_campaign(lease_id);
         };
-        let put = TxnOp::put(
-            key.clone(),
-            to_json(&info),
-            Some(PutOptions::new().with_lease(lease_id)),
-        );
-        // Not `commit`: there is no fence yet, and the comparison is the election (and,
-        // sharded, that the count agreed to is still the one in force).
-        let mut compares = vec![absent(&key)];
-        if let Some(count) = self.shards {
-            compares.push(Compare::value(
-                self.key(&format!("setting/{SHARDS_SETTING}")),
-                CompareOp::Equal,
-                count.to_string(),
-            ));
-        }
-        let txn = Txn::new().when(compares).and_then([put]);
-        let served = self.call_served("take the leader key", move |mut c| {
-            let txn = txn.clone();
-            async move {
-                let r = c.txn(txn).await?;
-                Ok((r.succeeded(), r.header().map_or(0, |h| h.revision())))
-            }
-        })?;
-        let (mut won, mut revision) = served.value;
-        if !won && served.maybe_applied_before {
-            // The first attempt may have taken the key: it is ours if it carries our lease.
-            if let Some(kv) = self.get(&key, "read back the leader key")? {
-                if kv.lease == lease_id {
-                    (won, revision) = (true, kv.create_revision);
-                }
-            }
-        }
-        if !won {
-            let _ = self.call("revoke an unused lease", move |mut c| async move {
-                c.lease_revoke(lease_id).await.map(drop)
-            });
-            if let Some(ours) = self.shards {
-                match self.shards_in_force()?.0 {
-                    Some(theirs) if theirs == ours => {}
-                    Some(theirs) => return Err(self.shards_differ(ours, theirs)),
-                    None => {
-                        return Err(StoreError::Sharding(format!(
-                            "the shard count vanished from {} while this controller ran: \
-                             restart it",
-                            self.location
-                        )))
-                    }
-                }
-            }
-            return Ok(Campaign::Standby {
-                leader: self.leader()?,
-            });
-        }
         let clock = LeaseClock::new(sent + Duration::from_secs(granted_s.max(0) as u64));
         let keeper = lease::keep_lease(
             &self.conn,
@@ -924,5 +868,76 @@ impl StateStore for EtcdStore {
             )?
             .and_then(|kv| Heartbeat::decode(&String::from_utf8_lossy(&kv.value)));
         Ok((leader, beat))
+    }
+}
+
+impl EtcdStore {
+    /// Puts the leader key, bound to `lease_id`, if no replica holds it (and, sharded,
+    /// the shard count agreed to is still the one in force): the revision it was
+    /// created at (the leadership token) if this replica won.
+    fn take_leader_key(&self, identity: &str, lease_id: i64) -> Result<Option<i64>> {
+        let key = self.scoped("leader");
+        let info = LeaderInfo {
+            identity: identity.to_string(),
+            since_ms: crate::now_ms(),
+            token: FenceToken::EMBEDDED,
+        };
+        let put = TxnOp::put(
+            key.clone(),
+            to_json(&info),
+            Some(PutOptions::new().with_lease(lease_id)),
+        );
+        // Not `commit`: there is no fence yet, and the comparison is the election (and,
+        // sharded, that the count agreed to is still the one in force).
+        let mut compares = vec![absent(&key)];
+        if let Some(count) = self.shards {
+            compares.push(Compare::value(
+                self.key(&format!("setting/{SHARDS_SETTING}")),
+                CompareOp::Equal,
+                count.to_string(),
+            ));
+        }
+        let txn = Txn::new().when(compares).and_then([put]);
+        let served = self.call_served("take the leader key", move |mut c| {
+            let txn = txn.clone();
+            async move {
+                let r = c.txn(txn).await?;
+                Ok((r.succeeded(), r.header().map_or(0, |h| h.revision())))
+            }
+        })?;
+        let (mut won, mut revision) = served.value;
+        if !won && served.maybe_applied_before {
+            // The first attempt may have taken the key: it is ours if it carries our lease.
+            if let Some(kv) = self.get(&key, "read back the leader key")? {
+                if kv.lease == lease_id {
+                    (won, revision) = (true, kv.create_revision);
+                }
+            }
+        }
+        Ok(won.then_some(revision))
+    }
+
+    /// This replica did not win: its lease goes, a changed shard count is an error,
+    /// and it stands by the leader there is.
+    fn lost_campaign(&self, lease_id: i64) -> Result<Campaign> {
+        let _ = self.call("revoke an unused lease", move |mut c| async move {
+            c.lease_revoke(lease_id).await.map(drop)
+        });
+        if let Some(ours) = self.shards {
+            match self.shards_in_force()?.0 {
+                Some(theirs) if theirs == ours => {}
+                Some(theirs) => return Err(self.shards_differ(ours, theirs)),
+                None => {
+                    return Err(StoreError::Sharding(format!(
+                        "the shard count vanished from {} while this controller ran: \
+                         restart it",
+                        self.location
+                    )))
+                }
+            }
+        }
+        Ok(Campaign::Standby {
+            leader: self.leader()?,
+        })
     }
 }

@@ -26,36 +26,7 @@ impl EtcdStore {
                 location: location.clone(),
                 detail: format!("cannot start the store's runtime: {e}"),
             })?;
-        let mut opts = ConnectOptions::new();
-        if let Some(t) = &l.tls {
-            opts = opts.with_tls(
-                etcd_client::TlsOptions::new()
-                    .ca_certificate(etcd_client::Certificate::from_pem(&t.ca_pem))
-                    .identity(etcd_client::Identity::from_pem(&t.cert_pem, &t.key_pem)),
-            );
-        }
-        let endpoints = l.endpoints.clone();
-        // Replicas (and commands) start on different members: the load spreads, and a
-        // dead member is not everyone's first try.
-        let first =
-            first.unwrap_or_else(|| rand::random::<u32>() as usize % endpoints.len().max(1));
-        // Not `block_on`: the caller may itself run inside a runtime.
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        rt.spawn(async move {
-            let _ = tx.send(Failover::connect(&endpoints, opts, deadlines, first).await);
-        });
-        let pool = rx
-            .recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS))
-            .map_err(|_| StoreError::Timeout {
-                location: location.clone(),
-                op: "connect",
-                timeout_ms: CALL_TIMEOUT_MS,
-            })?
-            .map_err(|e| StoreError::Etcd {
-                location: location.clone(),
-                detail: one_line(&e.to_string()),
-            })?;
-        let pool = Arc::new(pool);
+        let pool = Arc::new(connect_pool(&rt, l, deadlines, first)?);
         let prober = {
             let _in_rt = rt.enter();
             pool.spawn_prober()
@@ -78,17 +49,22 @@ impl EtcdStore {
             shards: None,
             events_recorded: AtomicU64::new(0),
         };
-        // The clients connect lazily: a read proves the cluster is there.
-        match store.get(&store.key("setting/"), "reach the cluster") {
+        store.reached()
+    }
+
+    /// This store, once a read proved the cluster is there (the clients connect
+    /// lazily).
+    fn reached(self) -> Result<EtcdStore> {
+        match self.get(&self.key("setting/"), "reach the cluster") {
             Err(StoreError::Unavailable { detail, .. }) if detail.contains("dns error") => {
                 Err(StoreError::Etcd {
-                    location: store.location.clone(),
+                    location: self.location.clone(),
                     detail: "no host name of the management etcd resolves (is --store right?)"
                         .to_string(),
                 })
             }
             Err(e) => Err(e),
-            Ok(_) => Ok(store),
+            Ok(_) => Ok(self),
         }
     }
 
@@ -391,4 +367,41 @@ impl EtcdStore {
         }
         Ok(())
     }
+}
+
+/// The connections to the members of `l`, made on `rt` within `CALL_TIMEOUT_MS`.
+fn connect_pool(
+    rt: &tokio::runtime::Runtime,
+    l: &EtcdLocation,
+    deadlines: Deadlines,
+    first: Option<usize>,
+) -> Result<Failover> {
+    let location = l.url();
+    let mut opts = ConnectOptions::new();
+    if let Some(t) = &l.tls {
+        opts = opts.with_tls(
+            etcd_client::TlsOptions::new()
+                .ca_certificate(etcd_client::Certificate::from_pem(&t.ca_pem))
+                .identity(etcd_client::Identity::from_pem(&t.cert_pem, &t.key_pem)),
+        );
+    }
+    let endpoints = l.endpoints.clone();
+    // Replicas (and commands) start on different members: the load spreads, and a
+    // dead member is not everyone's first try.
+    let first = first.unwrap_or_else(|| rand::random::<u32>() as usize % endpoints.len().max(1));
+    // Not `block_on`: the caller may itself run inside a runtime.
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    rt.spawn(async move {
+        let _ = tx.send(Failover::connect(&endpoints, opts, deadlines, first).await);
+    });
+    rx.recv_timeout(Duration::from_millis(CALL_TIMEOUT_MS))
+        .map_err(|_| StoreError::Timeout {
+            location: location.clone(),
+            op: "connect",
+            timeout_ms: CALL_TIMEOUT_MS,
+        })?
+        .map_err(|e| StoreError::Etcd {
+            location,
+            detail: one_line(&e.to_string()),
+        })
 }

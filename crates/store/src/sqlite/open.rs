@@ -157,6 +157,22 @@ impl SqliteStore {
         }
         // The version first: a file from a newer quorum is refused before anything
         // in it changes.
+        let version = self.schema_version()?;
+        self.conn.execute_batch(SCHEMA).map_err(|e| self.err(e))?;
+        if version.is_none() {
+            self.conn
+                .execute(
+                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
+                    params![SCHEMA_VERSION.to_string()],
+                )
+                .map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
+    /// The file's schema version (`None`: a new file), an older one migrated to this
+    /// one; a newer one, or one no quorum wrote, is refused.
+    fn schema_version(&self) -> Result<Option<String>> {
         let version: Option<String> = if self.has_schema()? {
             self.conn
                 .query_row("SELECT value FROM meta WHERE key='schema'", [], |r| {
@@ -181,63 +197,7 @@ impl SqliteStore {
             // No quorum ever wrote another value: the file is damaged.
             Some(v) => return Err(self.corrupt(format!("unknown schema version {v:?}"))),
         }
-        self.conn
-            .execute_batch(
-                "PRAGMA synchronous=FULL;
-                 PRAGMA foreign_keys=ON;
-                 PRAGMA secure_delete=ON;
-                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-                 CREATE TABLE IF NOT EXISTS control_planes (
-                     name TEXT PRIMARY KEY,
-                     doc TEXT NOT NULL,
-                     next_serial INTEGER NOT NULL DEFAULT 1,
-                     created_at_ms INTEGER NOT NULL);
-                 CREATE TABLE IF NOT EXISTS machines (
-                     control_plane TEXT NOT NULL REFERENCES control_planes(name) ON DELETE CASCADE,
-                     name TEXT NOT NULL,
-                     doc TEXT NOT NULL,
-                     PRIMARY KEY (control_plane, name));
-                 CREATE TABLE IF NOT EXISTS events (
-                     id INTEGER PRIMARY KEY AUTOINCREMENT,
-                     control_plane TEXT NOT NULL,
-                     at_ms INTEGER NOT NULL,
-                     kind TEXT NOT NULL,
-                     machine TEXT,
-                     message TEXT NOT NULL,
-                     ok INTEGER NOT NULL,
-                     waited_ms INTEGER,
-                     took_ms INTEGER,
-                     by_replica TEXT,
-                     outcome TEXT);
-                 CREATE INDEX IF NOT EXISTS events_by_cp ON events(control_plane, id);
-                 CREATE TABLE IF NOT EXISTS published (
-                     control_plane TEXT PRIMARY KEY,
-                     doc TEXT NOT NULL);
-                 CREATE TABLE IF NOT EXISTS snapshots (
-                     control_plane TEXT NOT NULL,
-                     id TEXT NOT NULL,
-                     taken_at_unix_s INTEGER NOT NULL,
-                     doc TEXT NOT NULL,
-                     PRIMARY KEY (control_plane, id));
-                 CREATE TABLE IF NOT EXISTS certificate_authorities (
-                     control_plane TEXT PRIMARY KEY REFERENCES control_planes(name) ON DELETE CASCADE,
-                     cert_pem TEXT NOT NULL,
-                     key_pem TEXT NOT NULL);
-                 CREATE TABLE IF NOT EXISTS next_certificate_authorities (
-                     control_plane TEXT PRIMARY KEY REFERENCES control_planes(name) ON DELETE CASCADE,
-                     cert_pem TEXT NOT NULL,
-                     key_pem TEXT NOT NULL);",
-            )
-            .map_err(|e| self.err(e))?;
-        if version.is_none() {
-            self.conn
-                .execute(
-                    "INSERT OR IGNORE INTO meta(key, value) VALUES ('schema', ?1)",
-                    params![SCHEMA_VERSION.to_string()],
-                )
-                .map_err(|e| self.err(e))?;
-        }
-        Ok(())
+        Ok(version)
     }
 
     /// Brings a file of an older schema version (`from`) to this one, one version at
@@ -318,3 +278,50 @@ impl SqliteStore {
         .map(drop)
     }
 }
+
+/// The pragmas of every connection and the tables of this schema version (`SCHEMA_VERSION`),
+/// made where missing.
+const SCHEMA: &str = "PRAGMA synchronous=FULL;
+                 PRAGMA foreign_keys=ON;
+                 PRAGMA secure_delete=ON;
+                 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS control_planes (
+                     name TEXT PRIMARY KEY,
+                     doc TEXT NOT NULL,
+                     next_serial INTEGER NOT NULL DEFAULT 1,
+                     created_at_ms INTEGER NOT NULL);
+                 CREATE TABLE IF NOT EXISTS machines (
+                     control_plane TEXT NOT NULL REFERENCES control_planes(name) ON DELETE CASCADE,
+                     name TEXT NOT NULL,
+                     doc TEXT NOT NULL,
+                     PRIMARY KEY (control_plane, name));
+                 CREATE TABLE IF NOT EXISTS events (
+                     id INTEGER PRIMARY KEY AUTOINCREMENT,
+                     control_plane TEXT NOT NULL,
+                     at_ms INTEGER NOT NULL,
+                     kind TEXT NOT NULL,
+                     machine TEXT,
+                     message TEXT NOT NULL,
+                     ok INTEGER NOT NULL,
+                     waited_ms INTEGER,
+                     took_ms INTEGER,
+                     by_replica TEXT,
+                     outcome TEXT);
+                 CREATE INDEX IF NOT EXISTS events_by_cp ON events(control_plane, id);
+                 CREATE TABLE IF NOT EXISTS published (
+                     control_plane TEXT PRIMARY KEY,
+                     doc TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS snapshots (
+                     control_plane TEXT NOT NULL,
+                     id TEXT NOT NULL,
+                     taken_at_unix_s INTEGER NOT NULL,
+                     doc TEXT NOT NULL,
+                     PRIMARY KEY (control_plane, id));
+                 CREATE TABLE IF NOT EXISTS certificate_authorities (
+                     control_plane TEXT PRIMARY KEY REFERENCES control_planes(name) ON DELETE CASCADE,
+                     cert_pem TEXT NOT NULL,
+                     key_pem TEXT NOT NULL);
+                 CREATE TABLE IF NOT EXISTS next_certificate_authorities (
+                     control_plane TEXT PRIMARY KEY REFERENCES control_planes(name) ON DELETE CASCADE,
+                     cert_pem TEXT NOT NULL,
+                     key_pem TEXT NOT NULL);";
