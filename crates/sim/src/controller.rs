@@ -246,21 +246,6 @@ impl World {
         Answer::Done
     }
 
-    /// An action with an effect outside the store (on etcd or a machine).
-    pub(crate) fn acts_outside_store(a: &Action) -> bool {
-        !matches!(
-            a,
-            Action::AllocateMachine { .. }
-                | Action::MarkDeleting { .. }
-                | Action::ForgetControlPlane
-                | Action::BeginInPlace { .. }
-                | Action::SetInPlacePhase { .. }
-                | Action::EndInPlace { .. }
-                | Action::SetRebuildPhase { .. }
-                | Action::FinishRebuild { .. }
-        )
-    }
-
     /// Performs an action as replica `i`, whose store writes carry its token. Every side
     /// effect is by the holder of a valid lease, except the deposed leader's one
     /// `in_flight` step (checked before its pause, performed after it without a check).
@@ -278,7 +263,7 @@ impl World {
             self.violate(format!(
                 "r{i} performed '{a}' without a valid lease, and not as its in-flight step"
             ));
-        } else if Self::acts_outside_store(a) {
+        } else if !a.writes_records_only() {
             self.stale_side_effect(i, a);
         }
         let answer = self.perform(a, !holds);

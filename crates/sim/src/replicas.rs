@@ -382,7 +382,7 @@ impl World {
         self.replicas[i].store.running_since_ms = self.now_ms;
         self.note(format!("r{i} resumes"));
         if let Some(a) = self.replicas[i].in_flight.take() {
-            if !Self::acts_outside_store(&a) && !self.store_serves(i) {
+            if a.writes_records_only() && !self.store_serves(i) {
                 self.note(format!(
                     "r{i}: its in-flight '{a}' fails: the store serves nothing"
                 ));

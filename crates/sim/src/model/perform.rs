@@ -469,16 +469,7 @@ fn deposed_decides(
     }
     // A store write only: fenced whenever it comes, so it may as well come now (one
     // transition, not a pending step in every later state).
-    let store_only = matches!(
-        a,
-        Action::AllocateMachine { .. }
-            | Action::MarkDeleting { .. }
-            | Action::ForgetControlPlane
-            | Action::BeginInPlace { .. }
-            | Action::SetInPlacePhase { .. }
-            | Action::EndInPlace { .. }
-    );
-    if store_only {
+    if a.writes_records_only() {
         perform(&mut n, &a, true)?;
         if n.machines != tracked.machines {
             return Err(format!(
