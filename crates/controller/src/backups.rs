@@ -8,40 +8,6 @@ use super::*;
 use quorum_backup::{LocalDir, TakeRequest};
 use quorum_core::SnapshotReason;
 
-/// What an observation needs of a control plane's records besides its machines, for
-/// `spec.backup`: the snapshots recorded, and when the control plane was created (the
-/// schedule counts from there until the first).
-pub struct Recorded {
-    snapshots: Vec<quorum_core::SnapshotRecord>,
-    created_at_ms: Option<i64>,
-}
-
-impl Recorded {
-    pub fn read(store: &Store, cp: &str) -> Result<Recorded, StoreError> {
-        Ok(Recorded {
-            snapshots: store.snapshots(cp)?,
-            created_at_ms: store.created_at_ms(cp)?,
-        })
-    }
-
-    pub fn fill(self, obs: &mut quorum_core::Observation) {
-        obs.snapshots = self.snapshots.iter().map(|r| r.seen()).collect();
-        obs.created_at_unix_s = self.created_at_ms.map(|ms| ms.div_euclid(1000));
-    }
-}
-
-/// What the decision needs for `spec.recovery`: the control plane's fenced
-/// directories on this host (members on hosts keep none here).
-pub fn fenced_into(
-    provider: &LocalProvider,
-    cp: &ControlPlane,
-    obs: &mut quorum_core::Observation,
-) {
-    if cp.spec.provider.is_local() {
-        obs.fenced = provider.list_fenced(Some(&cp.name));
-    }
-}
-
 /// The machine a snapshot streams from (the one at the leader's client URL `url`) and
 /// the etcd version it runs (as observed, else its record's).
 pub fn snapshot_source<'a>(

@@ -427,7 +427,7 @@ impl Reconciler {
     pub(crate) fn machines_of(&self, cp: &ControlPlane) -> Box<dyn MachineProvider> {
         match cp.spec.provider {
             ProviderKind::Local => Box::new(self.sh.provider.clone()),
-            ProviderKind::Hosts => Box::new(crate::on_hosts::OnHosts {
+            ProviderKind::Hosts => Box::new(quorum_hosts::OnHosts {
                 hosts: self.sh.hosts.clone(),
                 store: self.sh.store.clone(),
                 fence: self.fence(cp),
@@ -541,27 +541,6 @@ pub(crate) fn done_message(action: &Action, allocated: Option<&str>) -> String {
             done.to_string()
         }
         _ => action.to_string(),
-    }
-}
-
-/// A start as the agent takes it (owned).
-pub(crate) fn start_spec(req: &StartRequest<'_>) -> quorum_agent::StartSpec {
-    quorum_agent::StartSpec {
-        machine: req.machine.clone(),
-        cluster_token: req.cluster_token.to_string(),
-        state: req.state,
-        initial_cluster: req.initial_cluster.to_vec(),
-        tls: req.tls.map(|t| quorum_agent::MemberTls {
-            ca_pem: t.ca_pem.to_string(),
-            server_cert_pem: t.certs.server.cert_pem.clone(),
-            server_key_pem: t.certs.server.key_pem.clone(),
-            peer_cert_pem: t.certs.peer.cert_pem.clone(),
-            peer_key_pem: t.certs.peer.key_pem.clone(),
-            not_after_unix_s: t.certs.not_after_unix_s,
-        }),
-        quota_backend_bytes: req.quota_backend_bytes,
-        expect_marker: req.expect_marker,
-        force_new_cluster: req.force_new_cluster,
     }
 }
 

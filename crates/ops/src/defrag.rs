@@ -86,7 +86,7 @@ pub async fn defrag(ctx: &Ctx, cp: &ControlPlane, only: Option<&str>) -> Result<
     Ok(done)
 }
 
-fn db_size(observed: &quorum_controller::Observed, machine: &str) -> u64 {
+fn db_size(observed: &quorum_observe::Observed, machine: &str) -> u64 {
     observed
         .observation
         .machines

@@ -180,20 +180,20 @@ pub async fn decision(
     provider: &LocalProvider,
     etcd: &Etcd,
     cp: &ControlPlane,
-) -> Result<(Vec<Machine>, quorum_controller::Observed, Decision)> {
+) -> Result<(Vec<Machine>, quorum_observe::Observed, Decision)> {
     let machines = store.machines(&cp.name)?;
-    let view = quorum_controller::hosts_view(store, cp.spec.provider);
-    let agents = quorum_controller::hosts::HostsProvider::new(provider.etcd_dir().to_path_buf());
+    let view = quorum_observe::hosts_view(store, cp.spec.provider);
+    let agents = quorum_hosts::HostsProvider::new(provider.etcd_dir().to_path_buf());
     let mut observed =
-        quorum_controller::observe_on(provider, &agents, view, cp.spec.provider, etcd, &machines)
+        quorum_observe::observe_on(provider, &agents, view, cp.spec.provider, etcd, &machines)
             .await;
     // The controller's health memory as it published it (since when each machine that
     // has a problem now has had it, the NOSPACE repair's): so `status` says how long,
     // and decides as the controller does.
     let memory = remembered(store, &cp.name)?.of_problems_now(cp, &machines, &observed.observation);
     memory.fill(&mut observed.observation);
-    let recorded = quorum_controller::Recorded::read(store, &cp.name)?;
-    quorum_controller::complete(recorded, provider, cp, &mut observed);
+    let recorded = quorum_observe::Recorded::read(store, &cp.name)?;
+    quorum_observe::complete(recorded, provider, cp, &mut observed);
     let decision = decide(cp, &machines, &observed.observation);
     Ok((machines, observed, decision))
 }
@@ -357,7 +357,7 @@ fn newest_event(store: &Store, cp: &str) -> Result<Option<quorum_store::Event>> 
 
 fn machine_row(
     m: &Machine,
-    observed: &quorum_controller::Observed,
+    observed: &quorum_observe::Observed,
     decision: &Decision,
 ) -> MachineRow {
     let o = observed.observation.machines.get(&m.name);

@@ -1,7 +1,7 @@
 //! The seam between the controller and wherever members run: [`MachineProvider`], the
 //! operations a reconcile performs on one machine's process and data. The local
 //! provider implements it here; members on registered hosts implement it through their
-//! agents (`quorum_controller::hosts::OnHosts`, beside the agent client it needs: the
+//! agents (`quorum_hosts::OnHosts`, in a crate of its own beside the agent client: the
 //! agent crate itself runs members with the local provider, so it cannot be below it).
 //!
 //! Architecture invariant: a step names no provider. The controller picks the

@@ -3,8 +3,8 @@
 
 use crate::args::LogsArgs;
 use anyhow::{bail, Context, Result};
-use quorum_controller::hosts::{placed_on, HostsProvider};
 use quorum_core::Machine;
+use quorum_hosts::{placed_on, HostsProvider};
 use quorum_ops::{Ctx, Place};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::time::Duration;

@@ -8,8 +8,15 @@
 //! does not answer is not guessed at: its members are reported as last seen, running,
 //! and the etcd observation (unreachable member) drives health and remediation.
 //!
+//! `machines.rs` is this provider's `quorum_provider::MachineProvider` (`OnHosts`).
+//! It is a crate of its own, not part of quorum-provider, because the agent crate it
+//! calls runs its members with the local provider.
+//!
 //! Architecture invariant: nothing here decides; placement is `quorum_core::placement`,
 //! fed with the host records and the machines recorded.
+
+pub mod machines;
+pub use machines::OnHosts;
 
 use quorum_agent::client::{AgentClient, AgentError};
 use quorum_agent::proto::{Fence, ReportReply};

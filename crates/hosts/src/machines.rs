@@ -2,7 +2,7 @@
 //! side of `quorum_provider::MachineProvider`. Every call that changes something
 //! carries this replica's fencing token, so an agent refuses a deposed leader.
 
-use crate::hosts::{placed_on, HostsError, HostsProvider, Target};
+use crate::{placed_on, HostsError, HostsProvider, Target};
 use quorum_agent::proto::Fence;
 use quorum_core::{DataMarker, Machine, Version};
 use quorum_provider::machines::BoxFuture;
@@ -11,10 +11,11 @@ use quorum_store::StoreTask;
 use std::sync::Arc;
 
 /// The machines of one control plane on hosts, for one pass.
-pub(crate) struct OnHosts {
-    pub(crate) hosts: Arc<HostsProvider>,
-    pub(crate) store: StoreTask,
-    pub(crate) fence: Fence,
+pub struct OnHosts {
+    pub hosts: Arc<HostsProvider>,
+    pub store: StoreTask,
+    /// This replica's leadership, carried by every call that changes something.
+    pub fence: Fence,
 }
 
 impl From<HostsError> for MachineError {
@@ -33,7 +34,7 @@ impl OnHosts {
 impl MachineProvider for OnHosts {
     fn start<'a>(&'a self, req: &'a StartRequest<'a>) -> BoxFuture<'a, Result<(), MachineError>> {
         Box::pin(async move {
-            let spec = crate::perform::start_spec(req);
+            let spec = start_spec(req);
             let t = self.target(req.machine).await?;
             self.hosts.start(&t, &self.fence, &spec).await?;
             Ok(())
@@ -107,5 +108,26 @@ impl MachineProvider for OnHosts {
                 staged
             });
         }
+    }
+}
+
+/// A start as the agent takes it (owned).
+pub fn start_spec(req: &StartRequest<'_>) -> quorum_agent::StartSpec {
+    quorum_agent::StartSpec {
+        machine: req.machine.clone(),
+        cluster_token: req.cluster_token.to_string(),
+        state: req.state,
+        initial_cluster: req.initial_cluster.to_vec(),
+        tls: req.tls.map(|t| quorum_agent::MemberTls {
+            ca_pem: t.ca_pem.to_string(),
+            server_cert_pem: t.certs.server.cert_pem.clone(),
+            server_key_pem: t.certs.server.key_pem.clone(),
+            peer_cert_pem: t.certs.peer.cert_pem.clone(),
+            peer_key_pem: t.certs.peer.key_pem.clone(),
+            not_after_unix_s: t.certs.not_after_unix_s,
+        }),
+        quota_backend_bytes: req.quota_backend_bytes,
+        expect_marker: req.expect_marker,
+        force_new_cluster: req.force_new_cluster,
     }
 }
