@@ -292,14 +292,16 @@ impl Reconciler {
         }
     }
 
-    /// A rebuild's steps (local machines only: refused on hosts).
+    /// A rebuild's steps (where the provider can rebuild: `MachineProvider::rebuilds`).
     async fn perform_rebuild(
         &mut self,
         cx: &Cx<'_>,
         action: &Action,
     ) -> Result<Option<String>, ActionError> {
         let (cp, access, machines) = (cx.cp, cx.access, cx.machines);
-        let on_hosts = !cp.spec.provider.is_local();
+        if !action.writes_records_only() {
+            self.machines_of(cp).rebuilds()?;
+        }
         match action {
             Action::SetRebuildPhase { phase } => {
                 self.set_rebuild_phase(cp, Some(*phase)).await?;
@@ -308,14 +310,6 @@ impl Reconciler {
             Action::FinishRebuild { machine } => {
                 self.finish_rebuild(cp, machine).await?;
                 Ok(None)
-            }
-            Action::FenceMachine { .. }
-            | Action::RestoreSnapshot { .. }
-            | Action::ForceNewCluster { .. }
-                if on_hosts =>
-            {
-                let what = "rebuilding a control plane after quorum loss";
-                Err(hosts::HostsError::Unsupported(what).into())
             }
             Action::FenceMachine { machine } => {
                 self.fence_machine(cp, access, machines, machine).await

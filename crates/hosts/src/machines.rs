@@ -83,6 +83,12 @@ impl MachineProvider for OnHosts {
         })
     }
 
+    /// Not yet: a rebuild's steps work on data directories where the controller runs.
+    fn rebuilds(&self) -> Result<(), MachineError> {
+        let what = "rebuilding a control plane after quorum loss";
+        Err(HostsError::Unsupported(what).into())
+    }
+
     /// Installs `version` on every host the machines run on, each in a task of its
     /// own, when an in-place step begins: the binaries travel to all hosts at once,
     /// while the first member drains, instead of one host after another inside each

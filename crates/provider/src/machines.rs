@@ -60,6 +60,14 @@ pub trait MachineProvider: Send + Sync {
         None
     }
 
+    /// Whether it can rebuild a control plane after quorum loss (fence a machine's
+    /// directory, restore a seed from a snapshot, force a new cluster on a survivor):
+    /// the steps read and move the machines' data directories where the controller
+    /// runs. `Err` says why not.
+    fn rebuilds(&self) -> Result<(), MachineError> {
+        Ok(())
+    }
+
     /// Makes `version` ready where `machines` run, ahead of their restarts (an in-place
     /// step beginning). Best effort; nothing to do where every version is at hand.
     fn prepare(&self, _machines: &[Machine], _version: Version) {}
