@@ -43,6 +43,14 @@ pub const IN_PLACE_END_STEPS: u64 = 400;
 /// version of the plan while a member drains.
 const MID_ROLLOUT_CHANGE_PER_MILLE: u64 = 100;
 
+/// The controller's last decision stopped the rollout after a rollback (`stopped`);
+/// the stop of the rolled-back record there is has been counted (`counted`).
+#[derive(Debug, Default)]
+pub(crate) struct RolloutStop {
+    pub(crate) stopped: bool,
+    pub(crate) counted: bool,
+}
+
 pub(crate) const MID: Version = Version::new(3, 5, 0);
 
 /// The versions an in-place run goes through: where the members start, then each
@@ -378,12 +386,12 @@ impl World {
                 .as_ref()
                 .is_some_and(|ip| ip.phase == InPlacePhase::RolledBack)
         });
-        if stopped && !self.stop_counted {
+        if stopped && !self.rollout_stop.counted {
             self.in_place.stopped_rollouts += 1;
-            self.stop_counted = true;
+            self.rollout_stop.counted = true;
         }
-        self.stop_counted &= rolled_back;
-        self.rollout_stopped = stopped;
+        self.rollout_stop.counted &= rolled_back;
+        self.rollout_stop.stopped = stopped;
     }
 
     /// The fault: the spec's version fails to start on a machine that an in-place step
@@ -445,7 +453,7 @@ impl World {
                 ));
             }
         }
-        if faults_on || !self.rollout_stopped {
+        if faults_on || !self.rollout_stop.stopped {
             return;
         }
         for p in self.procs.values_mut() {
@@ -459,7 +467,7 @@ impl World {
                 m.in_place = None;
             }
         }
-        self.rollout_stopped = false;
+        self.rollout_stop.stopped = false;
         self.last_refusal = None;
         self.in_place.retries += 1;
         self.note("OPERATOR replaces the broken binary and retries the rollout".into());

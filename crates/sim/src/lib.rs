@@ -259,7 +259,9 @@ pub struct World {
     leader: Option<u64>,
     leaderless_since_ms: u64,
     term: u64,
-    /// The leader's log index (every acknowledged write is at or below it).
+    /// The leader's log index (every acknowledged write is at or below it). It starts
+    /// far enough into the log that a lagging member can trail it by more than
+    /// `health::MAX_APPLY_LAG_ENTRIES`.
     commit: u64,
     acked: u64,
     next_member_id: u64,
@@ -320,10 +322,8 @@ pub struct World {
     last_refusal: Option<String>,
     /// What the leading controller's last decision waited for (traced when it changes).
     last_wait: Option<String>,
-    /// The operator's `quorum defrag` under way (machines left), and until when its
-    /// last defragmentation stalls.
-    operator_defrag: Option<Vec<String>>,
-    operator_busy_until_ms: u64,
+    /// The operator's `quorum defrag` under way.
+    operator: repair::OperatorDefrag,
     /// The learner a deposed leader's stale step added (by peer URL), if any: the new
     /// leader may have marked a machine for removal meanwhile.
     stale_learner: Option<String>,
@@ -333,10 +333,8 @@ pub struct World {
     in_place: InPlaceCounts,
     /// Machines out of service in place, and for how many steps without a fault.
     in_place_open: BTreeMap<String, u64>,
-    /// The controller's last decision stopped the rollout after a rollback; the stop of
-    /// the rolled-back record there is has been counted.
-    rollout_stopped: bool,
-    stop_counted: bool,
+    /// The controller's last decision stopped the rollout after a rollback.
+    rollout_stop: inplace::RolloutStop,
     /// Fenced directories (`rebuild.rs`): what a fence moved out of reach, until
     /// `spec.recovery.keepFenced` has passed.
     fenced_dirs: Vec<quorum_core::fenced::FencedSeen>,
@@ -463,8 +461,6 @@ impl World {
             leader: None,
             leaderless_since_ms: 0,
             term: 1,
-            // Far enough into the log that a lagging member can trail it by more than
-            // `health::MAX_APPLY_LAG_ENTRIES`.
             commit: repair::INITIAL_LOG_INDEX,
             acked: repair::INITIAL_LOG_INDEX,
             next_member_id: 0x1000,
@@ -497,8 +493,7 @@ impl World {
             nospace_whole_since_step: None,
             last_refusal: None,
             last_wait: None,
-            operator_defrag: None,
-            operator_busy_until_ms: 0,
+            operator: Default::default(),
             stale_learner: None,
             plan: vec![],
             in_place: InPlaceCounts::default(),
@@ -511,8 +506,7 @@ impl World {
             quorum_lost: None,
             backups: BackupCounts::default(),
             in_place_open: BTreeMap::new(),
-            rollout_stopped: false,
-            stop_counted: false,
+            rollout_stop: Default::default(),
             cluster_version: OLD,
             next_version_check_ms: 0,
             decisions: 0,

@@ -16,6 +16,14 @@ pub(crate) const FOREIGN_CLUSTER_ID: u64 = 0xf0e1_97c1;
 /// The log index the scenarios start at: far enough in that a lagging member can
 /// trail the leader by more than `health::MAX_APPLY_LAG_ENTRIES`.
 pub(crate) const INITIAL_LOG_INDEX: u64 = 100_000;
+
+/// The operator's `quorum defrag` under way (the machines left), and until when its
+/// last defragmentation stalls.
+#[derive(Debug, Default)]
+pub(crate) struct OperatorDefrag {
+    pub(crate) plan: Option<Vec<String>>,
+    pub(crate) busy_until_ms: u64,
+}
 /// How far a lagging member's applied index trails its log.
 pub(crate) const LAG_ENTRIES: u64 = 2 * health::MAX_APPLY_LAG_ENTRIES;
 /// Each client write overwrites a key with a value this large: the old value stays in
@@ -468,7 +476,7 @@ impl World {
     /// Once the faults stop, a person reads a refusal for `maxRetry` and raises it, as
     /// the refusal tells them to.
     pub(crate) fn operator_step(&mut self) {
-        if self.operator_defrag.is_some() {
+        if self.operator.plan.is_some() {
             self.operator_nospace_step();
             return;
         }
@@ -485,7 +493,7 @@ impl World {
             ));
             let revision = self.space.revision;
             self.compact(revision);
-            self.operator_defrag = Some(plan);
+            self.operator.plan = Some(plan);
             self.last_refusal = None;
             return;
         }
@@ -508,15 +516,15 @@ impl World {
     /// over (each only when `upkeep::defrag_check` says the others keep quorum; one that
     /// does not answer is skipped), then `etcdctl alarm disarm`.
     fn operator_nospace_step(&mut self) {
-        if self.now_ms < self.operator_busy_until_ms {
+        if self.now_ms < self.operator.busy_until_ms {
             return;
         }
-        let Some(mut plan) = self.operator_defrag.take() else {
+        let Some(mut plan) = self.operator.plan.take() else {
             return;
         };
         if plan.is_empty() {
             if self.leader.is_none() {
-                self.operator_defrag = Some(plan);
+                self.operator.plan = Some(plan);
                 return;
             }
             let alarms = std::mem::take(&mut self.space.alarms);
@@ -529,7 +537,7 @@ impl World {
         match upkeep::defrag_check(&self.cp, &self.machines, &observed, &machine) {
             Ok(()) => {
                 if matches!(self.defragment(&machine), Answer::Done) {
-                    self.operator_busy_until_ms = self.now_ms + DEFRAG_STALL_MS;
+                    self.operator.busy_until_ms = self.now_ms + DEFRAG_STALL_MS;
                     self.note(format!("OPERATOR defragments {machine}"));
                 }
             }
@@ -539,7 +547,7 @@ impl World {
             // Quorum at stake: try it again later.
             Err(_) => plan.push(machine),
         }
-        self.operator_defrag = Some(plan);
+        self.operator.plan = Some(plan);
     }
 
     /// Whether some fault other than NOSPACE is active: an impairment, a member of a
@@ -572,7 +580,7 @@ impl World {
         }
         // A recurring alarm is left to a person (the core refuses it): the bound is for
         // quorum's own repair.
-        let for_a_person = self.operator_defrag.is_some()
+        let for_a_person = self.operator.plan.is_some()
             || self
                 .last_refusal
                 .as_deref()

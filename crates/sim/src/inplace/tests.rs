@@ -135,7 +135,7 @@ fn the_cluster_version_moves_only_once_every_member_answers() {
 fn a_new_binary_that_fails_to_start_is_rolled_back_and_the_rollout_stops() {
     let mut w = in_place(3, OLD, NEW, &[], false);
     w.procs.get_mut("sim-2").expect("sim-2").bad_binary = Some(NEW);
-    until(&mut w, 400, |w| w.rollout_stopped);
+    until(&mut w, 400, |w| w.rollout_stop.stopped);
     let ip = w.machines[1].in_place.clone().expect("the record");
     assert_eq!(ip.phase, InPlacePhase::RolledBack);
     assert!(
