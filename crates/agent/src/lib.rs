@@ -21,7 +21,7 @@
 
 pub mod client;
 pub mod fence;
-pub mod install;
+pub use quorum_provider::install;
 pub mod join;
 pub mod runtime;
 pub mod server;

@@ -28,7 +28,7 @@ A first session:
   quorum controller &                           # the reconcile loop (keep it running)
   quorum create prod --replicas 3 --version 3.4.23 --wait
   quorum status prod
-  quorum upgrade prod --version 3.5.1 --wait    # member by member, learner first
+  quorum upgrade prod --version 3.5.30 --wait   # member by member, learner first
   quorum scale prod --replicas 5 --wait
   quorum delete prod --wait
 
@@ -125,7 +125,7 @@ The key file is written with mode 0600 in a 0700 directory; existing files are r
     Apply(ApplyArgs),
     /// Roll a control plane to another etcd version, one member at a time.
     #[command(
-        after_help = "Example: quorum upgrade prod --version 3.5.1 --wait --timeout 15m\n\n\
+        after_help = "Example: quorum upgrade prod --version 3.5.30 --wait --timeout 15m\n\n\
 etcd moves one minor version at a time, and never below the running cluster version."
     )]
     Upgrade(UpgradeArgs),
@@ -301,7 +301,7 @@ In a manifest: spec.deletionProtection: true. `quorum get prod` shows it.")]
     /// Print an HAProxy configuration for a control plane: an HTTP/2 frontend for its
     /// clients, the admin socket quorum drives, and a backend with its current members.
     #[command(after_help = "Example:\n  \
-quorum create prod --version 3.5.1 --haproxy-runtime-api /run/quorum-haproxy/admin.sock\n  \
+quorum create prod --version 3.5.30 --haproxy-runtime-api /run/quorum-haproxy/admin.sock\n  \
 quorum haproxy-config prod --bind 127.0.0.1:2379 > haproxy.cfg && haproxy -f haproxy.cfg\n\n\
 From then on the controller adds a member to the backend once its /health passes, and\n\
 sets a leaving member to maintenance (then shuts its sessions) before removing it.")]
@@ -386,8 +386,17 @@ that can destroy data carry the control plane's fencing token; a token older tha
 is refused, so a deposed controller cannot act through an agent."
     )]
     Agent(AgentArgs),
-    /// List the installed etcd versions.
-    Versions(NoState),
+    /// List the installed etcd versions, or add one quorum has never seen.
+    #[command(after_help = "Examples:
+  quorum versions                       # the installed ones, with their known bugs
+  quorum versions add ./etcd-v3.5.30-linux-amd64.tar.gz --sha256 <hex>
+  quorum versions add etcd-server_3.5.30-2_amd64.deb etcd-client_3.5.30-2_amd64.deb
+  quorum versions add /opt/etcd/bin --version 3.5.30
+
+Versions live in $QUORUM_ETCD_DIR/<version>/ (default ~/.local/share/quorum/etcd), one
+directory each with etcd, etcdctl and (from 3.5) etcdutl; scripts/install.sh installs
+3.4.23, 3.5.0, 3.5.1, 3.5.16 and 3.5.30.")]
+    Versions(VersionsArgs),
     /// Where this command line works: the home, the store, the key file, where
     /// snapshots go and where etcd comes from, and where each setting came from.
     #[command(after_help = "Examples:
@@ -401,11 +410,47 @@ AWS_* variables), else the default. It opens nothing, so it answers with the sto
     /// Print quorum's own version (as `quorum -V` does; the etcd versions are `quorum versions`).
     Version(NoState),
     /// In a fresh temporary home: create 3 members at etcd 3.4.23, write keys, upgrade to
-    /// 3.5.1 with progress, verify every key, report timings, clean up (`--hosts 3`: the
+    /// 3.5.30 with progress, verify every key, report timings, clean up (`--hosts 3`: the
     /// members on three hosts made on this machine, each with its agent).
     Demo(DemoCommand),
     /// Measure what clients see.
     Bench(BenchCommands),
+}
+
+/// `quorum versions`: a list, or `add`.
+#[derive(clap::Args)]
+pub struct VersionsArgs {
+    #[command(subcommand)]
+    pub command: Option<VersionsCommand>,
+    #[command(flatten)]
+    pub no_state: NoState,
+}
+
+#[derive(Subcommand)]
+pub enum VersionsCommand {
+    /// Add an etcd release: from a directory holding its binaries, a release tarball in
+    /// etcd's own layout (etcd-vX.Y.Z-linux-amd64.tar.gz), or Debian's packages
+    /// (etcd-server carries etcd and etcdutl, etcd-client carries etcdctl: give both).
+    /// Each binary must run here and report the version its source claims (the
+    /// tarball's name, the package's version, --version); nothing is installed
+    /// otherwise. Adding a version that is there with the same binaries changes nothing.
+    Add(VersionsAddArgs),
+}
+
+#[derive(clap::Args)]
+pub struct VersionsAddArgs {
+    /// Directories, tarballs (.tar.gz) or Debian packages (.deb) of one release.
+    #[arg(required = true, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// The SHA-256 (hex) each tarball or package must have, one per file in the order
+    /// given (as published beside etcd's releases in SHA256SUMS).
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Vec<String>,
+    /// The version this is: refused unless the binaries report it.
+    #[arg(long, value_name = "X.Y.Z")]
+    pub version: Option<quorum_core::Version>,
+    #[command(flatten)]
+    pub no_state: NoState,
 }
 
 /// The global store flags, hidden and refused, for a command that reads no state
@@ -507,7 +552,7 @@ pub enum BenchCommand {
     /// all upgraded at once. Reports the wall time, each one's rollout time (p50, p99,
     /// max), and each controller's CPU time, peak memory and file descriptors.
     #[command(after_help = "Examples:
-  quorum bench fleet                                  10 control planes of 1 member, 3.4.23 -> 3.5.1
+  quorum bench fleet                                  10 control planes of 1 member, 3.4.23 -> 3.5.30
   quorum bench fleet --control-planes 50              50 at once (about 100 etcd processes at the peak)
   quorum bench fleet --control-planes 25 --members 3  25 of 3 members
   quorum bench fleet --replicas 2                     2 controllers sharing a management etcd
@@ -746,8 +791,8 @@ Each step is recorded before it is taken; a controller that crashes resumes it.
 
 Watchers: where etcdutl supports it (etcd 3.5.10 and later) revisions move on by a
 billion and older ones are marked compacted, so watches resumed from the old cluster are
-told to re-list. With an older etcdutl (3.5.1, the newest scripts/install.sh installs)
-clients with watches must re-list.";
+told to re-list. With an older etcdutl (before 3.5.10: 3.5.1 and 3.4.23 here) clients
+with watches must re-list.";
 
 const RECOVER_HELP: &str = "Examples:
   quorum status prod                                     # QuorumLost names both ways back

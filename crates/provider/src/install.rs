@@ -1,8 +1,8 @@
-//! Installing an etcd version on the agent's host from binaries the controller sends,
-//! each checked against its SHA-256 before anything is kept: a binary whose digest is
-//! wrong is never written under the version's directory. The version's directory
-//! appears whole (built beside it, then renamed into place), so the provider never
-//! sees half an install.
+//! Installing an etcd version from its binaries (sent by the controller to an agent's
+//! host, or added by `quorum versions add`), each checked against its SHA-256 before
+//! anything is kept: a binary whose digest is wrong is never written under the
+//! version's directory. The version's directory appears whole (built beside it, then
+//! renamed into place), so the provider never sees half an install.
 
 use quorum_core::Version;
 use std::fs;

@@ -10,8 +10,10 @@
 //! membership; it starts, stops, observes and deletes processes and directories.
 
 pub mod data;
+pub mod install;
 pub mod machines;
 pub mod management;
+pub mod release;
 
 pub use data::{DataDirState, LOG_TAIL_BYTES, MARKER_FILE, STARTS_KEPT, UNREADABLE_MARKER};
 pub use machines::{MachineError, MachineProvider};

@@ -64,7 +64,7 @@ pub async fn run(at: &Place, command: Command) -> Result<()> {
         Command::Host(h) => hosts::run(at, h.command).await,
         Command::Hosts(a) => hosts::list(at, a).await,
         Command::Agent(a) => agent::run(a).await,
-        Command::Versions(_) => versions::run(),
+        Command::Versions(v) => versions::run(v),
         Command::Config(a) => config::run(at, a),
         Command::Fenced(a) => fenced::run(at, a),
         Command::Logs(a) => logs::run(at, a).await,
