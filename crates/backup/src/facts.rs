@@ -31,6 +31,34 @@ pub fn status_tool(etcd_dir: &Path) -> Result<PathBuf, BackupError> {
     })
 }
 
+/// The tool that restores a snapshot into a member that will run `runs`: that
+/// release's own `etcdutl` (3.5 and later) or `etcdctl` (3.4 restores with it), else
+/// the newest installed one of its minor line. Not the newest of all, as `status_tool`
+/// is: a restore writes the data directory the member then opens, so it is written
+/// by the code of the line that opens it (a 3.4 member is never handed what 3.5's
+/// etcdutl wrote).
+pub fn restore_tool(etcd_dir: &Path, runs: quorum_core::Version) -> Result<PathBuf, BackupError> {
+    let versions = quorum_provider::installed_versions(etcd_dir);
+    let line: Vec<_> = versions
+        .iter()
+        .rev()
+        .filter(|v| v.minor_line() == runs.minor_line())
+        .collect();
+    let own = versions.iter().filter(|v| **v == runs);
+    let found = own
+        .chain(line)
+        .flat_map(|v| ["etcdutl", "etcdctl"].map(|t| etcd_dir.join(v.to_string()).join(t)))
+        .find(|p| p.is_file());
+    found.ok_or_else(|| BackupError::Tool {
+        message: format!(
+            "no etcdutl or etcdctl of etcd {}.{} is installed in {} to restore a member that runs {runs} (`quorum versions add` adds one)",
+            runs.major,
+            runs.minor,
+            etcd_dir.display()
+        ),
+    })
+}
+
 /// Reads the facts of the snapshot at `file` with `tool`, within `STATUS_TIMEOUT_MS`.
 pub async fn read_facts(tool: &Path, file: &Path) -> Result<SnapshotFacts, BackupError> {
     let mut cmd = tokio::process::Command::new(tool);

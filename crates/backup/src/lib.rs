@@ -19,7 +19,7 @@ mod restore;
 mod verify;
 
 pub use digest::{sha256_file, sha256_hex, DigestMismatch, StreamDigests};
-pub use facts::{parse_facts, read_facts, status_tool, STATUS_TIMEOUT_MS};
+pub use facts::{parse_facts, read_facts, restore_tool, status_tool, STATUS_TIMEOUT_MS};
 pub use local::{LocalDir, Partial, PARTIAL_SUFFIX, STALE_PARTIAL_AGE};
 pub use remote::{
     access_of, drop_local_copy, is_remote, keep, local_copy, parse_s3_url, remove_kept, store_for,
@@ -29,7 +29,7 @@ pub use restore::{
     restore_seed, restoring_dir, supports_revision_bump, SeedRequest, Seeded, RESTORING_SUFFIX,
     REVISION_BUMP,
 };
-pub use verify::{restore_binary, verify, RESTORE_TIMEOUT_MS, SERVE_TIMEOUT_MS};
+pub use verify::{restore_binary, verify, verify_kit, RESTORE_TIMEOUT_MS, SERVE_TIMEOUT_MS};
 
 use quorum_core::backup::{check_record, compact_utc, snapshot_id, MAX_SNAPSHOTS_PER_SECOND};
 use quorum_core::{SnapshotReason, SnapshotRecord, Version};

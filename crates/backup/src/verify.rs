@@ -29,6 +29,25 @@ const ADDRESS_ATTEMPTS: u32 = 16;
 /// snapshot). The newest is not preferred: a release being rolled out may be the one
 /// that cannot start.
 pub fn restore_binary(etcd_dir: &Path, snapshot_of: Version) -> Result<PathBuf, BackupError> {
+    Ok(etcd_dir
+        .join(restore_version(etcd_dir, snapshot_of)?.to_string())
+        .join("etcd"))
+}
+
+/// What a test restore of a snapshot of `snapshot_of` runs: the tool that restores it
+/// (`restore_tool` of the release it starts on) and that release's etcd
+/// (`restore_binary`).
+pub fn verify_kit(
+    etcd_dir: &Path,
+    snapshot_of: Version,
+) -> Result<(PathBuf, PathBuf), BackupError> {
+    let runs = restore_version(etcd_dir, snapshot_of)?;
+    let tool = crate::restore_tool(etcd_dir, runs)?;
+    Ok((tool, etcd_dir.join(runs.to_string()).join("etcd")))
+}
+
+/// The release `restore_binary` picks.
+fn restore_version(etcd_dir: &Path, snapshot_of: Version) -> Result<Version, BackupError> {
     let installed = quorum_provider::installed_versions(etcd_dir);
     let pick = installed.iter().find(|v| **v == snapshot_of).or_else(|| {
         installed
@@ -36,7 +55,7 @@ pub fn restore_binary(etcd_dir: &Path, snapshot_of: Version) -> Result<PathBuf, 
             .find(|v| (v.major, v.minor) >= (snapshot_of.major, snapshot_of.minor))
     });
     match pick {
-        Some(v) => Ok(etcd_dir.join(v.to_string()).join("etcd")),
+        Some(v) => Ok(*v),
         None => Err(BackupError::Tool {
             message: format!(
                 "no etcd of {}.{} or newer is installed in {} to restore a snapshot of {snapshot_of} into",

@@ -28,7 +28,7 @@ pub struct RolloutArgs {
     #[arg(long, default_value = "3.4.23")]
     pub from: Version,
     /// etcd version it is rolled to.
-    #[arg(long, default_value = "3.5.1")]
+    #[arg(long, default_value = "3.5.30")]
     pub to: Version,
     /// Number of members.
     #[arg(long, default_value_t = 3)]

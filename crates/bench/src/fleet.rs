@@ -46,7 +46,7 @@ pub struct FleetArgs {
     #[arg(long, default_value = "3.4.23")]
     from: String,
     /// The version they are all upgraded to.
-    #[arg(long, default_value = "3.5.1")]
+    #[arg(long, default_value = "3.5.30")]
     to: String,
     /// Controller processes: 1 on the embedded store; 2 or more share a 3-member
     /// management etcd (`--store etcd://`).
@@ -215,7 +215,7 @@ impl Plan {
         for v in [from, to] {
             if !installed.contains(&v) {
                 bail!(
-                    "etcd {v} is not installed in {} (see `quorum versions`; scripts/install.sh installs 3.4.23, 3.5.0 and 3.5.1)",
+                    "etcd {v} is not installed in {} (see `quorum versions`; scripts/install.sh installs 3.4.23, 3.5.0, 3.5.1, 3.5.16 and 3.5.30; `quorum versions add` adds others)",
                     etcd_dir.display()
                 );
             }

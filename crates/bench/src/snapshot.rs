@@ -41,7 +41,7 @@ pub struct SnapshotArgs {
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=MAX_VALUE_BYTES as i64))]
     value_bytes: u32,
     /// The etcd version of the member (installed; see `quorum versions`).
-    #[arg(long, default_value = "3.5.1")]
+    #[arg(long, default_value = "3.5.30")]
     version: String,
     /// Output format.
     #[arg(short = 'o', long, default_value = "table", value_parser = ["table", "json"])]

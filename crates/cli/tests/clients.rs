@@ -12,9 +12,10 @@ mod common;
 #[path = "repair/support.rs"]
 mod support;
 
+use common::patterns::{measured, print_table, urls, ways, Row, Way};
 use common::workload::Creds;
 use common::*;
-use quorum_bench::patterns::{PatternFigures, Patterns};
+use quorum_bench::patterns::Patterns;
 use quorum_bench::sticky::{Sticky, StickyReport, LEASE_TTL_S};
 use serde_json::Value;
 use std::time::{Duration, Instant};
@@ -22,22 +23,11 @@ use support::*;
 
 const CP: &str = "cl";
 /// The version the rollouts alternate with (`NEW` is the other).
-const OTHER: &str = "3.5.0";
+const OTHER: &str = "3.5.16";
 const ROLLOUT_TIMEOUT: &str = "5m";
 
 fn rounds() -> usize {
     count_from_env("QUORUM_CLIENT_ROUNDS", 2)
-}
-
-fn urls(v: &Value) -> Vec<String> {
-    let mut out: Vec<String> = v
-        .as_array()
-        .expect("a list")
-        .iter()
-        .map(|u| u.as_str().unwrap().to_string())
-        .collect();
-    out.sort();
-    out
 }
 
 /// A rollout by replacement (the default strategy) to `version`, waited for; what it
@@ -195,75 +185,6 @@ fn a_rollout_that_would_strand_a_client_says_so() {
     assert!(creds.contains(&given.join(",")), "{creds}");
 }
 
-/// One way a client reaches the cluster: the addresses it was given.
-struct Way {
-    name: &'static str,
-    urls: Vec<String>,
-}
-
-/// One operation's figures for one way.
-struct Row {
-    op: &'static str,
-    way: &'static str,
-    figures: PatternFigures,
-}
-
-/// Runs `op` beside the client patterns (`quorum_bench::patterns`) on each way.
-fn measured(
-    rt: &tokio::runtime::Runtime,
-    creds: &Creds,
-    ways: &[Way],
-    op_name: &'static str,
-    op: impl FnOnce(),
-) -> Vec<Row> {
-    let patterns: Vec<Patterns> = {
-        let _in = rt.enter();
-        ways.iter()
-            .enumerate()
-            .map(|(i, w)| Patterns::start(&w.urls, &creds.options(), &format!("{op_name}/{i}")))
-            .collect()
-    };
-    rt.block_on(async { tokio::time::sleep(Duration::from_secs(1)).await });
-    op();
-    rt.block_on(async { tokio::time::sleep(Duration::from_secs(1)).await });
-    let all = rt.block_on(futures::future::join_all(
-        patterns.into_iter().map(Patterns::finish),
-    ));
-    all.into_iter()
-        .zip(ways)
-        .map(|(figures, w)| Row {
-            op: op_name,
-            way: w.name,
-            figures,
-        })
-        .collect()
-}
-
-fn print_table(rows: &[Row]) {
-    eprintln!(
-        "| operation | addresses given | events | missed | duplicated | out of order | streams broken | longest resume ms | told compacted | leases expired | longest keep-alive gap ms | stranded |"
-    );
-    eprintln!("|---|---|---|---|---|---|---|---|---|---|---|---|");
-    for r in rows {
-        let f = &r.figures;
-        eprintln!(
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-            r.op,
-            r.way,
-            f.events,
-            f.missed,
-            f.duplicated,
-            f.out_of_order,
-            f.streams_broken,
-            f.longest_resume_ms,
-            f.compacted,
-            f.leases_expired,
-            f.longest_keepalive_gap_ms,
-            f.stranded
-        );
-    }
-}
-
 /// Watches and leases through every kind of operation quorum performs on a running
 /// control plane: 0 events missed, duplicated or out of order, 0 leases expired, no
 /// client stranded. The table goes to stderr (`-- --nocapture`).
@@ -274,16 +195,7 @@ fn watches_and_leases_survive_every_operation() {
     apply(&env, CP, NEW, &remediation(""), &CREATE_FLAGS);
     let s = env.status(CP);
     let creds = Creds::fetch(&env, CP, &env.dir.path().join("creds"));
-    let ways = [
-        Way {
-            name: "members' at creation",
-            urls: urls(&s["endpoints"]),
-        },
-        Way {
-            name: "client addresses",
-            urls: urls(&s["clientAddresses"]),
-        },
-    ];
+    let ways = ways(&s);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

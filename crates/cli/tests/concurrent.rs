@@ -13,7 +13,7 @@ use std::process::Command;
 
 const CP: &str = "r";
 /// The version the trials alternate with (`NEW` is the other).
-const OTHER: &str = "3.5.0";
+const OTHER: &str = "3.5.16";
 
 fn trials() -> usize {
     count_from_env("QUORUM_CONCURRENT_TRIALS", 10)

@@ -1,7 +1,9 @@
 //! Restore and recovery through the `quorum` binary on real members (3 at etcd 3.4.23,
-//! TLS), with an independent client that records every acknowledged write:
+//! TLS; the restore from a snapshot at the current 3.5), with an independent client
+//! that records every acknowledged write:
 //! - `restore --from`: every key up to the snapshot's revision present, none after, a
-//!   new cluster ID, the old members fenced;
+//!   new cluster ID, the old members fenced, revisions moved on so that a watcher of
+//!   the old cluster is told "compacted";
 //! - two of three members killed and their data wiped: `QuorumLost` names the survivor
 //!   and the snapshot, `recover --from-member` keeps every write the survivor applied,
 //!   `recover --from-snapshot` every write up to the snapshot;
@@ -32,8 +34,12 @@ const TIMEOUT: &str = "240s";
 const QUORUM_LOST_WITHIN: Duration = Duration::from_secs(UNHEALTHY_AFTER_S + 60);
 
 fn create(env: &mut Env, cp: &str) {
+    create_at(env, cp, OLD);
+}
+
+fn create_at(env: &mut Env, cp: &str, version: &str) {
     env.start_controller();
-    apply(env, cp, OLD, &remediation(""), &CREATE_FLAGS);
+    apply(env, cp, version, &remediation(""), &CREATE_FLAGS);
 }
 
 /// The cluster ID the published endpoints answer with.
@@ -167,6 +173,26 @@ fn quorum_lost(s: &Value) -> Option<String> {
         .map(|c| c["message"].as_str().unwrap_or_default().to_string())
 }
 
+/// The revision a watch of `cp` from `start` is told was compacted (0: not told
+/// within 10 s).
+fn compaction_seen(env: &Env, cp: &str, start: i64) -> i64 {
+    let cluster = env.endpoints(cp);
+    rt().block_on(async {
+        let mut c = cluster.connect().await.expect("connect");
+        let opts = etcd_client::WatchOptions::new()
+            .with_prefix()
+            .with_start_revision(start);
+        let mut stream = c.watch("", Some(opts)).await.expect("watch");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while let Ok(Ok(Some(resp))) = tokio::time::timeout_at(deadline, stream.message()).await {
+            if resp.compact_revision() > 0 {
+                return resp.compact_revision();
+            }
+        }
+        0
+    })
+}
+
 /// `quorum restore CP --from ID --yes --wait`.
 fn restore_args<'a>(cp: &'a str, id: &'a str) -> [&'a str; 8] {
     [
@@ -193,7 +219,8 @@ fn wait_quorum_lost(env: &Env, cp: &str) -> String {
 fn restore_from_a_snapshot_keeps_every_write_up_to_it_and_none_after() {
     let mut env = Env::new("restore");
     let cp = "rs";
-    create(&mut env, cp);
+    // The current 3.5 (its etcdutl moves revisions on: watchers are told to re-list).
+    create_at(&mut env, cp, NEW);
     let before = write_keys(&env.endpoints(cp), "k/", 200);
     env.ok(&["snapshot", cp]);
     let (id, revision) = newest_snapshot(&env, cp);
@@ -217,8 +244,8 @@ fn restore_from_a_snapshot_keeps_every_write_up_to_it_and_none_after() {
             && out.contains("fresh cluster token"),
         "{out}"
     );
-    // etcdutl 3.5.1 cannot move revisions on: the output says so.
-    assert!(out.contains("must re-list"), "{out}");
+    // etcdutl 3.5.30 (the members' own) moves revisions on, and says so.
+    assert!(out.contains("revisions move on by 1000000000"), "{out}");
     let s = env.status(cp);
     assert!(s.get("rebuild").is_none(), "{s:#}");
     assert_eq!(names(&s).len(), 3);
@@ -230,6 +257,15 @@ fn restore_from_a_snapshot_keeps_every_write_up_to_it_and_none_after() {
     assert_keys(&env.endpoints(cp), "after/", &[]);
     assert_ne!(cluster_id(&env, cp), old_cluster, "a new cluster ID");
     assert_eq!(fenced(&env), 3);
+    // A watcher of the old cluster that saw every write resumes after the last one:
+    // it is told its revision was compacted (and re-lists), instead of waiting for
+    // revisions the new cluster would reach with other writes.
+    let resumed_at = revision + after.len() as i64 + 1;
+    let compacted = compaction_seen(&env, cp, resumed_at);
+    assert!(
+        compacted > resumed_at + 1_000_000_000 - 100,
+        "a watch from {resumed_at} was told compacted at {compacted}"
+    );
     for kind in ["fence-machine", "restore-snapshot", "finish-rebuild"] {
         assert!(ok_steps(&env, cp, kind) >= 1, "no {kind} in the history");
     }

@@ -122,8 +122,7 @@ impl Reconciler {
         rec: &quorum_core::SnapshotRecord,
     ) -> Result<quorum_core::Verification, ActionError> {
         let etcd_dir = self.sh.provider.etcd_dir();
-        let tool = quorum_backup::status_tool(etcd_dir)?;
-        let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
+        let (tool, etcd) = quorum_backup::verify_kit(etcd_dir, rec.etcd_version)?;
         let scratch = quorum_backup::scratch_dir(&self.sh.cfg.home);
         let dir = LocalDir::for_control_plane(&self.sh.cfg.home, &cp.name);
         let s3 = quorum_backup::access_of(rec, cp.spec.backup.s3.as_ref());

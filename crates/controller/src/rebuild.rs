@@ -107,7 +107,7 @@ impl Reconciler {
         let s3 = quorum_backup::access_of(&rec, cp.spec.backup.s3.as_ref());
         let copy = quorum_backup::local_copy(&dir, &rec, s3).await?;
         let file = copy.path.clone();
-        let tool = quorum_backup::status_tool(self.sh.provider.etcd_dir())?;
+        let tool = quorum_backup::restore_tool(self.sh.provider.etcd_dir(), m.version)?;
         let data_dir = self.sh.provider.data_dir(machine);
         let peer_url = m.peer_url();
         let req = SeedRequest {

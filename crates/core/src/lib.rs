@@ -28,6 +28,7 @@ pub mod reach;
 mod rebuild;
 pub mod record;
 mod repair;
+pub mod road;
 pub mod s3access;
 pub mod shards;
 pub mod span;

@@ -258,8 +258,22 @@ impl VersionRequest {
 /// Why a version change is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum VersionChangeError {
-    #[error("etcd {from} -> {to} skips a minor version; etcd upgrades one minor version at a time: go to {major}.{next_minor} first", major = from.major, next_minor = from.minor + 1)]
-    SkipsMinor { from: Version, to: Version },
+    #[error("etcd {from} -> {to} skips a minor version; etcd upgrades one minor version at a time: go to {first} first")]
+    SkipsMinor {
+        from: Version,
+        to: Version,
+        /// The next minor line (`3.5`, its newest patch), or its stepping stone if the
+        /// minor after it has one (`3.5.32 or later`).
+        first: String,
+    },
+    #[error("etcd {from} -> {to}: every member must run {stone} or later before {major}.{minor}, and {from} is below it: {reasons}. Upgrade to {stone} or later first (`quorum versions add` brings a release that is not installed)", major = to.major, minor = to.minor)]
+    BelowSteppingStone {
+        from: Version,
+        to: Version,
+        stone: Version,
+        /// Each reason, with its source (`road::reasons`).
+        reasons: String,
+    },
     #[error("etcd {to} is older than the running cluster version {major}.{minor}; etcd cannot go back below its cluster version (restore from a snapshot instead)", major = cluster.major, minor = cluster.minor)]
     BelowClusterVersion { to: Version, cluster: Version },
     #[error("etcd {from} -> {to} changes the major version; quorum supports etcd 3 only")]
@@ -282,12 +296,29 @@ pub fn check_version_change(
         return Err(VersionChangeError::ChangesMajor { from, to });
     }
     if to.minor > from.minor + 1 {
-        return Err(VersionChangeError::SkipsMinor { from, to });
+        let next = Version::new(from.major, from.minor + 1, 0);
+        let after = Version::new(from.major, from.minor + 2, 0);
+        let first = match crate::road::stone(after) {
+            Some(stone) => format!("{stone} or later"),
+            None => format!("{}.{}", next.major, next.minor),
+        };
+        return Err(VersionChangeError::SkipsMinor { from, to, first });
     }
     if let Some(cluster) = cluster {
         if to.minor_line() < cluster.minor_line() {
             return Err(VersionChangeError::BelowClusterVersion { to, cluster });
         }
+    }
+    let stones = crate::road::below(from, to);
+    if to > from && !stones.is_empty() {
+        let stone = stones.iter().map(|s| s.at_least).max().unwrap_or(from);
+        let reasons = crate::road::reasons(&stones);
+        return Err(VersionChangeError::BelowSteppingStone {
+            from,
+            to,
+            stone,
+            reasons,
+        });
     }
     if to < from && !allow_downgrade {
         return Err(VersionChangeError::Downgrade { from, to });
@@ -412,6 +443,30 @@ mod tests {
             ("3.4.23", cv("3.4"), "3.5.0", false, Ok(())),
             ("3.4.23", cv("3.4"), "3.5.1", false, Ok(())),
             ("3.4.23", cv("3.4"), "3.6.0", false, Err("skips a minor")),
+            // ... and says where to go first: 3.6's stepping stone.
+            (
+                "3.4.23",
+                cv("3.4"),
+                "3.6.0",
+                false,
+                Err("go to 3.5.32 or later first"),
+            ),
+            ("3.3.27", None, "3.5.1", false, Err("go to 3.4 first")),
+            // Into 3.6 only from its stepping stone (`road`), each reason named.
+            (
+                "3.5.30",
+                cv("3.5"),
+                "3.6.4",
+                false,
+                Err("3.5.32 or later before 3.6"),
+            ),
+            ("3.5.30", cv("3.5"), "3.6.4", true, Err("#21889")),
+            ("3.5.16", cv("3.5"), "3.6.0", false, Err("#19557")),
+            ("3.5.32", cv("3.5"), "3.6.0", false, Ok(())),
+            ("3.5.33", cv("3.5"), "3.6.14", false, Ok(())),
+            // Patch moves and downgrades within a minor are no road.
+            ("3.5.16", cv("3.5"), "3.5.30", false, Ok(())),
+            ("3.5.30", cv("3.5"), "3.5.16", true, Ok(())),
             ("3.3.27", None, "3.5.1", false, Err("skips a minor")),
             ("3.5.1", cv("3.5"), "4.0.0", false, Err("major")),
             // No downgrade below the cluster version, confirmed or not.

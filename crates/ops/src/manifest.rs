@@ -231,7 +231,7 @@ metadata:
   name: prod
 spec:
   replicas: 3          # 1, 3, 5 or 7 (even counts need --force)
-  version: \"3.5.1\"     # an installed etcd version (see `quorum versions`); \"3.5\" means
+  version: \"3.5.30\"    # an installed etcd version (see `quorum versions`); \"3.5\" means
                        # the newest installed 3.5.x (quote it: YAML reads 3.5 as a number)
   rollout:
     maxSurge: 1        # 1: add the new member first (default); 0: remove first

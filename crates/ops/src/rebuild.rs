@@ -218,7 +218,7 @@ impl Seen<'_> {
         let rec = crate::snapshot::find(self.ctx, name, which)?;
         refuse_failed(name, &rec)?;
         self.say_snapshot_plan(&rec, now_unix_s, token, text);
-        say_watchers(self.ctx, text).await?;
+        say_watchers(self.ctx, self.cp.spec.version, text).await?;
         Ok(RebuildSource::Snapshot {
             id: rec.id.clone(),
             revision: rec.facts.revision,
@@ -286,10 +286,11 @@ impl Seen<'_> {
     }
 }
 
-/// What a restore means for watchers: whether the installed etcd moves revisions on
-/// past the old cluster's, or clients with watches must re-list.
-async fn say_watchers(ctx: &Ctx, text: &mut String) -> Result<()> {
-    let tool = quorum_backup::status_tool(ctx.provider.etcd_dir())?;
+/// What a restore means for watchers: whether the tool that restores a member of
+/// `runs` moves revisions on past the old cluster's, or clients with watches must
+/// re-list.
+async fn say_watchers(ctx: &Ctx, runs: quorum_core::Version, text: &mut String) -> Result<()> {
+    let tool = quorum_backup::restore_tool(ctx.provider.etcd_dir(), runs)?;
     if quorum_backup::supports_revision_bump(&tool).await {
         let _ = writeln!(
             text,

@@ -107,8 +107,7 @@ async fn verify_keep_record(
 /// member on a private loopback address, read back, removed).
 async fn restore(ctx: &Ctx, rec: &SnapshotRecord) -> Result<Verification> {
     let etcd_dir = ctx.provider.etcd_dir();
-    let tool = quorum_backup::status_tool(etcd_dir)?;
-    let etcd = quorum_backup::restore_binary(etcd_dir, rec.etcd_version)?;
+    let (tool, etcd) = quorum_backup::verify_kit(etcd_dir, rec.etcd_version)?;
     let dir = LocalDir::for_control_plane(&ctx.home, &rec.control_plane);
     // The control plane's own access to its bucket, or the record's if it is gone.
     let spec = ctx.store.get_control_plane(&rec.control_plane).ok();

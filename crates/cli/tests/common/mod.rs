@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fleet;
+pub mod patterns;
 pub use quorum_bench::hostnet as network;
 pub mod workload;
 
@@ -15,7 +16,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const OLD: &str = "3.4.23";
-pub const NEW: &str = "3.5.1";
+pub const NEW: &str = "3.5.30";
 
 pub struct Env {
     pub dir: tempfile::TempDir,
