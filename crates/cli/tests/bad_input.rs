@@ -69,6 +69,8 @@ fn offline_refusals_change_nothing() {
     assert!(e.contains("not an etcd version"), "{e}");
     let e = env.fails(&["upgrade", "a", "--version", "3.6.0"]);
     assert!(one_line(&e).contains("one minor version at a time"), "{e}");
+    // ... and says the road there from what is installed, or why there is none.
+    assert!(one_line(&e).contains(" road "), "{e}");
     let e = env.fails(&["upgrade", "nope", "--version", NEW]);
     assert!(one_line(&e).contains("does not exist"), "{e}");
     let e = usage(&env, &["scale", "a", "--replicas", "0"]);

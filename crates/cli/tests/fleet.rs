@@ -109,7 +109,7 @@ fn hung_control_planes_do_not_slow_a_rollout_beside_them() {
     }
     let ratio = beside.as_secs_f64() / alone.as_secs_f64();
     println!(
-        "rollout 3.4.23 -> 3.5.1 of 3 members: alone {:.1} s, beside 3 hung control planes {:.1} s ({ratio:.2}x)",
+        "rollout {OLD} -> {NEW} of 3 members: alone {:.1} s, beside 3 hung control planes {:.1} s ({ratio:.2}x)",
         alone.as_secs_f64(),
         beside.as_secs_f64()
     );

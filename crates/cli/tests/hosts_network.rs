@@ -452,7 +452,7 @@ fn a_control_plane_on_hosts_is_created_upgraded_scaled_and_deleted() {
     assert!(violations.is_empty(), "quorum lost: {violations:?}");
     assert_acked(&env.endpoints("prod").endpoints, &creds, &acked);
     let listed = env.ok(&["hosts"]);
-    assert!(listed.contains("3.5.1"), "{listed}");
+    assert!(listed.contains(NEW), "{listed}");
     env.ok(&["delete", "prod", "--yes", "--wait", "--timeout", "2m"]);
     let left: Vec<serde_json::Value> =
         serde_json::from_str(&env.ok(&["hosts", "-o", "json"])).unwrap();

@@ -101,7 +101,7 @@ fn snapshots_are_taken_on_demand_and_before_every_upgrade() {
     assert_keys(&env.endpoints("s"), "k/", &keys);
     let table = env.ok(&["snapshots", "s"]);
     assert!(
-        table.contains("before-rollout to 3.5.1") && table.contains("on-demand"),
+        table.contains(&format!("before-rollout to {NEW}")) && table.contains("on-demand"),
         "{table}"
     );
     // Taken before the rollout without a test restore; the controller restores the

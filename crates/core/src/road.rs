@@ -84,9 +84,158 @@ pub fn reasons(stones: &[&SteppingStone]) -> String {
         .join("; ")
 }
 
+/// Why no road leads from one release to another with what is installed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RoadError {
+    #[error("etcd {from} -> {to} changes the major version; quorum supports etcd 3 only")]
+    ChangesMajor { from: Version, to: Version },
+    #[error("the road {from} -> {to} passes through {major}.{minor}, and no etcd {major}.{minor}.x is installed (`quorum versions add` adds one)")]
+    LineNotInstalled {
+        from: Version,
+        to: Version,
+        major: u32,
+        minor: u32,
+    },
+    #[error("the road {from} -> {to} enters {entering_major}.{entering_minor} only from {stone} or later, and the newest installed {major}.{minor} is {newest} ({reasons}); `quorum versions add` a newer {major}.{minor} release", entering_major = entering.major, entering_minor = entering.minor, major = newest.major, minor = newest.minor)]
+    NoStone {
+        from: Version,
+        to: Version,
+        entering: Version,
+        stone: Version,
+        newest: Version,
+        reasons: String,
+    },
+}
+
+/// The releases a control plane at `from` (its lowest member's) passes through to reach
+/// `to`, one rollout each, `to` last. Each link enters at most one minor beyond the one
+/// before, and only from at or above that minor's stepping stone; a link that passes a
+/// minor is the newest installed release of it (etcd's guides: the latest patch before
+/// the next minor). A move within a minor, or down, is the one link `to` (the version
+/// rules say whether it may be taken).
+pub fn plan(from: Version, to: Version, installed: &[Version]) -> Result<Vec<Version>, RoadError> {
+    if from.major != to.major {
+        return Err(RoadError::ChangesMajor { from, to });
+    }
+    if to.minor_line() <= from.minor_line() {
+        return Ok(vec![to]);
+    }
+    let newest_of = |minor: u32| {
+        installed
+            .iter()
+            .copied()
+            .filter(|v| v.minor_line() == (from.major, minor))
+            .max()
+    };
+    let mut links = Vec::new();
+    let mut at = from;
+    for minor in from.minor + 1..=to.minor {
+        let entering = if minor == to.minor {
+            to
+        } else {
+            newest_of(minor).ok_or(RoadError::LineNotInstalled {
+                from,
+                to,
+                major: from.major,
+                minor,
+            })?
+        };
+        if let Some(stone) = stone(entering).filter(|s| at < *s) {
+            // A patch step within the current minor first, to its newest release.
+            let newest = newest_of(at.minor).unwrap_or(at).max(at);
+            if newest < stone {
+                let reasons = reasons(&below(newest, entering));
+                return Err(RoadError::NoStone {
+                    from,
+                    to,
+                    entering,
+                    stone,
+                    newest,
+                    reasons,
+                });
+            }
+            links.push(newest);
+        }
+        links.push(entering);
+        at = entering;
+    }
+    Ok(links)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The road planner: what is installed, the road planned or why there is none.
+    #[test]
+    fn the_road_is_planned_through_the_newest_patch_and_every_stone() {
+        let vs = |list: &str| -> Vec<Version> {
+            list.split_whitespace()
+                .map(|s| s.parse().unwrap())
+                .collect()
+        };
+        let here = vs("3.4.23 3.5.0 3.5.1 3.5.16 3.5.30");
+        let later = vs("3.4.23 3.5.16 3.5.30 3.5.33 3.6.0 3.6.14");
+        type Row = (
+            &'static str,
+            &'static str,
+            &'static str,
+            Result<&'static str, &'static str>,
+        );
+        let rows: &[Row] = &[
+            // Within a minor, or down: one link.
+            ("3.5.16", "3.5.30", "here", Ok("3.5.30")),
+            ("3.5.30", "3.5.16", "here", Ok("3.5.16")),
+            ("3.5.30", "3.4.23", "here", Ok("3.4.23")),
+            // One minor up, no stone for 3.5: one link.
+            ("3.4.23", "3.5.30", "here", Ok("3.5.30")),
+            // Two minors: through the newest 3.5, which must be 3.6's stone or above.
+            ("3.4.23", "3.6.14", "later", Ok("3.5.33 3.6.14")),
+            (
+                "3.4.23",
+                "3.6.0",
+                "here",
+                Err("newest installed 3.5 is 3.5.30"),
+            ),
+            (
+                "3.4.23",
+                "3.6.0",
+                "no 3.5",
+                Err("no etcd 3.5.x is installed"),
+            ),
+            // Into 3.6 from below its stone: the newest 3.5 first.
+            ("3.5.16", "3.6.14", "later", Ok("3.5.33 3.6.14")),
+            ("3.5.33", "3.6.0", "later", Ok("3.6.0")),
+            // ... and none installed that is high enough: said, with the reasons.
+            (
+                "3.5.16",
+                "3.6.0",
+                "stale",
+                Err("newest installed 3.5 is 3.5.30"),
+            ),
+            ("3.4.23", "3.6.0", "stale", Err("#21889")),
+            ("3.5.30", "4.0.0", "here", Err("major")),
+        ];
+        let stale = vs("3.4.23 3.5.16 3.5.30 3.6.0");
+        let no_3_5 = vs("3.4.23 3.6.0");
+        for (from, to, set, want) in rows {
+            let installed = match *set {
+                "here" => &here,
+                "later" => &later,
+                "no 3.5" => &no_3_5,
+                _ => &stale,
+            };
+            let got = plan(from.parse().unwrap(), to.parse().unwrap(), installed);
+            match (want, &got) {
+                (Ok(road), Ok(links)) => {
+                    let links: Vec<String> = links.iter().map(Version::to_string).collect();
+                    assert_eq!(links.join(" "), *road, "{from} -> {to}");
+                }
+                (Err(words), Err(e)) if e.to_string().contains(words) => {}
+                _ => panic!("{from} -> {to} with {set}: want {want:?}, got {got:?}"),
+            }
+        }
+    }
 
     fn v(s: &str) -> Version {
         s.parse().unwrap()

@@ -268,7 +268,8 @@ async fn check_change(
     // The version rules that need no cluster first: they give the clearest answer. A
     // downgrade is judged once the cluster version is known: "below the cluster
     // version" is the final answer, which no confirmation lifts.
-    validate_spec_change(&cp.spec, new, lowest, None, force, true)?;
+    validate_spec_change(&cp.spec, new, lowest, None, force, true)
+        .map_err(|e| with_road(ctx, cp, lowest, new, e))?;
     etcd_binary(ctx.provider.etcd_dir(), new.version)?;
     let cluster_version = live_cluster_version(ctx, cp, new, force).await?;
     validate_spec_change(
@@ -289,6 +290,43 @@ async fn check_change(
         }
     }
     Ok(cancels)
+}
+
+/// A refusal of a version move that skips a minor or starts below a stepping stone,
+/// with the road that leads there (`quorum_core::road::plan`) from what is installed:
+/// the rollouts to run one after another, or why there is none.
+fn with_road(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    lowest: Option<quorum_core::Version>,
+    new: &ControlPlaneSpec,
+    e: quorum_core::SpecError,
+) -> anyhow::Error {
+    use quorum_core::VersionChangeError as V;
+    let quorum_core::SpecError::Version(V::SkipsMinor { .. } | V::BelowSteppingStone { .. }) = &e
+    else {
+        return e.into();
+    };
+    let from = lowest.unwrap_or(cp.spec.version).min(cp.spec.version);
+    let installed = quorum_provider::installed_versions(ctx.provider.etcd_dir());
+    let road = match quorum_core::road::plan(from, new.version, &installed) {
+        Ok(links) => {
+            let steps: Vec<String> = links
+                .iter()
+                .map(|v| format!("`quorum upgrade {} --version {v} --wait`", cp.name))
+                .collect();
+            let mut all = vec![from];
+            all.extend(links.iter().copied());
+            let road: Vec<String> = all.iter().map(|v| v.to_string()).collect();
+            format!(
+                "The road is {}, one rollout each, in this order: {}",
+                road.join(" -> "),
+                steps.join(", then ")
+            )
+        }
+        Err(why) => format!("No road from what is installed: {why}"),
+    };
+    anyhow::anyhow!("{e}. {road}")
 }
 
 /// Whether `new` changes the spec (saying so when it does not), checked on its own:
