@@ -162,15 +162,16 @@ pub fn add(
         .iter()
         .map(|p| SourceKind::of(p))
         .collect::<Result<Vec<_>, _>>()?;
-    check_digests(paths, &kinds, sha256)?;
     let work = Scratch::new(etcd_dir)?;
+    let staged = stage(paths, &kinds, &work)?;
+    check_digests(paths, &staged, &kinds, sha256)?;
     let mut roots = Vec::new();
     let mut claims = Vec::new();
     if let Some(v) = claimed {
         claims.push(("--version".to_string(), v));
     }
-    for (i, (path, kind)) in paths.iter().zip(&kinds).enumerate() {
-        let (root, claim) = unpack(path, kind, &work.0.join(i.to_string()))?;
+    for (i, ((path, file), kind)) in paths.iter().zip(&staged).zip(&kinds).enumerate() {
+        let (root, claim) = unpack(path, file, kind, &work.0.join(i.to_string()))?;
         roots.push(root);
         claims.extend(claim.map(|v| (path.display().to_string(), v)));
     }
@@ -195,14 +196,44 @@ pub fn add(
     })
 }
 
-/// Every file source's digest, checked before anything is unpacked.
+/// Each source as it will be read: a directory as it is; a file copied into the
+/// scratch directory first, so that the bytes whose digest is checked are the bytes
+/// unpacked (the file given could change in between).
+fn stage(
+    paths: &[PathBuf],
+    kinds: &[SourceKind],
+    work: &Scratch,
+) -> Result<Vec<PathBuf>, ReleaseError> {
+    let mut staged = Vec::new();
+    for (i, (path, kind)) in paths.iter().zip(kinds).enumerate() {
+        if *kind == SourceKind::Directory {
+            staged.push(path.clone());
+            continue;
+        }
+        let bytes = read_bounded(path)?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let copy = work.0.join(format!("source-{i}-{name}"));
+        fs::write(&copy, bytes).map_err(|error| ReleaseError::Io {
+            path: copy.clone(),
+            what: "cannot copy it into a scratch directory",
+            error,
+        })?;
+        staged.push(copy);
+    }
+    Ok(staged)
+}
+
+/// Every file source's digest (of its staged copy, named by the path given), checked
+/// before anything is unpacked.
 fn check_digests(
     paths: &[PathBuf],
+    staged: &[PathBuf],
     kinds: &[SourceKind],
     sha256: &[String],
 ) -> Result<(), ReleaseError> {
-    let files: Vec<&PathBuf> = paths
+    let files: Vec<(&PathBuf, &PathBuf)> = paths
         .iter()
+        .zip(staged)
         .zip(kinds)
         .filter(|(_, k)| **k != SourceKind::Directory)
         .map(|(p, _)| p)
@@ -216,14 +247,14 @@ fn check_digests(
             files: files.len(),
         });
     }
-    for (path, digest) in files.into_iter().zip(sha256) {
+    for ((path, copy), digest) in files.into_iter().zip(sha256) {
         let hex = digest.len() == 64 && digest.bytes().all(|c| c.is_ascii_hexdigit());
         if !hex {
             return Err(ReleaseError::BadDigest {
                 digest: digest.clone(),
             });
         }
-        let actual = install::sha256_hex(&read_bounded(path)?);
+        let actual = install::sha256_hex(&read_bounded(copy)?);
         if actual != digest.to_ascii_lowercase() {
             return Err(ReleaseError::Mismatch {
                 path: path.clone(),
@@ -276,10 +307,12 @@ impl Drop for Scratch {
     }
 }
 
-/// Where `path`'s binaries are to be looked for, and the version it claims: a
-/// directory as it is; a tarball or a package unpacked into `into`.
+/// Where the binaries of `path` (read from `file`, its staged copy) are to be looked
+/// for, and the version it claims: a directory as it is; a tarball or a package
+/// unpacked into `into`.
 fn unpack(
     path: &Path,
+    file: &Path,
     kind: &SourceKind,
     into: &Path,
 ) -> Result<(PathBuf, Option<Version>), ReleaseError> {
@@ -293,14 +326,14 @@ fn unpack(
         SourceKind::Tarball(claim) => {
             fs::create_dir_all(into).map_err(mkdir)?;
             let mut tar = Command::new("tar");
-            tar.arg("-xzf").arg(path).arg("-C").arg(into);
+            tar.arg("-xzf").arg(file).arg("-C").arg(into);
             run_tool("tar", path, tar, UNPACK_TIMEOUT_MS)?;
             Ok((into.to_path_buf(), *claim))
         }
         SourceKind::Debian => {
             fs::create_dir_all(into).map_err(mkdir)?;
             let mut field = Command::new("dpkg-deb");
-            field.arg("--field").arg(path).arg("Version");
+            field.arg("--field").arg(file).arg("Version");
             let out = run_tool("dpkg-deb", path, field, UNPACK_TIMEOUT_MS)?;
             let claim = debian_claim(&out).ok_or_else(|| ReleaseError::Tool {
                 tool: "dpkg-deb",
@@ -308,7 +341,7 @@ fn unpack(
                 message: format!("its package version {:?} names no etcd version", out.trim()),
             })?;
             let mut extract = Command::new("dpkg-deb");
-            extract.arg("--extract").arg(path).arg(into);
+            extract.arg("--extract").arg(file).arg(into);
             run_tool("dpkg-deb", path, extract, UNPACK_TIMEOUT_MS)?;
             // Debian's binaries are in usr/bin (its etc/ holds an init script of the
             // same name).
