@@ -536,6 +536,61 @@ fn ca_rotation_scenario(point: &str) -> String {
     )
 }
 
+/// A chained upgrade's own step (`quorum upgrade --version` two links away).
+fn is_chain_point(p: &str) -> bool {
+    p.ends_with("take-next-link")
+}
+
+/// The chain scenario: 3 members at 3.5.1 in place, upgraded to NEW through 3.5.16 (a
+/// road of two links) by a controller that crashes at `point`, between the links. The
+/// next controller takes the link it had not, or goes on from the one it had: every
+/// member ends on NEW, the road through, the same members, every key intact and
+/// quorum kept throughout, and the snapshot before the second link recorded.
+fn chain_scenario(point: &str) -> String {
+    let mut env = Env::new(&format!("crash-{point}"));
+    let name = "ch";
+    env.start_controller();
+    inplace::create_in_place(&env, name, 3, "3.5.1", "");
+    let keys = write_keys(&env.endpoints(name), "k/", 300);
+    let before = inplace::identity(&env, name);
+    env.kill_controller();
+    env.ok(&["upgrade", name, "--version", NEW, "--via", "3.5.16"]);
+    env.start_controller_with(&[("FAILPOINTS", &format!("{point}=return"))]);
+    let watch = QuorumWatch::start(&env, name);
+    let t = Instant::now();
+    expect_crash(&mut env, point);
+    let crashed_after = t.elapsed();
+    env.start_controller();
+    env.wait_status(name, "the road's end", Duration::from_secs(240), |s| {
+        s["converged"] == true && s.get("road").is_none() && machine_versions(s) == vec![NEW; 3]
+    });
+    let (samples, violations) = watch.finish();
+    assert!(samples > 10, "the quorum watch took only {samples} samples");
+    assert!(
+        violations.is_empty(),
+        "{point}: quorum lost: {violations:?}"
+    );
+    assert_keys(&env.endpoints(name), "k/", &keys);
+    assert_eq!(
+        inplace::identity(&env, name),
+        before,
+        "{point}: the same members"
+    );
+    let before_link = env.store().snapshots(name).unwrap().into_iter().any(|r| {
+        r.reason == quorum_core::SnapshotReason::BeforeRollout
+            && r.rollout_to == Some(NEW.parse().unwrap())
+    });
+    assert!(
+        before_link,
+        "{point}: no snapshot recorded before the link to {NEW}"
+    );
+    format!(
+        "{point}: crashed after {:.1}s, resumed and took the road to its end in {:.1}s",
+        crashed_after.as_secs_f64(),
+        (t.elapsed() - crashed_after).as_secs_f64()
+    )
+}
+
 fn expect_crash(env: &mut Env, point: &str) {
     let code = env.controller_exit(Duration::from_secs(120));
     assert_eq!(
@@ -753,6 +808,8 @@ fn every_failpoint_crashes_and_the_next_controller_finishes() {
                         rebuild_scenario(&p)
                     } else if is_ca_point(&p) {
                         ca_rotation_scenario(&p)
+                    } else if is_chain_point(&p) {
+                        chain_scenario(&p)
                     } else if is_in_place_point(&p) {
                         in_place_scenario(&p)
                     } else if is_teardown_point(&p) {

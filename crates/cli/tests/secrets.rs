@@ -21,6 +21,8 @@ fn tls_cp(name: &str) -> ControlPlane {
         client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,
+        road: None,
+        v2_api_never_open: false,
         name: name.into(),
         spec: ControlPlaneSpec::new(1, version),
         deleting: false,

@@ -288,6 +288,8 @@ mod tests {
             rebuild: None,
             ca_generation: 0,
             ca_rotation: None,
+            road: None,
+            v2_api_never_open: false,
         };
         let now = now_unix_s();
         let old = Ca::generate("rot", now, 86_400).unwrap();

@@ -1,5 +1,5 @@
 //! The scheduled half of snapshots: the controller takes one when `spec.backup.schedule`
-//! says (`Action::TakeSnapshot`), test-restores it at once and again every
+//! says, or before a chained upgrade's next link (`Action::TakeSnapshot`), test-restores it at once and again every
 //! `verifyEvery` (`Action::VerifySnapshot`), and removes what retention no longer
 //! keeps (`Action::PruneSnapshot`). The I/O is `quorum-backup`'s; when is the
 //! core's (`quorum_core::backup`).
@@ -35,6 +35,7 @@ impl Reconciler {
         access: &Access,
         machines: &[Machine],
         observed: &Observed,
+        before: Option<quorum_core::Version>,
     ) -> Result<(), ActionError> {
         let url = observed
             .view
@@ -57,12 +58,15 @@ impl Reconciler {
         dir.remove_unrecorded(&recorded, std::time::SystemTime::now());
         let req = TakeRequest {
             control_plane: &cp.name,
-            reason: SnapshotReason::Scheduled,
+            reason: match before {
+                Some(_) => SnapshotReason::BeforeRollout,
+                None => SnapshotReason::Scheduled,
+            },
             from_machine: &leader.name,
             endpoint: &url,
             etcd_version: running,
             spec_version: cp.spec.version,
-            rollout_to: None,
+            rollout_to: before,
             now_unix_s: access::now_unix_s(),
         };
         let mut rec = quorum_backup::take(&access.etcd, &dir, &tool, &req).await?;

@@ -100,7 +100,7 @@ impl Reconciler {
             | Action::Compact { .. }
             | Action::Defragment { .. }
             | Action::DisarmAlarm { .. } => self.perform_etcd(cx, action).await.map(|()| None),
-            Action::TakeSnapshot
+            Action::TakeSnapshot { .. }
             | Action::PruneSnapshot { .. }
             | Action::VerifySnapshot { .. }
             | Action::PruneFenced { .. } => self.perform_backup(cx, action).await.map(|()| None),
@@ -115,9 +115,8 @@ impl Reconciler {
             | Action::SetInPlacePhase { .. }
             | Action::EndInPlace { .. }
             | Action::SetCaPhase { .. }
-            | Action::FinishCaRotation { .. } => {
-                self.perform_record(cx, action).await.map(|()| None)
-            }
+            | Action::FinishCaRotation { .. }
+            | Action::TakeNextLink { .. } => self.perform_record(cx, action).await.map(|()| None),
         }
     }
 
@@ -280,8 +279,8 @@ impl Reconciler {
     async fn perform_backup(&mut self, cx: &Cx<'_>, action: &Action) -> Result<(), ActionError> {
         let cp = cx.cp;
         match action {
-            Action::TakeSnapshot => {
-                self.take_snapshot(cp, cx.access, cx.machines, cx.observed)
+            Action::TakeSnapshot { before } => {
+                self.take_snapshot(cp, cx.access, cx.machines, cx.observed, *before)
                     .await
             }
             Action::PruneSnapshot { id } => self.prune_snapshot(cp, id).await,
@@ -327,7 +326,7 @@ impl Reconciler {
     }
 
     /// A record the core asked for: a machine leaving, a control plane forgotten, an
-    /// in-place step's phases, a CA rotation's.
+    /// in-place step's phases, a CA rotation's, a chained upgrade's next link.
     async fn perform_record(&mut self, cx: &Cx<'_>, action: &Action) -> Result<(), ActionError> {
         let cp = cx.cp;
         match action {
@@ -355,6 +354,16 @@ impl Reconciler {
             }
             Action::ForgetControlPlane => Ok(self.sh.store.forget_control_plane(&cp.name).await?),
             Action::SetCaPhase { phase } => self.set_ca_phase(cp, *phase).await,
+            // Taken already, or the spec changed since: nothing to do (the next pass
+            // decides from what is recorded).
+            Action::TakeNextLink { from, to } => {
+                let taken = self
+                    .sh
+                    .store
+                    .take_next_link(&cp.name, *from, *to, now_unix_s());
+                taken.await?;
+                Ok(())
+            }
             Action::FinishCaRotation { generation } => {
                 self.sh
                     .store

@@ -135,8 +135,12 @@ pub enum Action {
     Defragment { machine: String },
     /// Disarm an alarm of one member (sent to the leader).
     DisarmAlarm { member_id: u64, alarm: String },
-    /// Take a scheduled snapshot from the leader, record it, and test-restore it.
-    TakeSnapshot,
+    /// Take a snapshot from the leader, test-restore it, and record it: on the spec's
+    /// schedule, or (`before`) before a chained upgrade's next link (`chain`).
+    TakeSnapshot {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        before: Option<Version>,
+    },
     /// Remove a snapshot retention no longer keeps: its file, then its record.
     PruneSnapshot { id: String },
     /// Test-restore a recorded snapshot again (`backup.verifyEvery`) and record it.
@@ -198,6 +202,9 @@ pub enum Action {
     /// `generation`) becomes the CA in force, the old one is forgotten and the rotation's
     /// record cleared, in one store write.
     FinishCaRotation { generation: u32 },
+    /// A chained upgrade's link under way is done: record the next (`to`) as the
+    /// spec's version and drop it from the road, if the spec is still at `from`.
+    TakeNextLink { from: Version, to: Version },
 }
 
 /// How an in-place step ended.
@@ -240,7 +247,8 @@ impl Action {
             | Action::SetRebuildPhase { .. }
             | Action::FinishRebuild { .. }
             | Action::SetCaPhase { .. }
-            | Action::FinishCaRotation { .. } => true,
+            | Action::FinishCaRotation { .. }
+            | Action::TakeNextLink { .. } => true,
             Action::StartMachine { .. }
             | Action::StopMachine { .. }
             | Action::DeleteMachine { .. }
@@ -252,7 +260,7 @@ impl Action {
             | Action::Compact { .. }
             | Action::Defragment { .. }
             | Action::DisarmAlarm { .. }
-            | Action::TakeSnapshot
+            | Action::TakeSnapshot { .. }
             | Action::PruneSnapshot { .. }
             | Action::VerifySnapshot { .. }
             | Action::PruneFenced { .. }
@@ -287,13 +295,14 @@ impl Action {
             | Action::ForgetControlPlane
             | Action::Compact { .. }
             | Action::DisarmAlarm { .. }
-            | Action::TakeSnapshot
+            | Action::TakeSnapshot { .. }
             | Action::PruneSnapshot { .. }
             | Action::VerifySnapshot { .. }
             | Action::PruneFenced { .. }
             | Action::SetRebuildPhase { .. }
             | Action::SetCaPhase { .. }
-            | Action::FinishCaRotation { .. } => None,
+            | Action::FinishCaRotation { .. }
+            | Action::TakeNextLink { .. } => None,
         }
     }
 
@@ -314,7 +323,7 @@ impl Action {
             Action::Compact { .. } => ActionKind::Compact,
             Action::Defragment { .. } => ActionKind::Defragment,
             Action::DisarmAlarm { .. } => ActionKind::DisarmAlarm,
-            Action::TakeSnapshot => ActionKind::TakeSnapshot,
+            Action::TakeSnapshot { .. } => ActionKind::TakeSnapshot,
             Action::PruneSnapshot { .. } => ActionKind::PruneSnapshot,
             Action::PruneFenced { .. } => ActionKind::PruneFenced,
             Action::VerifySnapshot { .. } => ActionKind::VerifySnapshot,
@@ -328,6 +337,7 @@ impl Action {
             Action::FinishRebuild { .. } => ActionKind::FinishRebuild,
             Action::SetCaPhase { .. } => ActionKind::SetCaPhase,
             Action::FinishCaRotation { .. } => ActionKind::FinishCaRotation,
+            Action::TakeNextLink { .. } => ActionKind::TakeNextLink,
         }
     }
 }
@@ -387,6 +397,7 @@ action_kinds! {
     FinishRebuild = "finish-rebuild",
     SetCaPhase = "set-ca-phase",
     FinishCaRotation = "finish-ca-rotation",
+    TakeNextLink = "take-next-link",
 }
 
 impl ActionKind {
@@ -436,7 +447,15 @@ impl Action {
             Action::DisarmAlarm { member_id, alarm } => {
                 write!(f, "disarm the {alarm} alarm of member {member_id:x}")
             }
-            Action::TakeSnapshot => write!(f, "take a scheduled snapshot from the leader"),
+            Action::TakeSnapshot { before: None } => {
+                write!(f, "take a scheduled snapshot from the leader")
+            }
+            Action::TakeSnapshot { before: Some(v) } => {
+                write!(
+                    f,
+                    "take a snapshot from the leader before the rollout to etcd {v}"
+                )
+            }
             Action::PruneSnapshot { id } => {
                 write!(f, "remove snapshot {id} (retention keeps it no longer)")
             }
@@ -621,7 +640,7 @@ impl fmt::Display for Action {
             | Action::Compact { .. }
             | Action::Defragment { .. }
             | Action::DisarmAlarm { .. }
-            | Action::TakeSnapshot
+            | Action::TakeSnapshot { .. }
             | Action::PruneSnapshot { .. }
             | Action::VerifySnapshot { .. }
             | Action::PruneFenced { .. } => self.fmt_upkeep(f),
@@ -635,6 +654,10 @@ impl fmt::Display for Action {
             | Action::FinishRebuild { .. }
             | Action::SetCaPhase { .. }
             | Action::FinishCaRotation { .. } => self.fmt_recovery(f),
+            Action::TakeNextLink { from, to } => write!(
+                f,
+                "chained upgrade: every member serves on etcd {from}; record the next link, etcd {to}"
+            ),
         }
     }
 }

@@ -37,7 +37,9 @@
 //!     past `spec.recovery.keepFenced` (`fenced`). A CA rotation (`carotation`)
 //!     makes machines outdated whose CA files are not its phase's, and with none left
 //!     and every member healthy, moves to its next phase (or finishes) before any of
-//!     the upkeep.
+//!     the upkeep; then a chained upgrade (`chain`), once every member serves on the
+//!     link under way, its preflight holds and a snapshot since is kept, records its
+//!     next link.
 //!
 //! Every membership change is preceded by a quorum projection in which every member
 //! that is not provably healthy counts as unhealthy, and at most one membership change
@@ -825,6 +827,7 @@ impl<'a> View<'a> {
         if outdated.is_empty() {
             return self
                 .advance_ca_rotation()
+                .or_else(|| self.advance_road())
                 .or_else(|| self.auto_defrag())
                 .or_else(|| self.snapshot_upkeep())
                 .unwrap_or(Step {
@@ -856,7 +859,10 @@ impl<'a> View<'a> {
         let now = self.now_unix_s;
         let newest = self.snapshots.iter().map(|s| s.taken_at_unix_s).max();
         if crate::backup::snapshot_due(backup, newest, created, now) {
-            return Some(Step::act(Operation::Maintaining, Action::TakeSnapshot));
+            return Some(Step::act(
+                Operation::Maintaining,
+                Action::TakeSnapshot { before: None },
+            ));
         }
         if let Some(s) = crate::backup::verify_due(self.snapshots, backup, now) {
             let id = s.id.clone();

@@ -9,6 +9,7 @@ pub mod abort;
 mod action;
 pub mod backup;
 pub mod carotation;
+pub mod chain;
 pub mod classify;
 mod conditions;
 pub mod decide;

@@ -483,6 +483,15 @@ pub struct ControlPlane {
     /// takes the first one no machine holds. Written only when a machine is recorded.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub client_addresses: Vec<std::net::SocketAddrV4>,
+    /// Intent: a chained upgrade's links still to go after the spec's version
+    /// (`chain`); `None` when the spec's version is where the person asked to go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub road: Option<crate::chain::Road>,
+    /// Created by a quorum that closes etcd's v2 API on every member from the start
+    /// (`--enable-v2=false`), so its v2 store holds no client's content: etcd 3.6
+    /// starts on it (`chain::V2Store`).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub v2_api_never_open: bool,
 }
 
 /// A rotation of a control plane's CA from generation `from` (the CA in force) to `to`

@@ -293,6 +293,10 @@ struct Sit {
     /// The CA generation in force, and a rotation's phase (to generation + 1).
     ca_generation: u32,
     ca_rotation: Option<CaPhase>,
+    /// A chained upgrade's links still to go, and how long ago the link under way
+    /// began (`chain`).
+    road: Option<(Vec<&'static str>, i64)>,
+    v2_api_never_open: bool,
     /// Hosts registered (0: the local provider).
     hosts: usize,
 }
@@ -333,6 +337,8 @@ fn sit(replicas: u32, version: &'static str, machines: Vec<Fx>) -> Sit {
         rebuild: None,
         ca_generation: 0,
         ca_rotation: None,
+        road: None,
+        v2_api_never_open: false,
         hosts: 0,
     }
 }
@@ -411,6 +417,19 @@ impl Sit {
         self
     }
 
+    /// A chained upgrade with `links` still to go, the link under way begun `ago_s`
+    /// seconds before now, on a control plane whose v2 API was never open.
+    fn road(mut self, links: &[&'static str], ago_s: i64) -> Self {
+        self.road = Some((links.to_vec(), ago_s));
+        self.v2_api_never_open = true;
+        self
+    }
+    /// Created before quorum closed etcd's v2 API: its v2 store may hold content.
+    fn v2_maybe_open(mut self) -> Self {
+        self.v2_api_never_open = false;
+        self
+    }
+
     /// A CA rotation from generation 0 to 1, in phase `phase`.
     fn rotating(mut self, phase: CaPhase) -> Self {
         self.ca_rotation = Some(phase);
@@ -429,6 +448,15 @@ impl Sit {
                 since_unix_s: NOW_UNIX_S,
                 started_unix_s: NOW_UNIX_S,
             }),
+            road: self
+                .road
+                .as_ref()
+                .map(|(links, ago)| quorum_core::chain::Road {
+                    links: links.iter().map(|v| v.parse().unwrap()).collect(),
+                    link_began_unix_s: NOW_UNIX_S - ago,
+                    snapshots: true,
+                }),
+            v2_api_never_open: self.v2_api_never_open,
             name: "cp".into(),
             spec: ControlPlaneSpec {
                 recovery: Default::default(),
@@ -686,6 +714,8 @@ fn check(case: &str, s: &Sit, expect: &str) -> Decision {
 mod backup;
 #[path = "decide_table/carotation.rs"]
 mod carotation;
+#[path = "decide_table/chain.rs"]
+mod chain;
 #[path = "decide_table/fleet.rs"]
 mod fleet;
 #[path = "decide_table/inplace.rs"]
@@ -1595,7 +1625,7 @@ fn action_kinds_lists_every_variant() {
             machine: m(),
             outcome: InPlaceOutcome::Done,
         },
-        Action::TakeSnapshot,
+        Action::TakeSnapshot { before: None },
         Action::PruneSnapshot { id: "s.db".into() },
         Action::VerifySnapshot { id: "s.db".into() },
         Action::PruneFenced {
@@ -1618,6 +1648,7 @@ fn action_kinds_lists_every_variant() {
             phase: CaPhase::Reissue,
         },
         Action::FinishCaRotation { generation: 1 },
+        Action::TakeNextLink { from: v, to: v },
     ];
     for a in &all {
         match a {
@@ -1638,7 +1669,7 @@ fn action_kinds_lists_every_variant() {
             | Action::BeginInPlace { .. }
             | Action::SetInPlacePhase { .. }
             | Action::EndInPlace { .. }
-            | Action::TakeSnapshot
+            | Action::TakeSnapshot { .. }
             | Action::PruneSnapshot { .. }
             | Action::VerifySnapshot { .. }
             | Action::PruneFenced { .. }
@@ -1648,7 +1679,8 @@ fn action_kinds_lists_every_variant() {
             | Action::ForceNewCluster { .. }
             | Action::FinishRebuild { .. }
             | Action::SetCaPhase { .. }
-            | Action::FinishCaRotation { .. } => {}
+            | Action::FinishCaRotation { .. }
+            | Action::TakeNextLink { .. } => {}
         }
     }
     let kinds: Vec<ActionKind> = all.iter().map(|a| a.kind()).collect();
@@ -1691,6 +1723,7 @@ fn action_kind_names_are_stable() {
             "finish-rebuild",
             "set-ca-phase",
             "finish-ca-rotation",
+            "take-next-link",
         ]
     );
     for k in ActionKind::ALL {

@@ -694,6 +694,8 @@ mod tests {
             rebuild: None,
             ca_generation: 0,
             ca_rotation: None,
+            road: None,
+            v2_api_never_open: false,
         };
         store.create_control_plane(&cp, None, 1).unwrap();
         let t0 = 1_800_000_000_000;

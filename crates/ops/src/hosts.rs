@@ -535,6 +535,8 @@ mod tests {
             client_addresses: Vec::new(),
             ca_generation: 0,
             ca_rotation: None,
+            road: None,
+            v2_api_never_open: false,
             name: cp.into(),
             spec: spec.clone(),
             deleting: false,

@@ -26,6 +26,7 @@ pub mod manifest;
 pub mod member;
 pub mod rebuild;
 pub mod recreate;
+pub mod road;
 mod room;
 mod s3check;
 pub mod secrets;
@@ -37,9 +38,10 @@ pub mod wait;
 
 pub use ctx::{list_versions, Ctx, Origin, Origins, Place};
 pub use haproxy::{haproxy_frontend_tls, HaproxyState, LbServer};
+pub use road::Route;
 pub use spec::{
-    change, change_with, create, create_with, plan, retry_rollout, version_warning, ChangeOptions,
-    SPEC_WRITE_ATTEMPTS,
+    change, change_routed, change_with, create, create_with, plan, retry_rollout, version_warning,
+    ChangeOptions, SPEC_WRITE_ATTEMPTS,
 };
 pub use teardown::teardown;
 

@@ -39,6 +39,10 @@ pub fn plan(ctx: &Ctx, name: &str, which: &str, now_unix_s: i64) -> Result<(Cont
         client_addresses: Vec::new(),
         ca_generation: kept.ca_generation,
         ca_rotation: None,
+        road: None,
+        // A restored snapshot holds the v3 store only: the v2 store starts empty, and
+        // every member quorum starts keeps the v2 API closed.
+        v2_api_never_open: true,
         name: name.to_string(),
         spec: kept.spec,
         deleting: false,

@@ -1,5 +1,6 @@
 //! Creating a control plane and changing its spec: the checks, then the store write.
 
+use crate::road::{RoadOptions, Route};
 use crate::{haproxy, status, Ctx};
 use anyhow::{bail, Result};
 use quorum_clock::now_ms;
@@ -102,6 +103,9 @@ pub fn create_with(
         client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,
+        road: None,
+        // Every member quorum starts has `--enable-v2=false` (`quorum-provider`).
+        v2_api_never_open: true,
         name: name.to_string(),
         spec: spec.clone(),
         deleting: false,
@@ -219,10 +223,23 @@ pub async fn change_with(
     opts: ChangeOptions,
     f: impl Fn(&ControlPlaneSpec) -> ControlPlaneSpec,
 ) -> Result<()> {
+    change_routed(ctx, name, opts, &Route::Direct, f).await
+}
+
+/// `change_with`, a version change taking `route`: along a road (`quorum upgrade`), the
+/// first link is recorded as the spec's version and the rest as the road
+/// (`crate::road`).
+pub async fn change_routed(
+    ctx: &mut Ctx,
+    name: &str,
+    opts: ChangeOptions,
+    route: &Route,
+    f: impl Fn(&ControlPlaneSpec) -> ControlPlaneSpec,
+) -> Result<()> {
     let mut done = Established::default();
     let mut seen = Vec::new();
     for _ in 0..SPEC_WRITE_ATTEMPTS {
-        match attempt_change(ctx, name, opts, &f, &mut done).await? {
+        match attempt_change(ctx, name, opts, route, &f, &mut done).await? {
             Attempt::Done => return Ok(()),
             Attempt::Conflict { version } => {
                 seen.push(version);
@@ -271,7 +288,12 @@ async fn check_change(
     validate_spec_change(&cp.spec, new, lowest, None, force, true)
         .map_err(|e| with_road(ctx, cp, lowest, new, e))?;
     etcd_binary(ctx.provider.etcd_dir(), new.version)?;
-    let cluster_version = live_cluster_version(ctx, cp, new, force).await?;
+    let (cluster_version, link) = live_cluster_version(ctx, cp, new, force).await?;
+    let enters_minor = lowest.is_some_and(|l| new.version.minor_line() > l.minor_line());
+    if enters_minor {
+        let to = new.version;
+        first_link(name, &quorum_core::chain::LinkFacts { to, ..link }, force)?;
+    }
     validate_spec_change(
         &cp.spec,
         new,
@@ -292,9 +314,10 @@ async fn check_change(
     Ok(cancels)
 }
 
-/// A refusal of a version move that skips a minor or starts below a stepping stone,
-/// with the road that leads there (`quorum_core::road::plan`) from what is installed:
-/// the rollouts to run one after another, or why there is none.
+/// A refusal of a version move that skips a minor or starts below a stepping stone (a
+/// manifest, which names one version), with the road that leads there
+/// (`quorum_core::road::plan`) from what is installed and the upgrade that takes it, or
+/// why there is none.
 fn with_road(
     ctx: &Ctx,
     cp: &ControlPlane,
@@ -311,17 +334,14 @@ fn with_road(
     let installed = quorum_provider::installed_versions(ctx.provider.etcd_dir());
     let road = match quorum_core::road::plan(from, new.version, &installed) {
         Ok(links) => {
-            let steps: Vec<String> = links
-                .iter()
-                .map(|v| format!("`quorum upgrade {} --version {v} --wait`", cp.name))
-                .collect();
             let mut all = vec![from];
             all.extend(links.iter().copied());
             let road: Vec<String> = all.iter().map(|v| v.to_string()).collect();
             format!(
-                "The road is {}, one rollout each, in this order: {}",
+                "The road is {}, one rollout each: `quorum upgrade {} --version {}` takes it (`--dry-run` shows it first)",
                 road.join(" -> "),
-                steps.join(", then ")
+                cp.name,
+                new.version
             )
         }
         Err(why) => format!("No road from what is installed: {why}"),
@@ -382,6 +402,7 @@ async fn attempt_change(
     ctx: &mut Ctx,
     name: &str,
     opts: ChangeOptions,
+    route: &Route,
     f: &impl Fn(&ControlPlaneSpec) -> ControlPlaneSpec,
     done: &mut Established,
 ) -> Result<Attempt> {
@@ -399,15 +420,23 @@ async fn attempt_change(
     if cp.deleting {
         bail!("{name} is being deleted; create it again once `quorum list` no longer shows it");
     }
-    let new = f(&cp.spec);
-    if !changes(ctx, &cp, &new, force)? {
+    let machines = ctx.store.machines(name)?;
+    let roads = RoadOptions {
+        allow_downgrade,
+        no_snapshot,
+        now_unix_s: quorum_clock::now_unix_s(),
+    };
+    let (new, road) = crate::road::plan(ctx, &cp, &machines, f(&cp.spec), route, roads)?;
+    if !changes(ctx, &cp, &new, force)? && road == cp.road {
         return Ok(Attempt::Done);
     }
-    let machines = ctx.store.machines(name)?;
     let cancels = check_change(ctx, &cp, &new, &machines, force, allow_downgrade).await?;
     // A cancel changes no member: nothing to go back from.
     let snapshot_first = needs_snapshot(&cp.spec, &new, &machines) && !no_snapshot && !cancels;
     if dry_run {
+        if let Some(road) = &road {
+            crate::road::say(ctx, &cp, &machines, new.version, road, true);
+        }
         say_dry_run(ctx, &cp, &new, &machines, snapshot_first);
         return Ok(Attempt::Done);
     }
@@ -423,21 +452,42 @@ async fn attempt_change(
             })?;
         done.snapshot_for = Some(new.version);
     }
-    if !ctx.store.replace_spec(name, cp.spec_version, &new)? {
+    if !ctx
+        .store
+        .replace_spec(name, cp.spec_version, &new, road.as_ref())?
+    {
         let now = ctx.store.get_control_plane(name)?;
         return Ok(Attempt::Conflict {
             version: now.spec_version,
         });
     }
     say_recorded(ctx, name, &cp.spec, &new, cancels);
-    if let Some(w) = reach_warning(name, &cp, &new, &machines) {
+    let no_snapshot_taken = needs_snapshot(&cp.spec, &new, &machines) && no_snapshot && !cancels;
+    say_after_record(ctx, &cp, &machines, &new, road.as_ref(), no_snapshot_taken).await?;
+    Ok(Attempt::Done)
+}
+
+/// What is said once a change is recorded, after what it is: its road, a warning for
+/// clients, a rollout without a snapshot, the load balancer to reload.
+async fn say_after_record(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    machines: &[Machine],
+    new: &ControlPlaneSpec,
+    road: Option<&quorum_core::chain::Road>,
+    no_snapshot_taken: bool,
+) -> Result<()> {
+    match road {
+        Some(road) => crate::road::say(ctx, cp, machines, new.version, road, false),
+        None => crate::road::say_dropped(ctx, cp, None),
+    }
+    if let Some(w) = reach_warning(&cp.name, cp, new, machines) {
         say!(ctx, "{w}");
     }
-    if needs_snapshot(&cp.spec, &new, &machines) && no_snapshot && !cancels {
+    if no_snapshot_taken {
         say!(ctx, "{NO_SNAPSHOT_NOTE}");
     }
-    say_haproxy_change(ctx, &cp, &new).await?;
-    Ok(Attempt::Done)
+    say_haproxy_change(ctx, cp, new).await
 }
 
 /// A change of the load balancer's settings, in words (what to reload where).
@@ -545,7 +595,7 @@ async fn live_cluster_version(
     cp: &ControlPlane,
     new: &ControlPlaneSpec,
     force: bool,
-) -> Result<Option<Version>> {
+) -> Result<(Option<Version>, quorum_core::chain::LinkFacts)> {
     let name = &cp.name;
     let s = ctx.live(cp).await?;
     // Members that do not answer. Without a leader every machine is suspect; with one,
@@ -596,7 +646,25 @@ async fn live_cluster_version(
     {
         bail!("{name}: cannot read the cluster version (no leader answered), so the version change cannot be checked; bring the control plane back first, or pass --force");
     }
-    Ok(cluster_version)
+    Ok((cluster_version, s.link))
+}
+
+/// The preflight of a change into another minor (`quorum_core::chain::preflight`, the
+/// rule the controller holds every later link of a road to): what passes by itself
+/// (a learner, an alarm, a member no machine answers for) refuses the change until it
+/// has, unless `force` records it anyway (the controller's rules still wait); what
+/// needs a person refuses it whatever the flags.
+fn first_link(name: &str, facts: &quorum_core::chain::LinkFacts, force: bool) -> Result<()> {
+    use quorum_core::chain::Hold;
+    let to = facts.to;
+    match quorum_core::chain::preflight(facts) {
+        Ok(()) => Ok(()),
+        Err(Hold::Wait(_)) if force => Ok(()),
+        Err(Hold::Wait(why)) => bail!(
+            "{name}: not recorded: before etcd {to}, {why}; run it again once that has passed (`quorum status {name}`), or pass --force to record it now"
+        ),
+        Err(Hold::Refuse(why)) => bail!("{name}: refused: before etcd {to}: {why}"),
+    }
 }
 
 /// What a change would do, one line each (for `--dry-run`).

@@ -66,8 +66,15 @@ pub struct Status {
     /// whether it serves, which one leads, why one does not. Empty otherwise.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub store: Vec<quorum_store::EndpointHealth>,
+    /// A chained upgrade's links still to go after the spec's version.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub road: Option<quorum_core::chain::Road>,
     #[serde(skip)]
     pub decision: Decision,
+    /// What a link's preflight reads, for the spec's version (`quorum_core::chain`):
+    /// asked of a version change before it is recorded.
+    #[serde(skip)]
+    pub link: quorum_core::chain::LinkFacts,
 }
 
 /// What `status` says of a control plane's snapshots.
@@ -280,6 +287,8 @@ pub async fn live(
         last_event: newest_event(store, &cp.name)?,
         snapshots: SnapshotSummary::of(&store.snapshots(&cp.name)?, cp.spec.version),
         store: Vec::new(),
+        road: cp.road.clone(),
+        link: quorum_core::chain::link_facts(cp, &machines, obs, cp.spec.version),
         decision,
     })
 }

@@ -458,6 +458,12 @@ impl LocalProvider {
             args.extend(self.write_tls(&m.name, tls)?);
         }
         args.extend(cluster_args(req));
+        // etcd's v2 API stays closed: 3.4 opens it by default, and what a client writes
+        // through it stays in the v2 store, on which 3.6 refuses to start. 3.6 has no
+        // v2 API and no such flag.
+        if m.version.minor_line() < quorum_core::chain::NO_V2_STORE_FROM {
+            args.push("--enable-v2=false".into());
+        }
         if let Some(q) = req.quota_backend_bytes {
             args.push(format!("--quota-backend-bytes={q}"));
         }

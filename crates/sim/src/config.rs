@@ -144,6 +144,9 @@ pub struct Config {
     /// step the seed picks (`requests.rs`): a third of the runs, never with a quorum
     /// loss.
     pub member_request: bool,
+    /// Of rollout and in-place runs: the person asks for a version two links away, a
+    /// chained upgrade (`chain.rs`): a third of them.
+    pub chain: bool,
 }
 
 impl Config {
@@ -166,6 +169,7 @@ impl Config {
             tight_hosts: Scenario::for_seed(seed) == Scenario::Rollout
                 && (seed / (16 * Scenario::ALL.len() as u64)).is_multiple_of(2),
             member_request: (seed / 3).is_multiple_of(3),
+            chain: (seed / 7) % 3 == 1,
         }
     }
 

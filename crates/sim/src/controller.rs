@@ -118,7 +118,7 @@ impl World {
             Action::BeginInPlace { .. }
             | Action::SetInPlacePhase { .. }
             | Action::EndInPlace { .. } => self.perform_in_place(a, fenced),
-            Action::TakeSnapshot => self.take_snapshot(fenced),
+            Action::TakeSnapshot { .. } => self.take_snapshot(fenced),
             Action::PruneSnapshot { id } => self.prune_snapshot(id, fenced),
             Action::VerifySnapshot { id } => self.verify_snapshot(id, fenced),
             Action::PruneFenced { name } => self.prune_fenced(name),
@@ -130,6 +130,7 @@ impl World {
             Action::SetCaPhase { .. } | Action::FinishCaRotation { .. } => {
                 self.perform_ca(a, fenced)
             }
+            Action::TakeNextLink { from, to } => self.take_next_link(*from, *to, fenced),
         }
     }
 

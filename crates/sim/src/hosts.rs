@@ -117,7 +117,9 @@ impl World {
         }
         match untouched {
             Some(running) if cancels => {
+                // `quorum upgrade --abort` drops a chained upgrade's road with it.
                 self.cp.spec.version = running;
+                self.cp.road = None;
                 self.note(format!(
                     "OPERATOR cancels the stuck rollout: back to {running}"
                 ));

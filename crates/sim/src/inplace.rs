@@ -94,6 +94,8 @@ pub struct InPlaceCounts {
     /// and the cluster version moved.
     pub version_changes: u64,
     pub cluster_version_moves: u64,
+    /// A chained upgrade's links the controller took (`chain`).
+    pub links_taken: u64,
     /// The longest in-place step, in steps without a fault.
     pub end_max_steps: u64,
 }
@@ -114,6 +116,7 @@ impl InPlaceCounts {
         self.retries += o.retries;
         self.version_changes += o.version_changes;
         self.cluster_version_moves += o.cluster_version_moves;
+        self.links_taken += o.links_taken;
         self.end_max_steps = self.end_max_steps.max(o.end_max_steps);
     }
 }
@@ -122,7 +125,7 @@ impl std::fmt::Display for InPlaceCounts {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "{} steps begun, {} new binaries recorded, {} members stopped in place, {} back in service; {} rollbacks ({} members back on their previous binary), {} steps abandoned, {} left to remediation; faults: {} new binaries that fail to start ({} starts exited at once); {} rollouts stopped, {} retried by the operator; {} version changes, {} cluster version moves; the longest step {} steps ({} ms) without a fault",
+            "{} steps begun, {} new binaries recorded, {} members stopped in place, {} back in service; {} rollbacks ({} members back on their previous binary), {} steps abandoned, {} left to remediation; faults: {} new binaries that fail to start ({} starts exited at once); {} rollouts stopped, {} retried by the operator; {} version changes, {} chain links taken, {} cluster version moves; the longest step {} steps ({} ms) without a fault",
             self.begun,
             self.restarts,
             self.stops,
@@ -136,6 +139,7 @@ impl std::fmt::Display for InPlaceCounts {
             self.stopped_rollouts,
             self.retries,
             self.version_changes,
+            self.links_taken,
             self.cluster_version_moves,
             self.end_max_steps,
             self.end_max_steps * STEP_MS
@@ -204,6 +208,7 @@ impl World {
     /// A binary about to start, checked: never below the cluster version (etcd refuses
     /// it: the point of no return of a minor upgrade). False if it exits at once.
     pub(crate) fn check_binary(&mut self, name: &str, binary: Version) -> bool {
+        self.check_no_skipped_minor(name, binary);
         if line_of(binary) < self.cluster_version {
             let cv = self.cluster_version;
             self.violate(format!(
@@ -539,6 +544,7 @@ impl World {
     /// the cluster version is the spec's.
     pub(crate) fn in_place_converged(&self) -> bool {
         self.plan.is_empty()
+            && self.cp.road.is_none()
             && self.machines.iter().all(|m| m.in_place.is_none())
             && self.cluster_version == line_of(self.cp.spec.version)
     }

@@ -87,6 +87,7 @@
 
 mod backups;
 mod carotation;
+mod chain;
 mod config;
 mod controller;
 mod etcd;
@@ -393,6 +394,8 @@ fn sim_control_plane(cfg: &Config) -> ControlPlane {
         client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,
+        road: None,
+        v2_api_never_open: false,
         name: "sim".into(),
         spec: ControlPlaneSpec {
             recovery: SIM_RECOVERY,
@@ -443,6 +446,13 @@ impl World {
         w.cp.spec.replicas = spec_replicas;
         w.cp.spec.version = version;
         w.cp.spec.rollout.max_surge = surge;
+        // In some seeds the person asks for a version two minors away: a chained
+        // upgrade (`chain`), by replacement or in place.
+        let chains = matches!(cfg.scenario, Scenario::Rollout | Scenario::InPlace);
+        if chains && cfg.chain {
+            w.plan.clear();
+            w.record_road(from, chain::CHAIN_TARGET);
+        }
         // The cluster has been up a while: the first change need not wait.
         w.now_ms = HEALTH_INTERVAL_MS;
         w.note_start(start, from, version);

@@ -178,6 +178,7 @@ fn variant_words(v: &quorum_sim::model::Variant) -> String {
             v.requests,
             ", a member replaced and one restarted on request",
         ),
+        (v.chain, ", a chained upgrade (OLD -> 3.5.0 -> NEW)"),
         (v.faults_anywhere, ", faults anywhere"),
     ];
     format!(

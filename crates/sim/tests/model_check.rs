@@ -5,14 +5,29 @@
 //! the survivor (fence, force, grow back) with crashes and a deposed controller; and a
 //! sharded fleet, whose control plane's shard moves between replicas; and a CA rotation,
 //! every member replaced three times, with trust between every two running members
-//! checked in every state; and members on hosts, one host lost for a while.
+//! checked in every state; and members on hosts, one host lost for a while; and a
+//! chained upgrade, two rollouts one after the other.
 
 use quorum_sim::model::{check, Variant};
 use std::time::Instant;
 
 #[test]
 fn every_reachable_state_is_safe_and_can_finish() {
-    for v in Variant::ALL {
+    check_each(Variant::ALL.into_iter().filter(|v| !v.chain));
+}
+
+/// A chained upgrade's two rollouts, with a crash between the links among the rest:
+/// the largest variant, in a test of its own so the two run side by side.
+#[test]
+fn a_chained_upgrade_is_safe_and_always_finishes_its_road() {
+    let chain: Vec<Variant> = Variant::ALL.into_iter().filter(|v| v.chain).collect();
+    assert_eq!(chain.len(), 1, "{chain:?}");
+    assert!(chain[0].deposed && chain[0].etcd_strict);
+    check_each(chain.into_iter());
+}
+
+fn check_each(variants: impl Iterator<Item = Variant>) {
+    for v in variants {
         let t = Instant::now();
         let r = check(v);
         println!(

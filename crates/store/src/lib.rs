@@ -310,7 +310,26 @@ pub trait StateStore: Send {
     /// read; `ControlPlane::spec_version`), and moves the version on by one, in one
     /// compare-and-swap write. `false`: someone changed the spec since, and nothing was
     /// written (read it again and decide again).
-    fn replace_spec(&mut self, name: &str, expected: u64, spec: &ControlPlaneSpec) -> Result<bool>;
+    /// The chained upgrade's road is written with it (`None`: none).
+    fn replace_spec(
+        &mut self,
+        name: &str,
+        expected: u64,
+        spec: &ControlPlaneSpec,
+        road: Option<&quorum_core::chain::Road>,
+    ) -> Result<bool>;
+    /// A chained upgrade's next link (`quorum_core::chain`): only while the spec's
+    /// version is `from` and the road's next link is `to`, the spec's version becomes
+    /// `to` (its spec version moves on) and the road drops it, recording `now_unix_s`
+    /// as the link's beginning, in one write. False, nothing changed, otherwise (taken
+    /// already, or the person changed the spec since).
+    fn take_next_link(
+        &mut self,
+        name: &str,
+        from: Version,
+        to: Version,
+        now_unix_s: i64,
+    ) -> Result<bool>;
     /// Records the intent to tear the control plane down; refused
     /// (`StoreError::DeletionProtected`, nothing written) while its spec has
     /// `deletion_protection`, checked in the same write. Marked already is success.

@@ -462,16 +462,33 @@ impl StateStore for SqliteStore {
         })
     }
 
-    fn replace_spec(&mut self, name: &str, expected: u64, spec: &ControlPlaneSpec) -> Result<bool> {
+    fn replace_spec(
+        &mut self,
+        name: &str,
+        expected: u64,
+        spec: &ControlPlaneSpec,
+        road: Option<&quorum_core::chain::Road>,
+    ) -> Result<bool> {
         // One immediate transaction: the version read is the version replaced.
         self.change_control_plane(name, |_, cp| {
             if cp.spec_version != expected {
                 return Ok(false);
             }
             cp.spec = spec.clone();
+            cp.road = road.cloned();
             cp.spec_version += 1;
             Ok(true)
         })
+    }
+
+    fn take_next_link(
+        &mut self,
+        name: &str,
+        from: Version,
+        to: Version,
+        now_unix_s: i64,
+    ) -> Result<bool> {
+        self.change_control_plane(name, |_, cp| Ok(cp.take_next_link(from, to, now_unix_s)))
     }
 
     fn set_rebuild(&mut self, name: &str, rebuild: Option<&Rebuild>) -> Result<()> {

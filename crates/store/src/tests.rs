@@ -31,6 +31,8 @@ fn cp(name: &str) -> ControlPlane {
         client_addresses: Vec::new(),
         ca_generation: 0,
         ca_rotation: None,
+        road: None,
+        v2_api_never_open: false,
         name: name.into(),
         spec: ControlPlaneSpec {
             recovery: Default::default(),

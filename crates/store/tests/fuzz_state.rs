@@ -35,6 +35,8 @@ fn populated() -> (tempfile::TempDir, PathBuf) {
             client_addresses: Vec::new(),
             ca_generation: 0,
             ca_rotation: None,
+            road: None,
+            v2_api_never_open: false,
             name: format!("cp{i}"),
             spec: ControlPlaneSpec {
                 recovery: Default::default(),

@@ -9,8 +9,16 @@ pub struct UpgradeArgs {
     #[arg(value_parser = usage::cp_name)]
     pub name: String,
     /// The etcd version to roll to (installed; 3.5 means the newest installed 3.5.x).
+    /// One that skips a minor or starts below etcd's stepping stone (3.4 -> 3.6, 3.5.16
+    /// -> 3.6) is reached by a chained upgrade: one rollout per link, through the newest
+    /// installed patch of each minor passed, each after a snapshot and a preflight
+    /// (`--dry-run` shows the road).
     #[arg(long, value_parser = usage::version_text, required_unless_present_any = ["retry", "strategy", "abort"])]
     pub version: Option<String>,
+    /// Stop at these releases on the way to --version, in order (comma-separated), each
+    /// a rollout of its own: the road then is exactly these, checked link by link.
+    #[arg(long, value_delimiter = ',', value_parser = usage::version_text, value_name = "VERSION,...", requires = "version")]
+    pub via: Vec<String>,
     /// Roll out this way from now on: Replace (new machines join, old ones leave) or
     /// InPlace (each member restarted on the new binary, same data, followers first).
     /// Changeable while no rollout runs, or while the one that runs has changed no

@@ -68,7 +68,10 @@ fn switch(
             return Ok(());
         }
         *field(&mut spec) = on;
-        if ctx.store.replace_spec(name, cp.spec_version, &spec)? {
+        if ctx
+            .store
+            .replace_spec(name, cp.spec_version, &spec, cp.road.as_ref())?
+        {
             println!("{}", words.done);
             return Ok(());
         }

@@ -5,7 +5,7 @@ use crate::args::UpgradeArgs;
 use crate::cmd::wait_for;
 use anyhow::{bail, Result};
 use quorum_core::{abort, ControlPlane, ControlPlaneSpec, RolloutStrategy, Version};
-use quorum_ops::{change_with, retry_rollout, wait, ChangeOptions, Ctx, Place};
+use quorum_ops::{change_routed, retry_rollout, wait, ChangeOptions, Ctx, Place, Route};
 
 pub async fn run(at: &Place, a: UpgradeArgs) -> Result<()> {
     let mut ctx = Ctx::open_existing(at)?;
@@ -25,14 +25,22 @@ pub async fn run(at: &Place, a: UpgradeArgs) -> Result<()> {
         no_snapshot: a.no_snapshot,
         expect_version: None,
     };
+    let mut route = Route::Road {
+        via: a
+            .via
+            .iter()
+            .map(|v| ctx.version(v))
+            .collect::<Result<_>>()?,
+    };
     if a.abort {
+        route = Route::Direct;
         version = Some(abort_to(&ctx, &cp)?);
         // Against the spec read here: a change made meanwhile is a conflict, never
         // undone by a cancel computed before it.
         opts.expect_version = Some(cp.spec_version);
     }
     if version.is_some() || a.strategy.is_some() {
-        change_with(&mut ctx, &a.name, opts, |s| ControlPlaneSpec {
+        change_routed(&mut ctx, &a.name, opts, &route, |s| ControlPlaneSpec {
             version: version.unwrap_or(s.version),
             rollout: RolloutStrategy {
                 strategy: a.strategy.unwrap_or(s.rollout.strategy),

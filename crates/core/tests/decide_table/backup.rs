@@ -31,7 +31,7 @@ impl Sit {
         self
     }
     /// Snapshot `id` was last restored this long ago (`None`: never).
-    fn restored(mut self, id: &'static str, ago_s: Option<i64>) -> Self {
+    pub(super) fn restored(mut self, id: &'static str, ago_s: Option<i64>) -> Self {
         self.restored_ago_s.insert(id, ago_s);
         self
     }

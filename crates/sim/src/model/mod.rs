@@ -65,6 +65,8 @@ pub const MAX_CRASHES: u8 = 2;
 pub const MAX_SHARD_MOVES: u8 = 1;
 const OLD: Version = Version::new(3, 4, 23);
 const NEW: Version = Version::new(3, 5, 1);
+/// The chain variant's first link: a minor step, then a patch step to NEW.
+const MID: Version = Version::new(3, 5, 0);
 /// A bound on the explored states: the check fails rather than run away.
 pub const MAX_STATES: usize = 5_000_000;
 /// The model's clock stands still: whether a problem has lasted `unhealthyAfter` is a
@@ -172,6 +174,11 @@ pub struct Variant {
     /// stale step and one failure. The goal has no request left, the replaced machine
     /// gone and the restarted one back in service.
     pub requests: bool,
+    /// A chained upgrade (`quorum_core::chain`): the spec at MID with the road's one
+    /// link to NEW left, from 3 members at OLD; the controller takes the link once
+    /// every member runs MID, with its crashes (one between the links among them), a
+    /// deposed controller's stale step and one failure. The goal has the road through.
+    pub chain: bool,
 }
 
 impl Variant {
@@ -181,8 +188,9 @@ impl Variant {
     /// fencing and the leadership re-check of the distributed store narrow that window);
     /// and the in-place rollout with a deposed controller; and a sharded fleet, whose
     /// control plane moves between replicas.
-    pub const ALL: [Variant; 11] = [
+    pub const ALL: [Variant; 12] = [
         Variant {
+            chain: false,
             requests: false,
             max_surge: 1,
             etcd_strict: false,
@@ -196,6 +204,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            chain: false,
             requests: false,
             max_surge: 0,
             etcd_strict: false,
@@ -209,6 +218,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            chain: false,
             requests: false,
             max_surge: 1,
             etcd_strict: true,
@@ -222,6 +232,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            chain: false,
             requests: false,
             max_surge: 0,
             etcd_strict: true,
@@ -235,6 +246,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            chain: false,
             requests: false,
             max_surge: 1,
             etcd_strict: true,
@@ -248,6 +260,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            chain: false,
             requests: false,
             max_surge: 1,
             etcd_strict: true,
@@ -261,6 +274,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            chain: false,
             requests: false,
             max_surge: 1,
             etcd_strict: true,
@@ -277,6 +291,7 @@ impl Variant {
         // machine, never a record (the rotation's are all records), and with it the
         // three rounds of replacements came to 2.7 million states and 7.7 GB.
         Variant {
+            chain: false,
             requests: false,
             max_surge: 1,
             etcd_strict: true,
@@ -290,6 +305,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            chain: false,
             requests: false,
             max_surge: 1,
             etcd_strict: true,
@@ -303,6 +319,7 @@ impl Variant {
             hosts: true,
         },
         Variant {
+            chain: false,
             requests: false,
             max_surge: 1,
             etcd_strict: true,
@@ -316,6 +333,7 @@ impl Variant {
             hosts: false,
         },
         Variant {
+            chain: false,
             max_surge: 1,
             etcd_strict: true,
             deposed: true,
@@ -327,6 +345,20 @@ impl Variant {
             ca_rotation: false,
             hosts: false,
             requests: true,
+        },
+        Variant {
+            chain: true,
+            requests: false,
+            max_surge: 1,
+            etcd_strict: true,
+            deposed: true,
+            faults_anywhere: false,
+            in_place: false,
+            recovery: false,
+            recreate: false,
+            sharded: false,
+            ca_rotation: false,
+            hosts: false,
         },
     ];
 }
@@ -594,12 +626,20 @@ fn rollout_control_plane(variant: Variant) -> ControlPlane {
             since_unix_s: NOW_UNIX_S,
             started_unix_s: NOW_UNIX_S,
         }),
+        // The chain's link under way is MID, with NEW left on the road: the model has
+        // no snapshots (the simulator covers them).
+        road: variant.chain.then_some(quorum_core::chain::Road {
+            links: vec![NEW],
+            link_began_unix_s: NOW_UNIX_S,
+            snapshots: false,
+        }),
+        v2_api_never_open: true,
         name: "m".into(),
         spec: ControlPlaneSpec {
             recovery: Default::default(),
             deletion_protection: false,
             replicas: 3,
-            version: NEW,
+            version: if variant.chain { MID } else { NEW },
             rollout: RolloutStrategy {
                 max_surge: variant.max_surge,
                 strategy: if variant.in_place {
@@ -780,6 +820,7 @@ impl State {
             && in_place_done
             && requests_done
             && self.cp.ca_rotation.is_none()
+            && self.cp.road.is_none()
             && self.machines.len() == 3
             && self
                 .machines

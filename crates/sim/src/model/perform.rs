@@ -43,7 +43,7 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         | Action::DisarmAlarm { .. }
         // Never decided here: the model's observation gives no creation time, so the
         // core schedules no snapshot and prunes none (the simulator covers them).
-        | Action::TakeSnapshot
+        | Action::TakeSnapshot { .. }
         | Action::PruneSnapshot { .. }
         | Action::VerifySnapshot { .. }
         // Nor this: the model's observation reports no fenced directory.
@@ -56,6 +56,11 @@ pub(super) fn perform(s: &mut State, a: &Action, fenced: bool) -> Result<bool, S
         Action::SetCaPhase { .. } | Action::FinishCaRotation { .. } => {
             if !fenced {
                 record_ca(s, a);
+            }
+        }
+        Action::TakeNextLink { from, to } => {
+            if !fenced {
+                take_next_link(s, *from, *to)?;
             }
         }
         Action::BeginInPlace { .. }
@@ -110,6 +115,19 @@ fn mark_leaving(s: &mut State, machine: &str, remediation: Option<&quorum_core::
         s.drain_passed = false;
         s.lb_serves.push(machine.to_string());
     }
+}
+
+/// A chained upgrade's next link, recorded only once every process runs the link
+/// under way (`chain`'s invariant).
+fn take_next_link(s: &mut State, from: Version, to: Version) -> Result<(), String> {
+    if let Some(p) = s.procs.iter().find(|p| p.binary != from) {
+        return Err(format!(
+            "the link to {to} was taken while {} runs {}, not {from}",
+            p.name, p.binary
+        ));
+    }
+    s.cp.take_next_link(from, to, NOW_UNIX_S);
+    Ok(())
 }
 
 /// A CA rotation's record writes.

@@ -377,7 +377,13 @@ impl StateStore for EtcdStore {
         })
     }
 
-    fn replace_spec(&mut self, name: &str, expected: u64, spec: &ControlPlaneSpec) -> Result<bool> {
+    fn replace_spec(
+        &mut self,
+        name: &str,
+        expected: u64,
+        spec: &ControlPlaneSpec,
+        road: Option<&quorum_core::chain::Road>,
+    ) -> Result<bool> {
         // The record's revision is compared by the write, so the version checked here
         // is the one replaced.
         self.change_control_plane(
@@ -388,9 +394,25 @@ impl StateStore for EtcdStore {
                     return false;
                 }
                 cp.spec = spec.clone();
+                cp.road = road.cloned();
                 cp.spec_version += 1;
                 true
             },
+            &Vec::new,
+        )
+    }
+
+    fn take_next_link(
+        &mut self,
+        name: &str,
+        from: Version,
+        to: Version,
+        now_unix_s: i64,
+    ) -> Result<bool> {
+        self.change_control_plane(
+            name,
+            "record a chained upgrade's next link",
+            &|cp| cp.take_next_link(from, to, now_unix_s),
             &Vec::new,
         )
     }

@@ -132,6 +132,21 @@ impl StoreTask {
         .await
     }
 
+    /// `Store::take_next_link`.
+    pub async fn take_next_link(
+        &self,
+        cp: &str,
+        from: quorum_core::Version,
+        to: quorum_core::Version,
+        now_unix_s: i64,
+    ) -> Result<bool> {
+        let cp = cp.to_string();
+        self.call("record a chained upgrade's next link", move |s| {
+            s.take_next_link(&cp, from, to, now_unix_s)
+        })
+        .await
+    }
+
     pub async fn set_ca_rotation(&self, cp: &str, rotation: CaRotation) -> Result<bool> {
         let cp = cp.to_string();
         self.call("record a CA rotation's step", move |s| {
