@@ -125,8 +125,11 @@ The key file is written with mode 0600 in a 0700 directory; existing files are r
     Apply(ApplyArgs),
     /// Roll a control plane to another etcd version, one member at a time.
     #[command(
-        after_help = "Example: quorum upgrade prod --version 3.5.30 --wait --timeout 15m\n\n\
-etcd moves one minor version at a time, and never below the running cluster version."
+        after_help = "Example: quorum upgrade prod --version 3.5.30 --wait --timeout 15m\n\
+The road to 3.6, link by link: quorum upgrade prod --version 3.6 --dry-run\n\n\
+etcd moves one minor version at a time, into 3.6 only from 3.5.32 or later, and never \
+below the running cluster version: a version further away is a chained upgrade, one \
+rollout per link, each after a test-restored snapshot and a preflight."
     )]
     Upgrade(UpgradeArgs),
     /// Change the number of members.

@@ -230,6 +230,11 @@ fn a_road_is_dropped_by_a_cancel_and_said() {
     assert_eq!(road.links, vec![NEW.parse::<Version>().unwrap()]);
     let s = env.status("dr");
     assert_eq!(s["road"]["links"][0], NEW, "{s:#}");
+    let table = env.ok(&["status", "dr"]);
+    assert!(
+        table.contains("Road             3.5.16 (under way) -> 3.5.30, one rollout each"),
+        "{table}"
+    );
     // `--abort` goes back to what every member runs: the road goes with it.
     let out = env.ok(&["upgrade", "dr", "--abort"]);
     assert!(

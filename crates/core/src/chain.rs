@@ -110,17 +110,20 @@ pub struct LinkFacts {
 }
 
 /// Why a link may not be taken now: a `Wait` passes by itself (the controller waits it
-/// out), a `Refuse` needs a person.
+/// out), a `Behind` too, within etcd's version monitor's few seconds (the cluster
+/// version not raised yet: a cluster just created says 3.0 until then), a `Refuse`
+/// needs a person.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Hold {
     Wait(String),
+    Behind(String),
     Refuse(String),
 }
 
 impl Hold {
     pub fn why(&self) -> &str {
         match self {
-            Hold::Wait(w) | Hold::Refuse(w) => w,
+            Hold::Wait(w) | Hold::Behind(w) | Hold::Refuse(w) => w,
         }
     }
 }
@@ -172,7 +175,7 @@ pub fn preflight(f: &LinkFacts) -> Result<(), Hold> {
         let seen = f.cluster_version.map_or("not known yet".to_string(), |v| {
             format!("{}.{}", v.major, v.minor)
         });
-        return Err(Hold::Wait(format!(
+        return Err(Hold::Behind(format!(
             "the cluster version is {seen}; etcd raises it to {}.{} once every member runs it, and only then may a member run {}.{}",
             f.lowest.major, f.lowest.minor, f.to.major, f.to.minor
         )));
@@ -253,7 +256,7 @@ impl View<'_> {
             }
         }
         match preflight(&self.link_facts(next)) {
-            Err(Hold::Wait(why)) => return waiting(why),
+            Err(Hold::Wait(why) | Hold::Behind(why)) => return waiting(why),
             Err(Hold::Refuse(why)) => {
                 return Some(Step::refuse(
                     op,

@@ -14,6 +14,7 @@ pub mod classify;
 mod conditions;
 pub mod decide;
 mod decision;
+pub mod downgrade;
 pub mod failover;
 pub mod fenced;
 pub mod health;

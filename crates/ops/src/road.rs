@@ -117,6 +117,14 @@ fn links(
     Ok(links)
 }
 
+/// The road with its link under way beginning now (as it is recorded).
+pub fn begun_now(road: Road) -> Road {
+    Road {
+        link_began_unix_s: quorum_clock::now_unix_s(),
+        ..road
+    }
+}
+
 /// The road in words: every release in order, one rollout each.
 pub fn describe(from: Version, first: Version, road: &Road) -> String {
     let mut all = vec![from.to_string(), first.to_string()];

@@ -289,10 +289,10 @@ async fn check_change(
         .map_err(|e| with_road(ctx, cp, lowest, new, e))?;
     etcd_binary(ctx.provider.etcd_dir(), new.version)?;
     let (cluster_version, link) = live_cluster_version(ctx, cp, new, force).await?;
+    // Only a change of the version: the rollout under way was checked when recorded.
     let enters_minor = lowest.is_some_and(|l| new.version.minor_line() > l.minor_line());
-    if enters_minor {
-        let to = new.version;
-        first_link(name, &quorum_core::chain::LinkFacts { to, ..link }, force)?;
+    if enters_minor && new.version != cp.spec.version {
+        first_link(ctx, cp, new.version, link, force).await?;
     }
     validate_spec_change(
         &cp.spec,
@@ -301,7 +301,8 @@ async fn check_change(
         cluster_version,
         force,
         allow_downgrade,
-    )?;
+    )
+    .map_err(|e| with_way_back(name, e))?;
     if !force && !new.provider.is_local() {
         let hosts: Vec<_> = quorum_store::hosts::list(&ctx.store)?
             .iter()
@@ -312,6 +313,19 @@ async fn check_change(
         }
     }
     Ok(cancels)
+}
+
+/// A refusal to go below the cluster version, with the way back etcd names for that
+/// pair of minors (`quorum_core::downgrade`).
+fn with_way_back(name: &str, e: quorum_core::SpecError) -> anyhow::Error {
+    use quorum_core::VersionChangeError as V;
+    match &e {
+        quorum_core::SpecError::Version(V::BelowClusterVersion { to, cluster }) => {
+            let way = quorum_core::downgrade::said(name, *cluster, *to);
+            anyhow::anyhow!("{e}. {way}")
+        }
+        _ => e.into(),
+    }
 }
 
 /// A refusal of a version move that skips a minor or starts below a stepping stone (a
@@ -452,6 +466,8 @@ async fn attempt_change(
             })?;
         done.snapshot_for = Some(new.version);
     }
+    // The link begins as recorded: after the snapshot just taken (not the next link's).
+    let road = road.map(crate::road::begun_now);
     if !ctx
         .store
         .replace_spec(name, cp.spec_version, &new, road.as_ref())?
@@ -649,21 +665,42 @@ async fn live_cluster_version(
     Ok((cluster_version, s.link))
 }
 
+/// How long a change into another minor waits for etcd to raise its cluster version
+/// (its version monitor looks every few seconds; a cluster just created says 3.0).
+pub const CLUSTER_VERSION_WAIT_MS: u64 = 15_000;
+/// How often it looks again meanwhile.
+const CLUSTER_VERSION_POLL_MS: u64 = 1_000;
+
 /// The preflight of a change into another minor (`quorum_core::chain::preflight`, the
-/// rule the controller holds every later link of a road to): what passes by itself
-/// (a learner, an alarm, a member no machine answers for) refuses the change until it
-/// has, unless `force` records it anyway (the controller's rules still wait); what
-/// needs a person refuses it whatever the flags.
-fn first_link(name: &str, facts: &quorum_core::chain::LinkFacts, force: bool) -> Result<()> {
-    use quorum_core::chain::Hold;
-    let to = facts.to;
-    match quorum_core::chain::preflight(facts) {
-        Ok(()) => Ok(()),
-        Err(Hold::Wait(_)) if force => Ok(()),
-        Err(Hold::Wait(why)) => bail!(
-            "{name}: not recorded: before etcd {to}, {why}; run it again once that has passed (`quorum status {name}`), or pass --force to record it now"
-        ),
-        Err(Hold::Refuse(why)) => bail!("{name}: refused: before etcd {to}: {why}"),
+/// rule the controller holds every later link of a road to): a cluster version etcd
+/// has not raised yet is waited for, up to `CLUSTER_VERSION_WAIT_MS`; what else passes
+/// by itself (a learner, an alarm, a member no machine answers for) refuses the change
+/// until it has, unless `force` records it anyway (the controller's rules still wait);
+/// what needs a person refuses it whatever the flags.
+async fn first_link(
+    ctx: &Ctx,
+    cp: &ControlPlane,
+    to: Version,
+    mut link: quorum_core::chain::LinkFacts,
+    force: bool,
+) -> Result<()> {
+    use quorum_core::chain::{preflight, Hold, LinkFacts};
+    let name = &cp.name;
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_millis(CLUSTER_VERSION_WAIT_MS);
+    loop {
+        match preflight(&LinkFacts { to, ..link }) {
+            Ok(()) => return Ok(()),
+            Err(Hold::Wait(_) | Hold::Behind(_)) if force => return Ok(()),
+            Err(Hold::Behind(_)) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(CLUSTER_VERSION_POLL_MS)).await;
+                link = ctx.live(cp).await?.link;
+            }
+            Err(Hold::Wait(why) | Hold::Behind(why)) => bail!(
+                "{name}: not recorded: before etcd {to}, {why}; run it again once that has passed (`quorum status {name}`), or pass --force to record it now"
+            ),
+            Err(Hold::Refuse(why)) => bail!("{name}: refused: before etcd {to}: {why}"),
+        }
     }
 }
 

@@ -433,6 +433,15 @@ fn summary_lines(s: &Status) -> Vec<(&'static str, String)> {
     if let Some(r) = &s.ca_rotation {
         lines.push(("CA rotation", crate::carotation::describe(r)));
     }
+    if let Some(road) = &s.road {
+        let rest: Vec<String> = road.links.iter().map(|v| v.to_string()).collect();
+        let text = format!(
+            "{} (under way) -> {}, one rollout each",
+            s.spec.version,
+            rest.join(" -> ")
+        );
+        lines.push(("Road", text));
+    }
     lines.push(("Transport", transport_line(s)));
     let cluster_version = s.cluster_version.as_deref();
     let cluster_version = cluster_version.unwrap_or("unknown (no leader answered)");

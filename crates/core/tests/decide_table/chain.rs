@@ -80,13 +80,13 @@ fn the_link_preflight_table() {
         (
             "the cluster version not raised yet",
             facts(STONE, V36, Some("3.4")),
-            "wait: the cluster version is 3.4",
+            "behind: the cluster version is 3.4",
             "etcd's upgrade guides: the cluster version follows the lowest member",
         ),
         (
             "the cluster version not known",
             facts(STONE, V36, None),
-            "wait: the cluster version is not known yet",
+            "behind: the cluster version is not known yet",
             "etcd's upgrade guides",
         ),
         (
@@ -113,6 +113,8 @@ fn the_link_preflight_table() {
         let ctx = format!("{case} ({source}): got {got:?}");
         match (want, &got) {
             ("ok", Ok(())) => {}
+            (w, Err(Hold::Behind(why)))
+                if w.strip_prefix("behind: ").is_some_and(|t| why.contains(t)) => {}
             (w, Err(Hold::Wait(why)))
                 if w.strip_prefix("wait: ").is_some_and(|t| why.contains(t)) => {}
             (w, Err(Hold::Refuse(why)))
