@@ -120,6 +120,24 @@ fn the_road_into_3_6_is_planned_and_refused_where_it_cannot_go() {
         "{said}"
     );
     assert!(said.contains("3.5.32 or later"), "{said}");
+    // A stop where the road already is, or named twice, is refused.
+    for via in ["3.4.23,3.5.30", "3.5.30,3.5.30"] {
+        let o = with_releases(
+            &env,
+            &later,
+            &[
+                "upgrade",
+                "rd",
+                "--version",
+                "3.6.2",
+                "--via",
+                via,
+                "--dry-run",
+            ],
+        );
+        assert!(!o.status.success(), "{via}: {}", text(&o));
+        assert!(text(&o).contains("name each release once"), "{}", text(&o));
+    }
     // A stop that is no version is refused by the grammar, naming it.
     let o = with_releases(
         &env,

@@ -180,7 +180,7 @@ pub enum VersionRequest {
 pub enum ResolveError {
     #[error("{input:?} is not an etcd version: write MAJOR.MINOR.PATCH (3.5.1) or MAJOR.MINOR for the newest installed patch (3.5); see `quorum versions`")]
     NotAVersion { input: String },
-    #[error("etcd {wanted} is not installed (installed: {installed}); scripts/install.sh installs the supported ones")]
+    #[error("etcd {wanted} is not installed (installed: {installed}); scripts/install.sh installs the supported ones, `quorum versions add` any other release")]
     NotInstalled { wanted: String, installed: String },
 }
 

@@ -98,6 +98,9 @@ fn links(
         all.push(to);
         let mut at = from;
         for link in &all {
+            if *link == at {
+                bail!("{name}: the road named by --via stops at {link} twice, or where it already is: name each release once, in order");
+            }
             check_version_change(at, None, *link, allow_downgrade).with_context(|| {
                 format!("{name}: the road named by --via does not go: {at} -> {link}")
             })?;
