@@ -182,6 +182,22 @@ pub struct Variant {
 }
 
 impl Variant {
+    /// What every variant is unless it says otherwise: maxSurge 1, quorum alone.
+    pub const BASE: Variant = Variant {
+        chain: false,
+        requests: false,
+        max_surge: 1,
+        etcd_strict: false,
+        deposed: false,
+        faults_anywhere: false,
+        in_place: false,
+        recovery: false,
+        recreate: false,
+        sharded: false,
+        ca_rotation: false,
+        hosts: false,
+    };
+
     /// The systems checked: quorum alone (etcd's check off, so quorum's own projection
     /// is the only guard), and quorum with a deposed controller (which only etcd's
     /// check can stop from performing a removal it decided before a member died;
@@ -189,176 +205,68 @@ impl Variant {
     /// and the in-place rollout with a deposed controller; and a sharded fleet, whose
     /// control plane moves between replicas.
     pub const ALL: [Variant; 12] = [
+        Variant::BASE,
         Variant {
-            chain: false,
-            requests: false,
-            max_surge: 1,
-            etcd_strict: false,
-            deposed: false,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
-            recreate: false,
-            sharded: false,
-            ca_rotation: false,
-            hosts: false,
-        },
-        Variant {
-            chain: false,
-            requests: false,
             max_surge: 0,
-            etcd_strict: false,
-            deposed: false,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
-            recreate: false,
-            sharded: false,
-            ca_rotation: false,
-            hosts: false,
+            ..Variant::BASE
         },
         Variant {
-            chain: false,
-            requests: false,
-            max_surge: 1,
             etcd_strict: true,
             deposed: true,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
-            recreate: false,
-            sharded: false,
-            ca_rotation: false,
-            hosts: false,
+            ..Variant::BASE
         },
         Variant {
-            chain: false,
-            requests: false,
             max_surge: 0,
             etcd_strict: true,
             deposed: true,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
-            recreate: false,
-            sharded: false,
-            ca_rotation: false,
-            hosts: false,
+            ..Variant::BASE
         },
         Variant {
-            chain: false,
-            requests: false,
-            max_surge: 1,
             etcd_strict: true,
             deposed: true,
-            faults_anywhere: false,
             in_place: true,
-            recovery: false,
-            recreate: false,
-            sharded: false,
-            ca_rotation: false,
-            hosts: false,
+            ..Variant::BASE
         },
         Variant {
-            chain: false,
-            requests: false,
-            max_surge: 1,
             etcd_strict: true,
             deposed: true,
-            faults_anywhere: false,
-            in_place: false,
             recovery: true,
-            recreate: false,
-            sharded: false,
-            ca_rotation: false,
-            hosts: false,
+            ..Variant::BASE
         },
         Variant {
-            chain: false,
-            requests: false,
-            max_surge: 1,
             etcd_strict: true,
             deposed: true,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
-            recreate: false,
             sharded: true,
-            ca_rotation: false,
-            hosts: false,
+            ..Variant::BASE
         },
-        // Without the deposed controller: its one stale step is an effect on etcd or a
-        // machine, never a record (the rotation's are all records), and with it the
-        // three rounds of replacements came to 2.7 million states and 7.7 GB.
         Variant {
-            chain: false,
-            requests: false,
-            max_surge: 1,
             etcd_strict: true,
-            deposed: false,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
-            recreate: false,
-            sharded: false,
             ca_rotation: true,
-            hosts: false,
+            ..Variant::BASE
         },
         Variant {
-            chain: false,
-            requests: false,
-            max_surge: 1,
             etcd_strict: true,
             deposed: true,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
-            recreate: false,
-            sharded: false,
-            ca_rotation: false,
             hosts: true,
+            ..Variant::BASE
         },
         Variant {
-            chain: false,
-            requests: false,
-            max_surge: 1,
             etcd_strict: true,
             deposed: true,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
             recreate: true,
-            sharded: false,
-            ca_rotation: false,
-            hosts: false,
+            ..Variant::BASE
         },
         Variant {
-            chain: false,
-            max_surge: 1,
+            requests: true,
             etcd_strict: true,
             deposed: true,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
-            recreate: false,
-            sharded: false,
-            ca_rotation: false,
-            hosts: false,
-            requests: true,
+            ..Variant::BASE
         },
         Variant {
             chain: true,
-            requests: false,
-            max_surge: 1,
             etcd_strict: true,
             deposed: true,
-            faults_anywhere: false,
-            in_place: false,
-            recovery: false,
-            recreate: false,
-            sharded: false,
-            ca_rotation: false,
-            hosts: false,
+            ..Variant::BASE
         },
     ];
 }
